@@ -1,0 +1,148 @@
+//! The mock's language model: a tokenizer and a next-token distribution, pure and free of HTTP.
+//!
+//! The server and the oracle both generate through this module (via [`crate::engine`]), so they cannot disagree;
+//! tests recompute what the server must have returned from the same functions.
+
+mod dist;
+mod tokenizer;
+
+pub use dist::{CANDIDATES, Distribution, TAIL_LOGIT};
+pub use tokenizer::{MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, Piece, Tokenizer};
+
+pub(crate) use dist::{Logits, count_since_special, mix, unit};
+
+/// What defines the model: everything that changes its tokens or logprobs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelConfig {
+    /// The server seed: the same seed gives the same model, hence the same answers.
+    pub seed: u64,
+    /// Number of token ids, like a real model's `vocab_size` (Qwen2.5's 151,936 by default).
+    pub vocab_size: u32,
+    /// Report logprobs at temperature 1 instead of under the request's temperature (SGLang's
+    /// `SGLANG_RETURN_ORIGINAL_LOGPROB` switch). Sampling still uses the request's temperature.
+    pub return_original_logprob: bool,
+}
+
+impl Default for ModelConfig {
+    fn default() -> ModelConfig {
+        ModelConfig {
+            seed: 0,
+            vocab_size: 151_936,
+            return_original_logprob: false,
+        }
+    }
+}
+
+/// A configuration the model cannot run with.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ModelError {
+    /// The vocabulary is smaller or larger than the tokenizer's layout supports.
+    #[error("vocab_size must be between {MIN_VOCAB_SIZE} and {MAX_VOCAB_SIZE}, got {0}")]
+    VocabSize(u32),
+}
+
+/// The toy model: a seed, a tokenizer and the next-token distribution they define.
+#[derive(Clone, Debug)]
+pub struct Model {
+    config: ModelConfig,
+    tokenizer: Tokenizer,
+}
+
+impl Model {
+    /// Builds the model, checking the configuration.
+    pub fn new(config: ModelConfig) -> Result<Model, ModelError> {
+        if !(MIN_VOCAB_SIZE..=MAX_VOCAB_SIZE).contains(&config.vocab_size) {
+            return Err(ModelError::VocabSize(config.vocab_size));
+        }
+        let tokenizer = Tokenizer::new(config.vocab_size);
+        Ok(Model { config, tokenizer })
+    }
+
+    /// The configuration the model was built with.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The model's tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The distribution of the token that follows `context`, as `softmax(logits / temperature)` with the ids in
+    /// `masked` (sorted, deduplicated, in the vocabulary) set to probability zero.
+    pub fn distribution<'m>(
+        &self,
+        context: &[u32],
+        temperature: f64,
+        masked: &'m [u32],
+    ) -> Distribution<'m> {
+        let since_special = count_since_special(&self.tokenizer, context);
+        let logits = self.logits(context, since_special);
+        Distribution::new(&logits, self.config.vocab_size, temperature, masked)
+    }
+
+    /// The unscaled logits after `context`, given its running count of tokens since the last special token.
+    pub(crate) fn logits(&self, context: &[u32], since_special: usize) -> Logits {
+        dist::logits(self.config.seed, &self.tokenizer, context, since_special)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_vocabularies_the_layout_cannot_hold() {
+        for bad in [0, 300, MIN_VOCAB_SIZE - 1, MAX_VOCAB_SIZE + 1] {
+            let err = Model::new(ModelConfig {
+                vocab_size: bad,
+                ..ModelConfig::default()
+            })
+            .unwrap_err();
+            assert_eq!(err, ModelError::VocabSize(bad));
+        }
+        assert!(
+            Model::new(ModelConfig {
+                vocab_size: MAX_VOCAB_SIZE,
+                ..ModelConfig::default()
+            })
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn the_distribution_depends_on_seed_and_context() {
+        let a = Model::new(ModelConfig::default()).unwrap();
+        let b = Model::new(ModelConfig {
+            seed: 1,
+            ..ModelConfig::default()
+        })
+        .unwrap();
+        let top = |m: &Model, ctx: &[u32]| {
+            let mut out = Vec::new();
+            m.distribution(ctx, 1.0, &[]).top(3, &mut out);
+            out
+        };
+        assert_eq!(top(&a, &[1, 2]), top(&a, &[1, 2]));
+        assert_ne!(top(&a, &[1, 2]), top(&b, &[1, 2]));
+        assert_ne!(top(&a, &[1, 2]), top(&a, &[1, 3]));
+    }
+
+    #[test]
+    fn distributions_are_neither_uniform_nor_one_hot() {
+        let m = Model::new(ModelConfig::default()).unwrap();
+        let mut max_p = Vec::new();
+        for ctx in 0..200u32 {
+            let d = m.distribution(&[ctx, ctx + 1], 1.0, &[]);
+            let mut top = Vec::new();
+            d.top(1, &mut top);
+            max_p.push(top[0].1.exp());
+        }
+        let lo = max_p.iter().copied().fold(1.0, f64::min);
+        let hi = max_p.iter().copied().fold(0.0, f64::max);
+        assert!(
+            lo > 0.05 && hi < 0.99 && hi - lo > 0.3,
+            "max probabilities span {lo}..{hi}"
+        );
+    }
+}

@@ -1,0 +1,326 @@
+//! The mock's tokenizer: deterministic, reversible, and computed from the token id alone.
+//!
+//! The vocabulary has three regions:
+//!
+//! | ids | what |
+//! |---|---|
+//! | `0..256` | one token per byte, so any text can be encoded |
+//! | `256..V-3` | word pieces: an optional leading space and one to three consonant-vowel syllables (`" ka"`, `"rito"`, `" mesuvo"`) |
+//! | `V-3`, `V-2`, `V-1` | the special tokens `<\|endoftext\|>`, `<\|im_start\|>`, `<\|im_end\|>` |
+//!
+//! A word piece is a pure function of its id (a mixed-radix number over 90 syllables), and the reverse map is
+//! arithmetic too, so the tokenizer holds no tables and costs nothing to build for any vocabulary size. Encoding is
+//! greedy longest match; decoding concatenates bytes, so `decode(encode(text)) == text` for every string.
+
+use std::borrow::Cow;
+
+const CONSONANTS: &[u8; 18] = b"bcdfghjklmnprstvwz";
+const VOWELS: &[u8; 5] = b"aeiou";
+const SYLLABLES: u32 = 18 * 5;
+/// Words of one, two and three syllables: 90, 90^2 and 90^3 of them.
+const ONE: u32 = SYLLABLES;
+const TWO: u32 = SYLLABLES * SYLLABLES;
+const THREE: u32 = SYLLABLES * SYLLABLES * SYLLABLES;
+const BYTE_TOKENS: u32 = 256;
+const SPECIAL_NAMES: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
+
+/// The smallest vocabulary the layout supports: the bytes, every one-syllable word with and without a space,
+/// and the special tokens, rounded up.
+pub const MIN_VOCAB_SIZE: u32 = 1024;
+/// The largest vocabulary the layout supports (every word of up to three syllables, twice, plus bytes and specials),
+/// rounded down.
+pub const MAX_VOCAB_SIZE: u32 = 1_400_000;
+
+/// What one token id stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Piece {
+    /// A single byte of UTF-8 (possibly part of a multi-byte character).
+    Byte(u8),
+    /// A word piece: an optional leading space and `syllables.len()` consonant-vowel pairs.
+    Word {
+        space: bool,
+        syllables: u32,
+        index: u32,
+    },
+    /// One of the named special tokens, by position in [`Tokenizer::special_tokens`].
+    Special(usize),
+}
+
+/// The deterministic, reversible tokenizer of the mock model.
+#[derive(Clone, Debug)]
+pub struct Tokenizer {
+    vocab_size: u32,
+    eos: [u32; 2],
+}
+
+impl Tokenizer {
+    /// A tokenizer over `vocab_size` ids. The caller checks the size against [`MIN_VOCAB_SIZE`] and
+    /// [`MAX_VOCAB_SIZE`].
+    pub(crate) fn new(vocab_size: u32) -> Tokenizer {
+        debug_assert!((MIN_VOCAB_SIZE..=MAX_VOCAB_SIZE).contains(&vocab_size));
+        let endoftext = vocab_size - 3;
+        let im_end = vocab_size - 1;
+        Tokenizer {
+            vocab_size,
+            eos: [im_end, endoftext],
+        }
+    }
+
+    /// Number of token ids; valid ids are `0..vocab_size`.
+    pub fn vocab_size(&self) -> u32 {
+        self.vocab_size
+    }
+
+    /// The ids that end generation (unless `ignore_eos`): `<|im_end|>` first, then `<|endoftext|>`.
+    pub fn eos_token_ids(&self) -> &[u32] {
+        &self.eos
+    }
+
+    /// The id of `<|im_end|>`, the token the model puts explicit weight on to end a turn.
+    pub fn im_end_id(&self) -> u32 {
+        self.vocab_size - 1
+    }
+
+    /// The special tokens as `(id, text)`, in id order.
+    pub fn special_tokens(&self) -> impl Iterator<Item = (u32, &'static str)> + '_ {
+        SPECIAL_NAMES
+            .iter()
+            .enumerate()
+            .map(|(i, name)| (self.special_base() + i as u32, *name))
+    }
+
+    /// Whether `id` is one of the special tokens.
+    pub fn is_special(&self, id: u32) -> bool {
+        id >= self.special_base() && id < self.vocab_size
+    }
+
+    fn special_base(&self) -> u32 {
+        self.vocab_size - SPECIAL_NAMES.len() as u32
+    }
+
+    /// How many word-piece ids there are.
+    fn word_count(&self) -> u32 {
+        self.special_base() - BYTE_TOKENS
+    }
+
+    /// The first word-piece id and how many there are: word pieces are the ids `first..first + count`.
+    pub(crate) fn word_range(&self) -> (u32, u32) {
+        (BYTE_TOKENS, self.word_count())
+    }
+
+    /// What `id` stands for, or `None` when it is outside the vocabulary.
+    pub fn piece(&self, id: u32) -> Option<Piece> {
+        if id < BYTE_TOKENS {
+            return Some(Piece::Byte(id as u8));
+        }
+        if id >= self.vocab_size {
+            return None;
+        }
+        if self.is_special(id) {
+            return Some(Piece::Special((id - self.special_base()) as usize));
+        }
+        let w = id - BYTE_TOKENS;
+        let space = w.is_multiple_of(2);
+        let u = w / 2;
+        let (syllables, index) = if u < ONE {
+            (1, u)
+        } else if u < ONE + TWO {
+            (2, u - ONE)
+        } else {
+            (3, u - ONE - TWO)
+        };
+        Some(Piece::Word {
+            space,
+            syllables,
+            index,
+        })
+    }
+
+    /// Appends the bytes of `id` to `out`. Special tokens are written as their names unless `skip_special_tokens`;
+    /// ids outside the vocabulary write nothing.
+    pub fn push_bytes(&self, id: u32, skip_special_tokens: bool, out: &mut Vec<u8>) {
+        match self.piece(id) {
+            Some(Piece::Byte(b)) => out.push(b),
+            Some(Piece::Word {
+                space,
+                syllables,
+                index,
+            }) => {
+                if space {
+                    out.push(b' ');
+                }
+                // Least significant syllable first, so the first syllable of a word varies fastest with its id
+                // and words of a small vocabulary do not all start alike.
+                let mut rest = index;
+                for _ in 0..syllables {
+                    let d = rest % SYLLABLES;
+                    rest /= SYLLABLES;
+                    out.push(CONSONANTS[(d / 5) as usize]);
+                    out.push(VOWELS[(d % 5) as usize]);
+                }
+            }
+            Some(Piece::Special(i)) if !skip_special_tokens => {
+                out.extend_from_slice(SPECIAL_NAMES[i].as_bytes());
+            }
+            Some(Piece::Special(_)) | None => {}
+        }
+    }
+
+    /// Decodes `ids` to text, replacing invalid UTF-8 with U+FFFD as Hugging Face tokenizers do.
+    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> String {
+        let mut bytes = Vec::with_capacity(ids.len() * 4);
+        for &id in ids {
+            self.push_bytes(id, skip_special_tokens, &mut bytes);
+        }
+        match String::from_utf8(bytes) {
+            Ok(s) => s,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        }
+    }
+
+    /// The text of one token on its own, as SGLang reports it with `return_text_in_logprobs`
+    /// (`tokenizer.decode([id])`): special tokens by name, a lone byte that is not a whole character as U+FFFD.
+    pub fn token_text(&self, id: u32) -> Cow<'static, str> {
+        match self.piece(id) {
+            Some(Piece::Byte(b)) if b.is_ascii() => Cow::Owned(char::from(b).to_string()),
+            Some(Piece::Byte(_)) => Cow::Borrowed("\u{FFFD}"),
+            Some(Piece::Special(i)) => Cow::Borrowed(SPECIAL_NAMES[i]),
+            Some(Piece::Word { .. }) => {
+                let mut bytes = Vec::with_capacity(8);
+                self.push_bytes(id, false, &mut bytes);
+                // Word pieces are ASCII by construction.
+                Cow::Owned(String::from_utf8(bytes).unwrap_or_default())
+            }
+            None => Cow::Borrowed(""),
+        }
+    }
+
+    /// Encodes `text` by greedy longest match: special token names, then the longest word piece, then single bytes.
+    pub fn encode(&self, text: &str) -> Vec<u32> {
+        let bytes = text.as_bytes();
+        let mut ids = Vec::with_capacity(bytes.len() / 3 + 1);
+        let mut i = 0;
+        'outer: while i < bytes.len() {
+            if bytes[i] == b'<' {
+                for (id, name) in self.special_tokens() {
+                    if bytes[i..].starts_with(name.as_bytes()) {
+                        ids.push(id);
+                        i += name.len();
+                        continue 'outer;
+                    }
+                }
+            }
+            if let Some((id, len)) = self.longest_word(&bytes[i..]) {
+                ids.push(id);
+                i += len;
+                continue;
+            }
+            ids.push(u32::from(bytes[i]));
+            i += 1;
+        }
+        ids
+    }
+
+    /// The longest word piece at the start of `bytes` that exists in this vocabulary, as `(id, byte length)`.
+    fn longest_word(&self, bytes: &[u8]) -> Option<(u32, usize)> {
+        let space = bytes.first() == Some(&b' ');
+        let start = usize::from(space);
+        let mut digits = [0u32; 3];
+        let mut n = 0;
+        while n < 3 {
+            let at = start + 2 * n;
+            let (Some(&c), Some(&v)) = (bytes.get(at), bytes.get(at + 1)) else {
+                break;
+            };
+            let (Some(ci), Some(vi)) = (
+                CONSONANTS.iter().position(|&x| x == c),
+                VOWELS.iter().position(|&x| x == v),
+            ) else {
+                break;
+            };
+            digits[n] = ci as u32 * 5 + vi as u32;
+            n += 1;
+        }
+        // Longest first; a long word may lie beyond a small vocabulary, so fall back to shorter ones.
+        for syllables in (1..=n).rev() {
+            let index = digits[..syllables]
+                .iter()
+                .rev()
+                .fold(0u32, |acc, d| acc * SYLLABLES + d);
+            let u = match syllables {
+                1 => index,
+                2 => ONE + index,
+                _ => ONE + TWO + index,
+            };
+            debug_assert!(u < ONE + TWO + THREE);
+            let w = 2 * u + u32::from(!space);
+            if w < self.word_count() {
+                return Some((BYTE_TOKENS + w, start + 2 * syllables));
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tok() -> Tokenizer {
+        Tokenizer::new(151_936)
+    }
+
+    #[test]
+    fn round_trips_arbitrary_text() {
+        let t = tok();
+        for text in [
+            "The capital of France is",
+            " kamo rito. Héllo wörld! 日本語 <|im_start|>user\nhi<|im_end|>",
+            "",
+            "<|im_end",
+            "a\u{0}b\u{10FFFF}",
+        ] {
+            let ids = t.encode(text);
+            assert_eq!(t.decode(&ids, false), text, "ids {ids:?}");
+            assert!(ids.iter().all(|&id| id < t.vocab_size()));
+        }
+    }
+
+    #[test]
+    fn every_word_id_decodes_and_reencodes_to_itself() {
+        let t = Tokenizer::new(MIN_VOCAB_SIZE);
+        for id in 256..t.vocab_size() - 3 {
+            let text = t.token_text(id);
+            assert_eq!(t.encode(&text), vec![id], "id {id} text {text:?}");
+        }
+    }
+
+    #[test]
+    fn high_ids_are_words() {
+        let t = tok();
+        let id = 150_001;
+        let text = t.token_text(id);
+        assert!(
+            text.bytes().all(|b| b == b' ' || b.is_ascii_lowercase()),
+            "{text:?}"
+        );
+        assert_eq!(t.encode(&text), vec![id]);
+    }
+
+    #[test]
+    fn specials_render_by_name_and_can_be_skipped() {
+        let t = tok();
+        let im_end = t.im_end_id();
+        assert_eq!(t.token_text(im_end), "<|im_end|>");
+        assert_eq!(t.eos_token_ids(), &[151_935, 151_933]);
+        assert_eq!(t.decode(&[u32::from(b'x'), im_end], true), "x");
+        assert_eq!(t.decode(&[u32::from(b'x'), im_end], false), "x<|im_end|>");
+    }
+
+    #[test]
+    fn lone_non_ascii_bytes_render_as_replacement() {
+        let t = tok();
+        assert_eq!(t.token_text(0xE2), "\u{FFFD}");
+        assert_eq!(t.decode(&[0xE2], false), "\u{FFFD}");
+    }
+}
