@@ -1,1 +1,71 @@
-//! Placeholder until the crate lands.
+//! GRPO-family advantage estimators and policy losses over validated batches: pure, no IO, no async.
+//!
+//! The math follows slime, verl and TRL (see `spec/rl-reference.md`, sections 4 to 7). The only way to
+//! reach it is through a [`Batch`], whose constructor checks every per-sample invariant and names the
+//! offending sample, so a missing logprob (issue #1976's `NoneType` crash) becomes a [`BatchError`] at the
+//! boundary instead of a crash far from the cause.
+//!
+//! # The rollout engine's path
+//!
+//! Build a batch, compute GRPO advantages (slime conventions by default), read them per sample and per
+//! token, then compute the PPO loss and its metrics from the trainer's current logprobs:
+//!
+//! ```
+//! use grpo::{AdvantageConfig, Batch, BatchOptions, LogProbs, PolicyLossConfig, SampleParts};
+//!
+//! // Two prompts, two samples each, in consecutive groups of n = 2.
+//! let samples: Vec<SampleParts> = [1.0, 0.0, 1.0, 1.0]
+//!     .iter()
+//!     .map(|&reward| SampleParts {
+//!         reward: Some(reward),
+//!         response_length: 3,
+//!         loss_mask: None, // all tokens trained
+//!         rollout_log_probs: Some(vec![-0.5, -1.0, -0.25]),
+//!         ..SampleParts::default()
+//!     })
+//!     .collect();
+//! let batch = Batch::new(&samples, &BatchOptions::grpo(2))?;
+//!
+//! let advantages = batch.advantages(&AdvantageConfig::default());
+//! assert!((advantages.sample(0) - 0.707106).abs() < 1e-6);
+//! assert!(advantages.sample(2).abs() < 1e-12); // equal rewards in the second group
+//! assert_eq!(advantages.tokens(1).len(), 3);
+//!
+//! // The trainer's current logprobs, flat in the batch layout; old = rollout logprobs, as slime's
+//! // `--use-rollout-logprobs`.
+//! let current = vec![-0.5f32; batch.num_tokens()];
+//! let config = PolicyLossConfig { use_rollout_log_probs: true, eps_clip_high: 0.28, ..Default::default() };
+//! let out = batch.policy_loss(&advantages, &LogProbs::new(&current), &config)?;
+//! assert!(out.loss.is_finite() && (0.0..=1.0).contains(&out.pg_clipfrac));
+//!
+//! // A sample without logprobs is rejected at the boundary, naming it.
+//! let mut bad = samples.clone();
+//! bad[3].rollout_log_probs = None;
+//! let err = Batch::new(&bad, &BatchOptions::grpo(2)).unwrap_err();
+//! assert_eq!(err.to_string(), "sample 3: rollout_log_probs is missing but the batch requires rollout logprobs");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Precision
+//!
+//! Per-token data is `f32` (SGLang's logprobs are float32 and the trainers compute per-token losses in
+//! float32; it halves the memory traffic of this memory-bound math). Per-sample scalars are `f64`, and all
+//! reductions over tokens accumulate in `f64`.
+
+mod advantage;
+mod aggregate;
+mod batch;
+mod loss;
+mod stats;
+
+pub use advantage::{
+    AdvantageConfig, Advantages, Convention, Estimator, StdScale, discounted_returns, masked_whiten,
+    normalize_rewards, rloo,
+};
+pub use aggregate::Aggregation;
+pub use batch::{Batch, BatchError, BatchOptions, Groups, Grouping, Ragged, SampleParts};
+pub use loss::{
+    KlEstimator, KlLoss, LogProbs, LossError, PolicyLossConfig, PolicyLossKind, PolicyLossOutput, RatioLevel, Tis,
+    TisMetrics, TisMode, cispo_loss, kl, ppo_clip_loss, sequence_ratio, tis_weight,
+};
+pub use stats::{exp_f32, nanmean, nanstd};
