@@ -1,4 +1,43 @@
 //! `sglang-mock`: a deterministic SGLang server emulator whose logprobs are the true probabilities of a toy model.
+//!
+//! [`app`] builds the axum router (for in-process tests with `tower::ServiceExt::oneshot`); [`run`] serves it
+//! on a listener the caller bound. [`oracle::Oracle`] computes what the server must answer.
 
+pub mod config;
 pub mod engine;
+pub mod error;
+pub mod generate;
 pub mod model;
+pub mod oracle;
+pub mod pyfmt;
+pub mod request;
+pub mod routes;
+pub mod wire;
+
+use std::future::Future;
+use std::io;
+
+pub use config::{Profile, ServerConfig};
+pub use error::ApiError;
+pub use oracle::Oracle;
+pub use routes::{AppState, StateError};
+
+/// The router with every endpoint, sharing `state`.
+pub fn app(state: AppState) -> axum::Router {
+    routes::router(state)
+}
+
+/// Serve `config` on an already bound listener until `shutdown` resolves, then finish in-flight requests.
+pub async fn run(
+    listener: tokio::net::TcpListener,
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let state =
+        AppState::new(config).map_err(|err| io::Error::new(io::ErrorKind::InvalidInput, err))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, profile = %state.config().profile, "sglang-mock listening");
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

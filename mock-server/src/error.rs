@@ -1,0 +1,132 @@
+//! The one error type of the HTTP layer, rendered in SGLang's three error shapes.
+
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+/// Everything that can go wrong while answering a request, each variant in the shape SGLang uses for it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// A Python `ValueError` on a native endpoint (`_create_error_response`):
+    /// HTTP 400 with `{"error":{"message":...}}`; inside a stream an `{"error":...}` event.
+    #[error("{0}")]
+    Value(String),
+    /// A FastAPI/Pydantic `RequestValidationError`: HTTP 400 with
+    /// `{"object":"error","message":...,"type":"Bad Request","param":null,"code":400}`.
+    #[error("{0}")]
+    Validation(String),
+    /// A FastAPI `HTTPException`: `{"object":"error","message":...,"type":"<status>","param":null,"code":<status>}`.
+    #[error("HTTP {status}: {message}")]
+    Http { status: u16, message: String },
+    /// An uncaught Python exception (e.g. the `TypeError` of an unknown sampling parameter):
+    /// HTTP 500 with the plain-text body `Internal Server Error`. The detail is only logged.
+    #[error("internal server error: {0}")]
+    Internal(String),
+    /// The API-key middleware: HTTP 401 with `{"error":"Unauthorized"}`.
+    #[error("unauthorized")]
+    Unauthorized,
+}
+
+impl ApiError {
+    pub fn value(message: impl Into<String>) -> Self {
+        ApiError::Value(message.into())
+    }
+
+    pub fn internal(detail: impl Into<String>) -> Self {
+        ApiError::Internal(detail.into())
+    }
+
+    /// The status this error is answered with outside a stream.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Value(_) | ApiError::Validation(_) => StatusCode::BAD_REQUEST,
+            ApiError::Http { status, .. } => {
+                StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+            }
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+        }
+    }
+
+    /// The JSON body of the error, or `None` for the plain-text 500.
+    pub fn json_body(&self) -> Option<Vec<u8>> {
+        let body = match self {
+            ApiError::Value(message) => serde_json::to_vec(&ValueErrorBody {
+                error: MessageOnly { message },
+            }),
+            ApiError::Validation(message) => serde_json::to_vec(&ErrorResponse {
+                object: "error",
+                message,
+                r#type: "Bad Request",
+                param: None,
+                code: 400,
+            }),
+            ApiError::Http { status, message } => serde_json::to_vec(&ErrorResponse {
+                object: "error",
+                message,
+                r#type: &status.to_string(),
+                param: None,
+                code: *status,
+            }),
+            ApiError::Unauthorized => Ok(br#"{"error":"Unauthorized"}"#.to_vec()),
+            ApiError::Internal(_) => return None,
+        };
+        // Serialising a struct of strings and integers cannot fail.
+        Some(body.unwrap_or_default())
+    }
+
+    /// The `data: {"error":{"message":...}}` event a stream carries instead of a 4xx, as SGLang's
+    /// `stream_results` does for a `ValueError`.
+    pub fn stream_event_json(&self) -> Vec<u8> {
+        let message = match self {
+            ApiError::Value(m) | ApiError::Validation(m) => m.as_str(),
+            ApiError::Http { message, .. } => message.as_str(),
+            ApiError::Internal(_) => "Internal Server Error",
+            ApiError::Unauthorized => "Unauthorized",
+        };
+        serde_json::to_vec(&ValueErrorBody {
+            error: MessageOnly { message },
+        })
+        .unwrap_or_default()
+    }
+}
+
+#[derive(Serialize)]
+struct MessageOnly<'a> {
+    message: &'a str,
+}
+
+#[derive(Serialize)]
+struct ValueErrorBody<'a> {
+    error: MessageOnly<'a>,
+}
+
+/// `ErrorResponse` of `entrypoints/openai/protocol.py`, field order included.
+#[derive(Serialize)]
+struct ErrorResponse<'a> {
+    object: &'static str,
+    message: &'a str,
+    r#type: &'a str,
+    param: Option<()>,
+    code: u16,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        match self.json_body() {
+            Some(body) => {
+                (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+            }
+            None => {
+                tracing::error!(detail = %self, "answering with a plain 500");
+                (
+                    status,
+                    [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                    "Internal Server Error",
+                )
+                    .into_response()
+            }
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! The oracle: given the server configuration and one `/generate` body, exactly what the server must answer,
+//! computed with the same request parsing, validation, engine and encoder as the server, without HTTP.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::config::ServerConfig;
+use crate::engine::{FinishReason, Generation};
+use crate::error::ApiError;
+use crate::generate;
+use crate::model::Model;
+use crate::request::{self, GeneratePlan, RidSource};
+use crate::routes::{AppState, StateError};
+
+/// The placeholder id the oracle gives to items whose `meta_info.id` the server generates at random.
+pub const FRESH_RID: &str = "<fresh uuid4 hex>";
+
+/// The answer the server must give to one request.
+#[derive(Debug)]
+pub struct Expected {
+    /// The non-stream body is a JSON array (batch input or `n > 1`).
+    pub is_batch: bool,
+    pub items: Vec<ExpectedItem>,
+    /// The whole non-stream body as JSON, with `e2e_latency` and `response_sent_to_client_ts` set to 0.0
+    /// and generated ids set to [`FRESH_RID`]; compare with [`normalize_body`] applied to the server's body.
+    pub body: serde_json::Value,
+}
+
+/// One flattened sample of the answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExpectedItem {
+    /// The caller-determined `meta_info.id`, or `None` when the server generates one.
+    pub rid: Option<String>,
+    pub text: String,
+    pub output_ids: Vec<u32>,
+    pub finish_reason: Option<FinishReason>,
+    /// Aligned with `output_ids` when `return_logprob`, else empty.
+    pub output_logprobs: Vec<f32>,
+    pub prompt_tokens: usize,
+    /// Set when the scheduler rejects the item (`logprob_start_len` too large): the non-stream request fails
+    /// with this 400 message, a stream carries an abort chunk for the item.
+    pub abort: Option<String>,
+}
+
+/// Computes expected answers for one server configuration.
+#[derive(Debug, Clone)]
+pub struct Oracle {
+    state: AppState,
+}
+
+struct PlaceholderRids;
+
+impl RidSource for PlaceholderRids {
+    fn fresh_rid(&mut self) -> String {
+        FRESH_RID.to_owned()
+    }
+}
+
+impl Oracle {
+    pub fn new(config: ServerConfig) -> Result<Oracle, StateError> {
+        Ok(Oracle {
+            state: AppState::new(config)?,
+        })
+    }
+
+    /// An oracle sharing a server's configuration and model.
+    pub fn for_state(state: &AppState) -> Oracle {
+        Oracle {
+            state: state.clone(),
+        }
+    }
+
+    pub fn config(&self) -> &ServerConfig {
+        self.state.config()
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        self.state.model()
+    }
+
+    /// The validated plan of a body (what the server would run), or the error it answers with.
+    pub fn plan(&self, body: &[u8]) -> Result<GeneratePlan, ApiError> {
+        let parsed = request::parse_generate(body)?;
+        request::plan_generate(
+            &parsed,
+            self.config(),
+            self.model().tokenizer(),
+            &mut PlaceholderRids,
+        )
+    }
+
+    /// Exactly what the server answers to `body` as a non-stream request (the `stream` flag is ignored), or
+    /// the error it answers with.
+    pub fn expect(&self, body: &[u8]) -> Result<Expected, ApiError> {
+        let plan = self.plan(body)?;
+        let items = self.run_items(&plan);
+        let completed = generate::run_all(self.model(), &plan, Instant::now())?;
+        let bytes = generate::encode_body(self.config(), self.model(), &plan, &completed)?;
+        let mut body: serde_json::Value = serde_json::from_slice(&bytes)
+            .map_err(|err| ApiError::internal(format!("oracle produced invalid JSON: {err}")))?;
+        normalize_body(&mut body, &plan);
+        Ok(Expected {
+            is_batch: plan.is_batch,
+            items,
+            body,
+        })
+    }
+
+    fn run_items(&self, plan: &GeneratePlan) -> Vec<ExpectedItem> {
+        plan.items
+            .iter()
+            .map(|item| {
+                let rid = (!item.rid_is_fresh).then(|| item.rid.clone());
+                if let Some(message) = &item.abort {
+                    return ExpectedItem {
+                        rid,
+                        text: String::new(),
+                        output_ids: Vec::new(),
+                        finish_reason: None,
+                        output_logprobs: Vec::new(),
+                        prompt_tokens: item.request.input_ids.len(),
+                        abort: Some(message.clone()),
+                    };
+                }
+                let mut generation =
+                    Generation::new(Arc::clone(self.model()), item.request.clone());
+                generation.run_to_end();
+                ExpectedItem {
+                    rid,
+                    text: generation.text().to_owned(),
+                    output_ids: generation.output_ids().to_vec(),
+                    finish_reason: generation.finish_reason().cloned(),
+                    output_logprobs: generation.output_logprobs().to_vec(),
+                    prompt_tokens: generation.prompt_tokens(),
+                    abort: None,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Make a body comparable with the oracle's: zero the wall-clock fields and replace generated ids with
+/// [`FRESH_RID`] (using the plan to know which ids were generated).
+pub fn normalize_body(body: &mut serde_json::Value, plan: &GeneratePlan) {
+    let normalize_one = |value: &mut serde_json::Value, fresh: bool| {
+        if let Some(meta) = value.get_mut("meta_info").and_then(|m| m.as_object_mut()) {
+            for key in ["e2e_latency", "response_sent_to_client_ts"] {
+                if let Some(v) = meta.get_mut(key) {
+                    *v = serde_json::json!(0.0);
+                }
+            }
+            if fresh {
+                meta.insert("id".to_owned(), serde_json::json!(FRESH_RID));
+            }
+        }
+    };
+    match body {
+        serde_json::Value::Array(items) => {
+            for (value, item) in items.iter_mut().zip(&plan.items) {
+                normalize_one(value, item.rid_is_fresh);
+            }
+        }
+        value => {
+            let fresh = plan.items.first().is_some_and(|i| i.rid_is_fresh);
+            normalize_one(value, fresh);
+        }
+    }
+}

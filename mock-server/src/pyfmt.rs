@@ -1,0 +1,162 @@
+//! Python `repr`/`str` formatting of numbers, strings and lists, so error messages read exactly as SGLang's f-strings do.
+
+use std::fmt::Write;
+
+/// A JSON number as Python sees it after `orjson.loads`: integers stay `int`, everything else is `float`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PyNum {
+    Int(i64),
+    Float(f64),
+}
+
+impl PyNum {
+    pub fn as_f64(self) -> f64 {
+        match self {
+            PyNum::Int(i) => i as f64,
+            PyNum::Float(f) => f,
+        }
+    }
+}
+
+impl std::fmt::Display for PyNum {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PyNum::Int(i) => write!(f, "{i}"),
+            PyNum::Float(x) => f.write_str(&float_repr(*x)),
+        }
+    }
+}
+
+/// `repr(x)` for a Python float: shortest round-trip digits, fixed notation for exponents in [-4, 16),
+/// scientific (`1e-05`, `1.5e+16`) otherwise.
+pub fn float_repr(x: f64) -> String {
+    if x.is_nan() {
+        return "nan".to_owned();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 { "inf" } else { "-inf" }.to_owned();
+    }
+    if x == 0.0 {
+        return if x.is_sign_negative() { "-0.0" } else { "0.0" }.to_owned();
+    }
+    // Rust's `{:e}` gives the shortest round-trip digits, e.g. "1.5e-7" or "-1e16".
+    let sci = format!("{x:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let (sign, mantissa) = match mantissa.strip_prefix('-') {
+        Some(m) => ("-", m),
+        None => ("", mantissa),
+    };
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let mut out = String::from(sign);
+    if (-4..16).contains(&exp) {
+        if exp >= 0 {
+            let int_len = exp as usize + 1;
+            if digits.len() <= int_len {
+                out.push_str(&digits);
+                out.extend(std::iter::repeat_n('0', int_len - digits.len()));
+                out.push_str(".0");
+            } else {
+                out.push_str(&digits[..int_len]);
+                out.push('.');
+                out.push_str(&digits[int_len..]);
+            }
+        } else {
+            out.push_str("0.");
+            out.extend(std::iter::repeat_n('0', (-exp - 1) as usize));
+            out.push_str(&digits);
+        }
+    } else {
+        out.push_str(&digits[..1]);
+        if digits.len() > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
+        }
+        let _ = write!(out, "e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs());
+    }
+    out
+}
+
+/// `repr(s)` for a Python str: single quotes unless the string contains a single quote and no double quote.
+pub fn str_repr(s: &str) -> String {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+    out
+}
+
+/// `repr(list)` of strings: `['a', 'b']`.
+pub fn str_list_repr<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
+    let parts: Vec<String> = items.into_iter().map(str_repr).collect();
+    format!("[{}]", parts.join(", "))
+}
+
+/// `repr(list)` of integers: `[1, 2, 3]`.
+pub fn int_list_repr<T: std::fmt::Display>(items: &[T]) -> String {
+    let mut out = String::with_capacity(items.len() * 7 + 2);
+    out.push('[');
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        let _ = write!(out, "{item}");
+    }
+    out.push(']');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floats_print_like_python() {
+        let cases = [
+            (1.0, "1.0"),
+            (-1.0, "-1.0"),
+            (0.5, "0.5"),
+            (1e-5, "1e-05"),
+            (0.0001, "0.0001"),
+            (1.5e-7, "1.5e-07"),
+            (1e16, "1e+16"),
+            (1e15, "1000000000000000.0"),
+            (123.456, "123.456"),
+            (2.5e300, "2.5e+300"),
+            (f64::INFINITY, "inf"),
+            (0.1, "0.1"),
+        ];
+        for (x, want) in cases {
+            assert_eq!(float_repr(x), want, "repr({x})");
+        }
+    }
+
+    #[test]
+    fn strings_print_like_python() {
+        assert_eq!(str_repr("a"), "'a'");
+        assert_eq!(str_repr("it's"), "\"it's\"");
+        assert_eq!(str_repr("a\nb"), "'a\\nb'");
+        assert_eq!(str_list_repr(["x", "y"]), "['x', 'y']");
+        assert_eq!(int_list_repr(&[1, 2, 3]), "[1, 2, 3]");
+    }
+}

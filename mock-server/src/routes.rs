@@ -1,0 +1,548 @@
+//! The axum router: `/generate` and the worker endpoints routers and RL frameworks call, plus the API-key
+//! middleware. Handlers share one [`AppState`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodFilter, get, on};
+use futures_util::StreamExt;
+use serde_json::json;
+
+use crate::config::{Profile, SGLANG_VERSION, ServerConfig};
+use crate::engine::{Generation, ItemRequest, SamplingParams};
+use crate::error::ApiError;
+use crate::generate::{self, UuidRids};
+use crate::model::Model;
+use crate::request::{self, GeneratePlan};
+use crate::wire::WEIGHT_VERSION;
+
+/// Shared server state: configuration, the model, and load counters. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: Arc<ServerConfig>,
+    model: Arc<Model>,
+    running_requests: AtomicUsize,
+    running_tokens: AtomicUsize,
+}
+
+/// Why a server could not be built from its configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("cannot build the toy model (vocab_size {vocab_size}, seed {seed})")]
+    Model {
+        vocab_size: u32,
+        seed: u64,
+        #[source]
+        source: crate::model::ModelError,
+    },
+}
+
+impl AppState {
+    pub fn new(config: ServerConfig) -> Result<AppState, StateError> {
+        let model = Model::new(config.model_config()).map_err(|source| StateError::Model {
+            vocab_size: config.vocab_size,
+            seed: config.seed,
+            source,
+        })?;
+        Ok(AppState::with_model(config, Arc::new(model)))
+    }
+
+    /// A state around an already built model (the oracle and tests share one).
+    pub fn with_model(config: ServerConfig, model: Arc<Model>) -> AppState {
+        AppState {
+            inner: Arc::new(Inner {
+                config: Arc::new(config),
+                model,
+                running_requests: AtomicUsize::new(0),
+                running_tokens: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    pub fn config(&self) -> &ServerConfig {
+        &self.inner.config
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.inner.model
+    }
+
+    fn load_guard(&self, tokens: usize) -> LoadGuard {
+        self.inner.running_requests.fetch_add(1, Ordering::Relaxed);
+        self.inner
+            .running_tokens
+            .fetch_add(tokens, Ordering::Relaxed);
+        LoadGuard {
+            state: self.clone(),
+            tokens,
+        }
+    }
+}
+
+/// Counts a request as running for `/get_load` until dropped (for streams: until the body is dropped).
+#[derive(Debug)]
+struct LoadGuard {
+    state: AppState,
+    tokens: usize,
+}
+
+impl Drop for LoadGuard {
+    fn drop(&mut self) {
+        self.state
+            .inner
+            .running_requests
+            .fetch_sub(1, Ordering::Relaxed);
+        self.state
+            .inner
+            .running_tokens
+            .fetch_sub(self.tokens, Ordering::Relaxed);
+    }
+}
+
+/// The router with every endpoint, the API-key middleware when a key is configured, and SGLang's 404/405.
+pub fn router(state: AppState) -> Router {
+    let generate_methods = MethodFilter::POST.or(MethodFilter::PUT);
+    let get_or_post = MethodFilter::GET.or(MethodFilter::POST);
+    let mut app = Router::new()
+        .route("/generate", on(generate_methods, generate_handler))
+        .route("/health", get(health))
+        .route("/health_generate", get(health_generate))
+        .route("/server_info", get(server_info))
+        .route("/get_server_info", get(server_info))
+        .route("/model_info", get(model_info))
+        .route("/get_model_info", get(model_info))
+        .route("/get_weight_version", get(weight_version))
+        .route("/weight_version", get(weight_version))
+        .route("/v1/models", get(list_models))
+        .route("/v1/models/{*model}", get(retrieve_model))
+        .route("/get_load", get(get_load))
+        .route("/flush_cache", on(get_or_post, flush_cache))
+        .route("/ping", get(ping))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed);
+    if state.config().api_key.is_some() {
+        app = app.layer(middleware::from_fn_with_state(state.clone(), api_key_auth));
+    }
+    app.with_state(state)
+}
+
+/// SGLang's `add_api_key_middleware`: `OPTIONS`, `/health*` and `/metrics*` pass; everything else needs
+/// `Authorization: Bearer <key>` exactly.
+async fn api_key_auth(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let Some(key) = state.config().api_key.as_deref() else {
+        return next.run(req).await;
+    };
+    let path = req.uri().path();
+    if req.method() == Method::OPTIONS
+        || path.starts_with("/health")
+        || path.starts_with("/metrics")
+    {
+        return next.run(req).await;
+    }
+    let authorized = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|given| given == key);
+    if authorized {
+        next.run(req).await
+    } else {
+        ApiError::Unauthorized.into_response()
+    }
+}
+
+async fn not_found() -> Response {
+    json_response(StatusCode::NOT_FOUND, br#"{"detail":"Not Found"}"#.to_vec())
+}
+
+async fn method_not_allowed() -> Response {
+    json_response(
+        StatusCode::METHOD_NOT_ALLOWED,
+        br#"{"detail":"Method Not Allowed"}"#.to_vec(),
+    )
+}
+
+fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn json_value(value: &serde_json::Value) -> Response {
+    json_response(
+        StatusCode::OK,
+        serde_json::to_vec(value).unwrap_or_default(),
+    )
+}
+
+fn empty_ok() -> Response {
+    StatusCode::OK.into_response()
+}
+
+/// Read the whole body, refusing more than `limit` bytes with a 413 in SGLang's HTTPException shape.
+async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
+    let too_large = || ApiError::Http {
+        status: 413,
+        message: format!("Request body is larger than the limit of {limit} bytes."),
+    };
+    let mut stream = body.into_data_stream();
+    let mut buf: Vec<u8> = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|err| {
+            ApiError::Validation(format!("Could not read the request body: {err}"))
+        })?;
+        if buf.len() + chunk.len() > limit {
+            return Err(too_large());
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(bytes::Bytes::from(buf))
+}
+
+async fn generate_handler(State(state): State<AppState>, body: Body) -> Response {
+    let started = Instant::now();
+    let config = state.config();
+    let bytes = match read_body(body, config.max_body_bytes).await {
+        Ok(bytes) => bytes,
+        Err(err) => return err.into_response(),
+    };
+    // Type errors come from FastAPI before the handler runs: a 4xx even for a stream.
+    let parsed = match request::parse_generate(&bytes) {
+        Ok(parsed) => parsed,
+        Err(err) => {
+            tracing::info!(error = %err, "rejected /generate body");
+            return err.into_response();
+        }
+    };
+    let plan = request::plan_generate(&parsed, config, state.model().tokenizer(), &mut UuidRids);
+    let plan = match plan {
+        Ok(plan) => plan,
+        Err(err @ (ApiError::Value(_) | ApiError::Validation(_))) if parsed.stream => {
+            tracing::info!(error = %err, "rejected streamed /generate request");
+            return sse_response(Body::from(generate::error_stream_body(&err)));
+        }
+        Err(err) => {
+            tracing::info!(error = %err, "rejected /generate request");
+            return err.into_response();
+        }
+    };
+    let span = tracing::info_span!(
+        "generate",
+        rid = %plan.items.first().map(|i| i.rid.as_str()).unwrap_or(""),
+        items = plan.items.len(),
+        stream = plan.stream,
+    );
+    let _entered = span.enter();
+    let tokens: usize = plan
+        .items
+        .iter()
+        .map(|i| i.request.input_ids.len() + i.request.params.max_new_tokens as usize)
+        .sum();
+    let guard = state.load_guard(tokens);
+    if plan.stream {
+        tracing::info!("streaming");
+        let stream = generate::sse_stream(
+            Arc::clone(&state.inner.config),
+            Arc::clone(state.model()),
+            plan,
+            started,
+            guard,
+        );
+        return sse_response(Body::from_stream(stream));
+    }
+    drop(_entered);
+    let result = run_non_stream(&state, plan, started).await;
+    drop(guard);
+    match result {
+        Ok(body) => {
+            tracing::info!(parent: &span, latency_ms = started.elapsed().as_millis() as u64, "done");
+            json_response(StatusCode::OK, body)
+        }
+        Err(err) => {
+            tracing::info!(parent: &span, error = %err, "failed");
+            err.into_response()
+        }
+    }
+}
+
+/// Above this many tokens of work a non-stream request runs on the blocking pool, so one big batch cannot
+/// stall the streams sharing its worker thread.
+const INLINE_WORK_LIMIT: usize = 8192;
+
+async fn run_non_stream(
+    state: &AppState,
+    plan: GeneratePlan,
+    started: Instant,
+) -> Result<Vec<u8>, ApiError> {
+    let work: usize = plan
+        .items
+        .iter()
+        .map(|i| {
+            let r = &i.request;
+            r.params.max_new_tokens as usize
+                + if r.return_logprob {
+                    r.input_ids.len() - r.logprob_start.min(r.input_ids.len())
+                } else {
+                    0
+                }
+        })
+        .sum();
+    let config = Arc::clone(&state.inner.config);
+    let model = Arc::clone(state.model());
+    let job = move || {
+        let completed = generate::run_all(&model, &plan, started)?;
+        generate::encode_body(&config, &model, &plan, &completed)
+    };
+    if work <= INLINE_WORK_LIMIT {
+        job()
+    } else {
+        tokio::task::spawn_blocking(job)
+            .await
+            .unwrap_or_else(|err| Err(ApiError::internal(format!("generation task failed: {err}"))))
+    }
+}
+
+fn sse_response(body: Body) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")],
+        body,
+    )
+        .into_response()
+}
+
+/// `/health`: 200 with an empty body ([LATEST]); in the MID profile it is `/health_generate`.
+async fn health(State(state): State<AppState>) -> Response {
+    if state.config().profile == Profile::Mid {
+        return health_generate(State(state)).await;
+    }
+    empty_ok()
+}
+
+/// `/health_generate`: one greedy token from prompt `[0]`, as SGLang's health check sends.
+async fn health_generate(State(state): State<AppState>) -> Response {
+    let model = Arc::clone(state.model());
+    let item = ItemRequest {
+        input_ids: vec![0],
+        params: SamplingParams {
+            max_new_tokens: 1,
+            temperature: 1.0,
+            top_k: Some(1),
+            ..SamplingParams::default()
+        },
+        return_logprob: false,
+        logprob_start: 1,
+        top_logprobs_num: 0,
+        token_ids_logprob: Vec::new(),
+        sample_index: 0,
+    };
+    let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let mut generation = Generation::new(model, item);
+        generation.run_to_end();
+        generation.is_finished()
+    }))
+    .unwrap_or(false);
+    if ok {
+        empty_ok()
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE.into_response()
+    }
+}
+
+async fn ping() -> Response {
+    empty_ok()
+}
+
+/// `/server_info` and `/get_server_info`: ServerArgs fields, scheduler info, `internal_states`, `version`.
+async fn server_info(State(state): State<AppState>) -> Response {
+    let c = state.config();
+    let max_total_num_tokens = c.context_length as u64 * 16;
+    let server_args = json!({
+        "model_path": c.model_path,
+        "tokenizer_path": c.model_path,
+        "tokenizer_mode": "auto",
+        "skip_tokenizer_init": false,
+        "load_format": "auto",
+        "trust_remote_code": false,
+        "context_length": c.context_length,
+        "is_embedding": false,
+        "revision": null,
+        "model_impl": "auto",
+        "host": c.host,
+        "port": c.port,
+        "served_model_name": c.served_model_name(),
+        "weight_version": WEIGHT_VERSION,
+        "dtype": "auto",
+        "device": "cpu",
+    });
+    let scheduling = json!({
+        "random_seed": c.seed,
+        "stream_interval": c.stream_interval,
+        "stream_output": c.incremental_streaming_output,
+        "incremental_streaming_output": c.incremental_streaming_output,
+        "max_running_requests": 4096,
+        "max_total_tokens": null,
+        "chunked_prefill_size": 8192,
+        "max_prefill_tokens": 16384,
+        "schedule_policy": "fcfs",
+        "tp_size": 1,
+        "pp_size": 1,
+        "dp_size": 1,
+        "ep_size": 1,
+        "nnodes": 1,
+        "node_rank": 0,
+        "enable_metrics": false,
+        "log_level": "info",
+    });
+    let features = json!({
+        "disable_radix_cache": false,
+        "enable_return_hidden_states": false,
+        "enable_custom_logit_processor": false,
+        "allow_auto_truncate": false,
+        "disaggregation_mode": "null",
+        "disaggregation_bootstrap_port": 8998,
+        "speculative_algorithm": null,
+        "enable_lora": null,
+        "vocab_size": c.vocab_size,
+        "mock_profile": c.profile.as_str(),
+        "return_original_logprob": c.return_original_logprob,
+    });
+    let scheduler_info = json!({
+        "max_total_num_tokens": max_total_num_tokens,
+        "max_req_input_len": c.context_length.saturating_sub(6),
+        "status": "ready",
+        "internal_states": [{
+            "last_gen_throughput": 0.0,
+            "memory_usage": {"weight": 0.0, "kvcache": 0.0, "token_capacity": max_total_num_tokens},
+            "avg_spec_accept_length": null,
+        }],
+        "version": SGLANG_VERSION,
+    });
+    // One flat object, like `{**asdict(server_args), **scheduler_info, "internal_states": ..., "version": ...}`.
+    let mut body = serde_json::Map::new();
+    for part in [server_args, scheduling, features, scheduler_info] {
+        if let serde_json::Value::Object(map) = part {
+            body.extend(map);
+        }
+    }
+    json_value(&serde_json::Value::Object(body))
+}
+
+/// `/model_info` and `/get_model_info`.
+async fn model_info(State(state): State<AppState>) -> Response {
+    let c = state.config();
+    let body = match c.profile {
+        Profile::Latest => json!({
+            "model_path": c.model_path,
+            "tokenizer_path": c.model_path,
+            "is_generation": true,
+            "preferred_sampling_params": null,
+            "weight_version": WEIGHT_VERSION,
+            "has_image_understanding": false,
+            "has_audio_understanding": false,
+            "model_type": "qwen2",
+            "architectures": ["Qwen2ForCausalLM"],
+        }),
+        Profile::Mid => json!({
+            "model_path": c.model_path,
+            "tokenizer_path": c.model_path,
+            "is_generation": true,
+            "preferred_sampling_params": null,
+            "weight_version": WEIGHT_VERSION,
+        }),
+    };
+    json_value(&body)
+}
+
+/// `/get_weight_version`: served in MID, a deprecation 404 in LATEST.
+async fn weight_version(State(state): State<AppState>) -> Response {
+    match state.config().profile {
+        Profile::Mid => json_value(&json!({ "weight_version": WEIGHT_VERSION })),
+        Profile::Latest => ApiError::Http {
+            status: 404,
+            message:
+                "Endpoint '/get_weight_version' or '/weight_version' is deprecated. Please use \
+                      '/model_info' instead."
+                    .to_owned(),
+        }
+        .into_response(),
+    }
+}
+
+fn unix_seconds() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn model_card(config: &ServerConfig) -> serde_json::Value {
+    json!({
+        "id": config.served_model_name(),
+        "object": "model",
+        "created": unix_seconds(),
+        "owned_by": "sglang",
+        "root": config.served_model_name(),
+        "max_model_len": config.context_length,
+    })
+}
+
+/// `/v1/models`.
+async fn list_models(State(state): State<AppState>) -> Response {
+    json_value(&json!({ "object": "list", "data": [model_card(state.config())] }))
+}
+
+/// `/v1/models/{id}`: the card, or OpenAI's `model_not_found` 404.
+async fn retrieve_model(State(state): State<AppState>, Path(model): Path<String>) -> Response {
+    if model == state.config().served_model_name() {
+        return json_value(&model_card(state.config()));
+    }
+    let body = json!({
+        "error": {
+            "message": format!("The model '{model}' does not exist"),
+            "type": "invalid_request_error",
+            "param": "model",
+            "code": "model_not_found",
+        }
+    });
+    json_response(
+        StatusCode::NOT_FOUND,
+        serde_json::to_vec(&body).unwrap_or_default(),
+    )
+}
+
+/// `/get_load`: one entry per DP rank (the mock has one).
+async fn get_load(State(state): State<AppState>) -> Response {
+    let reqs = state.inner.running_requests.load(Ordering::Relaxed);
+    let tokens = state.inner.running_tokens.load(Ordering::Relaxed);
+    json_value(&json!([{
+        "dp_rank": 0,
+        "num_reqs": reqs,
+        "num_waiting_reqs": 0,
+        "num_tokens": tokens,
+        "num_pending_tokens": 0,
+        "ts_tic": generate::unix_now(),
+    }]))
+}
+
+/// `/flush_cache`: plain text, always successful (the mock has no cache).
+async fn flush_cache() -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting \
+         requests, the operation will not be performed.)\n",
+    )
+        .into_response()
+}
