@@ -136,8 +136,17 @@ impl Advantages {
 ///
 /// # Panics
 /// If `groups` does not describe `rewards.len()` samples.
-pub fn normalize_rewards(rewards: &[f64], groups: &Groups, convention: Convention, scale: StdScale) -> Vec<f64> {
-    assert_eq!(rewards.len(), groups.of_sample().len(), "one group number per reward");
+pub fn normalize_rewards(
+    rewards: &[f64],
+    groups: &Groups,
+    convention: Convention,
+    scale: StdScale,
+) -> Vec<f64> {
+    assert_eq!(
+        rewards.len(),
+        groups.of_sample().len(),
+        "one group number per reward"
+    );
     let trl = convention == Convention::Trl;
     let g = groups.count();
     let mut sum = vec![0.0f64; g];
@@ -148,7 +157,11 @@ pub fn normalize_rewards(rewards: &[f64], groups: &Groups, convention: Conventio
             count[gi as usize] += 1;
         }
     }
-    let mean: Vec<f64> = sum.iter().zip(&count).map(|(&s, &c)| if c == 0 { f64::NAN } else { s / c as f64 }).collect();
+    let mean: Vec<f64> = sum
+        .iter()
+        .zip(&count)
+        .map(|(&s, &c)| if c == 0 { f64::NAN } else { s / c as f64 })
+        .collect();
     let mut ss = vec![0.0f64; g];
     for (&r, &gi) in rewards.iter().zip(groups.of_sample()) {
         if !(trl && r.is_nan()) {
@@ -157,8 +170,17 @@ pub fn normalize_rewards(rewards: &[f64], groups: &Groups, convention: Conventio
         }
     }
     // Unbiased std; NaN for fewer than two values, as torch.
-    let group_std: Vec<f64> =
-        ss.iter().zip(&count).map(|(&s, &c)| if c < 2 { f64::NAN } else { (s / (c - 1) as f64).sqrt() }).collect();
+    let group_std: Vec<f64> = ss
+        .iter()
+        .zip(&count)
+        .map(|(&s, &c)| {
+            if c < 2 {
+                f64::NAN
+            } else {
+                (s / (c - 1) as f64).sqrt()
+            }
+        })
+        .collect();
     let batch_std = match scale {
         StdScale::Batch => nanstd(rewards),
         _ => f64::NAN,
@@ -182,18 +204,34 @@ pub fn normalize_rewards(rewards: &[f64], groups: &Groups, convention: Conventio
                 Convention::Slime => {
                     let centred = r - mean[gi];
                     // A batch std of a one-sample batch is undefined; leave the centred value undivided.
-                    if scale == StdScale::None || std.is_nan() { centred } else { centred / (std + eps) }
+                    if scale == StdScale::None || std.is_nan() {
+                        centred
+                    } else {
+                        centred / (std + eps)
+                    }
                 }
                 Convention::Verl if singleton => {
-                    if scale == StdScale::None { r } else { r / (1.0 + eps) }
+                    if scale == StdScale::None {
+                        r
+                    } else {
+                        r / (1.0 + eps)
+                    }
                 }
                 Convention::Verl => {
                     let centred = r - mean[gi];
-                    if scale == StdScale::None || std.is_nan() { centred } else { centred / (std + eps) }
+                    if scale == StdScale::None || std.is_nan() {
+                        centred
+                    } else {
+                        centred / (std + eps)
+                    }
                 }
                 Convention::Trl => {
                     let centred = r - mean[gi];
-                    let a = if scale == StdScale::None { centred } else { centred / (std + eps) };
+                    let a = if scale == StdScale::None {
+                        centred
+                    } else {
+                        centred / (std + eps)
+                    };
                     if a.is_nan() { 0.0 } else { a }
                 }
             }
@@ -206,7 +244,11 @@ pub fn normalize_rewards(rewards: &[f64], groups: &Groups, convention: Conventio
 /// # Panics
 /// If `groups` does not describe `rewards.len()` samples.
 pub fn rloo(rewards: &[f64], groups: &Groups) -> Vec<f64> {
-    assert_eq!(rewards.len(), groups.of_sample().len(), "one group number per reward");
+    assert_eq!(
+        rewards.len(),
+        groups.of_sample().len(),
+        "one group number per reward"
+    );
     let mut sum = vec![0.0f64; groups.count()];
     for (&r, &gi) in rewards.iter().zip(groups.of_sample()) {
         sum[gi as usize] += r;
@@ -216,7 +258,11 @@ pub fn rloo(rewards: &[f64], groups: &Groups) -> Vec<f64> {
         .zip(groups.of_sample())
         .map(|(&r, &gi)| {
             let n = groups.sizes()[gi as usize];
-            if n < 2 { r } else { r - (sum[gi as usize] - r) / (n - 1) as f64 }
+            if n < 2 {
+                r
+            } else {
+                r - (sum[gi as usize] - r) / (n - 1) as f64
+            }
         })
         .collect()
 }
@@ -224,7 +270,14 @@ pub fn rloo(rewards: &[f64], groups: &Groups) -> Vec<f64> {
 /// Discounted returns of one sample for REINFORCE++: token rewards `-kl_coef * kl_t * m_t`, plus `reward` at
 /// the last token with mask 1, then `G_t = r_t + gamma * G_{t+1}`. A sample with no mask-1 token gets no
 /// reward (slime asserts instead; such a sample contributes nothing to any loss either way).
-pub fn discounted_returns(reward: f64, kl: Option<&[f32]>, mask: &[u8], gamma: f64, kl_coef: f64, out: &mut [f32]) {
+pub fn discounted_returns(
+    reward: f64,
+    kl: Option<&[f32]>,
+    mask: &[u8],
+    gamma: f64,
+    kl_coef: f64,
+    out: &mut [f32],
+) {
     let last = mask.iter().rposition(|&m| m == 1);
     let mut running = 0.0f64;
     for t in (0..mask.len()).rev() {
@@ -280,9 +333,17 @@ impl Batch {
 
     /// Advantages with a per-token KL for REINFORCE++ shaping (`kl` in the batch layout, e.g. from
     /// [`Batch::kl`](crate::Batch::kl) of the old and reference logprobs).
-    pub fn advantages_with_kl(&self, config: &AdvantageConfig, kl: &[f32]) -> Result<Advantages, LossError> {
+    pub fn advantages_with_kl(
+        &self,
+        config: &AdvantageConfig,
+        kl: &[f32],
+    ) -> Result<Advantages, LossError> {
         if kl.len() != self.num_tokens() {
-            return Err(LossError::LengthMismatch { input: "kl", len: kl.len(), expected: self.num_tokens() });
+            return Err(LossError::LengthMismatch {
+                input: "kl",
+                len: kl.len(),
+                expected: self.num_tokens(),
+            });
         }
         crate::loss::check_finite(self, "kl", kl)?;
         Ok(self.compute_advantages(config, Some(kl)))
@@ -330,6 +391,9 @@ impl Batch {
         if config.whiten {
             masked_whiten(&mut tokens, self.loss_mask());
         }
-        Advantages { per_sample, per_token: self.ragged(tokens) }
+        Advantages {
+            per_sample,
+            per_token: self.ragged(tokens),
+        }
     }
 }

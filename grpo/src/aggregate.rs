@@ -75,7 +75,11 @@ impl Batch {
             .map(|i| {
                 let range = self.range(i);
                 mask.clear();
-                mask.extend(self.loss_mask()[range.clone()].iter().map(|&m| f32::from(m)));
+                mask.extend(
+                    self.loss_mask()[range.clone()]
+                        .iter()
+                        .map(|&m| f32::from(m)),
+                );
                 masked_sum(&values[range], &mask)
             })
             .collect()

@@ -69,13 +69,19 @@ pub struct BatchOptions {
 impl BatchOptions {
     /// GRPO with `n` samples per prompt in consecutive blocks, rollout logprobs required.
     pub fn grpo(n: usize) -> Self {
-        Self { require_rollout_log_probs: true, grouping: Grouping::Blocks(n) }
+        Self {
+            require_rollout_log_probs: true,
+            grouping: Grouping::Blocks(n),
+        }
     }
 }
 
 impl Default for BatchOptions {
     fn default() -> Self {
-        Self { require_rollout_log_probs: false, grouping: Grouping::Single }
+        Self {
+            require_rollout_log_probs: false,
+            grouping: Grouping::Single,
+        }
     }
 }
 
@@ -100,7 +106,9 @@ pub enum BatchError {
         reward: f64,
     },
     /// Rollout logprobs are required but this sample has none.
-    #[error("sample {sample}: rollout_log_probs is missing but the batch requires rollout logprobs")]
+    #[error(
+        "sample {sample}: rollout_log_probs is missing but the batch requires rollout logprobs"
+    )]
     MissingRolloutLogProbs {
         /// Index of the sample in the input.
         sample: usize,
@@ -120,7 +128,9 @@ pub enum BatchError {
         reference: usize,
     },
     /// `rollout_log_probs.len() != response_length`.
-    #[error("sample {sample}: rollout_log_probs has {len} entries but response_length is {response_length}")]
+    #[error(
+        "sample {sample}: rollout_log_probs has {len} entries but response_length is {response_length}"
+    )]
     RolloutLogProbsLength {
         /// Index of the sample in the input.
         sample: usize,
@@ -150,7 +160,9 @@ pub enum BatchError {
         value: f32,
     },
     /// `loss_mask.len() != response_length`.
-    #[error("sample {sample}: loss_mask has {len} entries but response_length is {response_length}")]
+    #[error(
+        "sample {sample}: loss_mask has {len} entries but response_length is {response_length}"
+    )]
     LossMaskLength {
         /// Index of the sample in the input.
         sample: usize,
@@ -280,15 +292,23 @@ impl Groups {
     pub fn consecutive(samples: usize, n: usize) -> Result<Self, BatchError> {
         match n {
             0 => Err(BatchError::ZeroGroupSize),
-            n if samples % n != 0 => Err(BatchError::IndivisibleGroups { samples, group_size: n }),
+            n if !samples.is_multiple_of(n) => Err(BatchError::IndivisibleGroups {
+                samples,
+                group_size: n,
+            }),
             n => Ok(Self::blocks(samples, n)),
         }
     }
 
     /// Groups of consecutive blocks of `n`; `n` must divide `samples` (checked by the caller).
     fn blocks(samples: usize, n: usize) -> Self {
-        let of_sample = (0..samples).map(|i| u32::try_from(i / n).unwrap_or(u32::MAX)).collect();
-        Self { of_sample, sizes: vec![n; samples / n] }
+        let of_sample = (0..samples)
+            .map(|i| u32::try_from(i / n).unwrap_or(u32::MAX))
+            .collect();
+        Self {
+            of_sample,
+            sizes: vec![n; samples / n],
+        }
     }
 
     /// Groups keyed by arbitrary labels, numbered by first appearance.
@@ -354,10 +374,18 @@ impl Batch {
                 }
                 Some(mask) => {
                     if mask.len() != response_length {
-                        return Err(BatchError::LossMaskLength { sample, len: mask.len(), response_length });
+                        return Err(BatchError::LossMaskLength {
+                            sample,
+                            len: mask.len(),
+                            response_length,
+                        });
                     }
                     if let Some(position) = mask.iter().position(|&m| m > 1) {
-                        return Err(BatchError::InvalidLossMask { sample, position, value: mask[position] });
+                        return Err(BatchError::InvalidLossMask {
+                            sample,
+                            position,
+                            value: mask[position],
+                        });
                     }
                     loss_mask.extend_from_slice(mask);
                     let count: usize = mask.iter().map(|&m| usize::from(m)).sum();
@@ -379,16 +407,31 @@ impl Batch {
                 }
                 (Some(lp), Some(flat)) => {
                     if lp.len() != response_length {
-                        return Err(BatchError::RolloutLogProbsLength { sample, len: lp.len(), response_length });
+                        return Err(BatchError::RolloutLogProbsLength {
+                            sample,
+                            len: lp.len(),
+                            response_length,
+                        });
                     }
                     // One fused pass in the common case; locate the culprit only when something is wrong.
                     if !lp.iter().all(|&v| v.is_finite() && v <= 0.0) {
-                        let position = lp.iter().position(|&v| !(v.is_finite() && v <= 0.0)).unwrap_or(0);
+                        let position = lp
+                            .iter()
+                            .position(|&v| !(v.is_finite() && v <= 0.0))
+                            .unwrap_or(0);
                         let value = lp[position];
                         return Err(if value.is_finite() {
-                            BatchError::PositiveLogProb { sample, position, value }
+                            BatchError::PositiveLogProb {
+                                sample,
+                                position,
+                                value,
+                            }
                         } else {
-                            BatchError::NonFiniteLogProb { sample, position, value }
+                            BatchError::NonFiniteLogProb {
+                                sample,
+                                position,
+                                value,
+                            }
                         });
                     }
                     flat.extend_from_slice(lp);
@@ -408,14 +451,26 @@ impl Batch {
         let n = parts.len();
         let groups = match options.grouping {
             Grouping::Blocks(g) => Groups::consecutive(n, g)?,
-            Grouping::SlimeBlocks { n_samples_per_prompt: 0, .. } => return Err(BatchError::ZeroGroupSize),
-            Grouping::SlimeBlocks { n_samples_per_prompt: g, rollout_batch_size: b } => {
-                if g.checked_mul(b) == Some(n) { Groups::blocks(n, g) } else { Groups::blocks(n, n) }
+            Grouping::SlimeBlocks {
+                n_samples_per_prompt: 0,
+                ..
+            } => return Err(BatchError::ZeroGroupSize),
+            Grouping::SlimeBlocks {
+                n_samples_per_prompt: g,
+                rollout_batch_size: b,
+            } => {
+                if g.checked_mul(b) == Some(n) {
+                    Groups::blocks(n, g)
+                } else {
+                    Groups::blocks(n, n)
+                }
             }
             Grouping::ByGroupIndex => {
                 let mut labels = Vec::with_capacity(n);
                 for (sample, p) in parts.iter().enumerate() {
-                    let g = p.group_index.ok_or(BatchError::MissingGroupIndex { sample })?;
+                    let g = p
+                        .group_index
+                        .ok_or(BatchError::MissingGroupIndex { sample })?;
                     labels.push(g as u64);
                 }
                 Groups::from_labels(labels)

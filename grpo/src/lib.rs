@@ -59,13 +59,14 @@ mod loss;
 mod stats;
 
 pub use advantage::{
-    AdvantageConfig, Advantages, Convention, Estimator, StdScale, discounted_returns, masked_whiten,
-    normalize_rewards, rloo,
+    AdvantageConfig, Advantages, Convention, Estimator, StdScale, discounted_returns,
+    masked_whiten, normalize_rewards, rloo,
 };
 pub use aggregate::Aggregation;
-pub use batch::{Batch, BatchError, BatchOptions, Groups, Grouping, Ragged, SampleParts};
+pub use batch::{Batch, BatchError, BatchOptions, Grouping, Groups, Ragged, SampleParts};
 pub use loss::{
-    KlEstimator, KlLoss, LogProbs, LossError, PolicyLossConfig, PolicyLossKind, PolicyLossOutput, RatioLevel, Tis,
-    TisMetrics, TisMode, cispo_loss, kl, ppo_clip_loss, sequence_ratio, tis_weight,
+    KlEstimator, KlLoss, LogProbs, LossError, PolicyLossConfig, PolicyLossKind, PolicyLossOutput,
+    RatioLevel, Tis, TisMetrics, TisMode, cispo_loss, kl, ppo_clip_loss, sequence_ratio,
+    tis_weight,
 };
 pub use stats::{exp_f32, nanmean, nanstd};

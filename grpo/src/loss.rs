@@ -58,7 +58,11 @@ pub fn kl(estimator: KlEstimator, x: f32) -> f32 {
         KlEstimator::K3 | KlEstimator::LowVarKl => {
             let x = x64.clamp(-20.0, 20.0);
             let k3 = ((-x).exp_m1() + x).max(0.0);
-            let k3 = if estimator == KlEstimator::LowVarKl { k3.min(10.0) } else { k3 };
+            let k3 = if estimator == KlEstimator::LowVarKl {
+                k3.min(10.0)
+            } else {
+                k3
+            };
             k3 as f32
         }
     }
@@ -87,7 +91,11 @@ pub struct Tis {
 
 impl Default for Tis {
     fn default() -> Self {
-        Self { low: 0.0, high: 2.0, mode: TisMode::Clamp }
+        Self {
+            low: 0.0,
+            high: 2.0,
+            mode: TisMode::Clamp,
+        }
     }
 }
 
@@ -114,11 +122,21 @@ pub fn tis_weight(d: f32, tis: &Tis) -> (f32, bool) {
 /// dual clip `c` (for `A < 0`) `min(L, -c A)`. Returns the loss and the clip indicator
 /// `[-clip(rho) A > -rho A]`. `dual_clip = f32::INFINITY` disables dual clip.
 #[inline(always)]
-pub fn ppo_clip_loss(ratio: f32, advantage: f32, eps_low: f32, eps_high: f32, dual_clip: f32) -> (f32, bool) {
+pub fn ppo_clip_loss(
+    ratio: f32,
+    advantage: f32,
+    eps_low: f32,
+    eps_high: f32,
+    dual_clip: f32,
+) -> (f32, bool) {
     let unclipped = -ratio * advantage;
     let clipped = -ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantage;
     let loss = unclipped.max(clipped);
-    let loss = if advantage < 0.0 { loss.min(-dual_clip * advantage) } else { loss };
+    let loss = if advantage < 0.0 {
+        loss.min(-dual_clip * advantage)
+    } else {
+        loss
+    };
     (loss, clipped > unclipped)
 }
 
@@ -126,7 +144,13 @@ pub fn ppo_clip_loss(ratio: f32, advantage: f32, eps_low: f32, eps_high: f32, du
 /// treated as a constant (so the gradient with respect to `log_pi` is `-clip(rho) * A`). Returns the loss
 /// and whether the ratio was clamped.
 #[inline(always)]
-pub fn cispo_loss(ratio: f32, advantage: f32, log_prob: f32, eps_low: f32, eps_high: f32) -> (f32, bool) {
+pub fn cispo_loss(
+    ratio: f32,
+    advantage: f32,
+    log_prob: f32,
+    eps_low: f32,
+    eps_high: f32,
+) -> (f32, bool) {
     let (lo, hi) = (1.0 - eps_low, 1.0 + eps_high);
     let clamped = ratio.clamp(lo, hi);
     (-clamped * advantage * log_prob, ratio < lo || ratio > hi)
@@ -141,7 +165,10 @@ pub fn sequence_ratio(current: &[f32], old: &[f32], mask: &[u8]) -> f64 {
 }
 
 fn sequence_log_ratio(current: &[f32], old: &[f32], mask: &[u8]) -> f64 {
-    assert!(current.len() == old.len() && old.len() == mask.len(), "current, old and mask must align");
+    assert!(
+        current.len() == old.len() && old.len() == mask.len(),
+        "current, old and mask must align"
+    );
     let (mut s, mut m) = (0.0f64, 0usize);
     for ((&c, &o), &k) in current.iter().zip(old).zip(mask) {
         s += f64::from(c - o) * f64::from(k);
@@ -227,7 +254,10 @@ pub struct LogProbs<'a> {
 impl<'a> LogProbs<'a> {
     /// Only current logprobs.
     pub fn new(current: &'a [f32]) -> Self {
-        Self { current, ..Self::default() }
+        Self {
+            current,
+            ..Self::default()
+        }
     }
 }
 
@@ -321,7 +351,11 @@ struct Sums {
 }
 
 /// Returns an error naming the first non-finite value of `values` (in the batch layout), if any.
-pub(crate) fn check_finite(batch: &Batch, input: &'static str, values: &[f32]) -> Result<(), LossError> {
+pub(crate) fn check_finite(
+    batch: &Batch,
+    input: &'static str,
+    values: &[f32],
+) -> Result<(), LossError> {
     if values.iter().fold(0.0f32, |acc, &v| acc + v * 0.0) == 0.0 {
         return Ok(());
     }
@@ -333,7 +367,12 @@ pub(crate) fn check_finite(batch: &Batch, input: &'static str, values: &[f32]) -
 
 fn non_finite(batch: &Batch, input: &'static str, token: usize, value: f32) -> LossError {
     let sample = batch.offsets().partition_point(|&o| o <= token) - 1;
-    LossError::NonFinite { input, sample, position: token - batch.offsets()[sample], value }
+    LossError::NonFinite {
+        input,
+        sample,
+        position: token - batch.offsets()[sample],
+        value,
+    }
 }
 
 impl Batch {
@@ -341,17 +380,27 @@ impl Batch {
         if values.len() == self.num_tokens() {
             Ok(())
         } else {
-            Err(LossError::LengthMismatch { input, len: values.len(), expected: self.num_tokens() })
+            Err(LossError::LengthMismatch {
+                input,
+                len: values.len(),
+                expected: self.num_tokens(),
+            })
         }
     }
 
     /// The old-policy logprobs as slime picks them: the rollout logprobs with `use_rollout_log_probs`, else
     /// the recomputed ones, else the current ones (ratio 1).
-    fn old_log_probs<'a>(&'a self, lp: &LogProbs<'a>, use_rollout: bool) -> Result<&'a [f32], LossError> {
+    fn old_log_probs<'a>(
+        &'a self,
+        lp: &LogProbs<'a>,
+        use_rollout: bool,
+    ) -> Result<&'a [f32], LossError> {
         self.check_len("current", lp.current)?;
         let old = if use_rollout {
-            self.rollout_log_probs()
-                .ok_or(LossError::MissingInput { input: "rollout_log_probs", needed_by: "use_rollout_log_probs" })?
+            self.rollout_log_probs().ok_or(LossError::MissingInput {
+                input: "rollout_log_probs",
+                needed_by: "use_rollout_log_probs",
+            })?
         } else {
             lp.old.unwrap_or(lp.current)
         };
@@ -361,7 +410,11 @@ impl Batch {
 
     /// Locates the token that made `current - old` non-finite.
     fn locate_non_finite(&self, current: &[f32], old: &[f32]) -> LossError {
-        let t = current.iter().zip(old).position(|(&c, &o)| !(c - o).is_finite()).unwrap_or(0);
+        let t = current
+            .iter()
+            .zip(old)
+            .position(|(&c, &o)| !(c - o).is_finite())
+            .unwrap_or(0);
         if !current[t].is_finite() {
             non_finite(self, "current", t, current[t])
         } else if !old[t].is_finite() {
@@ -386,12 +439,20 @@ impl Batch {
             let r = self.range(i);
             match level {
                 RatioLevel::Token => {
-                    for ((o, &c), &p) in out[r.clone()].iter_mut().zip(&lp.current[r.clone()]).zip(&old[r]) {
+                    for ((o, &c), &p) in out[r.clone()]
+                        .iter_mut()
+                        .zip(&lp.current[r.clone()])
+                        .zip(&old[r])
+                    {
                         *o = exp_f32(c - p);
                     }
                 }
                 RatioLevel::Sequence => {
-                    let s = sequence_ratio(&lp.current[r.clone()], &old[r.clone()], &self.loss_mask()[r.clone()]);
+                    let s = sequence_ratio(
+                        &lp.current[r.clone()],
+                        &old[r.clone()],
+                        &self.loss_mask()[r.clone()],
+                    );
                     out[r].fill(s as f32);
                 }
             }
@@ -401,12 +462,21 @@ impl Batch {
 
     /// Per-token KL estimates of `log_probs` against `reference` in the batch layout. The inputs are not
     /// modified.
-    pub fn kl(&self, log_probs: &[f32], reference: &[f32], estimator: KlEstimator) -> Result<Ragged<f32>, LossError> {
+    pub fn kl(
+        &self,
+        log_probs: &[f32],
+        reference: &[f32],
+        estimator: KlEstimator,
+    ) -> Result<Ragged<f32>, LossError> {
         self.check_len("log_probs", log_probs)?;
         self.check_len("reference", reference)?;
         check_finite(self, "log_probs", log_probs)?;
         check_finite(self, "reference", reference)?;
-        let values = log_probs.iter().zip(reference).map(|(&a, &b)| kl(estimator, a - b)).collect();
+        let values = log_probs
+            .iter()
+            .zip(reference)
+            .map(|(&a, &b)| kl(estimator, a - b))
+            .collect();
         Ok(self.ragged(values))
     }
 
@@ -425,7 +495,11 @@ impl Batch {
         Ok((0..self.len())
             .map(|i| {
                 let r = self.range(i);
-                let kl = -sequence_log_ratio(&lp.current[r.clone()], &old[r.clone()], &self.loss_mask()[r]);
+                let kl = -sequence_log_ratio(
+                    &lp.current[r.clone()],
+                    &old[r.clone()],
+                    &self.loss_mask()[r],
+                );
                 !(advantages.sample(i) < 0.0 && kl > delta)
             })
             .collect())
@@ -465,20 +539,26 @@ impl Batch {
             return Err(LossError::AdvantageLayout);
         }
         if let Some(c) = config.dual_clip
-            && !(c > 1.0)
+            && c.partial_cmp(&1.0) != Some(std::cmp::Ordering::Greater)
         {
             return Err(LossError::InvalidDualClip(c));
         }
         let rollout = match config.tis {
-            Some(_) if config.use_rollout_log_probs => return Err(LossError::TisWithRolloutLogProbs),
-            Some(_) => Some(
-                self.rollout_log_probs().ok_or(LossError::MissingInput { input: "rollout_log_probs", needed_by: "tis" })?,
-            ),
+            Some(_) if config.use_rollout_log_probs => {
+                return Err(LossError::TisWithRolloutLogProbs);
+            }
+            Some(_) => Some(self.rollout_log_probs().ok_or(LossError::MissingInput {
+                input: "rollout_log_probs",
+                needed_by: "tis",
+            })?),
             None => None,
         };
         let reference = match config.kl_loss {
             Some(_) => {
-                let r = lp.reference.ok_or(LossError::MissingInput { input: "reference", needed_by: "kl_loss" })?;
+                let r = lp.reference.ok_or(LossError::MissingInput {
+                    input: "reference",
+                    needed_by: "kl_loss",
+                })?;
                 self.check_len("reference", r)?;
                 check_finite(self, "reference", r)?;
                 Some(r)
@@ -487,7 +567,10 @@ impl Batch {
         };
         let entropy = match lp.entropy {
             None if config.entropy_coef != 0.0 => {
-                return Err(LossError::MissingInput { input: "entropy", needed_by: "entropy_coef" });
+                return Err(LossError::MissingInput {
+                    input: "entropy",
+                    needed_by: "entropy_coef",
+                });
             }
             None => None,
             Some(e) => {
@@ -527,13 +610,20 @@ impl Batch {
 
         for i in 0..n {
             let range = self.range(i);
-            let needs_seq = config.ratio_level == RatioLevel::Sequence || config.opsm_delta.is_some();
+            let needs_seq =
+                config.ratio_level == RatioLevel::Sequence || config.opsm_delta.is_some();
             let seq_log_ratio = if needs_seq {
-                sequence_log_ratio(&current[range.clone()], &old[range.clone()], &self.loss_mask()[range.clone()])
+                sequence_log_ratio(
+                    &current[range.clone()],
+                    &old[range.clone()],
+                    &self.loss_mask()[range.clone()],
+                )
             } else {
                 0.0
             };
-            let seq_ratio = exp_f32(seq_log_ratio.clamp(-config.log_ratio_clamp, config.log_ratio_clamp) as f32);
+            let seq_ratio = exp_f32(
+                seq_log_ratio.clamp(-config.log_ratio_clamp, config.log_ratio_clamp) as f32,
+            );
             let opsm_drop = config.opsm_delta.is_some_and(|d| -seq_log_ratio > d);
 
             let mut start = range.start;
@@ -565,14 +655,21 @@ impl Batch {
                 }
                 match config.kind {
                     PolicyLossKind::Ppo => {
-                        for (((l, c), &r), &a) in l.iter_mut().zip(cl.iter_mut()).zip(ratio.iter()).zip(a) {
+                        for (((l, c), &r), &a) in
+                            l.iter_mut().zip(cl.iter_mut()).zip(ratio.iter()).zip(a)
+                        {
                             let (v, k) = ppo_clip_loss(r, a, eps_low, eps_high, dual);
                             *l = v;
                             *c = f32::from(u8::from(k));
                         }
                     }
                     PolicyLossKind::Cispo => {
-                        for ((((l, c), &r), &a), &lp) in l.iter_mut().zip(cl.iter_mut()).zip(ratio.iter()).zip(a).zip(cur)
+                        for ((((l, c), &r), &a), &lp) in l
+                            .iter_mut()
+                            .zip(cl.iter_mut())
+                            .zip(ratio.iter())
+                            .zip(a)
+                            .zip(cur)
                         {
                             let (v, k) = cispo_loss(r, a, lp, eps_low, eps_high);
                             *l = v;

@@ -6,17 +6,32 @@ const LANES: usize = 8;
 
 /// Mean of the non-NaN values; NaN if there are none (as `torch.nanmean`).
 pub fn nanmean(xs: &[f64]) -> f64 {
-    let (sum, count) = xs.iter().filter(|x| !x.is_nan()).fold((0.0, 0usize), |(s, c), &x| (s + x, c + 1));
-    if count == 0 { f64::NAN } else { sum / count as f64 }
+    let (sum, count) = xs
+        .iter()
+        .filter(|x| !x.is_nan())
+        .fold((0.0, 0usize), |(s, c), &x| (s + x, c + 1));
+    if count == 0 {
+        f64::NAN
+    } else {
+        sum / count as f64
+    }
 }
 
 /// Unbiased (Bessel-corrected) standard deviation of the non-NaN values, as TRL's `nanstd`: NaN when fewer
 /// than two values are present.
 pub fn nanstd(xs: &[f64]) -> f64 {
     let mean = nanmean(xs);
-    let (ss, count) =
-        xs.iter().filter(|x| !x.is_nan()).fold((0.0, 0usize), |(s, c), &x| (s + (x - mean) * (x - mean), c + 1));
-    if count < 2 { f64::NAN } else { (ss / (count - 1) as f64).sqrt() }
+    let (ss, count) = xs
+        .iter()
+        .filter(|x| !x.is_nan())
+        .fold((0.0, 0usize), |(s, c), &x| {
+            (s + (x - mean) * (x - mean), c + 1)
+        });
+    if count < 2 {
+        f64::NAN
+    } else {
+        (ss / (count - 1) as f64).sqrt()
+    }
 }
 
 /// `sum(x * m)` over `f32` values and a 0/1 mask, accumulated in `f64`.
@@ -53,7 +68,7 @@ pub fn exp_f32(x: f32) -> f32 {
     p = p * r + 8.333_452e-3;
     p = p * r + 4.166_579_6e-2;
     p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
+    p = p * r + 0.5;
     let y = p * r * r + r + 1.0;
     // The low mantissa bits of `t` hold n; shift it into the exponent field.
     let bits = t.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127) << 23;

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Times the grpo crate against numpy on the same data, in the same run, and checks that both agree.
+
+The pipeline is slime's default GRPO step: group advantages (mean and unbiased std per group of n,
+epsilon 1e-6), the PPO clipped loss with the rollout logprobs as the old policy (eps 0.2 / 0.28, dual
+clip 3), and seq-mean-token-mean aggregation of the loss, the clip fraction and ppo_kl.
+
+The script writes the data (seeded numpy generator) as raw little-endian arrays into a temporary folder,
+runs `cargo run --release -p grpo --example pipeline` on it (the example times the Rust pipeline and a plain
+copy of the same input bytes with a best-of-N loop), times the numpy implementation below with the same
+best-of-N loop, checks that the numbers agree, and prints a markdown table.
+
+Usage (from anywhere in the workspace; numpy is the only dependency):
+    python3 grpo/bench/compare_numpy.py [--samples 512] [--length 2048] [--group-size 8] [--repeats 20]
+"""
+
+import argparse
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+WORKSPACE = pathlib.Path(__file__).resolve().parents[2]
+
+
+def make_data(samples, length, seed):
+    """Rewards in {0, 0.8, 1, 1.2}; ~90% of tokens trained; rollout logprobs <= 0; current = rollout + noise."""
+    rng = np.random.default_rng(seed)
+    tokens = samples * length
+    rewards = rng.choice(np.array([0.0, 0.8, 1.0, 1.2]), size=samples)
+    lengths = np.full(samples, length, dtype=np.uint32)
+    mask = (rng.random(tokens) < 0.9).astype(np.uint8)
+    rollout = (-rng.exponential(1.0, tokens)).astype(np.float32)
+    current = (rollout + rng.normal(0.0, 0.2, tokens)).astype(np.float32)
+    return rewards, lengths, mask, rollout, current
+
+
+def numpy_pipeline(rewards, mask, rollout, current, n, length):
+    """The same formulas as the Rust pipeline: float32 per token, float64 reductions."""
+    r = rewards.reshape(-1, n)
+    mean = r.mean(axis=1, keepdims=True)
+    std = r.std(axis=1, ddof=1, keepdims=True)
+    advantages = ((r - mean) / (std + 1e-6)).reshape(-1)
+
+    shape = (rewards.shape[0], length)
+    adv = np.broadcast_to(advantages.astype(np.float32)[:, None], shape)
+    m = mask.reshape(shape).astype(np.float32)
+    log_ratio = current.reshape(shape) - rollout.reshape(shape)
+    ratio = np.exp(np.clip(log_ratio, -20.0, 20.0))
+    pg1 = -adv * ratio
+    pg2 = -adv * np.clip(ratio, np.float32(1.0) - np.float32(0.2), np.float32(1.0) + np.float32(0.28))
+    clip_max = np.maximum(pg1, pg2)
+    clipped = (pg2 > pg1).astype(np.float32)
+    loss = np.where(adv < 0, np.minimum(-adv * np.float32(3.0), clip_max), clip_max)
+
+    den = np.maximum(m.sum(axis=1, dtype=np.float64), 1.0)
+
+    def agg(x):
+        return float(((x * m).sum(axis=1, dtype=np.float64) / den).mean())
+
+    return advantages, {"pg_loss": agg(loss), "pg_clipfrac": agg(clipped), "ppo_kl": agg(-log_ratio)}
+
+
+def best_of(repeats, f):
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        f()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, default=512)
+    parser.add_argument("--length", type=int, default=2048)
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=1976)
+    args = parser.parse_args()
+
+    rewards, lengths, mask, rollout, current = make_data(args.samples, args.length, args.seed)
+    tokens = int(lengths.sum())
+
+    with tempfile.TemporaryDirectory(prefix="grpo-bench-") as tmp:
+        d = pathlib.Path(tmp)
+        rewards.astype("<f8").tofile(d / "rewards.f64")
+        lengths.astype("<u4").tofile(d / "response_lengths.u32")
+        mask.tofile(d / "loss_mask.u8")
+        rollout.astype("<f4").tofile(d / "rollout_log_probs.f32")
+        current.astype("<f4").tofile(d / "current_log_probs.f32")
+
+        cmd = ["cargo", "run", "--quiet", "--release", "-p", "grpo", "--example", "pipeline", "--",
+               str(d), str(args.group_size), str(args.repeats)]
+        subprocess.run(cmd, cwd=WORKSPACE, check=True, stdout=subprocess.DEVNULL)
+        rust = {}
+        for line in (d / "rust_results.txt").read_text().splitlines():
+            key, value = line.split()
+            rust[key] = float(value)
+        rust_adv = np.fromfile(d / "rust_advantages.f64", dtype="<f8")
+
+    np_adv, np_out = numpy_pipeline(rewards, mask, rollout, current, args.group_size, args.length)
+    t_numpy = best_of(args.repeats, lambda: numpy_pipeline(rewards, mask, rollout, current, args.group_size, args.length))
+
+    # Same numbers: per-sample advantages to 1e-9 (both f64), aggregated metrics to 1e-5 relative (f32 tokens).
+    failures = []
+    if not np.allclose(rust_adv, np_adv, rtol=0, atol=1e-9):
+        failures.append(f"advantages differ by up to {np.max(np.abs(rust_adv - np_adv)):.3e}")
+    for key, value in np_out.items():
+        if not np.isclose(rust[key], value, rtol=1e-5, atol=1e-7):
+            failures.append(f"{key}: rust {rust[key]!r} vs numpy {value!r}")
+    if rust["tokens"] != tokens:
+        failures.append(f"token count: rust {rust['tokens']} vs {tokens}")
+
+    t_rust, t_copy, t_new = rust["time_pipeline_s"], rust["time_memcpy_s"], rust["time_batch_new_s"]
+    print(f"{args.samples} samples x {args.length} tokens = {tokens:,} tokens, groups of {args.group_size}, "
+          f"best of {args.repeats}; numpy {np.__version__}")
+    print("agreement: " + ("OK (advantages within 1e-9, pg_loss, pg_clipfrac and ppo_kl within 1e-5 relative)"
+                           if not failures else "FAILED"))
+    for f in failures:
+        print("  " + f)
+    print()
+    print("| what | time per batch | tokens/s | numpy time / this | this time / memcpy time |")
+    print("|---|---:|---:|---:|---:|")
+    rows = [
+        ("numpy (advantages + PPO loss + aggregation)", t_numpy),
+        ("grpo crate (same pipeline)", t_rust),
+        ("grpo `Batch::new` (validation + flat layout, not in the pipeline)", t_new),
+        (f"memcpy of the pipeline's inputs ({int(rust['memcpy_bytes']) / 1e6:.1f} MB, the ceiling)", t_copy),
+    ]
+    for name, t in rows:
+        print(f"| {name} | {t * 1e3:.2f} ms | {tokens / t / 1e6:.1f} M | {t_numpy / t:.1f}x | {t / t_copy:.1f}x |")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,13 @@
+//! Integration tests of the `grpo` crate, built as one binary.
+
+/// Known-answer vectors of section 6 of the reference, through one data-driven `check` helper.
+mod known_answers;
+
+/// Batch validation: every invalid input is rejected with the right error and sample index.
+mod validation;
+
+/// Property tests of section R9 and the no-NaN guarantee, with proptest.
+mod properties;
+
+/// Shared builders for the test modules.
+mod util;
