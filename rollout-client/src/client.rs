@@ -1,0 +1,488 @@
+//! The async HTTP client: a pooled `reqwest` client with auth, timeouts, retries and a concurrency limit.
+//!
+//! Retries cover connection errors, timeouts, 408, 429 and 5xx, with exponential backoff and
+//! jitter, or the server's `Retry-After` when it sends one. Other 4xx are never retried: the
+//! request itself is wrong. A stream is never retried once bytes of it arrived, because the caller
+//! would otherwise see tokens twice; that case is [`ClientError::StreamInterrupted`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use reqwest::StatusCode;
+use reqwest::header::{CONTENT_TYPE, HeaderMap, RETRY_AFTER};
+use tokio::sync::Semaphore;
+
+use crate::error::{ClientError, ResponseError};
+use crate::request::{AbortRequest, GenerateRequest};
+use crate::stream::{StreamDecoder, StreamMode};
+use crate::turn::{self, Turn};
+use crate::wire;
+
+/// Backoff schedule. The delay before retry `k` (0-based) is
+/// `min(initial_backoff * multiplier^k, max_backoff)`, reduced by a random fraction of up to
+/// `jitter` so that many clients failing together do not retry in lockstep. A `Retry-After`
+/// header replaces the computed delay, capped at `max_retry_after`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt; 0 disables retrying.
+    pub max_retries: u32,
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+    pub multiplier: f64,
+    /// In `[0, 1]`: 0 gives the exact exponential schedule, 1 "full jitter".
+    pub jitter: f64,
+    pub max_retry_after: Duration,
+    /// Seed of the jitter generator; `None` seeds from the clock. Set it for reproducible delays.
+    pub seed: Option<u64>,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        // Five retries on the same statuses as sgl-router (`--retry-max-retries 5`).
+        RetryPolicy {
+            max_retries: 5,
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(10),
+            multiplier: 2.0,
+            jitter: 0.5,
+            max_retry_after: Duration::from_secs(60),
+            seed: None,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The delay before retry number `retry` (0-based); `unit` is a uniform draw from `[0, 1)`.
+    pub fn backoff(&self, retry: u32, unit: f64) -> Duration {
+        let exp = self.multiplier.max(1.0).powi(retry.min(64) as i32);
+        let base = (self.initial_backoff.as_secs_f64() * exp).min(self.max_backoff.as_secs_f64());
+        let factor = 1.0 - self.jitter.clamp(0.0, 1.0) * unit.clamp(0.0, 1.0);
+        Duration::from_secs_f64((base * factor).max(0.0))
+    }
+
+    /// The delay actually used: the server's `Retry-After` when given (capped), else [`Self::backoff`].
+    pub fn delay(&self, retry: u32, retry_after: Option<Duration>, unit: f64) -> Duration {
+        match retry_after {
+            Some(d) => d.min(self.max_retry_after),
+            None => self.backoff(retry, unit),
+        }
+    }
+}
+
+/// Builder for [`Client`].
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    base_url: String,
+    api_key: Option<String>,
+    connect_timeout: Option<Duration>,
+    request_timeout: Option<Duration>,
+    retry: RetryPolicy,
+    max_concurrency: usize,
+    stream_mode: StreamMode,
+}
+
+impl ClientBuilder {
+    /// `Authorization: Bearer <key>` on every request (SGLang's `--api-key`, router `--api-key`).
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(key.into());
+        self
+    }
+
+    /// Time allowed to open a TCP connection. Default 10 s.
+    pub fn connect_timeout(mut self, t: Duration) -> Self {
+        self.connect_timeout = Some(t);
+        self
+    }
+
+    /// Time allowed for one attempt, from sending to the last byte of the body (so for a stream,
+    /// the whole stream). Default: none, because generations can legitimately take minutes.
+    pub fn request_timeout(mut self, t: Duration) -> Self {
+        self.request_timeout = Some(t);
+        self
+    }
+
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// At most this many requests in flight from this client (and its clones). Default 256.
+    pub fn max_concurrency(mut self, n: usize) -> Self {
+        self.max_concurrency = n.max(1);
+        self
+    }
+
+    /// How streamed chunks are reassembled; see [`StreamMode`]. Default [`StreamMode::Auto`].
+    pub fn stream_mode(mut self, mode: StreamMode) -> Self {
+        self.stream_mode = mode;
+        self
+    }
+
+    pub fn build(self) -> Result<Client, ClientError> {
+        let base_url = self.base_url.trim_end_matches('/').to_owned();
+        // This build has no TLS (reqwest without default features), so only http:// can work.
+        if !base_url.starts_with("http://") || base_url.len() <= "http://".len() {
+            return Err(ClientError::InvalidBaseUrl { url: self.base_url });
+        }
+        let mut http = reqwest::Client::builder()
+            .connect_timeout(self.connect_timeout.unwrap_or(Duration::from_secs(10)));
+        if let Some(t) = self.request_timeout {
+            http = http.timeout(t);
+        }
+        let http = http.build().map_err(ClientError::Build)?;
+        let seed = self.retry.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0x5eed)
+        });
+        Ok(Client {
+            inner: Arc::new(Inner {
+                http,
+                base_url,
+                api_key: self.api_key,
+                retry: self.retry,
+                limit: Semaphore::new(self.max_concurrency),
+                stream_mode: self.stream_mode,
+                rng: AtomicU64::new(seed),
+            }),
+        })
+    }
+}
+
+/// A cheap-to-clone handle on one connection pool, one concurrency limit and one retry policy.
+#[derive(Debug, Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    http: reqwest::Client,
+    base_url: String,
+    api_key: Option<String>,
+    retry: RetryPolicy,
+    limit: Semaphore,
+    stream_mode: StreamMode,
+    rng: AtomicU64,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key is a secret; only say whether there is one.
+        f.debug_struct("Client")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("retry", &self.retry)
+            .field("available_permits", &self.limit.available_permits())
+            .field("stream_mode", &self.stream_mode)
+            .finish()
+    }
+}
+
+/// One failed attempt and whether it may be retried.
+struct Failure {
+    error: ClientError,
+    retryable: bool,
+    retry_after: Option<Duration>,
+}
+
+impl Failure {
+    fn fatal(error: ClientError) -> Failure {
+        Failure {
+            error,
+            retryable: false,
+            retry_after: None,
+        }
+    }
+
+    fn retry(error: ClientError) -> Failure {
+        Failure {
+            error,
+            retryable: true,
+            retry_after: None,
+        }
+    }
+}
+
+impl Client {
+    /// `base_url` is a server or router root such as `http://127.0.0.1:30000`.
+    pub fn builder(base_url: impl Into<String>) -> ClientBuilder {
+        ClientBuilder {
+            base_url: base_url.into(),
+            api_key: None,
+            connect_timeout: None,
+            request_timeout: None,
+            retry: RetryPolicy::default(),
+            max_concurrency: 256,
+            stream_mode: StreamMode::Auto,
+        }
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.inner.base_url
+    }
+
+    /// One prompt, `n == 1`: one validated turn, streamed or not as `req.stream` says.
+    pub async fn generate(&self, req: &GenerateRequest) -> Result<Turn, ClientError> {
+        let url = self.url("/generate");
+        let mut turns = self.generate_inner(req, &url, false).await?;
+        if turns.len() != 1 {
+            return Err(ClientError::Response {
+                url,
+                source: ResponseError::ExpectedObject { len: turns.len() },
+            });
+        }
+        Ok(turns.remove(0))
+    }
+
+    /// Any request, including batches and `n > 1`: one validated turn per item, in the server's
+    /// order (prompt-major), whether streamed or not.
+    pub async fn generate_many(&self, req: &GenerateRequest) -> Result<Vec<Turn>, ClientError> {
+        let url = self.url("/generate");
+        self.generate_inner(req, &url, true).await
+    }
+
+    /// `POST /abort_request`. Pending generate calls then finish with an abort finish_reason.
+    pub async fn abort(&self, req: &AbortRequest) -> Result<(), ClientError> {
+        let url = self.url("/abort_request");
+        let body = Bytes::from(serde_json::to_vec(req).map_err(ClientError::Encode)?);
+        self.with_retries(&url, body, |resp, url| async move {
+            resp.bytes()
+                .await
+                .map_err(|e| Failure::retry(transport(&url, e)))?;
+            Ok(())
+        })
+        .await
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{}", self.inner.base_url, path)
+    }
+
+    async fn generate_inner(
+        &self,
+        req: &GenerateRequest,
+        url: &str,
+        many: bool,
+    ) -> Result<Vec<Turn>, ClientError> {
+        let body = Bytes::from(serde_json::to_vec(req).map_err(ClientError::Encode)?);
+        let logprobs = req.return_logprob;
+        let expected = req.expected_items();
+        let array = req.expects_array();
+        let mode = self.inner.stream_mode;
+        if req.stream {
+            return self
+                .with_retries(url, body, |resp, url| {
+                    read_stream(resp, url, mode, logprobs, expected)
+                })
+                .await;
+        }
+        self.with_retries(url, body, |resp, url| async move {
+            let bytes = resp
+                .bytes()
+                .await
+                .map_err(|e| Failure::retry(transport(&url, e)))?;
+            let parsed = if many || array {
+                turn::parse_many(&bytes, logprobs).and_then(|t| {
+                    if array && t.len() != expected {
+                        Err(ResponseError::ItemCount {
+                            expected,
+                            got: t.len(),
+                        })
+                    } else {
+                        Ok(t)
+                    }
+                })
+            } else {
+                turn::parse_single(&bytes, logprobs).map(|t| vec![t])
+            };
+            parsed.map_err(|source| Failure::fatal(ClientError::Response { url, source }))
+        })
+        .await
+    }
+
+    /// POSTs `body` to `url`, handing a 2xx response to `read`, retrying as the policy says.
+    async fn with_retries<T, F, Fut>(
+        &self,
+        url: &str,
+        body: Bytes,
+        read: F,
+    ) -> Result<T, ClientError>
+    where
+        F: Fn(reqwest::Response, String) -> Fut,
+        Fut: Future<Output = Result<T, Failure>>,
+    {
+        let policy = &self.inner.retry;
+        let mut retry = 0;
+        loop {
+            let failure = {
+                // Held for the whole attempt, body included, and released before any backoff.
+                let _permit = self
+                    .inner
+                    .limit
+                    .acquire()
+                    .await
+                    .expect("the client never closes its semaphore");
+                match self.send(url, body.clone()).await {
+                    Ok(resp) => match read(resp, url.to_owned()).await {
+                        Ok(v) => return Ok(v),
+                        Err(f) => f,
+                    },
+                    Err(f) => f,
+                }
+            };
+            if !failure.retryable {
+                return Err(failure.error);
+            }
+            if retry >= policy.max_retries {
+                if retry == 0 {
+                    return Err(failure.error);
+                }
+                return Err(ClientError::GaveUp {
+                    attempts: retry + 1,
+                    last: Box::new(failure.error),
+                });
+            }
+            let delay = policy.delay(retry, failure.retry_after, self.next_unit());
+            tracing::warn!(
+                url,
+                retry = retry + 1,
+                delay_ms = delay.as_millis() as u64,
+                error = &failure.error as &dyn std::error::Error,
+                "retrying request"
+            );
+            tokio::time::sleep(delay).await;
+            retry += 1;
+        }
+    }
+
+    /// Sends one request; a non-2xx answer becomes a [`Failure`] carrying SGLang's message.
+    async fn send(&self, url: &str, body: Bytes) -> Result<reqwest::Response, Failure> {
+        let mut rb = self
+            .inner
+            .http
+            .post(url)
+            .header(CONTENT_TYPE, "application/json")
+            .body(body);
+        if let Some(key) = &self.inner.api_key {
+            rb = rb.bearer_auth(key);
+        }
+        let resp = rb
+            .send()
+            .await
+            .map_err(|e| Failure::retry(transport(url, e)))?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let retry_after = parse_retry_after(resp.headers());
+        // A body that cannot be read only costs us the message; the status still says enough.
+        let body = resp.bytes().await.unwrap_or_default();
+        Err(Failure {
+            error: ClientError::Status {
+                url: url.to_owned(),
+                status: status.as_u16(),
+                message: error_message(&body),
+                retry_after,
+            },
+            retryable: is_retryable_status(status),
+            retry_after,
+        })
+    }
+
+    /// A uniform draw from `[0, 1)` (SplitMix64), lock-free and reproducible from the seed.
+    fn next_unit(&self) -> f64 {
+        const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut z = self
+            .inner
+            .rng
+            .fetch_add(GAMMA, Ordering::Relaxed)
+            .wrapping_add(GAMMA);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// 408, 429 and every 5xx are worth retrying; other statuses mean the request is wrong.
+pub fn is_retryable_status(status: StatusCode) -> bool {
+    status == StatusCode::REQUEST_TIMEOUT
+        || status == StatusCode::TOO_MANY_REQUESTS
+        || status.is_server_error()
+}
+
+/// `Retry-After` as delay-seconds (integer or decimal). HTTP-date values are not parsed; the
+/// computed backoff is used for them instead.
+pub fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let v = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    let secs: f64 = v.parse().ok()?;
+    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+}
+
+/// SGLang's message from `{"error":{"message"}}`, `{"object":"error","message"}` or
+/// `{"detail":...}`; otherwise the start of the body (e.g. a plain-text 500).
+pub fn error_message(body: &[u8]) -> String {
+    if let Some(m) = wire::decode_error_body(body).and_then(|b| b.message()) {
+        return m;
+    }
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    match text.char_indices().nth(512) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+fn transport(url: &str, source: reqwest::Error) -> ClientError {
+    let url = url.to_owned();
+    if source.is_timeout() {
+        ClientError::Timeout { url, source }
+    } else if source.is_connect() {
+        ClientError::Connect { url, source }
+    } else {
+        ClientError::Transport { url, source }
+    }
+}
+
+async fn read_stream(
+    mut resp: reqwest::Response,
+    url: String,
+    mode: StreamMode,
+    logprobs: bool,
+    expected: usize,
+) -> Result<Vec<Turn>, Failure> {
+    let mut dec = StreamDecoder::new(mode, logprobs);
+    let mut received = false;
+    loop {
+        match resp.chunk().await {
+            Ok(Some(bytes)) => {
+                received |= !bytes.is_empty();
+                if let Err(source) = dec.push(&bytes) {
+                    return Err(Failure::fatal(ClientError::Response { url, source }));
+                }
+            }
+            Ok(None) => break,
+            // Nothing arrived yet: retrying cannot duplicate a token.
+            Err(e) if !received => return Err(Failure::retry(transport(&url, e))),
+            Err(source) => {
+                return Err(Failure::fatal(ClientError::StreamInterrupted {
+                    url,
+                    chunks: dec.chunks(),
+                    source,
+                }));
+            }
+        }
+    }
+    dec.finish(Some(expected)).map_err(|source| {
+        let error = ClientError::Response { url, source };
+        // An empty 200 body is a connection the server dropped before answering.
+        if received {
+            Failure::fatal(error)
+        } else {
+            Failure::retry(error)
+        }
+    })
+}

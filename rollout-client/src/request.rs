@@ -1,0 +1,133 @@
+//! Typed `/generate` request bodies (spec section 1), serialised with only the keys that are set.
+
+use serde::Serialize;
+
+/// `text`: one prompt or a batch.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum TextInput {
+    One(String),
+    Batch(Vec<String>),
+}
+
+/// `input_ids`: one prompt or a batch.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum IdsInput {
+    One(Vec<u32>),
+    Batch(Vec<Vec<u32>>),
+}
+
+/// `sampling_params`. Unset fields are omitted so the server's defaults apply; note an unknown key
+/// here makes SGLang answer 500, so there is deliberately no free-form map.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SamplingParams {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_new_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_new_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_p: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frequency_penalty: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub presence_penalty: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repetition_penalty: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_token_ids: Option<Vec<u32>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ignore_eos: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skip_special_tokens: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spaces_between_special_tokens: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_stop_trim: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub n: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream_interval: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampling_seed: Option<u64>,
+}
+
+/// A `/generate` request.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GenerateRequest {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<TextInput>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_ids: Option<IdsInput>,
+    pub sampling_params: SamplingParams,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rid: Option<String>,
+    pub return_logprob: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logprob_start_len: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_logprobs_num: Option<u32>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub return_text_in_logprobs: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stream: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub return_routed_experts: bool,
+}
+
+impl GenerateRequest {
+    /// A request for one prompt given as token ids, with logprobs (what slime sends).
+    pub fn from_ids(input_ids: Vec<u32>, sampling_params: SamplingParams) -> GenerateRequest {
+        GenerateRequest {
+            input_ids: Some(IdsInput::One(input_ids)),
+            sampling_params,
+            return_logprob: true,
+            ..GenerateRequest::default()
+        }
+    }
+
+    /// A request for one text prompt, with logprobs.
+    pub fn from_text(text: impl Into<String>, sampling_params: SamplingParams) -> GenerateRequest {
+        GenerateRequest {
+            text: Some(TextInput::One(text.into())),
+            sampling_params,
+            return_logprob: true,
+            ..GenerateRequest::default()
+        }
+    }
+
+    /// Number of prompts. As in SGLang, `text` decides when both inputs are given.
+    pub fn batch_size(&self) -> Option<usize> {
+        match (&self.text, &self.input_ids) {
+            (Some(TextInput::Batch(v)), _) => Some(v.len()),
+            (Some(TextInput::One(_)), _) => None,
+            (None, Some(IdsInput::Batch(v))) => Some(v.len()),
+            _ => None,
+        }
+    }
+
+    /// Whether the non-stream answer is an array: a batch, or `n > 1`.
+    pub fn expects_array(&self) -> bool {
+        self.batch_size().is_some() || self.sampling_params.n.unwrap_or(1) > 1
+    }
+
+    /// How many result items the server returns: `batch_size * n`, prompt-major.
+    pub fn expected_items(&self) -> usize {
+        self.batch_size().unwrap_or(1) * self.sampling_params.n.unwrap_or(1).max(1) as usize
+    }
+}
+
+/// `/abort_request` body.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct AbortRequest {
+    pub rid: String,
+    pub abort_all: bool,
+}

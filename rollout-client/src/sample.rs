@@ -1,0 +1,528 @@
+//! `Sample`: one trajectory for the trainer, with slime's field names and enforced length invariants.
+//!
+//! The token sequence, `response_length`, `loss_mask` and `rollout_log_probs` are private and only
+//! grow through [`Sample::append_response_tokens`], which checks everything before changing
+//! anything. So `tokens.len() == prompt_len + response_length` and
+//! `rollout_log_probs.len() == loss_mask.len() == response_length` hold after every call, and
+//! there is no `None` logprob list to forget (issue #1976).
+
+use std::io::{BufRead, Write};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::SampleError;
+use crate::turn::Turn;
+
+/// slime's `Sample.Status`, serialised as its lowercase string value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SampleStatus {
+    #[default]
+    Pending,
+    Completed,
+    Truncated,
+    Aborted,
+    /// A recoverable failure (tool, API or parse error); may hold partial output.
+    Failed,
+}
+
+/// A raw prompt or a list of chat messages.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Prompt {
+    Text(String),
+    Messages(Vec<Map<String, Value>>),
+}
+
+impl Default for Prompt {
+    fn default() -> Self {
+        Prompt::Text(String::new())
+    }
+}
+
+impl From<&str> for Prompt {
+    fn from(s: &str) -> Self {
+        Prompt::Text(s.to_owned())
+    }
+}
+
+impl From<String> for Prompt {
+    fn from(s: String) -> Self {
+        Prompt::Text(s)
+    }
+}
+
+/// A scalar reward, or a dict from which `--reward-key` selects one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Reward {
+    Scalar(f64),
+    Keyed(Map<String, Value>),
+}
+
+/// Speculative-decoding counters, accumulated over engine calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SpecInfo {
+    pub spec_accept_token_num: u64,
+    pub spec_draft_token_num: u64,
+    pub spec_verify_ct: u64,
+    pub completion_token_num: u64,
+}
+
+/// Prefix-cache counters, accumulated over engine calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PrefixCacheInfo {
+    pub cached_tokens: u64,
+    pub total_prompt_tokens: u64,
+}
+
+/// Response tokens to append: generated ones carry logprobs, environment ones cannot.
+#[derive(Debug, Clone, Copy)]
+pub enum Segment<'a> {
+    /// Tokens the policy sampled: trained on (mask 1), with one logprob each.
+    Generated {
+        tokens: &'a [u32],
+        log_probs: &'a [f32],
+    },
+    /// Tool or environment output: logprob 0.0 and mask 0, never trained on.
+    Environment { tokens: &'a [u32] },
+}
+
+/// One trajectory. Field names and JSON keys follow slime's `Sample` (HEAD, `to_dict()`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "SampleRecord")]
+pub struct Sample {
+    pub group_index: Option<usize>,
+    pub index: Option<usize>,
+    pub rollout_id: Option<u64>,
+    pub prompt: Prompt,
+    tokens: Vec<u32>,
+    pub multimodal_inputs: Option<Value>,
+    pub multimodal_train_inputs: Option<Value>,
+    pub multimodal_train_input_id: Option<String>,
+    pub apply_chat_template_kwargs: Map<String, Value>,
+    pub response: String,
+    response_length: usize,
+    pub label: Option<String>,
+    pub reward: Option<Reward>,
+    loss_mask: Vec<u8>,
+    pub weight_versions: Vec<String>,
+    rollout_log_probs: Vec<f32>,
+    pub rollout_top_p_token_ids: Option<Vec<u32>>,
+    pub rollout_top_p_token_offsets: Option<Vec<u32>>,
+    pub rollout_routed_experts: Option<Value>,
+    pub remove_sample: bool,
+    pub teacher_log_probs: Option<Vec<f32>>,
+    pub status: SampleStatus,
+    pub metadata: Map<String, Value>,
+    pub generate_function_path: Option<String>,
+    pub custom_rm_path: Option<String>,
+    pub train_metadata: Option<Map<String, Value>>,
+    pub session_id: Option<String>,
+    pub non_generation_time: f64,
+    pub spec_info: SpecInfo,
+    pub prefix_cache_info: PrefixCacheInfo,
+    /// Keys that are not slime fields (e.g. the multi-agent example's `reason_content`); kept
+    /// and written back, as slime's `from_dict` does with `setattr`.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl Default for Sample {
+    fn default() -> Self {
+        Sample::new(Prompt::default(), Vec::new())
+    }
+}
+
+impl Sample {
+    /// A PENDING sample whose `tokens` are the prompt ids.
+    pub fn new(prompt: impl Into<Prompt>, prompt_tokens: Vec<u32>) -> Sample {
+        Sample {
+            group_index: None,
+            index: None,
+            rollout_id: None,
+            prompt: prompt.into(),
+            tokens: prompt_tokens,
+            multimodal_inputs: None,
+            multimodal_train_inputs: None,
+            multimodal_train_input_id: None,
+            apply_chat_template_kwargs: Map::new(),
+            response: String::new(),
+            response_length: 0,
+            label: None,
+            reward: None,
+            loss_mask: Vec::new(),
+            weight_versions: Vec::new(),
+            rollout_log_probs: Vec::new(),
+            rollout_top_p_token_ids: None,
+            rollout_top_p_token_offsets: None,
+            rollout_routed_experts: None,
+            remove_sample: false,
+            teacher_log_probs: None,
+            status: SampleStatus::Pending,
+            metadata: Map::new(),
+            generate_function_path: None,
+            custom_rm_path: None,
+            train_metadata: None,
+            session_id: None,
+            non_generation_time: 0.0,
+            spec_info: SpecInfo::default(),
+            prefix_cache_info: PrefixCacheInfo::default(),
+            extra: Map::new(),
+        }
+    }
+
+    /// Prompt ids followed by response ids.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    pub fn prompt_len(&self) -> usize {
+        self.tokens.len() - self.response_length
+    }
+
+    pub fn prompt_tokens(&self) -> &[u32] {
+        &self.tokens[..self.prompt_len()]
+    }
+
+    pub fn response_tokens(&self) -> &[u32] {
+        &self.tokens[self.prompt_len()..]
+    }
+
+    pub fn response_length(&self) -> usize {
+        self.response_length
+    }
+
+    /// One entry per response token: 1 = train on it.
+    pub fn loss_mask(&self) -> &[u8] {
+        &self.loss_mask
+    }
+
+    /// One entry per response token: the rollout engine's logprob, or 0.0 for environment tokens.
+    pub fn rollout_log_probs(&self) -> &[f32] {
+        &self.rollout_log_probs
+    }
+
+    /// `sum(loss_mask)`: the number of tokens the trainer learns from.
+    pub fn effective_response_length(&self) -> usize {
+        self.loss_mask.iter().map(|&m| m as usize).sum()
+    }
+
+    /// Sets the prompt ids of a sample that has no response yet (slime sets `tokens` to the
+    /// prompt ids on the first generate call).
+    pub fn set_prompt_tokens(&mut self, prompt_tokens: Vec<u32>) -> Result<(), SampleError> {
+        if self.response_length != 0 {
+            return Err(SampleError::PromptAfterResponse {
+                response_length: self.response_length,
+            });
+        }
+        self.tokens = prompt_tokens;
+        Ok(())
+    }
+
+    /// The one place a sample grows. Checks everything first, so on error nothing changed.
+    pub fn append_response_tokens(&mut self, segment: Segment<'_>) -> Result<(), SampleError> {
+        match segment {
+            Segment::Generated { tokens, log_probs } => {
+                if tokens.len() != log_probs.len() {
+                    return Err(SampleError::LengthMismatch {
+                        tokens: tokens.len(),
+                        log_probs: log_probs.len(),
+                    });
+                }
+                for (i, &value) in log_probs.iter().enumerate() {
+                    let index = self.response_length + i;
+                    if !value.is_finite() {
+                        return Err(SampleError::NonFiniteLogprob { index, value });
+                    }
+                    if value > 0.0 {
+                        return Err(SampleError::PositiveLogprob { index, value });
+                    }
+                }
+                self.tokens.extend_from_slice(tokens);
+                self.rollout_log_probs.extend_from_slice(log_probs);
+                self.loss_mask
+                    .resize(self.loss_mask.len() + tokens.len(), 1);
+                self.response_length += tokens.len();
+            }
+            Segment::Environment { tokens } => {
+                self.tokens.extend_from_slice(tokens);
+                let n = self.rollout_log_probs.len() + tokens.len();
+                self.rollout_log_probs.resize(n, 0.0);
+                self.loss_mask.resize(n, 0);
+                self.response_length += tokens.len();
+            }
+        }
+        self.check_invariants()
+    }
+
+    /// Appends tool or environment output (mask 0, logprob 0.0) and its text.
+    pub fn append_environment(&mut self, tokens: &[u32], text: &str) -> Result<(), SampleError> {
+        self.append_response_tokens(Segment::Environment { tokens })?;
+        self.response.push_str(text);
+        Ok(())
+    }
+
+    /// Appends a validated generation: its tokens and logprobs, its text, the status implied by
+    /// its finish_reason, the weight version and the prefix-cache counters.
+    pub fn apply_turn(&mut self, turn: &Turn) -> Result<(), SampleError> {
+        match &turn.logprobs {
+            Some(log_probs) => self.append_response_tokens(Segment::Generated {
+                tokens: &turn.output_ids,
+                log_probs,
+            })?,
+            None if turn.output_ids.is_empty() => {}
+            None => {
+                return Err(SampleError::TrainableWithoutLogprobs {
+                    tokens: turn.output_ids.len(),
+                });
+            }
+        }
+        self.response.push_str(&turn.text);
+        if let Some(status) = turn.status() {
+            self.status = status;
+        }
+        let meta = &turn.meta_info;
+        if let Some(v) = &meta.weight_version {
+            self.weight_versions.push(v.clone());
+        }
+        self.prefix_cache_info.cached_tokens += meta.cached_tokens.unwrap_or(0) as u64;
+        self.prefix_cache_info.total_prompt_tokens += meta.prompt_tokens.unwrap_or(0) as u64;
+        if let Some(verify) = meta.spec_verify_ct {
+            // Each verify step yields one token of its own; the rest were accepted drafts.
+            let completion = turn.output_ids.len() as u64;
+            let verify = verify as u64;
+            self.spec_info.spec_verify_ct += verify;
+            self.spec_info.completion_token_num += completion;
+            self.spec_info.spec_accept_token_num += completion.saturating_sub(verify);
+        }
+        Ok(())
+    }
+
+    /// Sets the loss mask of every response token so far to 0, as slime's
+    /// `--mask-offpolicy-in-partial-rollout` does before resuming: tokens generated by an older
+    /// policy are kept as context but not trained on.
+    pub fn mask_offpolicy_prefix(&mut self) {
+        self.loss_mask.iter_mut().for_each(|m| *m = 0);
+    }
+
+    /// The invariants every public method maintains; returned as an error rather than assumed.
+    pub fn check_invariants(&self) -> Result<(), SampleError> {
+        if self.tokens.len() < self.response_length
+            || self.loss_mask.len() != self.response_length
+            || self.rollout_log_probs.len() != self.response_length
+        {
+            return Err(SampleError::Invariant {
+                tokens: self.tokens.len(),
+                response_length: self.response_length,
+                loss_mask: self.loss_mask.len(),
+                log_probs: self.rollout_log_probs.len(),
+            });
+        }
+        Ok(())
+    }
+
+    /// One JSON object with slime's `to_dict()` keys.
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string(self)
+    }
+
+    pub fn from_json(line: &str) -> Result<Sample, serde_json::Error> {
+        serde_json::from_str(line)
+    }
+}
+
+/// Writes samples as JSON lines (one `to_dict()` object per line).
+pub fn write_jsonl<'a, W: Write>(
+    mut w: W,
+    samples: impl IntoIterator<Item = &'a Sample>,
+) -> std::io::Result<()> {
+    for s in samples {
+        serde_json::to_writer(&mut w, s)?;
+        w.write_all(b"\n")?;
+    }
+    w.flush()
+}
+
+/// Reads JSON lines written by [`write_jsonl`] or by Python's `json.dumps(sample.to_dict())`,
+/// checking every sample's invariants. Blank lines are skipped.
+pub fn read_jsonl<R: BufRead>(r: R) -> Result<Vec<Sample>, JsonlError> {
+    let mut out = Vec::new();
+    for (i, line) in r.lines().enumerate() {
+        let line = line.map_err(|source| JsonlError::Io {
+            line: i + 1,
+            source,
+        })?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        out.push(
+            serde_json::from_str(&line).map_err(|source| JsonlError::Json {
+                line: i + 1,
+                source,
+            })?,
+        );
+    }
+    Ok(out)
+}
+
+/// A JSONL file that could not be read into samples.
+#[derive(Debug, thiserror::Error)]
+pub enum JsonlError {
+    #[error("could not read line {line}")]
+    Io {
+        line: usize,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("line {line} is not a valid sample")]
+    Json {
+        line: usize,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// What Python may write: the same keys, with `None` where we always have a list.
+#[derive(Deserialize)]
+#[serde(default)]
+struct SampleRecord {
+    group_index: Option<usize>,
+    index: Option<usize>,
+    rollout_id: Option<u64>,
+    /// v0.3.0 name of `rollout_id`.
+    group_id: Option<u64>,
+    prompt: Prompt,
+    tokens: Vec<u32>,
+    multimodal_inputs: Option<Value>,
+    multimodal_train_inputs: Option<Value>,
+    multimodal_train_input_id: Option<String>,
+    apply_chat_template_kwargs: Option<Map<String, Value>>,
+    response: String,
+    response_length: usize,
+    label: Option<String>,
+    reward: Option<Reward>,
+    loss_mask: Option<Vec<u8>>,
+    weight_versions: Vec<String>,
+    rollout_log_probs: Option<Vec<f32>>,
+    rollout_top_p_token_ids: Option<Vec<u32>>,
+    rollout_top_p_token_offsets: Option<Vec<u32>>,
+    rollout_routed_experts: Option<Value>,
+    remove_sample: bool,
+    teacher_log_probs: Option<Vec<f32>>,
+    status: SampleStatus,
+    metadata: Option<Map<String, Value>>,
+    generate_function_path: Option<String>,
+    custom_rm_path: Option<String>,
+    train_metadata: Option<Map<String, Value>>,
+    session_id: Option<String>,
+    non_generation_time: f64,
+    spec_info: SpecInfo,
+    prefix_cache_info: PrefixCacheInfo,
+    #[serde(flatten)]
+    extra: Map<String, Value>,
+}
+
+impl Default for SampleRecord {
+    fn default() -> Self {
+        SampleRecord {
+            group_index: None,
+            index: None,
+            rollout_id: None,
+            group_id: None,
+            prompt: Prompt::default(),
+            tokens: Vec::new(),
+            multimodal_inputs: None,
+            multimodal_train_inputs: None,
+            multimodal_train_input_id: None,
+            apply_chat_template_kwargs: None,
+            response: String::new(),
+            response_length: 0,
+            label: None,
+            reward: None,
+            loss_mask: None,
+            weight_versions: Vec::new(),
+            rollout_log_probs: None,
+            rollout_top_p_token_ids: None,
+            rollout_top_p_token_offsets: None,
+            rollout_routed_experts: None,
+            remove_sample: false,
+            teacher_log_probs: None,
+            status: SampleStatus::Pending,
+            metadata: None,
+            generate_function_path: None,
+            custom_rm_path: None,
+            train_metadata: None,
+            session_id: None,
+            non_generation_time: 0.0,
+            spec_info: SpecInfo::default(),
+            prefix_cache_info: PrefixCacheInfo::default(),
+            extra: Map::new(),
+        }
+    }
+}
+
+impl TryFrom<SampleRecord> for Sample {
+    type Error = SampleError;
+
+    fn try_from(r: SampleRecord) -> Result<Self, Self::Error> {
+        let response_length = r.response_length;
+        // slime materialises a missing mask as all ones; a missing logprob list is exactly the
+        // issue #1976 state, so it is refused unless there is nothing to have logprobs for.
+        let loss_mask = r.loss_mask.unwrap_or_else(|| vec![1; response_length]);
+        let rollout_log_probs = match r.rollout_log_probs {
+            Some(v) => v,
+            None if response_length == 0 => Vec::new(),
+            None => return Err(SampleError::MissingRolloutLogProbs { response_length }),
+        };
+        if let Some((index, &value)) = loss_mask.iter().enumerate().find(|(_, m)| **m > 1) {
+            return Err(SampleError::BadLossMask { index, value });
+        }
+        for (index, &value) in rollout_log_probs.iter().enumerate() {
+            if !value.is_finite() {
+                return Err(SampleError::NonFiniteLogprob { index, value });
+            }
+            if value > 0.0 {
+                return Err(SampleError::PositiveLogprob { index, value });
+            }
+        }
+        let s = Sample {
+            group_index: r.group_index,
+            index: r.index,
+            rollout_id: r.rollout_id.or(r.group_id),
+            prompt: r.prompt,
+            tokens: r.tokens,
+            multimodal_inputs: r.multimodal_inputs,
+            multimodal_train_inputs: r.multimodal_train_inputs,
+            multimodal_train_input_id: r.multimodal_train_input_id,
+            apply_chat_template_kwargs: r.apply_chat_template_kwargs.unwrap_or_default(),
+            response: r.response,
+            response_length,
+            label: r.label,
+            reward: r.reward,
+            loss_mask,
+            weight_versions: r.weight_versions,
+            rollout_log_probs,
+            rollout_top_p_token_ids: r.rollout_top_p_token_ids,
+            rollout_top_p_token_offsets: r.rollout_top_p_token_offsets,
+            rollout_routed_experts: r.rollout_routed_experts,
+            remove_sample: r.remove_sample,
+            teacher_log_probs: r.teacher_log_probs,
+            status: r.status,
+            metadata: r.metadata.unwrap_or_default(),
+            generate_function_path: r.generate_function_path,
+            custom_rm_path: r.custom_rm_path,
+            train_metadata: r.train_metadata,
+            session_id: r.session_id,
+            non_generation_time: r.non_generation_time,
+            spec_info: r.spec_info,
+            prefix_cache_info: r.prefix_cache_info,
+            extra: r.extra,
+        };
+        s.check_invariants()?;
+        Ok(s)
+    }
+}

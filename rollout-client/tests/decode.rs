@@ -1,0 +1,352 @@
+//! Non-stream bodies from `tests/data/`: every shape of spec sections 2 and 7 and every malformed variant.
+
+use rollout_client::turn::{parse_many, parse_single};
+use rollout_client::wire::{self, ResponseBody};
+use rollout_client::{FinishReason, ResponseError, StopMatch};
+
+use crate::common::{check, data};
+
+fn single(name: &str) -> Result<Vec<rollout_client::Turn>, ResponseError> {
+    parse_single(&data(name), true).map(|t| vec![t])
+}
+
+#[test]
+fn spec_7_1_mid_and_latest() {
+    let expected = r#"stop (token 151645) ids=[12095, 13, 151645] lps=Some([-0.2031, -0.5522, -0.0104]) text=" Paris.""#;
+    check(single("7_1_single_mid.json"), expected);
+    check(single("7_1_single_latest.json"), expected);
+    check(single("7_2_text_in_logprobs.json"), expected);
+}
+
+#[test]
+fn spec_7_1_keeps_meta_info_and_top_logprobs() {
+    let t = parse_single(&data("7_1_single_mid.json"), true).unwrap();
+    let m = &t.meta_info;
+    assert_eq!(m.id.as_deref(), Some("5f0c1e0b9a3d4c7e8f1a2b3c4d5e6f70"));
+    assert_eq!(
+        (m.prompt_tokens, m.completion_tokens, m.cached_tokens),
+        (Some(5), Some(3), Some(0))
+    );
+    assert_eq!(m.weight_version.as_deref(), Some("default"));
+    assert_eq!(m.e2e_latency, Some(0.0412));
+    let input = m.input_token_logprobs.as_ref().unwrap();
+    assert_eq!(
+        (input.ids.as_slice(), input.nulls.as_slice()),
+        (&[374][..], &[0][..])
+    );
+    let top = m.output_top_logprobs.as_ref().unwrap();
+    assert_eq!(top.len(), 3);
+    let second = &top[1].as_ref().unwrap()[1];
+    assert_eq!(
+        (second.logprob, second.token_id, second.text.as_deref()),
+        (Some(-1.0833), 11, None)
+    );
+    assert_eq!(m.input_top_logprobs.as_deref(), Some(&[None][..]));
+
+    let latest = parse_single(&data("7_1_single_latest.json"), true)
+        .unwrap()
+        .meta_info;
+    assert_eq!(latest.output_token_logprobs_length, Some(3));
+    assert_eq!(
+        (latest.num_retractions, latest.reasoning_tokens),
+        (Some(0), Some(0))
+    );
+    assert_eq!(latest.response_sent_to_client_ts, Some(1767225600.123));
+    assert!(latest.input_token_logprobs.unwrap().is_empty());
+}
+
+#[test]
+fn text_in_logprobs_is_read_but_not_kept_per_token() {
+    let t = parse_single(&data("7_2_text_in_logprobs.json"), true).unwrap();
+    assert_eq!(t.text, " Paris.");
+    assert_eq!(t.output_ids, [12095, 13, 151645]);
+}
+
+#[test]
+fn finish_reason_shapes() {
+    let cases: &[(&str, FinishReason)] = &[
+        (
+            "7_1_single_mid.json",
+            FinishReason::Stop {
+                matched: Some(StopMatch::Token(151645)),
+            },
+        ),
+        (
+            "stop_matched_str.json",
+            FinishReason::Stop {
+                matched: Some(StopMatch::Text("\n\n".into())),
+            },
+        ),
+        ("7_3_nonstream.json", FinishReason::Length { length: 3 }),
+        (
+            "7_5_abort_waiting_queue.json",
+            FinishReason::Abort {
+                message: Some("Abort in waiting queue".into()),
+                status_code: None,
+                err_type: None,
+            },
+        ),
+        (
+            "7_5_abort_running.json",
+            FinishReason::Abort {
+                message: Some("Aborted".into()),
+                status_code: None,
+                err_type: None,
+            },
+        ),
+        (
+            "abort_status_400.json",
+            FinishReason::Abort {
+                message: Some(
+                    "req.logprob_start_len=9 is higher than the number of input tokens".into(),
+                ),
+                status_code: Some(400),
+                err_type: Some("BadRequestError".into()),
+            },
+        ),
+        (
+            "unknown_finish_type.json",
+            FinishReason::Other {
+                kind: "timeout".into(),
+            },
+        ),
+    ];
+    for (name, want) in cases {
+        let t = parse_single(&data(name), true).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        assert_eq!(&t.finish_reason, want, "{name}");
+    }
+}
+
+#[test]
+fn statuses_follow_finish_reason() {
+    use rollout_client::SampleStatus::*;
+    for (name, want) in [
+        ("7_1_single_mid.json", Some(Completed)),
+        ("7_3_nonstream.json", Some(Truncated)),
+        ("7_5_abort_running.json", Some(Aborted)),
+        ("unknown_finish_type.json", None),
+    ] {
+        assert_eq!(
+            parse_single(&data(name), true).unwrap().status(),
+            want,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn aborts() {
+    check(
+        single("7_5_abort_waiting_queue.json"),
+        r#"abort ("Abort in waiting queue") ids=[] lps=Some([]) text="""#,
+    );
+    // Running abort keeps the partial tokens with their logprobs; completion_tokens (7) is not
+    // held against an abort.
+    check(
+        single("7_5_abort_running.json"),
+        r#"abort ("Aborted") ids=[101, 102] lps=Some([-0.75, -0.5]) text=" partial""#,
+    );
+    // MID "Abort before prefill": no output_ids and no logprobs at all.
+    check(
+        single("abort_before_prefill_mid.json"),
+        r#"abort ("Abort before prefill") ids=[] lps=Some([]) text="""#,
+    );
+    check(
+        single("abort_status_400.json"),
+        r#"abort ("req.logprob_start_len"#,
+    );
+    // Logprobs missing on an abort: an empty ABORTED turn, never ids without logprobs.
+    check(
+        single("abort_no_logprob_key_partial_ids.json"),
+        r#"abort ("Unknown error") ids=[] lps=Some([]) text="""#,
+    );
+}
+
+#[test]
+fn other_valid_shapes() {
+    check(
+        single("max_new_tokens_0.json"),
+        r#"length (0) ids=[] lps=Some([]) text="""#,
+    );
+    check(
+        single("stop_matched_str.json"),
+        r#"stop ("\n\n") ids=[785, 4226, 13, 13] lps=Some([-1.0, -0.5, -0.25, 0.0])"#,
+    );
+    // Ids above 100,000 and up to u32::MAX; a subnormal logprob stays finite.
+    check(
+        single("large_ids.json"),
+        "length (2) ids=[151645, 4294967295] lps=Some([-3.0, -1e-45])",
+    );
+    // Very old servers: no output_ids, so the ids come from the triples (slime's item[1]).
+    check(
+        single("old_no_output_ids.json"),
+        "stop (token 151645) ids=[12095, 13, 151645] lps=Some([-0.2031, -0.5522, -0.0104])",
+    );
+    check(
+        parse_single(&data("no_logprobs_requested.json"), false).map(|t| vec![t]),
+        r#"length (2) ids=[1052, 0] lps=None text=" there""#,
+    );
+}
+
+#[test]
+fn batch_and_n_arrays() {
+    check(
+        parse_many(&data("7_4_batch.json"), false),
+        "length (8) ids=[1052, 0, 2585, 646, 358, 1492, 498, 3351] lps=None text=\" there! How can I help\"\n\
+         stop (token 151643) ids=[19, 151643] lps=None text=\"4\"",
+    );
+    check(
+        parse_many(&data("n2_logprobs.json"), true),
+        "length (2) ids=[5, 6] lps=Some([-0.5, -0.25]) text=\"x\"\nstop (token 2) ids=[7, 2] lps=Some([-1.5, -0.125])",
+    );
+    // A single object is a batch of one; an array where one object is expected is an error.
+    assert_eq!(
+        parse_many(&data("7_1_single_mid.json"), true)
+            .unwrap()
+            .len(),
+        1
+    );
+    check(single("n2_logprobs.json"), "ExpectedObject { len: 2 }");
+    assert!(matches!(wire::decode_body(b" \n[]").unwrap(), ResponseBody::Many(v) if v.is_empty()));
+}
+
+#[test]
+fn malformed_bodies_are_typed_errors() {
+    let cases: &[(&str, &str)] = &[
+        ("bad_missing_meta_info.json", "MissingMetaInfo"),
+        (
+            "bad_missing_logprobs.json",
+            r#"MissingOutputLogprobs { finish_reason: "stop (token 151645)" }"#,
+        ),
+        ("bad_missing_finish_reason.json", "MissingFinishReason"),
+        ("bad_null_finish_reason.json", "MissingFinishReason"),
+        (
+            "bad_length_mismatch.json",
+            "LengthMismatch { ids: 3, logprobs: 2 }",
+        ),
+        (
+            "bad_more_logprobs_than_ids.json",
+            "LengthMismatch { ids: 3, logprobs: 4 }",
+        ),
+        (
+            "bad_token_id_mismatch.json",
+            "TokenIdMismatch { index: 1, expected: 13, got: 14 }",
+        ),
+        (
+            "bad_null_logprob.json",
+            "NullLogprob { index: 2, token_id: 151645 }",
+        ),
+        (
+            "bad_positive_logprob.json",
+            "PositiveLogprob { index: 1, token_id: 13, value: 0.5 }",
+        ),
+        (
+            "bad_overflow_logprob.json",
+            "NonFiniteLogprob { index: 0, token_id: 12095, value: -inf }",
+        ),
+        (
+            "bad_completion_tokens.json",
+            "CompletionTokensMismatch { completion_tokens: 8, ids: 3 }",
+        ),
+        (
+            "bad_prompt_leak_17240.json",
+            "LengthMismatch { ids: 5, logprobs: 3 }",
+        ),
+        (
+            "bad_logprobs_length_field.json",
+            "LogprobsLengthField { declared: 4, actual: 3 }",
+        ),
+        (
+            "bad_nan_literal.json",
+            r#"NonFiniteLiteral { literal: "NaN", line: 6"#,
+        ),
+        (
+            "bad_infinity_literal.json",
+            r#"NonFiniteLiteral { literal: "Infinity", line: 6"#,
+        ),
+        (
+            "bad_neg_infinity_literal.json",
+            r#"NonFiniteLiteral { literal: "-Infinity", line: 6"#,
+        ),
+        ("bad_truncated_body.json", "Json(Error(\"EOF while parsing"),
+        (
+            "bad_triple_too_short.json",
+            "Json(Error(\"invalid length 2, expected a [logprob, token_id, token_text] triple",
+        ),
+        (
+            "bad_triple_too_long.json",
+            "Json(Error(\"invalid length 4, expected a [logprob, token_id, token_text] triple",
+        ),
+        (
+            "bad_negative_id.json",
+            "Json(Error(\"invalid value: integer `-13`, expected u32",
+        ),
+        (
+            "bad_string_logprob.json",
+            "Json(Error(\"invalid type: string \\\"-0.5\\\", expected f64",
+        ),
+        (
+            "bad_length_without_length.json",
+            "Json(Error(\"finish_reason of type \\\"length\\\" has no \\\"length\\\" key",
+        ),
+    ];
+    for (name, want) in cases {
+        let got = crate::common::render(&single(name));
+        assert!(
+            got.starts_with(want),
+            "{name}:\n  expected prefix {want}\n  got {got}"
+        );
+    }
+}
+
+#[test]
+fn batch_item_errors_name_the_item() {
+    check(
+        parse_many(&data("bad_n2_second_item.json"), true),
+        "Item { index: 1, source: NullLogprob { index: 1, token_id: 2 } }",
+    );
+}
+
+#[test]
+fn error_messages_say_what_and_which_value() {
+    let e = parse_single(&data("bad_token_id_mismatch.json"), true).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "token id mismatch at index 1: `output_ids` has 13 but `output_token_logprobs` has 14"
+    );
+    let e = parse_single(&data("bad_nan_literal.json"), true).unwrap_err();
+    assert!(
+        e.to_string().contains("bare literal `NaN` at line 6"),
+        "{e}"
+    );
+    // The serde_json error is kept as the source, not flattened into a string.
+    let source = std::error::Error::source(&e).expect("source kept");
+    assert!(source.to_string().contains("line 6"), "{source}");
+}
+
+#[test]
+fn logprobs_missing_when_not_requested_is_fine_but_ids_are_needed() {
+    let body = br#"{"text":"a","meta_info":{"finish_reason":{"type":"stop","matched":2},"completion_tokens":1}}"#;
+    check(
+        parse_single(body, false).map(|t| vec![t]),
+        "MissingOutputIds",
+    );
+}
+
+#[test]
+fn error_bodies_of_every_shape() {
+    use rollout_client::client::error_message;
+    assert_eq!(
+        error_message(&data("error_value_error.json")),
+        "Either text, input_ids or input_embeds should be provided."
+    );
+    assert_eq!(
+        error_message(&data("error_object.json")),
+        "The server is busy. Please try again later."
+    );
+    assert!(error_message(&data("error_422_old.json")).contains("value is not a valid list"));
+    assert_eq!(
+        error_message(b"Internal Server Error"),
+        "Internal Server Error"
+    );
+}

@@ -1,0 +1,14 @@
+//! Integration tests of rollout-client, built as one binary (one `mod` per area).
+
+/// Shared helpers: fixture loading, the data-driven `check`, and a scripted HTTP/1.1 server.
+mod common;
+/// Non-stream bodies from `tests/data/`: every shape of spec sections 2 and 7 and every malformed variant.
+mod decode;
+/// `Client` against the scripted server: retries, Retry-After, timeouts, cut streams, error bodies.
+mod http;
+/// Rollouts against a scripted generating server: multi-turn, budgets, partial resume, groups.
+mod rollout;
+/// `Sample`: invariants (including proptest over random appends), status mapping, JSONL.
+mod sample;
+/// SSE framing and stream reassembly: all three modes, frames split anywhere, errors, batches.
+mod stream;
