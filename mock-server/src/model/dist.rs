@@ -1,11 +1,16 @@
 //! The next-token distribution: a handful of explicit candidates over a uniform tail, with an exact normaliser.
 //!
-//! At every context the model gives [`CANDIDATES`] content tokens and `<|im_end|>` an explicit logit; every other
-//! id in the vocabulary shares one tail logit, [`TAIL_LOGIT`], which lies below every explicit logit. The
-//! normaliser is therefore a closed form, `Z = sum(exp(l_k / T)) + n_tail * exp(l_tail / T)`, and a step costs the
-//! same for a vocabulary of 1,024 or 1,000,000 ids. Because the tail sits below the candidates, the sorted order of
-//! the whole vocabulary is known without sorting it: the candidates in descending logit, then the tail ids in
-//! ascending id order. Every top-k / top-p / min-p filter keeps a prefix of that order, so sampling is exact too.
+//! At every context the model gives [`CANDIDATES`] content tokens and `<|im_end|>` an explicit weight (the
+//! exponential of a logit); every other id in the vocabulary shares one tail logit, [`TAIL_LOGIT`], which lies below
+//! every explicit logit. The normaliser is therefore a closed form, `Z = sum(w_k^(1/T)) + n_tail * exp(l_tail / T)`,
+//! and a step costs the same for a vocabulary of 1,024 or 1,000,000 ids. Because the tail sits below the candidates,
+//! the sorted order of the whole vocabulary is known without sorting it: the candidates in descending weight, then
+//! the tail ids in ascending id order. Every top-k / top-p / min-p filter keeps a prefix of that order, so sampling is
+//! exact too.
+//!
+//! The model is defined in the weight domain: each candidate's weight is the one before it times a random ratio
+//! below 1. At temperature 1, the default of RL rollouts, a step therefore needs no `exp` for the candidates and
+//! one `ln` for the reported logprob.
 
 use super::tokenizer::Tokenizer;
 
@@ -13,6 +18,8 @@ use super::tokenizer::Tokenizer;
 pub const CANDIDATES: usize = 8;
 /// The logit every non-candidate id shares.
 pub const TAIL_LOGIT: f64 = -12.0;
+/// `exp(TAIL_LOGIT)`, the tail's weight at temperature 1.
+const TAIL_WEIGHT: f64 = 6.144_212_353_328_21e-6;
 /// Explicit entries per context: the content candidates and `<|im_end|>`.
 const EXPLICIT: usize = CANDIDATES + 1;
 /// Single-byte tokens the model proposes as punctuation.
@@ -36,13 +43,14 @@ pub(crate) fn unit(h: u64) -> f64 {
     (h >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
-/// The unscaled logits the model assigns at one context: explicit `(id, logit)` pairs in no particular order.
+/// What the model assigns at one context at temperature 1: `(id, weight)` pairs, where the weight is
+/// `exp(logit)`. The content candidates come first in strictly descending weight; `<|im_end|>` is last.
 #[derive(Clone, Debug)]
 pub(crate) struct Logits {
     pub(crate) explicit: [(u32, f64); EXPLICIT],
 }
 
-/// Computes the model's logits for the next token after `context`.
+/// Computes the model's weights for the next token after `context`.
 ///
 /// The candidates depend on the server seed, the context length and the last three tokens, so text varies along a
 /// sequence while the model stays a pure function of the context (a continuation that re-sends earlier output as
@@ -59,31 +67,42 @@ pub(crate) fn logits(
     since_special: usize,
 ) -> Logits {
     debug_assert_eq!(since_special, count_since_special(tokenizer, context));
-    let mut h = mix(seed, context.len() as u64);
-    for back in 1..=3 {
-        let id = context
+    // The context key packs the last three ids into one word (21 bits each is enough for every vocabulary the
+    // tokenizer supports), so two rounds of mixing cover seed, tokens and length.
+    let back = |k: usize| {
+        context
             .len()
-            .checked_sub(back)
-            .map_or(u64::MAX, |i| u64::from(context[i]));
-        h = mix(h, id);
-    }
+            .checked_sub(k)
+            .map_or(0x1F_FFFF, |i| u64::from(context[i]))
+    };
+    let tokens = back(1) | back(2) << 21 | back(3) << 42;
+    let h = splitmix64(splitmix64(seed ^ tokens) ^ context.len() as u64);
     let im_end = tokenizer.im_end_id();
     let (first_word, words) = tokenizer.word_range();
 
-    // Peakedness varies per context: some positions are nearly certain, others nearly flat.
-    let sharpness = 0.3 + 2.7 * unit(mix(h, 0x5348_4152));
+    // One SplitMix64 stream per context supplies every random choice; each draw's 64 bits are split between the
+    // candidate's kind (low 7 bits), the space flag (bits 8..11), the ratio to the next weight (bits 11..32) and
+    // its id (high 32 bits).
+    let mut stream = h;
+    let mut next = || {
+        stream = stream.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        splitmix64(stream)
+    };
+    // Peakedness varies per context: with `flatness` near 0 the first candidate takes almost all the mass, near 1
+    // the eight share it.
+    let flatness = 0.05 + 0.9 * unit(next());
+    let mut weight = 50.0 + 40.0 * unit(next());
     let mut explicit = [(0u32, 0.0f64); EXPLICIT];
     let mut n = 0;
-    let mut draw = 0u64;
     while n < CANDIDATES {
-        draw += 1;
-        let r = mix(h, draw);
-        let id = if r % 100 < 12 {
-            u32::from(PUNCTUATION[((r >> 8) % PUNCTUATION.len() as u64) as usize])
+        let r = next();
+        let id = if r % 128 < 15 {
+            u32::from(PUNCTUATION[((r >> 32) % PUNCTUATION.len() as u64) as usize])
         } else {
-            let mut w = ((r >> 8) % u64::from(words)) as u32;
+            // A multiply-shift maps 32 random bits onto the word range without a division.
+            let mut w = (((r >> 32) * u64::from(words)) >> 32) as u32;
             // Mostly words that start with a space, so text reads as words.
-            if !w.is_multiple_of(2) && !(r >> 48).is_multiple_of(8) {
+            if !w.is_multiple_of(2) && (r >> 8) & 7 != 0 {
                 w -= 1;
             }
             first_word + w
@@ -91,11 +110,13 @@ pub(crate) fn logits(
         if id == im_end || explicit[..n].iter().any(|&(e, _)| e == id) {
             continue;
         }
-        let noise = unit(mix(h, 0x4E4F_4953 + n as u64)) - 0.5;
-        explicit[n] = (id, 4.0 - sharpness * ((n + 1) as f64).ln() + noise);
+        explicit[n] = (id, weight);
+        // The ratio lies in [0.55, 1) times `flatness` < 1, so weights fall strictly and stay sorted.
+        let jitter = ((r >> 11) & 0x1F_FFFF) as f64 / f64::from(1u32 << 21);
+        weight *= flatness * (0.55 + 0.45 * jitter);
         n += 1;
     }
-    explicit[CANDIDATES] = (im_end, (-6.0 + 0.05 * since_special as f64).min(2.0));
+    explicit[CANDIDATES] = (im_end, (-6.0 + 0.05 * since_special as f64).min(2.0).exp());
     Logits { explicit }
 }
 
@@ -111,17 +132,17 @@ pub(crate) fn count_since_special(tokenizer: &Tokenizer, context: &[u32]) -> usi
 /// The distribution over the whole vocabulary at one context and temperature, with some ids masked out.
 #[derive(Clone, Debug)]
 pub struct Distribution<'m> {
-    /// Explicit entries that are not masked, as `(id, scaled logit)`, sorted by descending logit then ascending id.
+    /// Explicit entries that are not masked, as `(id, weight)`, sorted by descending weight then ascending id. A
+    /// weight is an unnormalised probability: `exp(logit / T)` up to a common factor.
     explicit: [(u32, f64); EXPLICIT],
     n_explicit: usize,
-    /// The scaled tail logit.
-    tail_logit: f64,
+    /// The weight every tail id has, in the same units.
+    tail_weight: f64,
     /// Ids in the tail: every id that is neither explicit nor masked.
     tail_count: u64,
-    /// Sorted ids that are not in the tail (explicit ones and masked ones), to enumerate the tail in id order.
-    not_tail: [u32; EXPLICIT],
     masked: &'m [u32],
-    log_z: f64,
+    /// Sum of all weights: the normaliser.
+    z: f64,
 }
 
 impl<'m> Distribution<'m> {
@@ -134,34 +155,48 @@ impl<'m> Distribution<'m> {
         masked: &'m [u32],
     ) -> Distribution<'m> {
         debug_assert!(masked.windows(2).all(|w| w[0] < w[1]));
+        let is_masked = |id: u32| !masked.is_empty() && masked.binary_search(&id).is_ok();
         let mut explicit = [(0u32, 0.0f64); EXPLICIT];
-        let mut not_tail = [u32::MAX; EXPLICIT];
         let mut n = 0;
-        for &(id, logit) in &logits.explicit {
-            if masked.binary_search(&id).is_err() {
-                explicit[n] = (id, logit / temperature);
-                not_tail[n] = id;
+        // Content candidates arrive sorted; the end-of-turn entry is inserted at its rank.
+        for &entry in &logits.explicit[..CANDIDATES] {
+            if !is_masked(entry.0) {
+                explicit[n] = entry;
                 n += 1;
             }
         }
-        explicit[..n].sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        not_tail[..n].sort_unstable();
-        let tail_logit = TAIL_LOGIT / temperature;
+        let eos = logits.explicit[CANDIDATES];
+        if !is_masked(eos.0) {
+            let at = explicit[..n]
+                .iter()
+                .position(|e| e.1 < eos.1 || (e.1 == eos.1 && e.0 > eos.0))
+                .unwrap_or(n);
+            explicit.copy_within(at..n, at + 1);
+            explicit[at] = eos;
+            n += 1;
+        }
+        let mut tail_weight = TAIL_WEIGHT;
+        if temperature != 1.0 {
+            // w^(1/T) = exp(ln(w) / T), shifted by the largest scaled logit so nothing overflows at small T.
+            let inv_t = 1.0 / temperature;
+            let tail_logit = TAIL_LOGIT * inv_t;
+            let shift = explicit[..n]
+                .first()
+                .map_or(tail_logit, |e| (e.1.ln() * inv_t).max(tail_logit));
+            for e in &mut explicit[..n] {
+                e.1 = (e.1.ln() * inv_t - shift).exp();
+            }
+            tail_weight = (tail_logit - shift).exp();
+        }
         let tail_count = u64::from(vocab_size) - n as u64 - masked.len() as u64;
-
-        // log-sum-exp in closed form, shifted by the largest logit for stability.
-        let max = explicit[..n].iter().map(|e| e.1).fold(tail_logit, f64::max);
-        let mut z: f64 = explicit[..n].iter().map(|e| (e.1 - max).exp()).sum();
-        z += tail_count as f64 * (tail_logit - max).exp();
-        let log_z = max + z.ln();
+        let z = explicit[..n].iter().map(|e| e.1).sum::<f64>() + tail_count as f64 * tail_weight;
         Distribution {
             explicit,
             n_explicit: n,
-            tail_logit,
+            tail_weight,
             tail_count,
-            not_tail,
             masked,
-            log_z,
+            z,
         }
     }
 
@@ -171,13 +206,13 @@ impl<'m> Distribution<'m> {
 
     /// The natural-log probability of `id` (`-inf` for a masked id or one outside the vocabulary).
     pub fn logprob(&self, id: u32) -> f64 {
-        if let Some(&(_, l)) = self.explicit().iter().find(|e| e.0 == id) {
-            return l - self.log_z;
+        if let Some(&(_, w)) = self.explicit().iter().find(|e| e.0 == id) {
+            return (w / self.z).ln();
         }
         if self.masked.binary_search(&id).is_ok() || u64::from(id) >= self.vocab_size() {
             return f64::NEG_INFINITY;
         }
-        self.tail_logit - self.log_z
+        self.tail_logprob()
     }
 
     fn vocab_size(&self) -> u64 {
@@ -186,25 +221,27 @@ impl<'m> Distribution<'m> {
 
     /// The log-probability each tail id has.
     pub fn tail_logprob(&self) -> f64 {
-        self.tail_logit - self.log_z
+        (self.tail_weight / self.z).ln()
     }
 
     /// The sum of the probabilities of every id in the vocabulary; 1 up to rounding.
     pub fn total_probability(&self) -> f64 {
-        let explicit: f64 = self
-            .explicit()
-            .iter()
-            .map(|e| (e.1 - self.log_z).exp())
-            .sum();
-        explicit + self.tail_count as f64 * self.tail_logprob().exp()
+        let explicit: f64 = self.explicit().iter().map(|e| e.1 / self.z).sum();
+        explicit + self.tail_count as f64 * (self.tail_weight / self.z)
     }
 
     /// The `rank`-th id of the tail in ascending id order.
     fn tail_id(&self, rank: u64) -> u32 {
-        let mut id = rank;
-        // Walk the sorted non-tail ids, skipping each one at or below the candidate.
+        // The ids that are not in the tail, sorted: the explicit ones and the masked ones.
+        let mut not_tail = [u32::MAX; EXPLICIT];
+        for (slot, e) in not_tail.iter_mut().zip(self.explicit()) {
+            *slot = e.0;
+        }
+        not_tail[..self.n_explicit].sort_unstable();
+        let mut explicit = not_tail[..self.n_explicit].iter().peekable();
         let mut masked = self.masked.iter().peekable();
-        let mut explicit = self.not_tail[..self.n_explicit].iter().peekable();
+        // Walk them in ascending order, stepping past each one at or below the candidate id.
+        let mut id = rank;
         loop {
             let next = match (masked.peek(), explicit.peek()) {
                 (Some(&&m), Some(&&e)) => m.min(e),
@@ -228,8 +265,8 @@ impl<'m> Distribution<'m> {
     /// The `n` most probable ids with their log-probabilities, in descending order (ties in ascending id order),
     /// appended to `out`. Fewer than `n` only if the vocabulary has fewer unmasked ids.
     pub fn top(&self, n: usize, out: &mut Vec<(u32, f64)>) {
-        for &(id, l) in self.explicit().iter().take(n) {
-            out.push((id, l - self.log_z));
+        for &(id, w) in self.explicit().iter().take(n) {
+            out.push((id, (w / self.z).ln()));
         }
         let from_tail = (n.saturating_sub(self.n_explicit) as u64).min(self.tail_count);
         let lp = self.tail_logprob();
@@ -244,16 +281,17 @@ impl<'m> Distribution<'m> {
     fn kept(&self, top_k: Option<u32>, top_p: f64, min_p: f64) -> u64 {
         let total = self.n_explicit as u64 + self.tail_count;
         let mut keep = top_k.map_or(total, |k| u64::from(k).min(total));
-        let tail_p = self.tail_logprob().exp();
+        let weights = self.explicit().iter().map(|e| e.1);
+        let tail_p = self.tail_weight / self.z;
         if top_p < 1.0 {
             let mut before = 0.0;
             let mut n = 0u64;
-            for &(_, l) in self.explicit() {
+            for w in weights.clone() {
                 if before > top_p {
                     break;
                 }
                 n += 1;
-                before += (l - self.log_z).exp();
+                before += w / self.z;
             }
             if n == self.n_explicit as u64 && before <= top_p && tail_p > 0.0 {
                 // Tail id j has `before + j * tail_p` in front of it.
@@ -263,17 +301,10 @@ impl<'m> Distribution<'m> {
             keep = keep.min(n);
         }
         if min_p > 0.0 {
-            let max_p = self
-                .explicit()
-                .first()
-                .map_or(tail_p, |e| (e.1 - self.log_z).exp());
-            let threshold = min_p * max_p;
-            let n = self
-                .explicit()
-                .iter()
-                .filter(|e| (e.1 - self.log_z).exp() >= threshold)
-                .count() as u64;
-            let n = if n == self.n_explicit as u64 && tail_p >= threshold {
+            let max_w = self.explicit().first().map_or(self.tail_weight, |e| e.1);
+            let threshold = min_p * max_w;
+            let n = weights.filter(|&w| w >= threshold).count() as u64;
+            let n = if n == self.n_explicit as u64 && self.tail_weight >= threshold {
                 n + self.tail_count
             } else {
                 n
@@ -289,24 +320,24 @@ impl<'m> Distribution<'m> {
         let keep = self.kept(top_k, top_p, min_p);
         let from_explicit = (keep as usize).min(self.n_explicit);
         let from_tail = keep - from_explicit as u64;
-        let tail_p = self.tail_logprob().exp();
-        let explicit_mass: f64 = self.explicit[..from_explicit]
-            .iter()
-            .map(|e| (e.1 - self.log_z).exp())
-            .sum();
-        let mut target = u * (explicit_mass + from_tail as f64 * tail_p);
-        for &(id, l) in &self.explicit[..from_explicit] {
-            let p = (l - self.log_z).exp();
-            if target < p {
+        let kept = &self.explicit[..from_explicit];
+        let kept_weight = if from_explicit == self.n_explicit && from_tail == self.tail_count {
+            self.z
+        } else {
+            kept.iter().map(|e| e.1).sum::<f64>() + from_tail as f64 * self.tail_weight
+        };
+        let mut target = u * kept_weight;
+        for &(id, w) in kept {
+            if target < w {
                 return id;
             }
-            target -= p;
+            target -= w;
         }
         if from_tail == 0 {
             // Rounding left a sliver past the last kept explicit id.
             return self.explicit[from_explicit - 1].0;
         }
-        let rank = ((target / tail_p) as u64).min(from_tail - 1);
+        let rank = ((target / self.tail_weight) as u64).min(from_tail - 1);
         self.tail_id(rank)
     }
 }
@@ -318,6 +349,7 @@ mod tests {
     fn setup(context: &[u32]) -> (Tokenizer, Logits) {
         let t = Tokenizer::new(151_936);
         let l = logits(7, &t, context, count_since_special(&t, context));
+        assert_eq!(TAIL_WEIGHT, TAIL_LOGIT.exp());
         (t, l)
     }
 
@@ -419,7 +451,8 @@ mod tests {
         let mut top = Vec::new();
         d.top(EXPLICIT, &mut top);
         let max = top[0].1.exp();
-        let min_p = top[2].1.exp() / max;
+        // Just below the third token's relative probability, so rounding cannot decide the boundary.
+        let min_p = top[2].1.exp() / max * (1.0 - 1e-9);
         assert!(d.kept(None, 1.0, min_p) >= 3);
         assert_eq!(
             d.kept(None, 1.0, 1.0),
