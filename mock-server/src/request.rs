@@ -183,15 +183,18 @@ pub fn parse_generate(body: &[u8]) -> Result<GenerateReqInput, ApiError> {
     match parsed {
         Ok(req) => Ok(req),
         Err(err) => Err(match field_error {
-            Some(fe) => validation_error(fe.kind, &format!("'{}'", fe.field), &fe.msg),
-            None if err.is_data() => validation_error(
+            // A syntax error inside a field's value is still a JSON decode error.
+            Some(fe) if err.is_data() => {
+                validation_error(fe.kind, &format!("'{}'", fe.field), &fe.msg)
+            }
+            _ if err.is_data() => validation_error(
                 "model_attributes_type",
                 "()",
                 &format!(
                     "Input should be a valid dictionary or object to extract fields from ({err})"
                 ),
             ),
-            None => ApiError::Validation(json_decode_message(&err)),
+            _ => ApiError::Validation(json_decode_message(&err)),
         }),
     }
 }

@@ -1,0 +1,450 @@
+//! Shared helpers: in-process and live servers, the data-driven `check` machinery, a strict byte-level SSE
+//! reader, an order-preserving JSON tree and stream reassembly.
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use mock_server::{AppState, Oracle, ServerConfig};
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+use tower::ServiceExt;
+
+/// The path of a fixture under `tests/data/`.
+pub(crate) fn data_path(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("data")
+        .join(name)
+}
+
+/// A fixture parsed as JSON.
+pub(crate) fn load_json(name: &str) -> Value {
+    let path = data_path(name);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
+}
+
+/// A response collected in full.
+#[derive(Debug, Clone)]
+pub(crate) struct Reply {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Vec<u8>,
+}
+
+impl Reply {
+    pub(crate) fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "body is not JSON ({e}): {}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub(crate) fn content_type(&self) -> &str {
+        self.headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+}
+
+/// A server driven in-process through `tower::ServiceExt::oneshot`, plus the oracle for its configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct InProcess {
+    pub(crate) state: AppState,
+    pub(crate) oracle: Oracle,
+}
+
+impl InProcess {
+    pub(crate) fn new(config: ServerConfig) -> InProcess {
+        let state = AppState::new(config).expect("valid test config");
+        let oracle = Oracle::for_state(&state);
+        InProcess { state, oracle }
+    }
+
+    pub(crate) async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: impl Into<Body>,
+        headers: &[(&str, &str)],
+    ) -> Reply {
+        let mut req = Request::builder().method(method).uri(path);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req.body(body.into()).expect("valid request");
+        let resp = mock_server::app(self.state.clone())
+            .oneshot(req)
+            .await
+            .expect("infallible service");
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .expect("body collects")
+            .to_bytes()
+            .to_vec();
+        Reply {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub(crate) async fn get(&self, path: &str) -> Reply {
+        self.request(Method::GET, path, Body::empty(), &[]).await
+    }
+
+    pub(crate) async fn post(&self, path: &str, body: impl Into<Body>) -> Reply {
+        self.request(
+            Method::POST,
+            path,
+            body,
+            &[("content-type", "application/json")],
+        )
+        .await
+    }
+
+    pub(crate) async fn generate(&self, body: &Value) -> Reply {
+        self.post("/generate", serde_json::to_vec(body).expect("serialisable"))
+            .await
+    }
+}
+
+/// A live server on 127.0.0.1:0, stopped when dropped.
+#[derive(Debug)]
+pub(crate) struct Live {
+    pub(crate) addr: SocketAddr,
+    pub(crate) oracle: Oracle,
+    pub(crate) client: reqwest::Client,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl Live {
+    pub(crate) async fn start(config: ServerConfig) -> Live {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let oracle = Oracle::new(config.clone()).expect("valid test config");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(mock_server::run(listener, config, async {
+            let _ = rx.await;
+        }));
+        Live {
+            addr,
+            oracle,
+            client: reqwest::Client::new(),
+            shutdown: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub(crate) async fn post_json(&self, path: &str, body: &Value) -> Reply {
+        let resp = self
+            .client
+            .post(self.url(path))
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(body).expect("serialisable"))
+            .send()
+            .await
+            .expect("request sent");
+        let status = StatusCode::from_u16(resp.status().as_u16()).expect("valid status");
+        let mut headers = HeaderMap::new();
+        for (k, v) in resp.headers() {
+            if let (Ok(name), Ok(value)) = (
+                axum::http::HeaderName::from_bytes(k.as_str().as_bytes()),
+                axum::http::HeaderValue::from_bytes(v.as_bytes()),
+            ) {
+                headers.insert(name, value);
+            }
+        }
+        let body = resp.bytes().await.expect("body read").to_vec();
+        Reply {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// Stop accepting, finish in-flight requests, and report how `run` ended.
+    pub(crate) async fn stop(mut self) -> std::io::Result<()> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        match self.task.take() {
+            Some(task) => task.await.expect("server task joins"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// A strict reader of SGLang's SSE framing: the body must be exactly a sequence of `data: <payload>\n\n`
+/// events ending with `data: [DONE]\n\n`, with nothing else. Returns the payloads before `[DONE]`.
+pub(crate) fn read_sse(body: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    let mut events = Vec::new();
+    let mut rest = body;
+    loop {
+        if rest.is_empty() {
+            return Err("the stream ended without data: [DONE]".to_owned());
+        }
+        let Some(after) = rest.strip_prefix(b"data: ") else {
+            return Err(format!(
+                "expected `data: ` at byte {}, found {:?}",
+                body.len() - rest.len(),
+                String::from_utf8_lossy(&rest[..rest.len().min(20)])
+            ));
+        };
+        let Some(end) = after.windows(2).position(|w| w == b"\n\n") else {
+            return Err("an event is not terminated by \\n\\n".to_owned());
+        };
+        let payload = &after[..end];
+        if payload.contains(&b'\n') || payload.contains(&b'\r') {
+            return Err("an event payload spans lines".to_owned());
+        }
+        rest = &after[end + 2..];
+        if payload == b"[DONE]" {
+            if !rest.is_empty() {
+                return Err(format!("{} bytes after data: [DONE]", rest.len()));
+            }
+            return Ok(events);
+        }
+        events.push(payload.to_vec());
+    }
+}
+
+/// The payloads of an SSE body as JSON values.
+pub(crate) fn sse_json(body: &[u8]) -> Vec<Value> {
+    read_sse(body)
+        .unwrap_or_else(|e| panic!("bad SSE framing: {e}\n{}", String::from_utf8_lossy(body)))
+        .iter()
+        .map(|p| serde_json::from_slice(p).expect("event payload is JSON"))
+        .collect()
+}
+
+/// JSON with object keys in document order (serde_json's `Value` sorts them).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Node {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+    Arr(Vec<Node>),
+    Obj(Vec<(String, Node)>),
+}
+
+impl Node {
+    pub(crate) fn parse(bytes: &[u8]) -> Node {
+        serde_json::from_slice(bytes).expect("valid JSON")
+    }
+
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Node::Null => "null",
+            Node::Bool(_) => "bool",
+            Node::Int(_) => "int",
+            Node::Float(_) => "float",
+            Node::Str(_) => "string",
+            Node::Arr(_) => "array",
+            Node::Obj(_) => "object",
+        }
+    }
+
+    pub(crate) fn keys(&self) -> Vec<&str> {
+        match self {
+            Node::Obj(entries) => entries.iter().map(|(k, _)| k.as_str()).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    pub(crate) fn get(&self, key: &str) -> Option<&Node> {
+        match self {
+            Node::Obj(entries) => entries.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.kind())
+    }
+}
+
+impl<'de> de::Deserialize<'de> for Node {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Node, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Node;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("JSON")
+            }
+            fn visit_unit<E>(self) -> Result<Node, E> {
+                Ok(Node::Null)
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Node, E> {
+                Ok(Node::Bool(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Node, E> {
+                Ok(Node::Int(v))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Node, E> {
+                Ok(Node::Int(v as i64))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Node, E> {
+                Ok(Node::Float(v))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Node, E> {
+                Ok(Node::Str(v.to_owned()))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
+                let mut out = Vec::new();
+                while let Some(v) = seq.next_element()? {
+                    out.push(v);
+                }
+                Ok(Node::Arr(out))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
+                let mut out = Vec::new();
+                while let Some((k, v)) = map.next_entry::<String, Node>()? {
+                    out.push((k, v));
+                }
+                Ok(Node::Obj(out))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// Check that `actual` has the shape of `golden`: the same keys in the same order in every object, the same
+/// JSON kinds (an int where the golden has a float counts as a number), and array elements shaped like the
+/// golden's (a golden `[]` requires `[]`). Values are not compared. Returns every difference with its path.
+pub(crate) fn shape_diff(golden: &Node, actual: &Node, path: &str, out: &mut Vec<String>) {
+    match (golden, actual) {
+        (Node::Obj(g), Node::Obj(a)) => {
+            let gk: Vec<&str> = g.iter().map(|(k, _)| k.as_str()).collect();
+            let ak: Vec<&str> = a.iter().map(|(k, _)| k.as_str()).collect();
+            if gk != ak {
+                out.push(format!("{path}: keys {ak:?}, golden {gk:?}"));
+                return;
+            }
+            for ((k, gv), (_, av)) in g.iter().zip(a) {
+                shape_diff(gv, av, &format!("{path}.{k}"), out);
+            }
+        }
+        (Node::Arr(g), Node::Arr(a)) => {
+            if g.is_empty() && !a.is_empty() {
+                out.push(format!("{path}: {} elements, golden []", a.len()));
+            }
+            if !g.is_empty() && a.is_empty() {
+                out.push(format!("{path}: [], golden has {} elements", g.len()));
+            }
+            for (i, av) in a.iter().enumerate() {
+                let gv = &g[i.min(g.len().saturating_sub(1))];
+                shape_diff(gv, av, &format!("{path}[{i}]"), out);
+            }
+        }
+        (Node::Int(_) | Node::Float(_), Node::Int(_) | Node::Float(_)) => {}
+        (g, a) if g.kind() == a.kind() => {}
+        (g, a) => out.push(format!("{path}: {}, golden {}", a.kind(), g.kind())),
+    }
+}
+
+/// The final state of every item of a stream, rebuilt from its chunks under one output mode.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Reassembled {
+    pub(crate) text: String,
+    pub(crate) output_ids: Vec<Value>,
+    pub(crate) output_token_logprobs: Vec<Value>,
+    pub(crate) output_top_logprobs: Vec<Value>,
+    pub(crate) last_meta: Value,
+    pub(crate) chunks: usize,
+}
+
+/// How a stream's chunks combine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Cumulative,
+    Incremental,
+    Mid,
+}
+
+/// Rebuild each item (by `index`, or item 0 without one) from the chunks of a stream.
+pub(crate) fn reassemble(chunks: &[Value], mode: Mode) -> Vec<Reassembled> {
+    let mut items: Vec<Reassembled> = Vec::new();
+    for chunk in chunks {
+        let index = chunk.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+        while items.len() <= index {
+            items.push(Reassembled {
+                text: String::new(),
+                output_ids: Vec::new(),
+                output_token_logprobs: Vec::new(),
+                output_top_logprobs: Vec::new(),
+                last_meta: Value::Null,
+                chunks: 0,
+            });
+        }
+        let item = &mut items[index];
+        let text = chunk["text"].as_str().unwrap_or("").to_owned();
+        let ids = chunk["output_ids"].as_array().cloned().unwrap_or_default();
+        let meta = &chunk["meta_info"];
+        let lps = meta["output_token_logprobs"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let top = meta["output_top_logprobs"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        match mode {
+            Mode::Cumulative => {
+                item.text = text;
+                item.output_ids = ids;
+                item.output_token_logprobs = lps;
+                item.output_top_logprobs = top;
+            }
+            Mode::Incremental => {
+                item.text.push_str(&text);
+                item.output_ids.extend(ids);
+                item.output_token_logprobs.extend(lps);
+                item.output_top_logprobs.extend(top);
+            }
+            Mode::Mid => {
+                item.text = text;
+                item.output_ids.extend(ids);
+                item.output_token_logprobs = lps;
+                item.output_top_logprobs = top;
+            }
+        }
+        item.last_meta = meta.clone();
+        item.chunks += 1;
+    }
+    items
+}

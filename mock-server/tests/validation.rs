@@ -1,0 +1,260 @@
+//! Every validation rule of spec §1.1 and §1.2, data-driven from `data/validation.json`: status, body shape
+//! and exact message, non-streamed and streamed.
+
+use mock_server::ServerConfig;
+use serde_json::{Value, json};
+
+use crate::common::{InProcess, Reply, read_sse, sse_json};
+
+fn server() -> InProcess {
+    InProcess::new(ServerConfig {
+        context_length: 64,
+        max_body_bytes: 4096,
+        ..ServerConfig::default()
+    })
+}
+
+/// The request body of a case, with the placeholders that JSON fixtures cannot hold expanded.
+fn body_of(case: &Value) -> Vec<u8> {
+    if let Some(raw) = case["raw"].as_str() {
+        if raw == "DEEP" {
+            // Deeper than both orjson's and serde_json's recursion limits, where a value is materialised.
+            return format!(
+                "{{\"text\": \"a\", \"sampling_params\": {{\"stop\": {}1{}}}}}",
+                "[".repeat(2000),
+                "]".repeat(2000)
+            )
+            .into_bytes();
+        }
+        return raw.as_bytes().to_vec();
+    }
+    let mut body = case["body"].clone();
+    if body["input_ids"] == json!("ONES_64") {
+        body["input_ids"] = json!(vec![1; 64]);
+    }
+    if body["text"] == json!("BIG") {
+        body["text"] = json!("a".repeat(5000));
+    }
+    let text = serde_json::to_string(&body).expect("serialisable");
+    text.replace("\"HUGE_ID\"", "[99999999999999999999]")
+        .into_bytes()
+}
+
+/// Check one reply against the status, shape and message a case expects.
+fn check_reply(case: &Value, reply: &Reply) -> Result<(), String> {
+    let name = case["name"].as_str().unwrap_or("?");
+    let status = case["status"].as_u64().unwrap_or(0) as u16;
+    if reply.status.as_u16() != status {
+        return Err(format!(
+            "{name}: status {}, want {status}: {}",
+            reply.status,
+            reply.text()
+        ));
+    }
+    let shape = case["shape"].as_str().unwrap_or("");
+    if shape == "internal" {
+        if reply.text() != "Internal Server Error"
+            || !reply.content_type().starts_with("text/plain")
+        {
+            return Err(format!(
+                "{name}: want a plain 500, got {:?} {:?}",
+                reply.content_type(),
+                reply.text()
+            ));
+        }
+        return Ok(());
+    }
+    if reply.content_type() != "application/json" {
+        return Err(format!("{name}: content-type {:?}", reply.content_type()));
+    }
+    let body = reply.json();
+    let message = match shape {
+        "value" => {
+            let keys: Vec<&String> = body
+                .as_object()
+                .map(|o| o.keys().collect())
+                .unwrap_or_default();
+            let inner: Vec<&String> = body["error"]
+                .as_object()
+                .map(|o| o.keys().collect())
+                .unwrap_or_default();
+            if keys != ["error"] || inner != ["message"] {
+                return Err(format!(
+                    "{name}: want {{\"error\":{{\"message\"}}}}, got {body}"
+                ));
+            }
+            body["error"]["message"].as_str().unwrap_or("").to_owned()
+        }
+        "validation" | "http" => {
+            let want_type = if shape == "validation" {
+                "Bad Request".to_owned()
+            } else {
+                status.to_string()
+            };
+            let expected_keys = ["object", "message", "type", "param", "code"];
+            let order: Vec<String> = crate::common::Node::parse(&reply.body)
+                .keys()
+                .iter()
+                .map(|k| k.to_string())
+                .collect();
+            if order != expected_keys {
+                return Err(format!("{name}: keys {order:?}"));
+            }
+            if body["object"] != "error"
+                || body["type"] != want_type.as_str()
+                || !body["param"].is_null()
+                || body["code"] != status
+            {
+                return Err(format!("{name}: ErrorResponse fields wrong: {body}"));
+            }
+            body["message"].as_str().unwrap_or("").to_owned()
+        }
+        other => return Err(format!("{name}: unknown shape {other}")),
+    };
+    if let Some(want) = case["message"].as_str()
+        && message != want
+    {
+        return Err(format!("{name}: message\n  {message:?}\nwant\n  {want:?}"));
+    }
+    if let Some(parts) = case["message_contains"].as_array() {
+        for part in parts {
+            let part = part.as_str().unwrap_or("");
+            if !message.contains(part) {
+                return Err(format!("{name}: message {message:?} lacks {part:?}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A streamed ValueError is HTTP 200 with exactly one error event and `[DONE]`.
+fn check_stream_reply(case: &Value, reply: &Reply) -> Result<(), String> {
+    let name = case["name"].as_str().unwrap_or("?");
+    let status = case["status"].as_u64().unwrap_or(0) as u16;
+    let shape = case["shape"].as_str().unwrap_or("");
+    if shape != "value" {
+        // Type errors, size limits and uncaught exceptions happen before a stream starts.
+        return check_reply(case, reply);
+    }
+    if reply.status.as_u16() != 200 || !reply.content_type().starts_with("text/event-stream") {
+        return Err(format!(
+            "{name}: streamed status {} {:?} (non-stream status {status})",
+            reply.status,
+            reply.content_type()
+        ));
+    }
+    if case["stream"] == "abort" {
+        let events = sse_json(&reply.body);
+        let reason = &events.last().ok_or("no events")?["meta_info"]["finish_reason"];
+        let want = json!({"type": "abort", "message": case["message"], "status_code": 400, "err_type": "BadRequestError"});
+        if events.len() != 1 || *reason != want {
+            return Err(format!(
+                "{name}: want one abort chunk with {want}, got {events:?}"
+            ));
+        }
+        return Ok(());
+    }
+    let want = format!(
+        "data: {}\n\ndata: [DONE]\n\n",
+        serde_json::to_string(&json!({"error": {"message": case["message"]}})).unwrap_or_default()
+    );
+    if reply.body != want.as_bytes() {
+        return Err(format!(
+            "{name}: stream body {:?}, want {want:?}",
+            reply.text()
+        ));
+    }
+    read_sse(&reply.body).map(|_| ())
+}
+
+#[tokio::test]
+async fn every_validation_rule_non_streamed() {
+    let server = server();
+    let cases = crate::common::load_json("validation.json");
+    let mut failures = Vec::new();
+    for case in cases.as_array().expect("a list of cases") {
+        let reply = server.post("/generate", body_of(case)).await;
+        if let Err(e) = check_reply(case, &reply) {
+            failures.push(e);
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[tokio::test]
+async fn every_validation_rule_streamed() {
+    let server = server();
+    let cases = crate::common::load_json("validation.json");
+    let mut failures = Vec::new();
+    for case in cases.as_array().expect("a list of cases") {
+        if case.get("raw").is_some() || !case["body"].is_object() || case["status"] == 413 {
+            continue;
+        }
+        let mut body = case["body"].clone();
+        if body.get("stream").is_none() {
+            body["stream"] = json!(true);
+        }
+        let mut case = case.clone();
+        case["body"] = body;
+        let reply = server.post("/generate", body_of(&case)).await;
+        if let Err(e) = check_stream_reply(&case, &reply) {
+            failures.push(e);
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[tokio::test]
+async fn unknown_and_null_fields_are_ignored() {
+    let server = server();
+    let plain = server
+        .generate(&json!({"text": "hello", "sampling_params": {"max_new_tokens": 3}, "rid": "r"}))
+        .await;
+    let noisy = server
+        .generate(&json!({
+            "text": "hello", "sampling_params": {"max_new_tokens": 3, "temperature": null, "top_p": null, "stop": null},
+            "rid": "r", "model": null, "log_metrics": false, "background": true, "no_logs": true,
+            "return_logprob": null, "stream": null, "bootstrap_host": null, "priority": 3,
+            "routing_key": "k", "custom_labels": {"a": "b"}, "extra": [1, {"x": null}]
+        }))
+        .await;
+    assert_eq!(plain.status, 200, "{}", plain.text());
+    assert_eq!(noisy.status, 200, "{}", noisy.text());
+    let strip = |v: Value| {
+        let mut v = v;
+        v["meta_info"]["e2e_latency"] = json!(0);
+        v["meta_info"]["response_sent_to_client_ts"] = json!(0);
+        v
+    };
+    assert_eq!(strip(plain.json()), strip(noisy.json()));
+}
+
+#[tokio::test]
+async fn text_and_input_ids_together_use_input_ids() {
+    let server = server();
+    let both = server.generate(&json!({"text": "ignored", "input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 2}})).await;
+    let ids = server
+        .generate(&json!({"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 2}}))
+        .await;
+    assert_eq!(both.status, 200);
+    assert_eq!(both.json()["output_ids"], ids.json()["output_ids"]);
+    assert_eq!(both.json()["meta_info"]["prompt_tokens"], 3);
+}
+
+#[tokio::test]
+async fn greedy_rewrite_happens_before_top_k_is_checked() {
+    // `temperature < 1e-6` sets top_k = 1 in `__post_init__`, so a bad top_k no longer fails.
+    let server = server();
+    let reply = server.generate(&json!({"text": "a", "sampling_params": {"temperature": 0, "top_k": 0, "max_new_tokens": 2}})).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+}
