@@ -4,6 +4,8 @@
 mod common;
 /// Non-stream bodies from `tests/data/`: every shape of spec sections 2 and 7 and every malformed variant.
 mod decode;
+/// End to end against `sglang-mock` in-process, every answer checked against its oracle.
+mod e2e;
 /// `Client` against the scripted server: retries, Retry-After, timeouts, cut streams, error bodies.
 mod http;
 /// Rollouts against a scripted generating server: multi-turn, budgets, partial resume, groups.
