@@ -179,11 +179,32 @@ fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-fn json_value(value: &serde_json::Value) -> Response {
+fn json_value(value: &impl serde::Serialize) -> Response {
     json_response(
         StatusCode::OK,
         serde_json::to_vec(value).unwrap_or_default(),
     )
+}
+
+/// A JSON object whose keys keep the order given (serde_json's `Value` would sort them), as Python dicts do.
+struct Ordered(Vec<(&'static str, serde_json::Value)>);
+
+impl serde::Serialize for Ordered {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+/// `ordered! {"a": x, "b": y}`: an [`Ordered`] object of `json!` values.
+macro_rules! ordered {
+    ($($key:literal : $value:expr),* $(,)?) => {
+        Ordered(vec![$(($key, json!($value))),*])
+    };
 }
 
 fn empty_ok() -> Response {
@@ -368,7 +389,7 @@ async fn ping() -> Response {
 async fn server_info(State(state): State<AppState>) -> Response {
     let c = state.config();
     let max_total_num_tokens = c.context_length as u64 * 16;
-    let server_args = json!({
+    let server_args = ordered! {
         "model_path": c.model_path,
         "tokenizer_path": c.model_path,
         "tokenizer_mode": "auto",
@@ -377,7 +398,7 @@ async fn server_info(State(state): State<AppState>) -> Response {
         "trust_remote_code": false,
         "context_length": c.context_length,
         "is_embedding": false,
-        "revision": null,
+        "revision": serde_json::Value::Null,
         "model_impl": "auto",
         "host": c.host,
         "port": c.port,
@@ -385,14 +406,14 @@ async fn server_info(State(state): State<AppState>) -> Response {
         "weight_version": WEIGHT_VERSION,
         "dtype": "auto",
         "device": "cpu",
-    });
-    let scheduling = json!({
+    };
+    let scheduling = ordered! {
         "random_seed": c.seed,
         "stream_interval": c.stream_interval,
         "stream_output": c.incremental_streaming_output,
         "incremental_streaming_output": c.incremental_streaming_output,
         "max_running_requests": 4096,
-        "max_total_tokens": null,
+        "max_total_tokens": serde_json::Value::Null,
         "chunked_prefill_size": 8192,
         "max_prefill_tokens": 16384,
         "schedule_policy": "fcfs",
@@ -404,63 +425,61 @@ async fn server_info(State(state): State<AppState>) -> Response {
         "node_rank": 0,
         "enable_metrics": false,
         "log_level": "info",
-    });
-    let features = json!({
+    };
+    let features = ordered! {
         "disable_radix_cache": false,
         "enable_return_hidden_states": false,
         "enable_custom_logit_processor": false,
         "allow_auto_truncate": false,
         "disaggregation_mode": "null",
         "disaggregation_bootstrap_port": 8998,
-        "speculative_algorithm": null,
-        "enable_lora": null,
+        "speculative_algorithm": serde_json::Value::Null,
+        "enable_lora": serde_json::Value::Null,
         "vocab_size": c.vocab_size,
         "mock_profile": c.profile.as_str(),
         "return_original_logprob": c.return_original_logprob,
-    });
-    let scheduler_info = json!({
+    };
+    let scheduler_info = ordered! {
         "max_total_num_tokens": max_total_num_tokens,
         "max_req_input_len": c.context_length.saturating_sub(6),
         "status": "ready",
-        "internal_states": [{
+        "internal_states": json!([{
             "last_gen_throughput": 0.0,
             "memory_usage": {"weight": 0.0, "kvcache": 0.0, "token_capacity": max_total_num_tokens},
             "avg_spec_accept_length": null,
-        }],
+        }]),
         "version": SGLANG_VERSION,
-    });
+    };
     // One flat object, like `{**asdict(server_args), **scheduler_info, "internal_states": ..., "version": ...}`.
-    let mut body = serde_json::Map::new();
-    for part in [server_args, scheduling, features, scheduler_info] {
-        if let serde_json::Value::Object(map) = part {
-            body.extend(map);
-        }
+    let mut body = server_args.0;
+    for part in [scheduling, features, scheduler_info] {
+        body.extend(part.0);
     }
-    json_value(&serde_json::Value::Object(body))
+    json_value(&Ordered(body))
 }
 
 /// `/model_info` and `/get_model_info`.
 async fn model_info(State(state): State<AppState>) -> Response {
     let c = state.config();
     let body = match c.profile {
-        Profile::Latest => json!({
+        Profile::Latest => ordered! {
             "model_path": c.model_path,
             "tokenizer_path": c.model_path,
             "is_generation": true,
-            "preferred_sampling_params": null,
+            "preferred_sampling_params": serde_json::Value::Null,
             "weight_version": WEIGHT_VERSION,
             "has_image_understanding": false,
             "has_audio_understanding": false,
             "model_type": "qwen2",
-            "architectures": ["Qwen2ForCausalLM"],
-        }),
-        Profile::Mid => json!({
+            "architectures": json!(["Qwen2ForCausalLM"]),
+        },
+        Profile::Mid => ordered! {
             "model_path": c.model_path,
             "tokenizer_path": c.model_path,
             "is_generation": true,
-            "preferred_sampling_params": null,
+            "preferred_sampling_params": serde_json::Value::Null,
             "weight_version": WEIGHT_VERSION,
-        }),
+        },
     };
     json_value(&body)
 }
@@ -468,7 +487,7 @@ async fn model_info(State(state): State<AppState>) -> Response {
 /// `/get_weight_version`: served in MID, a deprecation 404 in LATEST.
 async fn weight_version(State(state): State<AppState>) -> Response {
     match state.config().profile {
-        Profile::Mid => json_value(&json!({ "weight_version": WEIGHT_VERSION })),
+        Profile::Mid => json_value(&ordered! { "weight_version": WEIGHT_VERSION }),
         Profile::Latest => ApiError::Http {
             status: 404,
             message:
@@ -487,20 +506,27 @@ fn unix_seconds() -> u64 {
         .unwrap_or(0)
 }
 
-fn model_card(config: &ServerConfig) -> serde_json::Value {
-    json!({
+fn model_card(config: &ServerConfig) -> Ordered {
+    ordered! {
         "id": config.served_model_name(),
         "object": "model",
         "created": unix_seconds(),
         "owned_by": "sglang",
         "root": config.served_model_name(),
         "max_model_len": config.context_length,
-    })
+    }
 }
 
 /// `/v1/models`.
 async fn list_models(State(state): State<AppState>) -> Response {
-    json_value(&json!({ "object": "list", "data": [model_card(state.config())] }))
+    json_response(
+        StatusCode::OK,
+        format!(
+            r#"{{"object":"list","data":[{}]}}"#,
+            serde_json::to_string(&model_card(state.config())).unwrap_or_default()
+        )
+        .into_bytes(),
+    )
 }
 
 /// `/v1/models/{id}`: the card, or OpenAI's `model_not_found` 404.
@@ -508,32 +534,31 @@ async fn retrieve_model(State(state): State<AppState>, Path(model): Path<String>
     if model == state.config().served_model_name() {
         return json_value(&model_card(state.config()));
     }
-    let body = json!({
-        "error": {
-            "message": format!("The model '{model}' does not exist"),
-            "type": "invalid_request_error",
-            "param": "model",
-            "code": "model_not_found",
-        }
-    });
-    json_response(
-        StatusCode::NOT_FOUND,
-        serde_json::to_vec(&body).unwrap_or_default(),
-    )
+    let error = ordered! {
+        "message": format!("The model '{model}' does not exist"),
+        "type": "invalid_request_error",
+        "param": "model",
+        "code": "model_not_found",
+    };
+    let body = format!(
+        r#"{{"error":{}}}"#,
+        serde_json::to_string(&error).unwrap_or_default()
+    );
+    json_response(StatusCode::NOT_FOUND, body.into_bytes())
 }
 
 /// `/get_load`: one entry per DP rank (the mock has one).
 async fn get_load(State(state): State<AppState>) -> Response {
     let reqs = state.inner.running_requests.load(Ordering::Relaxed);
     let tokens = state.inner.running_tokens.load(Ordering::Relaxed);
-    json_value(&json!([{
+    json_value(&[ordered! {
         "dp_rank": 0,
         "num_reqs": reqs,
         "num_waiting_reqs": 0,
         "num_tokens": tokens,
         "num_pending_tokens": 0,
         "ts_tic": generate::unix_now(),
-    }]))
+    }])
 }
 
 /// `/flush_cache`: plain text, always successful (the mock has no cache).

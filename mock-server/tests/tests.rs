@@ -1,16 +1,24 @@
-//! Integration tests of `sglang-mock`, built as one binary with one module per area.
+//! Integration tests of `sglang-mock`, built as one binary with one module per area. The modules live in
+//! `areas/` so that Cargo does not build each of them as a test binary of its own.
 
 /// Servers (in-process and live), the SSE reader, order-preserving JSON, stream reassembly.
+#[path = "areas/common.rs"]
 mod common;
 /// Worker endpoints, auth, 404/405, health, info, load, flush_cache, graceful shutdown.
+#[path = "areas/endpoints.rs"]
 mod endpoints;
 /// The spec's wire examples (§7) as golden files, checked key by key; values from the oracle.
+#[path = "areas/golden.rs"]
 mod golden;
 /// Server output equals the oracle, non-streamed and streamed in every output mode.
+#[path = "areas/oracle.rs"]
 mod oracle;
 /// Property tests of logprob invariants against a live server.
+#[path = "areas/properties.rs"]
 mod properties;
 /// SSE framing byte by byte, stream_interval, index on batch and n chunks, deltas.
+#[path = "areas/streaming.rs"]
 mod streaming;
 /// Every validation error: status, shape, message, non-streamed and streamed.
+#[path = "areas/validation.rs"]
 mod validation;

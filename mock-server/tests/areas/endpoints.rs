@@ -1,0 +1,288 @@
+//! The worker endpoints routers and RL frameworks call, the API-key middleware, SGLang's 404/405 bodies,
+//! the MID profile's endpoint differences, and start-up and graceful shutdown of a live server.
+
+use axum::body::Body;
+use axum::http::Method;
+use mock_server::{Profile, ServerConfig};
+use serde_json::{Value, json};
+
+use crate::common::{InProcess, Live, Node};
+
+#[tokio::test]
+async fn health_endpoints_answer_200_with_an_empty_body() {
+    for profile in [Profile::Latest, Profile::Mid] {
+        let server = InProcess::new(ServerConfig {
+            profile,
+            ..ServerConfig::default()
+        });
+        for path in ["/health", "/health_generate", "/ping"] {
+            let reply = server.get(path).await;
+            assert_eq!(reply.status, 200, "{path}");
+            assert!(reply.body.is_empty(), "{path}: {:?}", reply.text());
+        }
+    }
+}
+
+#[tokio::test]
+async fn server_info_has_what_routers_read_under_both_paths() {
+    let server = InProcess::new(ServerConfig {
+        model_path: "org/model".to_owned(),
+        served_model_name: Some("served".to_owned()),
+        context_length: 4096,
+        ..ServerConfig::default()
+    });
+    let new = server.get("/server_info").await;
+    let old = server.get("/get_server_info").await;
+    assert_eq!(new.status, 200);
+    assert_eq!(new.content_type(), "application/json");
+    assert_eq!(new.json(), old.json());
+    let info = new.json();
+    for key in [
+        "model_path",
+        "tokenizer_path",
+        "served_model_name",
+        "tp_size",
+        "dp_size",
+        "pp_size",
+        "version",
+        "max_total_num_tokens",
+        "max_running_requests",
+        "disaggregation_mode",
+        "context_length",
+        "internal_states",
+        "weight_version",
+        "stream_interval",
+    ] {
+        assert!(info.get(key).is_some(), "server_info lacks {key}");
+    }
+    assert_eq!(info["model_path"], "org/model");
+    assert_eq!(info["served_model_name"], "served");
+    assert_eq!(info["tp_size"], 1);
+    assert_eq!(info["dp_size"], 1);
+    assert!(info["internal_states"].is_array());
+    assert!(info["version"].is_string());
+    assert!(info.get("api_key").is_none(), "the key must not leak");
+}
+
+#[tokio::test]
+async fn model_info_differs_by_profile_and_is_served_under_both_paths() {
+    let latest = InProcess::new(ServerConfig::default());
+    let reply = latest.get("/model_info").await;
+    assert_eq!(reply.json(), latest.get("/get_model_info").await.json());
+    let keys: Vec<String> = Node::parse(&reply.body)
+        .keys()
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "model_path",
+            "tokenizer_path",
+            "is_generation",
+            "preferred_sampling_params",
+            "weight_version",
+            "has_image_understanding",
+            "has_audio_understanding",
+            "model_type",
+            "architectures"
+        ]
+    );
+    let mid = InProcess::new(ServerConfig {
+        profile: Profile::Mid,
+        ..ServerConfig::default()
+    });
+    let keys: Vec<String> = Node::parse(&mid.get("/get_model_info").await.body)
+        .keys()
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "model_path",
+            "tokenizer_path",
+            "is_generation",
+            "preferred_sampling_params",
+            "weight_version"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn weight_version_is_served_in_mid_and_deprecated_in_latest() {
+    let mid = InProcess::new(ServerConfig {
+        profile: Profile::Mid,
+        ..ServerConfig::default()
+    });
+    assert_eq!(
+        mid.get("/get_weight_version").await.json(),
+        json!({"weight_version": "default"})
+    );
+    let latest = InProcess::new(ServerConfig::default());
+    let reply = latest.get("/get_weight_version").await;
+    assert_eq!(reply.status, 404);
+    assert_eq!(
+        reply.json(),
+        json!({"object": "error", "message": "Endpoint '/get_weight_version' or '/weight_version' is deprecated. Please use '/model_info' instead.", "type": "404", "param": null, "code": 404})
+    );
+}
+
+#[tokio::test]
+async fn v1_models_lists_the_served_model() {
+    let server = InProcess::new(ServerConfig {
+        served_model_name: Some("m".to_owned()),
+        context_length: 2048,
+        ..ServerConfig::default()
+    });
+    let list = server.get("/v1/models").await.json();
+    assert_eq!(list["object"], "list");
+    let card = &list["data"][0];
+    assert_eq!(card["id"], "m");
+    assert_eq!(card["object"], "model");
+    assert_eq!(card["owned_by"], "sglang");
+    assert_eq!(card["root"], "m");
+    assert_eq!(card["max_model_len"], 2048);
+    assert!(card["created"].is_u64());
+    assert_eq!(server.get("/v1/models/m").await.json()["id"], "m");
+    let missing = server.get("/v1/models/other").await;
+    assert_eq!(missing.status, 404);
+    assert_eq!(
+        missing.json(),
+        json!({"error": {"message": "The model 'other' does not exist", "type": "invalid_request_error", "param": "model", "code": "model_not_found"}})
+    );
+}
+
+#[tokio::test]
+async fn get_load_reports_one_rank() {
+    let server = InProcess::new(ServerConfig::default());
+    let load = server.get("/get_load").await.json();
+    let ranks = load.as_array().expect("a list of ranks");
+    assert_eq!(ranks.len(), 1);
+    for key in [
+        "dp_rank",
+        "num_reqs",
+        "num_waiting_reqs",
+        "num_tokens",
+        "num_pending_tokens",
+        "ts_tic",
+    ] {
+        assert!(ranks[0].get(key).is_some(), "{key}");
+    }
+    assert_eq!(ranks[0]["num_reqs"], 0);
+}
+
+#[tokio::test]
+async fn flush_cache_answers_plain_text_to_get_and_post() {
+    let server = InProcess::new(ServerConfig::default());
+    for method in [Method::GET, Method::POST] {
+        let reply = server
+            .request(method, "/flush_cache", Body::empty(), &[])
+            .await;
+        assert_eq!(reply.status, 200);
+        assert!(reply.content_type().starts_with("text/plain"));
+        assert!(
+            reply.text().starts_with("Cache flushed.\n"),
+            "{}",
+            reply.text()
+        );
+    }
+}
+
+#[tokio::test]
+async fn generate_accepts_put_and_refuses_get() {
+    let server = InProcess::new(ServerConfig::default());
+    let body = serde_json::to_vec(&json!({"text": "hi", "sampling_params": {"max_new_tokens": 1}}))
+        .unwrap_or_default();
+    let put = server.request(Method::PUT, "/generate", body, &[]).await;
+    assert_eq!(put.status, 200, "{}", put.text());
+    let get = server.get("/generate").await;
+    assert_eq!(get.status, 405);
+    assert_eq!(get.json(), json!({"detail": "Method Not Allowed"}));
+    let missing = server.get("/no/such/route").await;
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.json(), json!({"detail": "Not Found"}));
+}
+
+#[tokio::test]
+async fn api_key_guards_everything_but_health() {
+    let server = InProcess::new(ServerConfig {
+        api_key: Some("sekret".to_owned()),
+        ..ServerConfig::default()
+    });
+    let body = || {
+        serde_json::to_vec(&json!({"text": "hi", "sampling_params": {"max_new_tokens": 1}}))
+            .unwrap_or_default()
+    };
+    let cases: [(&[(&str, &str)], u16); 4] = [
+        (&[], 401),
+        (&[("authorization", "Bearer wrong")], 401),
+        (&[("authorization", "sekret")], 401),
+        (&[("authorization", "Bearer sekret")], 200),
+    ];
+    for (headers, status) in cases {
+        let reply = server
+            .request(Method::POST, "/generate", body(), headers)
+            .await;
+        assert_eq!(reply.status.as_u16(), status, "{headers:?}");
+        if status == 401 {
+            assert_eq!(reply.json(), json!({"error": "Unauthorized"}));
+        }
+    }
+    for path in ["/health", "/health_generate"] {
+        assert_eq!(server.get(path).await.status, 200, "{path} needs no key");
+    }
+    assert_eq!(server.get("/server_info").await.status, 401);
+    let preflight = server
+        .request(Method::OPTIONS, "/generate", Body::empty(), &[])
+        .await;
+    assert_ne!(preflight.status, 401, "OPTIONS passes the key check");
+}
+
+#[tokio::test]
+async fn a_live_server_answers_and_shuts_down_gracefully() {
+    let live = Live::start(ServerConfig::default()).await;
+    let reply = live
+        .post_json(
+            "/generate",
+            &json!({"text": "live", "sampling_params": {"max_new_tokens": 4}, "rid": "r1"}),
+        )
+        .await;
+    assert_eq!(reply.status, 200);
+    let body: Value = reply.json();
+    assert_eq!(body["meta_info"]["id"], "r1");
+    let health = live
+        .client
+        .get(live.url("/health"))
+        .send()
+        .await
+        .expect("health answers");
+    assert_eq!(health.status().as_u16(), 200);
+    live.stop().await.expect("clean shutdown");
+}
+
+#[tokio::test]
+async fn a_bad_model_config_is_an_error_not_a_panic() {
+    let err = mock_server::AppState::new(ServerConfig {
+        vocab_size: 10,
+        ..ServerConfig::default()
+    })
+    .expect_err("vocab too small");
+    assert!(err.to_string().contains("vocab_size 10"), "{err}");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let result = mock_server::run(
+        listener,
+        ServerConfig {
+            vocab_size: 10,
+            ..ServerConfig::default()
+        },
+        async {},
+    )
+    .await;
+    assert_eq!(
+        result.map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::InvalidInput)
+    );
+}

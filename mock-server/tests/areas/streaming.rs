@@ -1,0 +1,306 @@
+//! Streaming: exact SSE framing byte by byte, chunk cadence under `stream_interval` (flag and per request),
+//! `index` on batch and `n` chunks, cumulative vs incremental vs MID fields, and `e2e_latency` only at the end.
+
+use mock_server::{Profile, ServerConfig};
+use serde_json::{Value, json};
+
+use crate::common::{InProcess, Node, read_sse, sse_json};
+
+#[test]
+fn the_sse_reader_rejects_anything_but_exact_framing() {
+    assert_eq!(
+        read_sse(b"data: {}\n\ndata: [DONE]\n\n"),
+        Ok(vec![b"{}".to_vec()])
+    );
+    for bad in [
+        &b"data: {}\n\n"[..],
+        b"data:{}\n\ndata: [DONE]\n\n",
+        b"data: {}\ndata: [DONE]\n\n",
+        b"data: {}\r\n\r\ndata: [DONE]\r\n\r\n",
+        b": keep-alive\n\ndata: [DONE]\n\n",
+        b"event: x\ndata: {}\n\ndata: [DONE]\n\n",
+        b"data: [DONE]\n\ndata: {}\n\n",
+        b"data: [DONE]\n",
+    ] {
+        assert!(
+            read_sse(bad).is_err(),
+            "accepted {:?}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+}
+
+async fn stream(server: &InProcess, body: Value) -> Vec<Value> {
+    let mut body = body;
+    body["stream"] = json!(true);
+    let reply = server.generate(&body).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.content_type(), "text/event-stream; charset=utf-8");
+    // Every payload is one compact JSON object; the framing is checked by `sse_json`.
+    for payload in read_sse(&reply.body).expect("exact framing") {
+        assert!(!payload.starts_with(b" ") && payload.starts_with(b"{"));
+    }
+    sse_json(&reply.body)
+}
+
+fn completion_tokens(chunks: &[Value]) -> Vec<u64> {
+    chunks
+        .iter()
+        .map(|c| c["meta_info"]["completion_tokens"].as_u64().unwrap_or(0))
+        .collect()
+}
+
+#[tokio::test]
+async fn one_chunk_per_token_by_default_and_only_the_last_is_finished() {
+    let server = InProcess::new(ServerConfig::default());
+    let chunks = stream(
+        &server,
+        json!({"text": "count", "sampling_params": {"max_new_tokens": 5, "ignore_eos": true}}),
+    )
+    .await;
+    assert_eq!(completion_tokens(&chunks), [1, 2, 3, 4, 5]);
+    for (i, chunk) in chunks.iter().enumerate() {
+        let meta = &chunk["meta_info"];
+        let last = i + 1 == chunks.len();
+        assert_eq!(meta["finish_reason"].is_null(), !last, "{chunk}");
+        assert_eq!(meta.get("e2e_latency").is_some(), last, "{chunk}");
+        assert_eq!(
+            meta.get("response_sent_to_client_ts").is_some(),
+            last,
+            "{chunk}"
+        );
+        assert!(chunk.get("index").is_none());
+    }
+    assert_eq!(
+        chunks[4]["meta_info"]["finish_reason"],
+        json!({"type": "length", "length": 5})
+    );
+}
+
+#[tokio::test]
+async fn stream_interval_sends_the_first_token_then_every_kth() {
+    // SGLang flushes at lengths 1, 1 + k, 1 + 2k, ... and at the end.
+    let per_request = InProcess::new(ServerConfig::default());
+    let chunks = stream(
+        &per_request,
+        json!({"text": "count", "sampling_params": {"max_new_tokens": 10, "ignore_eos": true, "stream_interval": 4}}),
+    )
+    .await;
+    assert_eq!(completion_tokens(&chunks), [1, 5, 9, 10]);
+
+    let flag = InProcess::new(ServerConfig {
+        stream_interval: 3,
+        ..ServerConfig::default()
+    });
+    let chunks = stream(
+        &flag,
+        json!({"text": "count", "sampling_params": {"max_new_tokens": 7, "ignore_eos": true}}),
+    )
+    .await;
+    assert_eq!(completion_tokens(&chunks), [1, 4, 7]);
+    // A request's own interval wins over the flag; 0 or null means the flag.
+    let chunks = stream(&flag, json!({"text": "count", "sampling_params": {"max_new_tokens": 3, "ignore_eos": true, "stream_interval": 1}})).await;
+    assert_eq!(completion_tokens(&chunks), [1, 2, 3]);
+    let chunks = stream(&flag, json!({"text": "count", "sampling_params": {"max_new_tokens": 7, "ignore_eos": true, "stream_interval": 0}})).await;
+    assert_eq!(completion_tokens(&chunks), [1, 4, 7]);
+}
+
+#[tokio::test]
+async fn batch_and_parallel_chunks_carry_index_and_interleave() {
+    let server = InProcess::new(ServerConfig::default());
+    let chunks = stream(
+        &server,
+        json!({"text": ["a", "b"], "sampling_params": {"max_new_tokens": 3, "ignore_eos": true}, "rid": "job"}),
+    )
+    .await;
+    let indexes: Vec<u64> = chunks
+        .iter()
+        .map(|c| c["index"].as_u64().expect("index on every chunk"))
+        .collect();
+    assert_eq!(indexes, [0, 1, 0, 1, 0, 1]);
+    for chunk in &chunks {
+        let index = chunk["index"].as_u64().unwrap_or(9);
+        assert_eq!(chunk["meta_info"]["id"], format!("job_{index}"));
+        // `index` is the last top-level key, after meta_info.
+        let node = Node::parse(serde_json::to_string(chunk).unwrap_or_default().as_bytes());
+        assert_eq!(node.keys().len(), 4);
+    }
+    let raw = server
+        .generate(&json!({"text": "p", "sampling_params": {"n": 3, "max_new_tokens": 2, "ignore_eos": true}, "stream": true}))
+        .await;
+    let events = read_sse(&raw.body).expect("exact framing");
+    for event in &events {
+        let keys = Node::parse(event)
+            .keys()
+            .iter()
+            .map(|k| k.to_string())
+            .collect::<Vec<_>>();
+        assert_eq!(keys, ["text", "output_ids", "meta_info", "index"]);
+    }
+    let indexes: Vec<u64> = sse_json(&raw.body)
+        .iter()
+        .map(|c| c["index"].as_u64().unwrap_or(9))
+        .collect();
+    assert_eq!(indexes, [0, 1, 2, 0, 1, 2]);
+}
+
+#[tokio::test]
+async fn incremental_mode_sends_deltas_of_text_ids_and_logprobs() {
+    let server = InProcess::new(ServerConfig {
+        incremental_streaming_output: true,
+        ..ServerConfig::default()
+    });
+    let chunks = stream(
+        &server,
+        json!({"text": "delta", "sampling_params": {"max_new_tokens": 6, "ignore_eos": true}, "return_logprob": true, "top_logprobs_num": 2}),
+    )
+    .await;
+    for (i, chunk) in chunks.iter().enumerate() {
+        let meta = &chunk["meta_info"];
+        assert_eq!(
+            chunk["output_ids"].as_array().map(Vec::len),
+            Some(1),
+            "{chunk}"
+        );
+        assert_eq!(
+            meta["output_token_logprobs"].as_array().map(Vec::len),
+            Some(1)
+        );
+        assert_eq!(
+            meta["output_top_logprobs"].as_array().map(Vec::len),
+            Some(1)
+        );
+        // The length stays cumulative, so clients can check they missed nothing.
+        assert_eq!(meta["output_token_logprobs_length"], i + 1);
+        assert_eq!(meta["completion_tokens"], i + 1);
+        assert_eq!(meta["output_token_logprobs"][0][1], chunk["output_ids"][0]);
+    }
+}
+
+#[tokio::test]
+async fn mid_streams_send_delta_ids_with_cumulative_text_and_logprobs() {
+    let server = InProcess::new(ServerConfig {
+        profile: Profile::Mid,
+        ..ServerConfig::default()
+    });
+    let chunks = stream(
+        &server,
+        json!({"text": "mid", "sampling_params": {"max_new_tokens": 5, "ignore_eos": true}, "return_logprob": true}),
+    )
+    .await;
+    let mut text_len = 0;
+    for (i, chunk) in chunks.iter().enumerate() {
+        let meta = &chunk["meta_info"];
+        assert_eq!(chunk["output_ids"].as_array().map(Vec::len), Some(1));
+        assert_eq!(
+            meta["output_token_logprobs"].as_array().map(Vec::len),
+            Some(i + 1)
+        );
+        let text = chunk["text"].as_str().unwrap_or("");
+        assert!(text.len() >= text_len, "text is cumulative");
+        text_len = text.len();
+        assert!(
+            meta.get("num_retractions").is_none()
+                && meta.get("output_token_logprobs_length").is_none()
+        );
+        // MID's default logprob_start_len covers the last prompt token.
+        assert_eq!(
+            meta["input_token_logprobs"].as_array().map(Vec::len),
+            Some(1)
+        );
+        assert!(meta["input_token_logprobs"][0][0].is_null());
+    }
+}
+
+#[tokio::test]
+async fn cumulative_text_only_grows_and_ends_trimmed_at_a_stop_string() {
+    let server = InProcess::new(ServerConfig::default());
+    for request in crate::common::load_json("requests.json")
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+    {
+        if request["sampling_params"].get("stop").is_none() {
+            continue;
+        }
+        let chunks = stream(&server, request.clone()).await;
+        let texts: Vec<&str> = chunks
+            .iter()
+            .map(|c| c["text"].as_str().unwrap_or(""))
+            .collect();
+        for w in texts.windows(2) {
+            assert!(
+                w[1].starts_with(w[0]),
+                "{request}: {:?} then {:?}",
+                w[0],
+                w[1]
+            );
+        }
+        let reason = &chunks.last().expect("chunks")["meta_info"]["finish_reason"];
+        if reason["type"] == "stop" && reason["matched"].is_string() {
+            let matched = reason["matched"].as_str().unwrap_or("");
+            let text = texts.last().copied().unwrap_or("");
+            if request["sampling_params"]["no_stop_trim"] == true {
+                assert!(text.ends_with(matched), "{text:?} keeps {matched:?}");
+            } else {
+                assert!(
+                    !text.contains(matched),
+                    "{text:?} is cut before {matched:?}"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_scheduler_abort_in_a_batch_stream_ends_only_that_item() {
+    let server = InProcess::new(ServerConfig::default());
+    let chunks = stream(
+        &server,
+        json!({"input_ids": [[1, 2, 3], [4, 5]], "return_logprob": true, "logprob_start_len": [0, 2],
+               "sampling_params": {"max_new_tokens": 2, "ignore_eos": true}}),
+    )
+    .await;
+    let aborted: Vec<&Value> = chunks.iter().filter(|c| c["index"] == 1).collect();
+    assert_eq!(aborted.len(), 1);
+    assert_eq!(aborted[0]["meta_info"]["finish_reason"]["type"], "abort");
+    assert_eq!(aborted[0]["meta_info"]["finish_reason"]["status_code"], 400);
+    assert_eq!(aborted[0]["output_ids"], json!([]));
+    let finished: Vec<&Value> = chunks.iter().filter(|c| c["index"] == 0).collect();
+    assert_eq!(
+        finished
+            .last()
+            .map(|c| c["meta_info"]["completion_tokens"].clone()),
+        Some(json!(2))
+    );
+}
+
+#[tokio::test]
+async fn max_new_tokens_zero_streams_one_finished_chunk() {
+    let server = InProcess::new(ServerConfig::default());
+    let chunks = stream(&server, json!({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 0}, "return_logprob": true, "logprob_start_len": 0})).await;
+    assert_eq!(chunks.len(), 1);
+    let chunk = &chunks[0];
+    assert_eq!(chunk["text"], "");
+    assert_eq!(chunk["output_ids"], json!([]));
+    assert_eq!(
+        chunk["meta_info"]["finish_reason"],
+        json!({"type": "length", "length": 0})
+    );
+    assert_eq!(chunk["meta_info"]["output_token_logprobs"], json!([]));
+    assert_eq!(
+        chunk["meta_info"]["input_token_logprobs"]
+            .as_array()
+            .map(Vec::len),
+        Some(3)
+    );
+}
+
+#[tokio::test]
+async fn an_empty_batch_streams_only_done() {
+    let server = InProcess::new(ServerConfig::default());
+    let reply = server.generate(&json!({"text": [], "stream": true})).await;
+    assert_eq!(reply.body, b"data: [DONE]\n\n");
+    let reply = server.generate(&json!({"text": []})).await;
+    assert_eq!(reply.json(), json!([]));
+}
