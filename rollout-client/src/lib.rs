@@ -14,6 +14,7 @@
 
 pub mod client;
 pub mod error;
+mod fast;
 pub mod request;
 pub mod rollout;
 pub mod sample;

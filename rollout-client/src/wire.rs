@@ -10,6 +10,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, SeqAccess, Visi
 use serde::{Deserialize, Serialize};
 
 use crate::error::ResponseError;
+use crate::fast;
 
 /// One `/generate` response object, or one streamed chunk (same shape plus `index`).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -386,6 +387,9 @@ impl ResponseBody {
 pub fn decode_body(body: &[u8]) -> Result<ResponseBody, ResponseError> {
     let first = body.iter().find(|b| !b.is_ascii_whitespace()).copied();
     if first == Some(b'[') {
+        if let Some(v) = fast::responses(body) {
+            return Ok(ResponseBody::Many(v));
+        }
         serde_json::from_slice(body)
             .map(ResponseBody::Many)
             .map_err(|e| json_error(body, e))
@@ -395,7 +399,25 @@ pub fn decode_body(body: &[u8]) -> Result<ResponseBody, ResponseError> {
 }
 
 /// Decodes a single response object (a non-stream body or one SSE `data:` payload).
+///
+/// The hand-written fast path (`fast.rs`) handles plain valid bodies; anything else, including
+/// every malformed body, goes through serde_json, which gives the same result or the typed error.
 pub fn decode_response(body: &[u8]) -> Result<GenerateResponse, ResponseError> {
+    match fast::response(body) {
+        Some(r) => Ok(r),
+        None => decode_response_serde(body),
+    }
+}
+
+/// The hand-written fast path alone: `None` means the body is not the plain valid case and
+/// [`decode_response`] would use serde_json. Exposed so tests can hold the two paths together.
+pub fn decode_response_fast(body: &[u8]) -> Option<GenerateResponse> {
+    fast::response(body)
+}
+
+/// The serde_json path alone (the derived impls plus the logprob visitor); the reference the fast
+/// path is tested against.
+pub fn decode_response_serde(body: &[u8]) -> Result<GenerateResponse, ResponseError> {
     serde_json::from_slice(body).map_err(|e| json_error(body, e))
 }
 

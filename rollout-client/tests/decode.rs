@@ -350,3 +350,140 @@ fn error_bodies_of_every_shape() {
         "Internal Server Error"
     );
 }
+
+/// The fast path must agree with the serde path bit for bit whenever it answers.
+fn assert_paths_agree(body: &[u8]) -> bool {
+    let serde = wire::decode_response_serde(body);
+    match wire::decode_response_fast(body) {
+        Some(fast) => {
+            let serde = serde.unwrap_or_else(|e| {
+                panic!(
+                    "fast path accepted a body serde rejects ({e:?}): {}",
+                    String::from_utf8_lossy(body)
+                )
+            });
+            // Debug, because NaN (a null logprob) is not equal to itself.
+            assert_eq!(
+                format!("{fast:?}"),
+                format!("{serde:?}"),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+            true
+        }
+        None => false,
+    }
+}
+
+#[test]
+fn fast_path_agrees_with_serde_on_every_fixture() {
+    let mut taken = Vec::new();
+    for entry in std::fs::read_dir(crate::common::data_path("")).unwrap() {
+        let path = entry.unwrap().path();
+        let body = std::fs::read(&path).unwrap();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.ends_with(".sse") {
+            for frame in String::from_utf8(body).unwrap().split("\n\n") {
+                if let Some(data) = frame.strip_prefix("data: ") {
+                    assert_paths_agree(data.as_bytes());
+                }
+            }
+        } else if assert_paths_agree(&body) {
+            taken.push(name);
+        }
+    }
+    // The plain spec examples must take the fast path, or the speed-up silently disappears.
+    for name in [
+        "7_1_single_mid.json",
+        "7_1_single_latest.json",
+        "7_2_text_in_logprobs.json",
+        "7_3_nonstream.json",
+        "7_5_abort_running.json",
+    ] {
+        assert!(
+            taken.iter().any(|t| t == name),
+            "{name} did not take the fast path"
+        );
+    }
+    let synth =
+        rollout_client::synth::generate_body(4096, 42, rollout_client::synth::TokenText::Pieces);
+    assert!(
+        assert_paths_agree(&synth),
+        "the benchmark body must take the fast path"
+    );
+}
+
+mod fast_vs_serde {
+    use proptest::prelude::*;
+
+    /// A logprob written in one of the many ways a JSON encoder may write a number.
+    fn number() -> impl Strategy<Value = String> {
+        prop_oneof![
+            8 => (-30.0f64..0.0).prop_map(|x| format!("{x}")),
+            4 => (-30.0f64..0.0).prop_map(|x| format!("{x:e}")),
+            2 => (-30.0f64..0.0).prop_map(|x| format!("{x:E}")),
+            16 => (-30.0f32..0.0).prop_map(|x| serde_json::to_string(&(x as f64)).unwrap()),
+            4 => (-1000i64..=0).prop_map(|x| x.to_string()),
+            2 => Just("-0".to_string()),
+            2 => Just("-0.0".to_string()),
+            2 => Just("0".to_string()),
+            4 => ("-?[1-9][0-9]{0,24}", "(\\.[0-9]{1,12})?", "([eE][+-]?[0-9]{1,2})?")
+                .prop_map(|(a, b, c)| format!("{a}{b}{c}")),
+            1 => Just("1e400".to_string()),
+            1 => Just("-.5".to_string()),
+            1 => Just("01".to_string()),
+            4 => Just("null".to_string()),
+        ]
+    }
+
+    fn id() -> impl Strategy<Value = String> {
+        prop_oneof![
+            40 => any::<u32>().prop_map(|x| x.to_string()),
+            1 => Just("4294967296".to_string()),
+            1 => Just("-1".to_string()),
+            1 => Just("7.0".to_string()),
+            1 => Just("007".to_string()),
+        ]
+    }
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            20 => Just("null".to_string()),
+            10 => "[a-z .,]{0,6}".prop_map(|s| format!("\"{s}\"")),
+            2 => Just(r#"" \"quoted\" \\ \n\t/""#.to_string()),
+            1 => Just(r#""\u00e9\ud83d\ude00""#.to_string()),
+            2 => Just("\"é 中 😀\"".to_string()),
+            1 => Just("\"bad \u{1} control\"".to_string()),
+        ]
+    }
+
+    fn ws() -> impl Strategy<Value = &'static str> {
+        prop_oneof![6 => Just(""), 1 => Just(" "), 1 => Just("\n  "), 1 => Just("\t")]
+    }
+
+    fn triple() -> impl Strategy<Value = String> {
+        (number(), id(), text(), ws(), ws())
+            .prop_map(|(lp, id, t, a, b)| format!("[{a}{lp},{id}{b},{t}]"))
+    }
+
+    proptest! {
+        #[test]
+        fn fast_path_equals_serde(
+            triples in prop::collection::vec(triple(), 0..12),
+            ids_from_triples in any::<bool>(),
+            extra in prop::collection::vec(id(), 0..3),
+            w in ws(),
+        ) {
+            let lp_ids: Vec<String> = triples.iter().map(|t| {
+                t.trim_start_matches('[').split(',').nth(1).unwrap_or("0").trim().to_string()
+            }).collect();
+            let output_ids = if ids_from_triples { lp_ids } else { extra };
+            let body = format!(
+                r#"{{"text":"t",{w}"output_ids":[{}],"meta_info":{{"id":"x","finish_reason":{{"type":"length","length":3}},{w}"output_token_logprobs":[{}],"input_token_logprobs":[],"completion_tokens":3,"unknown":{{"a":[1,{{"b":null}}]}}}}}}"#,
+                output_ids.join(","),
+                triples.join(&format!(",{w}")),
+            );
+            super::assert_paths_agree(body.as_bytes());
+        }
+    }
+}
