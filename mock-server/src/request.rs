@@ -19,6 +19,8 @@ use crate::pyfmt::{PyNum, int_list_repr, str_list_repr, str_repr};
 
 /// `temperature` below this is greedy sampling (`_SAMPLING_EPS` in `sampling_params.py`).
 const SAMPLING_EPS: f64 = 1e-6;
+/// The most top-logprob and token-id-logprob entries one item may ask for (a mock-only limit).
+pub const MAX_LOGPROB_ENTRIES: u64 = 20_000_000;
 /// SGLang's default `max_new_tokens`.
 pub const DEFAULT_MAX_NEW_TOKENS: u32 = 128;
 
@@ -885,6 +887,17 @@ pub fn plan_generate(
             (Some(ids), true) => ids.iter().map(|&id| id as u32).collect(),
             _ => Vec::new(),
         };
+        // SGLang has no such limit, but a body of billions of triples would exhaust the mock's memory.
+        let positions = (prompt_len - logprob_start.min(prompt_len)) as u64
+            + u64::from(resolved.params.max_new_tokens);
+        let entries = positions.saturating_mul((k + ids.len()) as u64);
+        if entries > MAX_LOGPROB_ENTRIES {
+            return Err(ApiError::value(format!(
+                "top_logprobs_num={k} and {} token_ids_logprob over {positions} positions would return \
+                 {entries} logprob entries; the mock refuses more than {MAX_LOGPROB_ENTRIES}.",
+                ids.len()
+            )));
+        }
         let stream_interval = match resolved.stream_interval {
             Some(si) if si > 0 => si,
             _ => config.stream_interval.max(1),

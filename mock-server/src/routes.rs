@@ -306,17 +306,19 @@ async fn run_non_stream(
     plan: GeneratePlan,
     started: Instant,
 ) -> Result<Vec<u8>, ApiError> {
+    // Top lists cost about a token's worth of work per 16 entries.
     let work: usize = plan
         .items
         .iter()
         .map(|i| {
             let r = &i.request;
-            r.params.max_new_tokens as usize
-                + if r.return_logprob {
-                    r.input_ids.len() - r.logprob_start.min(r.input_ids.len())
-                } else {
-                    0
-                }
+            let per_position = 1 + (r.top_logprobs_num + r.token_ids_logprob.len()) / 16;
+            let input_positions = if r.return_logprob {
+                r.input_ids.len() - r.logprob_start.min(r.input_ids.len())
+            } else {
+                0
+            };
+            (r.params.max_new_tokens as usize + input_positions) * per_position
         })
         .sum();
     let config = Arc::clone(&state.inner.config);

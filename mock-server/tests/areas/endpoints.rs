@@ -286,3 +286,76 @@ async fn a_bad_model_config_is_an_error_not_a_panic() {
         Err(std::io::ErrorKind::InvalidInput)
     );
 }
+
+/// Start the real binary with flags from the environment, read the address it logs, and stop it with
+/// SIGTERM: it must exit cleanly.
+#[cfg(unix)]
+#[tokio::test]
+async fn the_binary_reads_env_flags_and_stops_on_sigterm() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sglang-mock"))
+        .env("SGLANG_MOCK_PORT", "0")
+        .env("SGLANG_MOCK_PROFILE", "mid")
+        .env("SGLANG_MOCK_SERVED_MODEL_NAME", "from-env")
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("binary starts");
+    let stdout = child.stdout.take().expect("stdout piped");
+    let addr = tokio::task::spawn_blocking(move || {
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        while reader.read_line(&mut line).unwrap_or(0) > 0 {
+            if let Some(at) = line.find("127.0.0.1:") {
+                let digits: String = line[at + 10..]
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect();
+                return Some((format!("127.0.0.1:{digits}"), reader));
+            }
+            line.clear();
+        }
+        None
+    })
+    .await
+    .expect("reader joins");
+    let Some((addr, reader)) = addr else {
+        let _ = child.kill();
+        panic!("the binary never logged its address");
+    };
+    let client = reqwest::Client::new();
+    let models = client
+        .get(format!("http://{addr}/v1/models"))
+        .send()
+        .await
+        .expect("answers");
+    let models: Value = serde_json::from_slice(&models.bytes().await.expect("body")).expect("JSON");
+    assert_eq!(models["data"][0]["id"], "from-env");
+    let weight = client
+        .get(format!("http://{addr}/get_weight_version"))
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(
+        weight.status().as_u16(),
+        200,
+        "the MID profile came from the environment"
+    );
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let exit = tokio::task::spawn_blocking(move || {
+        drop(reader);
+        child.wait()
+    })
+    .await
+    .expect("waiter joins")
+    .expect("child exits");
+    assert!(exit.success(), "exit status {exit:?}");
+}

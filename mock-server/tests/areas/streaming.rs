@@ -304,3 +304,35 @@ async fn an_empty_batch_streams_only_done() {
     let reply = server.generate(&json!({"text": []})).await;
     assert_eq!(reply.json(), json!([]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_concurrent_streams_finish_and_match_the_oracle() {
+    let live = std::sync::Arc::new(crate::common::Live::start(ServerConfig::default()).await);
+    let streams = 400;
+    let mut tasks = Vec::with_capacity(streams);
+    for i in 0..streams {
+        let live = std::sync::Arc::clone(&live);
+        tasks.push(tokio::spawn(async move {
+            let request = json!({"text": format!("prompt {}", i % 7), "rid": format!("c{i}"), "stream": true,
+                                 "sampling_params": {"max_new_tokens": 12, "ignore_eos": true}, "return_logprob": true});
+            let reply = live.post_json("/generate", &request).await;
+            (request, reply)
+        }));
+    }
+    for task in tasks {
+        let (request, reply) = task.await.expect("task joins");
+        assert_eq!(reply.status, 200);
+        let rebuilt =
+            crate::common::reassemble(&sse_json(&reply.body), crate::common::Mode::Cumulative);
+        let expected = live
+            .oracle
+            .expect(&serde_json::to_vec(&request).unwrap_or_default())
+            .expect("valid");
+        assert_eq!(json!(rebuilt[0].output_ids), expected.body["output_ids"]);
+        assert_eq!(
+            json!(rebuilt[0].output_token_logprobs),
+            expected.body["meta_info"]["output_token_logprobs"]
+        );
+        assert_eq!(rebuilt[0].last_meta["id"], request["rid"]);
+    }
+}

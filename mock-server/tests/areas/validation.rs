@@ -258,3 +258,95 @@ async fn greedy_rewrite_happens_before_top_k_is_checked() {
     let reply = server.generate(&json!({"text": "a", "sampling_params": {"temperature": 0, "top_k": 0, "max_new_tokens": 2}})).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
 }
+
+#[tokio::test]
+async fn a_masked_token_reports_null_in_latest_and_fails_a_mid_body() {
+    // `min_new_tokens` masks EOS, so its logprob is -inf at those positions: orjson writes null, MID's
+    // `allow_nan=False` JSONResponse fails the whole non-stream body with a 500.
+    let latest = InProcess::new(ServerConfig::default());
+    let eos = latest.oracle.model().tokenizer().eos_token_ids()[0];
+    let request = json!({"text": "mask", "sampling_params": {"max_new_tokens": 3, "min_new_tokens": 3},
+                         "return_logprob": true, "token_ids_logprob": [eos]});
+    let reply = latest.generate(&request).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let per_position = reply.json()["meta_info"]["output_token_ids_logprobs"].clone();
+    assert_eq!(per_position.as_array().map(Vec::len), Some(3));
+    for list in per_position.as_array().into_iter().flatten() {
+        assert_eq!(list[0][0], Value::Null, "{list}");
+        assert_eq!(list[0][1], eos);
+    }
+    let mid = InProcess::new(ServerConfig {
+        profile: mock_server::Profile::Mid,
+        ..ServerConfig::default()
+    });
+    let reply = mid.generate(&request).await;
+    assert_eq!(reply.status, 500);
+    assert_eq!(reply.text(), "Internal Server Error");
+    let mut streamed = request.clone();
+    streamed["stream"] = json!(true);
+    let reply = mid.generate(&streamed).await;
+    assert_eq!(
+        reply.status, 200,
+        "streams are serialised with orjson even in MID"
+    );
+    assert!(
+        sse_json(&reply.body)
+            .iter()
+            .all(|c| c.get("error").is_none())
+    );
+}
+
+#[tokio::test]
+async fn responses_too_large_to_build_are_refused() {
+    let server = InProcess::new(ServerConfig::default());
+    let reply = server
+        .generate(&json!({"text": "a", "return_logprob": true, "top_logprobs_num": 151936, "sampling_params": {"max_new_tokens": 200}}))
+        .await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(
+        reply.json()["error"]["message"],
+        "top_logprobs_num=151936 and 0 token_ids_logprob over 200 positions would return 30387200 logprob entries; \
+         the mock refuses more than 20000000."
+    );
+}
+
+#[tokio::test]
+async fn hostile_bodies_get_answers_not_crashes() {
+    let server = InProcess::new(ServerConfig::default());
+    let deep_ignored = format!(
+        "{{\"text\": \"a\", \"sampling_params\": {{\"max_new_tokens\": 1}}, \"x\": {}{}}}",
+        "[".repeat(200_000),
+        "]".repeat(200_000)
+    );
+    let bodies: Vec<Vec<u8>> = vec![
+        deep_ignored.into_bytes(),
+        b"{\"text\": \"\\ud800\"}".to_vec(),
+        vec![b'{', b'"', b't', 0xff, 0xfe, b'"', b':', b'1', b'}'],
+        b"{\"input_ids\": [1e999]}".to_vec(),
+        b"{\"input_ids\": [-9223372036854775809]}".to_vec(),
+        b"{\"text\": \"a\", \"sampling_params\": {\"max_new_tokens\": 1e300}}".to_vec(),
+        b"{\"text\": \"a\", \"sampling_params\": {\"temperature\": 1e308, \"max_new_tokens\": 1}}".to_vec(),
+        b"{\"text\": \"a\", \"sampling_params\": {\"max_new_tokens\": 99999999999}}".to_vec(),
+        b"{\"text\": \"a\", \"top_logprobs_num\": -5, \"return_logprob\": true, \"sampling_params\": {\"max_new_tokens\": 1}}".to_vec(),
+        b"{\"text\": \"a\", \"logprob_start_len\": -7, \"return_logprob\": true, \"sampling_params\": {\"max_new_tokens\": 1}}".to_vec(),
+        b"{\"text\": \"a\", \"sampling_params\": {\"stop\": [\"\"], \"max_new_tokens\": 3}}".to_vec(),
+        b"{\"text\": \"a\", \"sampling_params\": {\"n\": 0, \"max_new_tokens\": 1}}".to_vec(),
+        b"{\"text\": \"a\", \"sampling_params\": {\"stream_interval\": -3, \"max_new_tokens\": 2}, \"stream\": true}".to_vec(),
+        b"{\"text\": \"a\", \"sampling_params\": {\"sampling_seed\": -1, \"max_new_tokens\": 2}}".to_vec(),
+        b"\xef\xbb\xbf{\"text\": \"bom\"}".to_vec(),
+    ];
+    for body in bodies {
+        let reply = server.post("/generate", body.clone()).await;
+        let status = reply.status.as_u16();
+        assert!(
+            status == 200 || status == 400 || status == 500,
+            "{status} for {:?}",
+            String::from_utf8_lossy(&body[..body.len().min(80)])
+        );
+        if status == 200 && reply.content_type().starts_with("text/event-stream") {
+            read_sse(&reply.body).expect("exact framing");
+        }
+    }
+    // The server still answers afterwards.
+    assert_eq!(server.get("/health").await.status, 200);
+}
