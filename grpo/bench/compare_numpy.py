@@ -27,10 +27,17 @@ WORKSPACE = pathlib.Path(__file__).resolve().parents[2]
 
 
 def make_data(samples, length, seed):
-    """Rewards in {0, 0.8, 1, 1.2}; ~90% of tokens trained; rollout logprobs <= 0; current = rollout + noise."""
+    """Rewards in {0, 1} (a 0/1 verifier such as deepscaler); ~90% of tokens trained; rollout logprobs <= 0;
+    current = rollout + noise.
+
+    0/1 rewards keep group means exact in any summation order. With rewards such as 0.8 and 1.2, a sample
+    whose reward equals its group mean can get an advantage of +-1e-16 or exactly 0 depending on the order of
+    the additions, and its clip indicator then differs on every token: numpy and the crate would disagree on
+    pg_clipfrac while agreeing on everything that matters.
+    """
     rng = np.random.default_rng(seed)
     tokens = samples * length
-    rewards = rng.choice(np.array([0.0, 0.8, 1.0, 1.2]), size=samples)
+    rewards = rng.integers(0, 2, size=samples).astype(np.float64)
     lengths = np.full(samples, length, dtype=np.uint32)
     mask = (rng.random(tokens) < 0.9).astype(np.uint8)
     rollout = (-rng.exponential(1.0, tokens)).astype(np.float32)
@@ -41,7 +48,11 @@ def make_data(samples, length, seed):
 def numpy_pipeline(rewards, mask, rollout, current, n, length):
     """The same formulas as the Rust pipeline: float32 per token, float64 reductions."""
     r = rewards.reshape(-1, n)
-    mean = r.mean(axis=1, keepdims=True)
+    # The mean relative to each group's first reward, as the crate computes it: exact for a constant group,
+    # whose advantages are then exactly 0. (A plain mean leaves about 1e-11 for rewards like 0.8, which the
+    # clip test then counts as clipped on every token with a ratio outside the range.)
+    pivot = r[:, :1]
+    mean = pivot + (r - pivot).mean(axis=1, keepdims=True)
     std = r.std(axis=1, ddof=1, keepdims=True)
     advantages = ((r - mean) / (std + 1e-6)).reshape(-1)
 

@@ -4,7 +4,9 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use grpo::{AdvantageConfig, Aggregation, Batch, BatchOptions, LogProbs, PolicyLossConfig, SampleParts};
+use grpo::{
+    AdvantageConfig, Aggregation, Batch, BatchOptions, LogProbs, PolicyLossConfig, SampleParts,
+};
 
 const SAMPLES: usize = 512;
 const LENGTH: usize = 2048;
@@ -15,7 +17,10 @@ struct Lcg(u64);
 
 impl Lcg {
     fn next(&mut self) -> f32 {
-        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
         (self.0 >> 40) as f32 / (1u64 << 24) as f32
     }
 }
@@ -39,7 +44,10 @@ fn data() -> (Batch, Vec<f32>) {
             }
         })
         .collect();
-    (Batch::new(&parts, &BatchOptions::grpo(GROUP)).expect("valid batch"), current)
+    (
+        Batch::new(&parts, &BatchOptions::grpo(GROUP)).expect("valid batch"),
+        current,
+    )
 }
 
 fn pipeline(c: &mut Criterion) {
@@ -57,9 +65,13 @@ fn pipeline(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("grpo_512x2048");
     group.throughput(Throughput::Elements(batch.num_tokens() as u64));
-    group.bench_function("advantages", |b| b.iter(|| black_box(batch.advantages(black_box(&adv_config)))));
+    group.bench_function("advantages", |b| {
+        b.iter(|| black_box(batch.advantages(black_box(&adv_config))))
+    });
     group.bench_function("ppo_loss_and_aggregation", |b| {
-        b.iter(|| black_box(batch.policy_loss(black_box(&advantages), black_box(&lp), &loss_config)))
+        b.iter(|| {
+            black_box(batch.policy_loss(black_box(&advantages), black_box(&lp), &loss_config))
+        })
     });
     group.bench_function("pipeline", |b| {
         b.iter(|| {
@@ -68,7 +80,11 @@ fn pipeline(c: &mut Criterion) {
         })
     });
     let rollout = batch.rollout_log_probs().expect("present");
-    let (mut c2, mut r2, mut m2) = (vec![0.0f32; current.len()], vec![0.0f32; rollout.len()], vec![0u8; rollout.len()]);
+    let (mut c2, mut r2, mut m2) = (
+        vec![0.0f32; current.len()],
+        vec![0.0f32; rollout.len()],
+        vec![0u8; rollout.len()],
+    );
     group.bench_function("memcpy_inputs", |b| {
         b.iter(|| {
             c2.copy_from_slice(black_box(&current));

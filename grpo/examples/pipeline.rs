@@ -13,15 +13,20 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use grpo::{
-    AdvantageConfig, Aggregation, Batch, BatchOptions, LogProbs, PolicyLossConfig, PolicyLossOutput, SampleParts,
+    AdvantageConfig, Aggregation, Batch, BatchOptions, LogProbs, PolicyLossConfig,
+    PolicyLossOutput, SampleParts,
 };
 
 fn read(dir: &Path, name: &str) -> Vec<u8> {
-    std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.join(name).display()))
+    std::fs::read(dir.join(name))
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.join(name).display()))
 }
 
 fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
 }
 
 /// The benchmark's loss settings; `compare_numpy.py` implements the same.
@@ -38,7 +43,9 @@ fn loss_config() -> PolicyLossConfig {
 
 fn pipeline(batch: &Batch, current: &[f32]) -> (Vec<f64>, PolicyLossOutput) {
     let advantages = batch.advantages(&AdvantageConfig::default());
-    let out = batch.policy_loss(&advantages, &LogProbs::new(current), &loss_config()).expect("valid inputs");
+    let out = batch
+        .policy_loss(&advantages, &LogProbs::new(current), &loss_config())
+        .expect("valid inputs");
     (advantages.per_sample().to_vec(), out)
 }
 
@@ -67,8 +74,10 @@ fn main() {
         .chunks_exact(8)
         .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
         .collect();
-    let lengths: Vec<usize> =
-        read(dir, "response_lengths.u32").chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize).collect();
+    let lengths: Vec<usize> = read(dir, "response_lengths.u32")
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        .collect();
     let mask = read(dir, "loss_mask.u8");
     let rollout = f32s(&read(dir, "rollout_log_probs.f32"));
     let current = f32s(&read(dir, "current_log_probs.f32"));
@@ -96,8 +105,12 @@ fn main() {
         black_box(Batch::new(black_box(&parts), &options).expect("valid batch"));
     });
     // The ceiling: copying the pipeline's input bytes (current and rollout logprobs, mask, rewards).
-    let (mut c2, mut r2, mut m2, mut w2) =
-        (vec![0.0f32; current.len()], vec![0.0f32; rollout.len()], vec![0u8; mask.len()], vec![0.0f64; rewards.len()]);
+    let (mut c2, mut r2, mut m2, mut w2) = (
+        vec![0.0f32; current.len()],
+        vec![0.0f32; rollout.len()],
+        vec![0u8; mask.len()],
+        vec![0.0f64; rewards.len()],
+    );
     let t_memcpy = best_of(repeats, || {
         c2.copy_from_slice(black_box(&current));
         r2.copy_from_slice(black_box(&rollout));

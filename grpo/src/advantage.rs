@@ -149,18 +149,28 @@ pub fn normalize_rewards(
     );
     let trl = convention == Convention::Trl;
     let g = groups.count();
+    // The mean is taken as `pivot + mean(r - pivot)` with the group's first (non-NaN) reward as the pivot:
+    // the same value up to rounding, but exact for a constant group, whose advantages are then exactly 0
+    // (slime's plain mean gives about 1e-11 for rewards like 0.1).
+    let mut pivot = vec![f64::NAN; g];
+    for (&r, &gi) in rewards.iter().zip(groups.of_sample()) {
+        if pivot[gi as usize].is_nan() {
+            pivot[gi as usize] = r;
+        }
+    }
     let mut sum = vec![0.0f64; g];
     let mut count = vec![0usize; g];
     for (&r, &gi) in rewards.iter().zip(groups.of_sample()) {
         if !(trl && r.is_nan()) {
-            sum[gi as usize] += r;
+            sum[gi as usize] += r - pivot[gi as usize];
             count[gi as usize] += 1;
         }
     }
     let mean: Vec<f64> = sum
         .iter()
         .zip(&count)
-        .map(|(&s, &c)| if c == 0 { f64::NAN } else { s / c as f64 })
+        .zip(&pivot)
+        .map(|((&s, &c), &p)| if c == 0 { f64::NAN } else { p + s / c as f64 })
         .collect();
     let mut ss = vec![0.0f64; g];
     for (&r, &gi) in rewards.iter().zip(groups.of_sample()) {

@@ -380,7 +380,9 @@ impl Batch {
                             response_length,
                         });
                     }
-                    if let Some(position) = mask.iter().position(|&m| m > 1) {
+                    // Branch-free passes that vectorise; locate the culprit only when something is wrong.
+                    if mask.iter().fold(0u8, |acc, &m| acc | m) > 1 {
+                        let position = mask.iter().position(|&m| m > 1).unwrap_or(0);
                         return Err(BatchError::InvalidLossMask {
                             sample,
                             position,
@@ -388,7 +390,11 @@ impl Batch {
                         });
                     }
                     loss_mask.extend_from_slice(mask);
-                    let count: usize = mask.iter().map(|&m| usize::from(m)).sum();
+                    let count: usize = mask
+                        .chunks(255)
+                        // u8 sums of at most 255 ones cannot overflow, and vectorise.
+                        .map(|c| usize::from(c.iter().sum::<u8>()))
+                        .sum();
                     mask_counts.push(u32::try_from(count).unwrap_or(u32::MAX));
                 }
             }
@@ -413,8 +419,10 @@ impl Batch {
                             response_length,
                         });
                     }
-                    // One fused pass in the common case; locate the culprit only when something is wrong.
-                    if !lp.iter().all(|&v| v.is_finite() && v <= 0.0) {
+                    // One branch-free pass in the common case (NaN fails both comparisons); locate the culprit
+                    // only when something is wrong.
+                    let valid = |v: f32| (v <= 0.0) & (v > f32::NEG_INFINITY);
+                    if !lp.iter().fold(true, |ok, &v| ok & valid(v)) {
                         let position = lp
                             .iter()
                             .position(|&v| !(v.is_finite() && v <= 0.0))

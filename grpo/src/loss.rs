@@ -6,7 +6,7 @@ use thiserror::Error;
 use crate::advantage::Advantages;
 use crate::aggregate::Aggregation;
 use crate::batch::{Batch, Ragged};
-use crate::stats::{exp_f32, masked_sum};
+use crate::stats::exp_f32;
 
 /// Which surrogate the per-token loss uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -104,7 +104,7 @@ impl Default for Tis {
 pub fn tis_weight(d: f32, tis: &Tis) -> (f32, bool) {
     let raw = exp_f32(d);
     let (lo, hi) = (tis.low as f32, tis.high as f32);
-    let outside = raw < lo || raw > hi;
+    let outside = (raw < lo) | (raw > hi);
     let w = match tis.mode {
         TisMode::Clamp => raw.clamp(lo, hi),
         TisMode::IcePop => {
@@ -129,15 +129,27 @@ pub fn ppo_clip_loss(
     eps_high: f32,
     dual_clip: f32,
 ) -> (f32, bool) {
+    // Written as comparisons and selects (no `f32::clamp`, whose bound check is a branch, and no
+    // `f32::max`, whose NaN handling costs extra instructions) so that loops over it vectorise.
+    let (lo, hi) = (1.0 - eps_low, 1.0 + eps_high);
+    let clamped = if ratio < lo {
+        lo
+    } else if ratio > hi {
+        hi
+    } else {
+        ratio
+    };
     let unclipped = -ratio * advantage;
-    let clipped = -ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantage;
-    let loss = unclipped.max(clipped);
-    let loss = if advantage < 0.0 {
-        loss.min(-dual_clip * advantage)
+    let clipped = -clamped * advantage;
+    let is_clipped = clipped > unclipped;
+    let loss = if is_clipped { clipped } else { unclipped };
+    let cap = -dual_clip * advantage;
+    let loss = if advantage < 0.0 && cap < loss {
+        cap
     } else {
         loss
     };
-    (loss, clipped > unclipped)
+    (loss, is_clipped)
 }
 
 /// CISPO loss of one token: `-clip(rho, 1 - eps_low, 1 + eps_high) * A * log_pi`, with the clipped ratio
@@ -152,8 +164,15 @@ pub fn cispo_loss(
     eps_high: f32,
 ) -> (f32, bool) {
     let (lo, hi) = (1.0 - eps_low, 1.0 + eps_high);
-    let clamped = ratio.clamp(lo, hi);
-    (-clamped * advantage * log_prob, ratio < lo || ratio > hi)
+    let outside = (ratio < lo) | (ratio > hi);
+    let clamped = if ratio < lo {
+        lo
+    } else if ratio > hi {
+        hi
+    } else {
+        ratio
+    };
+    (-clamped * advantage * log_prob, outside)
 }
 
 /// GSPO's sequence ratio `exp(sum_t (cur - old) m / max(1, sum_t m))` of one sample, accumulated in `f64`.
@@ -335,8 +354,55 @@ pub struct PolicyLossOutput {
     pub tis: Option<TisMetrics>,
 }
 
-/// Tokens processed per step of the fused kernel: small enough for the scratch buffers to stay in L1.
-const CHUNK: usize = 256;
+/// Tokens per block of the fused kernel. Blocks have a fixed size so that every inner loop has a known trip
+/// count and vectorises; the last block of a sample is padded with masked-out neutral tokens.
+const BLOCK: usize = 256;
+
+/// Independent partial sums per block. Within a block, each lane adds `BLOCK / LANES = 8` terms in `f32`
+/// (relative error at most 8 ulp, typically about 3); the block totals accumulate in `f64`. Summing in
+/// `f64` per token would cost a conversion per term, which doubles the kernel's time on SSE2.
+const LANES: usize = 8;
+
+/// `sum x m` over one block (at most `BLOCK` values), in `LANES` partial sums, returned as `f64`.
+#[inline(always)]
+fn block_sum(x: &[f32], m: &[f32]) -> f64 {
+    let mut acc = [0.0f32; LANES];
+    let xc = x.chunks_exact(LANES);
+    let mc = m.chunks_exact(LANES);
+    let tail: f32 = xc
+        .remainder()
+        .iter()
+        .zip(mc.remainder())
+        .map(|(&a, &b)| a * b)
+        .sum();
+    for (xs, ms) in xc.zip(mc) {
+        for j in 0..LANES {
+            acc[j] += xs[j] * ms[j];
+        }
+    }
+    acc.iter().map(|&a| f64::from(a)).sum::<f64>() + f64::from(tail)
+}
+
+/// Three block sums with one mask.
+#[inline(always)]
+fn block_sums3(x: &[f32], y: &[f32], z: &[f32], m: &[f32]) -> [f64; 3] {
+    [block_sum(x, m), block_sum(y, m), block_sum(z, m)]
+}
+
+/// Per-token slices of the kernel, all in the batch layout.
+struct KernelInputs<'a> {
+    current: &'a [f32],
+    old: &'a [f32],
+    advantages: &'a [f32],
+    rollout: Option<&'a [f32]>,
+    reference: Option<&'a [f32]>,
+    entropy: Option<&'a [f32]>,
+}
+
+struct KernelParams<'a> {
+    config: &'a PolicyLossConfig,
+    bound: f32,
+}
 
 /// Per-sample masked sums gathered by the kernel.
 struct Sums {
@@ -408,19 +474,163 @@ impl Batch {
         Ok(old)
     }
 
-    /// Locates the token that made `current - old` non-finite.
-    fn locate_non_finite(&self, current: &[f32], old: &[f32]) -> LossError {
+    /// Locates the token of sample `i` that made `current - old` non-finite.
+    fn locate_non_finite(&self, i: usize, current: &[f32], old: &[f32]) -> LossError {
+        let r = self.range(i);
+        let (current, old) = (&current[r.clone()], &old[r]);
         let t = current
             .iter()
             .zip(old)
             .position(|(&c, &o)| !(c - o).is_finite())
             .unwrap_or(0);
-        if !current[t].is_finite() {
-            non_finite(self, "current", t, current[t])
+        let (input, value) = if !current[t].is_finite() {
+            ("current", current[t])
         } else if !old[t].is_finite() {
-            non_finite(self, "old", t, old[t])
+            ("old", old[t])
         } else {
-            non_finite(self, "current - old", t, current[t] - old[t])
+            ("current - old", current[t] - old[t])
+        };
+        LossError::NonFinite {
+            input,
+            sample: i,
+            position: t,
+            value,
+        }
+    }
+
+    /// The fused per-token pass: for every block of every sample, the ratio, the per-token loss `f(ratio,
+    /// advantage, current)`, TIS, OPSM, the KL and entropy terms, and the per-sample masked sums.
+    fn kernel<F>(
+        &self,
+        x: &KernelInputs<'_>,
+        p: &KernelParams<'_>,
+        sums: &mut Sums,
+        mut token_out: Option<&mut [f32]>,
+        f: F,
+    ) where
+        F: Fn(f32, f32, f32) -> (f32, bool),
+    {
+        let config = p.config;
+        let bound = p.bound;
+        let sequence = config.ratio_level == RatioLevel::Sequence;
+        let mut mask = [0.0f32; BLOCK];
+        let mut delta = [0.0f32; BLOCK];
+        let mut ratio = [0.0f32; BLOCK];
+        let mut loss = [0.0f32; BLOCK];
+        let mut clip = [0.0f32; BLOCK];
+        let mut scratch = [[0.0f32; BLOCK]; 3];
+        for i in 0..self.len() {
+            let range = self.range(i);
+            let seq_log_ratio = if sequence || config.opsm_delta.is_some() {
+                sequence_log_ratio(
+                    &x.current[range.clone()],
+                    &x.old[range.clone()],
+                    &self.loss_mask()[range.clone()],
+                )
+            } else {
+                0.0
+            };
+            let seq_ratio = exp_f32(
+                seq_log_ratio.clamp(-config.log_ratio_clamp, config.log_ratio_clamp) as f32,
+            );
+            let opsm_drop = config.opsm_delta.is_some_and(|d| -seq_log_ratio > d);
+
+            let mut start = range.start;
+            while start < range.end {
+                let end = (start + BLOCK).min(range.end);
+                let len = end - start;
+                let t = start..end;
+                let m = &mut mask[..len];
+                for (d, &s) in m.iter_mut().zip(&self.loss_mask()[t.clone()]) {
+                    *d = f32::from(s);
+                }
+                let (cur, old, adv) = (
+                    &x.current[t.clone()],
+                    &x.old[t.clone()],
+                    &x.advantages[t.clone()],
+                );
+                let (delta, ratio) = (&mut delta[..len], &mut ratio[..len]);
+                for ((d, &c), &o) in delta.iter_mut().zip(cur).zip(old) {
+                    *d = c - o;
+                }
+                if sequence {
+                    ratio.fill(seq_ratio);
+                } else {
+                    for (r, &d) in ratio.iter_mut().zip(delta.iter()) {
+                        let d = if d < -bound {
+                            -bound
+                        } else if d > bound {
+                            bound
+                        } else {
+                            d
+                        };
+                        *r = exp_f32(d);
+                    }
+                }
+                let (loss, clip) = (&mut loss[..len], &mut clip[..len]);
+                for ((((l, c), &r), &a), &lp) in loss
+                    .iter_mut()
+                    .zip(clip.iter_mut())
+                    .zip(ratio.iter())
+                    .zip(adv)
+                    .zip(cur)
+                {
+                    let (v, k) = f(r, a, lp);
+                    *l = v;
+                    *c = f32::from(u8::from(k));
+                }
+
+                if let (Some(tis), Some(rollout)) = (&config.tis, x.rollout) {
+                    let [w, wc, abs] = &mut scratch;
+                    let (w, wc, abs) = (&mut w[..len], &mut wc[..len], &mut abs[..len]);
+                    for (k, ((w, wc), abs)) in w
+                        .iter_mut()
+                        .zip(wc.iter_mut())
+                        .zip(abs.iter_mut())
+                        .enumerate()
+                    {
+                        let d = old[k] - rollout[start + k];
+                        let (v, c) = tis_weight(d, tis);
+                        *w = v;
+                        *wc = f32::from(u8::from(c));
+                        *abs = (exp_f32(d) - 1.0).abs();
+                    }
+                    for (l, &w) in loss.iter_mut().zip(w.iter()) {
+                        *l *= w;
+                    }
+                    let [sw, sc, sa] = block_sums3(w, wc, abs, m);
+                    sums.tis_w[i] += sw;
+                    sums.tis_clip[i] += sc;
+                    sums.tis_abs[i] += sa;
+                }
+                if opsm_drop {
+                    for (l, &a) in loss.iter_mut().zip(adv) {
+                        if a < 0.0 {
+                            *l = 0.0;
+                        }
+                    }
+                }
+                // `delta` is summed unclamped and multiplied by the mask rather than selected, so a non-finite
+                // input makes the ppo_kl sum non-finite even under mask 0.
+                let [pg, cl, d] = block_sums3(loss, clip, delta, m);
+                sums.pg[i] += pg;
+                sums.clip[i] += cl;
+                sums.ppo_kl[i] -= d;
+                if let Some(out) = token_out.as_deref_mut() {
+                    out[t.clone()].copy_from_slice(loss);
+                }
+                if let (Some(kl_cfg), Some(reference)) = (&config.kl_loss, x.reference) {
+                    let k = &mut scratch[0][..len];
+                    for ((k, &c), &r) in k.iter_mut().zip(cur).zip(&reference[t.clone()]) {
+                        *k = kl(kl_cfg.estimator, c - r);
+                    }
+                    sums.kl[i] += block_sum(k, m);
+                }
+                if let Some(entropy) = x.entropy {
+                    sums.entropy[i] += block_sum(&entropy[t], m);
+                }
+                start = end;
+            }
         }
     }
 
@@ -532,7 +742,7 @@ impl Batch {
         advantages: &Advantages,
         lp: &LogProbs<'_>,
         config: &PolicyLossConfig,
-        mut token_out: Option<&mut [f32]>,
+        token_out: Option<&mut [f32]>,
     ) -> Result<PolicyLossOutput, LossError> {
         let old = self.old_log_probs(lp, config.use_rollout_log_probs)?;
         if advantages.per_token().offsets() != self.offsets() {
@@ -579,10 +789,6 @@ impl Batch {
                 Some(e)
             }
         };
-        // The trainer's old policy for TIS is `old` itself: TIS excludes `use_rollout_log_probs`, so `old` is
-        // the recomputed logprobs, or the current ones with the gradient stopped.
-        let old_train = old;
-
         let n = self.len();
         let mut sums = Sums {
             pg: vec![0.0; n],
@@ -599,129 +805,33 @@ impl Batch {
         let dual = config.dual_clip.map_or(f32::INFINITY, |c| c as f32);
         let bound = config.log_ratio_clamp as f32;
 
-        let mut mask = [0.0f32; CHUNK];
-        let mut delta = [0.0f32; CHUNK];
-        let mut loss = [0.0f32; CHUNK];
-        let mut clip = [0.0f32; CHUNK];
-        let mut scratch = [0.0f32; CHUNK];
-        let mut scratch2 = [0.0f32; CHUNK];
-        let current = lp.current;
-        let adv = advantages.per_token().values();
-
-        for i in 0..n {
-            let range = self.range(i);
-            let needs_seq =
-                config.ratio_level == RatioLevel::Sequence || config.opsm_delta.is_some();
-            let seq_log_ratio = if needs_seq {
-                sequence_log_ratio(
-                    &current[range.clone()],
-                    &old[range.clone()],
-                    &self.loss_mask()[range.clone()],
-                )
-            } else {
-                0.0
-            };
-            let seq_ratio = exp_f32(
-                seq_log_ratio.clamp(-config.log_ratio_clamp, config.log_ratio_clamp) as f32,
-            );
-            let opsm_drop = config.opsm_delta.is_some_and(|d| -seq_log_ratio > d);
-
-            let mut start = range.start;
-            while start < range.end {
-                let end = (start + CHUNK).min(range.end);
-                let len = end - start;
-                let m = &mut mask[..len];
-                for (d, &s) in m.iter_mut().zip(&self.loss_mask()[start..end]) {
-                    *d = f32::from(s);
-                }
-                let (cur, old_c, a) = (&current[start..end], &old[start..end], &adv[start..end]);
-                let dl = &mut delta[..len];
-                for ((d, &c), &o) in dl.iter_mut().zip(cur).zip(old_c) {
-                    *d = c - o;
-                }
-                // Unclamped, so a non-finite input makes this sum non-finite even where the mask is 0.
-                sums.ppo_kl[i] -= masked_sum(dl, m);
-
-                let l = &mut loss[..len];
-                let cl = &mut clip[..len];
-                let ratio = &mut scratch[..len];
-                match config.ratio_level {
-                    RatioLevel::Token => {
-                        for (r, &d) in ratio.iter_mut().zip(dl.iter()) {
-                            *r = exp_f32(d.clamp(-bound, bound));
-                        }
-                    }
-                    RatioLevel::Sequence => ratio.fill(seq_ratio),
-                }
-                match config.kind {
-                    PolicyLossKind::Ppo => {
-                        for (((l, c), &r), &a) in
-                            l.iter_mut().zip(cl.iter_mut()).zip(ratio.iter()).zip(a)
-                        {
-                            let (v, k) = ppo_clip_loss(r, a, eps_low, eps_high, dual);
-                            *l = v;
-                            *c = f32::from(u8::from(k));
-                        }
-                    }
-                    PolicyLossKind::Cispo => {
-                        for ((((l, c), &r), &a), &lp) in l
-                            .iter_mut()
-                            .zip(cl.iter_mut())
-                            .zip(ratio.iter())
-                            .zip(a)
-                            .zip(cur)
-                        {
-                            let (v, k) = cispo_loss(r, a, lp, eps_low, eps_high);
-                            *l = v;
-                            *c = f32::from(u8::from(k));
-                        }
-                    }
-                }
-                if let (Some(tis), Some(rollout)) = (&config.tis, rollout) {
-                    let w = &mut scratch[..len];
-                    let wc = &mut scratch2[..len];
-                    let mut abs = 0.0f64;
-                    for (t, (w, wc)) in w.iter_mut().zip(wc.iter_mut()).enumerate() {
-                        let d = old_train[start + t] - rollout[start + t];
-                        let (v, k) = tis_weight(d, tis);
-                        *w = v;
-                        *wc = f32::from(u8::from(k));
-                        abs += f64::from((exp_f32(d) - 1.0).abs() * m[t]);
-                    }
-                    for (l, &w) in l.iter_mut().zip(w.iter()) {
-                        *l *= w;
-                    }
-                    sums.tis_w[i] += masked_sum(w, m);
-                    sums.tis_clip[i] += masked_sum(wc, m);
-                    sums.tis_abs[i] += abs;
-                }
-                if opsm_drop {
-                    for (l, &a) in l.iter_mut().zip(a) {
-                        if a < 0.0 {
-                            *l = 0.0;
-                        }
-                    }
-                }
-                sums.pg[i] += masked_sum(l, m);
-                sums.clip[i] += masked_sum(cl, m);
-                if let Some(out) = token_out.as_deref_mut() {
-                    out[start..end].copy_from_slice(l);
-                }
-                if let (Some(kl_cfg), Some(reference)) = (&config.kl_loss, reference) {
-                    let k = &mut scratch[..len];
-                    for ((k, &c), &r) in k.iter_mut().zip(cur).zip(&reference[start..end]) {
-                        *k = kl(kl_cfg.estimator, c - r);
-                    }
-                    sums.kl[i] += masked_sum(k, m);
-                }
-                if let Some(entropy) = entropy {
-                    sums.entropy[i] += masked_sum(&entropy[start..end], m);
-                }
-                start = end;
-            }
-            if !sums.ppo_kl[i].is_finite() {
-                return Err(self.locate_non_finite(current, old));
-            }
+        let inputs = KernelInputs {
+            current: lp.current,
+            old,
+            advantages: advantages.per_token().values(),
+            rollout,
+            reference,
+            entropy,
+        };
+        let params = KernelParams { config, bound };
+        match config.kind {
+            PolicyLossKind::Ppo => self.kernel(
+                &inputs,
+                &params,
+                &mut sums,
+                token_out,
+                move |ratio, adv, _| ppo_clip_loss(ratio, adv, eps_low, eps_high, dual),
+            ),
+            PolicyLossKind::Cispo => self.kernel(
+                &inputs,
+                &params,
+                &mut sums,
+                token_out,
+                move |ratio, adv, lp| cispo_loss(ratio, adv, lp, eps_low, eps_high),
+            ),
+        }
+        if let Some(i) = sums.ppo_kl.iter().position(|s| !s.is_finite()) {
+            return Err(self.locate_non_finite(i, lp.current, old));
         }
 
         let agg = |s: &[f64]| config.aggregation.reduce(self, s);
