@@ -60,17 +60,6 @@ fn main() -> anyhow::Result<()> {
                     let (ids, lps) = decode_via_value(b).expect("valid body");
                     ids.len() + lps.len()
                 });
-                let ignored = best_mb_per_s(&body, reps, |b| {
-                    serde_json::from_slice::<serde::de::IgnoredAny>(b).expect("valid");
-                    0
-                });
-                let wire_only = best_mb_per_s(&body, reps, |b| {
-                    rollout_client::wire::decode_response(b)
-                        .expect("valid")
-                        .text
-                        .map_or(0, |t| t.len())
-                });
-                eprintln!("{name}: ignored_any {ignored:.0} MB/s, wire only {wire_only:.0} MB/s");
                 println!(
                     "{{\"body\":\"{name}\",\"bytes\":{},\"rust_typed_mb_s\":{typed:.1},\"rust_value_mb_s\":{value:.1}}}",
                     body.len()
