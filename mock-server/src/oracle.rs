@@ -106,6 +106,64 @@ impl Oracle {
         })
     }
 
+    /// Exactly the events the server streams for `body` with `"stream": true` (the flag is implied), as JSON
+    /// values without the final `[DONE]`, with wall-clock fields zeroed and generated ids replaced by
+    /// [`FRESH_RID`]. A request the server rejects before streaming (type errors, HTTP 500s) is an `Err`; a
+    /// `ValueError` is the single `{"error":{"message"}}` event the server streams for it.
+    pub async fn expect_stream(&self, body: &[u8]) -> Result<Vec<serde_json::Value>, ApiError> {
+        use futures_util::StreamExt;
+
+        let parsed = request::parse_generate(body)?;
+        let plan = match request::plan_generate(
+            &parsed,
+            self.config(),
+            self.model().tokenizer(),
+            &mut PlaceholderRids,
+        ) {
+            Ok(plan) => plan,
+            Err(err @ (ApiError::Value(_) | ApiError::Validation(_))) => {
+                let event: serde_json::Value = serde_json::from_slice(&err.stream_event_json())
+                    .map_err(|e| {
+                        ApiError::internal(format!("oracle produced invalid JSON: {e}"))
+                    })?;
+                return Ok(vec![event]);
+            }
+            Err(err) => return Err(err),
+        };
+        let events = generate::sse_stream(
+            Arc::new(self.config().clone()),
+            Arc::clone(self.model()),
+            plan.clone(),
+            Instant::now(),
+            (),
+        )
+        .collect::<Vec<_>>()
+        .await;
+        let mut out = Vec::with_capacity(events.len());
+        for event in events {
+            let Ok(bytes) = event;
+            let Some(json) = bytes
+                .strip_prefix(b"data: ")
+                .and_then(|rest| rest.strip_suffix(b"\n\n"))
+            else {
+                continue;
+            };
+            if json == b"[DONE]" {
+                break;
+            }
+            let mut value: serde_json::Value = serde_json::from_slice(json)
+                .map_err(|e| ApiError::internal(format!("oracle produced invalid JSON: {e}")))?;
+            let index = value
+                .get("index")
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0) as usize;
+            let fresh = plan.items.get(index).is_some_and(|i| i.rid_is_fresh);
+            normalize_item(&mut value, fresh);
+            out.push(value);
+        }
+        Ok(out)
+    }
+
     fn run_items(&self, plan: &GeneratePlan) -> Vec<ExpectedItem> {
         plan.items
             .iter()
@@ -142,27 +200,46 @@ impl Oracle {
 /// Make a body comparable with the oracle's: zero the wall-clock fields and replace generated ids with
 /// [`FRESH_RID`] (using the plan to know which ids were generated).
 pub fn normalize_body(body: &mut serde_json::Value, plan: &GeneratePlan) {
-    let normalize_one = |value: &mut serde_json::Value, fresh: bool| {
-        if let Some(meta) = value.get_mut("meta_info").and_then(|m| m.as_object_mut()) {
-            for key in ["e2e_latency", "response_sent_to_client_ts"] {
-                if let Some(v) = meta.get_mut(key) {
-                    *v = serde_json::json!(0.0);
-                }
-            }
-            if fresh {
-                meta.insert("id".to_owned(), serde_json::json!(FRESH_RID));
-            }
-        }
-    };
     match body {
         serde_json::Value::Array(items) => {
             for (value, item) in items.iter_mut().zip(&plan.items) {
-                normalize_one(value, item.rid_is_fresh);
+                normalize_item(value, item.rid_is_fresh);
             }
         }
         value => {
             let fresh = plan.items.first().is_some_and(|i| i.rid_is_fresh);
-            normalize_one(value, fresh);
+            normalize_item(value, fresh);
         }
     }
+}
+
+/// Make one object or stream chunk comparable: zero the wall-clock fields and, when the server generated the
+/// id, replace it with [`FRESH_RID`].
+pub fn normalize_item(value: &mut serde_json::Value, fresh_rid: bool) {
+    if let Some(meta) = value.get_mut("meta_info").and_then(|m| m.as_object_mut()) {
+        for key in ["e2e_latency", "response_sent_to_client_ts"] {
+            if let Some(v) = meta.get_mut(key) {
+                *v = serde_json::json!(0.0);
+            }
+        }
+        if fresh_rid {
+            meta.insert("id".to_owned(), serde_json::json!(FRESH_RID));
+        }
+    }
+}
+
+/// What the oracle answers for `body` under `config`, building the model once for this call; see
+/// [`Oracle::expect`].
+pub fn expect(config: &ServerConfig, body: &[u8]) -> Result<Expected, OracleError> {
+    let oracle = Oracle::new(config.clone())?;
+    Ok(oracle.expect(body)?)
+}
+
+/// Why [`expect`] produced no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum OracleError {
+    #[error("the configuration does not build a model")]
+    Config(#[from] StateError),
+    #[error("the server answers with an error: {0}")]
+    Rejected(#[from] ApiError),
 }

@@ -193,3 +193,61 @@ async fn parallel_samples_get_fresh_distinct_ids_and_differ() {
         "parallel samples should differ: {outputs:?}"
     );
 }
+
+#[tokio::test]
+async fn streams_equal_the_oracle_chunk_by_chunk() {
+    for (config, _) in configs() {
+        let server = InProcess::new(config.clone());
+        for request in requests() {
+            let mut streamed = request.clone();
+            streamed["stream"] = json!(true);
+            let bytes = serde_json::to_vec(&streamed).expect("serialisable");
+            let expected = server
+                .oracle
+                .expect_stream(&bytes)
+                .await
+                .expect("valid request");
+            let plan = server.oracle.plan(&bytes).expect("valid request");
+            let reply = server.generate(&streamed).await;
+            let mut chunks = sse_json(&reply.body);
+            for chunk in &mut chunks {
+                let index = chunk.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+                let fresh = plan.items.get(index).is_some_and(|i| i.rid_is_fresh);
+                mock_server::oracle::normalize_item(chunk, fresh);
+            }
+            assert_eq!(
+                chunks, expected,
+                "profile {} request {request}",
+                config.profile
+            );
+        }
+    }
+    // Errors stream the same event the oracle predicts.
+    let server = InProcess::new(ServerConfig::default());
+    let bad = json!({"text": "a", "stream": true, "sampling_params": {"top_p": 0}});
+    let expected = server
+        .oracle
+        .expect_stream(&serde_json::to_vec(&bad).unwrap_or_default())
+        .await
+        .expect("a stream");
+    assert_eq!(sse_json(&server.generate(&bad).await.body), expected);
+}
+
+#[test]
+fn the_free_oracle_function_matches_the_oracle() {
+    let body = br#"{"text": "free", "sampling_params": {"max_new_tokens": 5}, "rid": "f"}"#;
+    let config = ServerConfig::default();
+    let a = mock_server::oracle::expect(&config, body).expect("valid");
+    let b = mock_server::Oracle::new(config)
+        .expect("valid")
+        .expect(body)
+        .expect("valid");
+    assert_eq!(a.body, b.body);
+    assert_eq!(a.items[0].rid.as_deref(), Some("f"));
+    let err = mock_server::oracle::expect(&ServerConfig::default(), b"{}").expect_err("no input");
+    assert!(
+        err.to_string()
+            .contains("Either text, input_ids or input_embeds"),
+        "{err}"
+    );
+}
