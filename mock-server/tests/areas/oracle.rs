@@ -251,3 +251,33 @@ fn the_free_oracle_function_matches_the_oracle() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn return_original_logprob_reports_untempered_probabilities() {
+    let request = json!({"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 6, "temperature": 0.5},
+                         "return_logprob": true});
+    for original in [false, true] {
+        let server = InProcess::new(ServerConfig {
+            return_original_logprob: original,
+            ..ServerConfig::default()
+        });
+        let body = server.generate(&request).await.json();
+        let model = server.oracle.model();
+        let mut context = vec![5u32, 6, 7];
+        let report_t = if original { 1.0 } else { 0.5 };
+        for entry in body["meta_info"]["output_token_logprobs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let id = entry[1].as_u64().unwrap_or(0) as u32;
+            let want = model.distribution(&context, report_t, &[]).logprob(id) as f32;
+            assert_eq!(
+                entry[0].as_f64().map(|v| v as f32),
+                Some(want),
+                "original={original} id={id}"
+            );
+            context.push(id);
+        }
+    }
+}

@@ -215,6 +215,7 @@ async fn mid_streams_send_delta_ids_with_cumulative_text_and_logprobs() {
 #[tokio::test]
 async fn cumulative_text_only_grows_and_ends_trimmed_at_a_stop_string() {
     let server = InProcess::new(ServerConfig::default());
+    let mut string_stops = 0;
     for request in crate::common::load_json("requests.json")
         .as_array()
         .cloned()
@@ -238,6 +239,7 @@ async fn cumulative_text_only_grows_and_ends_trimmed_at_a_stop_string() {
         }
         let reason = &chunks.last().expect("chunks")["meta_info"]["finish_reason"];
         if reason["type"] == "stop" && reason["matched"].is_string() {
+            string_stops += 1;
             let matched = reason["matched"].as_str().unwrap_or("");
             let text = texts.last().copied().unwrap_or("");
             if request["sampling_params"]["no_stop_trim"] == true {
@@ -250,6 +252,10 @@ async fn cumulative_text_only_grows_and_ends_trimmed_at_a_stop_string() {
             }
         }
     }
+    assert!(
+        string_stops >= 2,
+        "the fixtures should end on stop strings, saw {string_stops}"
+    );
 }
 
 #[tokio::test]
