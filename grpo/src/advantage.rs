@@ -376,26 +376,31 @@ impl Batch {
             Estimator::ReinforcePlusPlus => rewards.to_vec(),
         };
 
-        let mut tokens = vec![0.0f32; self.num_tokens()];
+        // Written once per token (no zero fill first): this is a memory-bound broadcast for GRPO.
+        let mut tokens = Vec::with_capacity(self.num_tokens());
         for (i, &a) in per_sample.iter().enumerate() {
             let range = self.range(i);
-            let out = &mut tokens[range.clone()];
             match config.estimator {
-                Estimator::ReinforcePlusPlus => discounted_returns(
-                    a,
-                    kl.map(|kl| &kl[range.clone()]),
-                    &self.loss_mask()[range],
-                    config.gamma,
-                    config.kl_coef,
-                    out,
-                ),
+                Estimator::ReinforcePlusPlus => {
+                    let start = tokens.len();
+                    tokens.resize(start + range.len(), 0.0);
+                    discounted_returns(
+                        a,
+                        kl.map(|kl| &kl[range.clone()]),
+                        &self.loss_mask()[range],
+                        config.gamma,
+                        config.kl_coef,
+                        &mut tokens[start..],
+                    );
+                }
                 Estimator::ReinforcePlusPlusBaseline if kl.is_some() && config.kl_coef != 0.0 => {
                     let kl = &kl.unwrap_or(&[])[range];
-                    for (o, &k) in out.iter_mut().zip(kl) {
-                        *o = (a - config.kl_coef * f64::from(k)) as f32;
-                    }
+                    tokens.extend(
+                        kl.iter()
+                            .map(|&k| (a - config.kl_coef * f64::from(k)) as f32),
+                    );
                 }
-                _ => out.fill(a as f32),
+                _ => tokens.extend(std::iter::repeat_n(a as f32, range.len())),
             }
         }
         if config.whiten {

@@ -6,7 +6,7 @@ use thiserror::Error;
 use crate::advantage::Advantages;
 use crate::aggregate::Aggregation;
 use crate::batch::{Batch, Ragged};
-use crate::stats::exp_f32;
+use crate::stats::{exp_f32, exp_in_range};
 
 /// Which surrogate the per-token loss uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -367,19 +367,15 @@ const LANES: usize = 8;
 #[inline(always)]
 fn block_sum(x: &[f32], m: &[f32]) -> f64 {
     let mut acc = [0.0f32; LANES];
-    let xc = x.chunks_exact(LANES);
-    let mc = m.chunks_exact(LANES);
-    let tail: f32 = xc
-        .remainder()
-        .iter()
-        .zip(mc.remainder())
-        .map(|(&a, &b)| a * b)
-        .sum();
-    for (xs, ms) in xc.zip(mc) {
+    let n = x.len().min(m.len()) / LANES * LANES;
+    for k in (0..n).step_by(LANES) {
+        let xs: &[f32; LANES] = x[k..k + LANES].try_into().unwrap_or(&[0.0; LANES]);
+        let ms: &[f32; LANES] = m[k..k + LANES].try_into().unwrap_or(&[0.0; LANES]);
         for j in 0..LANES {
             acc[j] += xs[j] * ms[j];
         }
     }
+    let tail: f32 = x[n..].iter().zip(&m[n..]).map(|(&a, &b)| a * b).sum();
     acc.iter().map(|&a| f64::from(a)).sum::<f64>() + f64::from(tail)
 }
 
@@ -550,21 +546,26 @@ impl Batch {
                     &x.advantages[t.clone()],
                 );
                 let (delta, ratio) = (&mut delta[..len], &mut ratio[..len]);
-                for ((d, &c), &o) in delta.iter_mut().zip(cur).zip(old) {
-                    *d = c - o;
-                }
                 if sequence {
+                    for ((d, &c), &o) in delta.iter_mut().zip(cur).zip(old) {
+                        *d = c - o;
+                    }
                     ratio.fill(seq_ratio);
                 } else {
-                    for (r, &d) in ratio.iter_mut().zip(delta.iter()) {
-                        let d = if d < -bound {
+                    for (((d, r), &c), &o) in
+                        delta.iter_mut().zip(ratio.iter_mut()).zip(cur).zip(old)
+                    {
+                        let v = c - o;
+                        *d = v;
+                        // Selects rather than `f32::clamp`, whose bound check is a branch; NaN passes.
+                        let v = if v < -bound {
                             -bound
-                        } else if d > bound {
+                        } else if v > bound {
                             bound
                         } else {
-                            d
+                            v
                         };
-                        *r = exp_f32(d);
+                        *r = exp_in_range(v);
                     }
                 }
                 let (loss, clip) = (&mut loss[..len], &mut clip[..len]);
@@ -803,7 +804,8 @@ impl Batch {
         let eps_low = config.eps_clip as f32;
         let eps_high = config.eps_clip_high as f32;
         let dual = config.dual_clip.map_or(f32::INFINITY, |c| c as f32);
-        let bound = config.log_ratio_clamp as f32;
+        // Within `exp_in_range`'s domain whatever the configuration says.
+        let bound = (config.log_ratio_clamp as f32).min(87.0).max(0.0);
 
         let inputs = KernelInputs {
             current: lp.current,

@@ -54,12 +54,17 @@ pub(crate) fn masked_sum(x: &[f32], m: &[f32]) -> f64 {
 /// the true value over `[-87, 88]`; inputs are clamped to that range, so the result is always finite.
 #[inline(always)]
 pub fn exp_f32(x: f32) -> f32 {
+    exp_in_range(x.clamp(-87.0, 88.0))
+}
+
+/// `e^x` for `x` already within `[-87, 88]` (the kernel clamps log-ratios to a smaller range anyway).
+#[inline(always)]
+pub(crate) fn exp_in_range(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
     // 1.5 * 2^23: adding it rounds to the nearest integer in the low mantissa bits, without SSE4.1.
     const ROUND: f32 = 12_582_912.0;
-    let x = x.clamp(-87.0, 88.0);
     let t = x * LOG2E + ROUND;
     let n = t - ROUND;
     let r = x - n * LN2_HI - n * LN2_LO;
