@@ -15,8 +15,8 @@ use futures_util::Stream;
 use crate::config::{Profile, ServerConfig};
 use crate::engine::Generation;
 use crate::error::ApiError;
-use crate::model::Model;
-use crate::request::{GeneratePlan, RidSource};
+use crate::model::{Model, Tokenizer};
+use crate::request::{GeneratePlan, PlannedItem, RidSource};
 use crate::wire::{self, Chunk, EncodeCtx, Finished, OutputMode, Sent};
 
 /// The terminator of every `/generate` stream.
@@ -197,6 +197,24 @@ pub fn chunk_due(len: usize, interval: u32) -> bool {
     }
 }
 
+/// SGLang's `check_match_stop_str_prefix`: a due chunk is skipped while the end of the output could be the
+/// start of a stop string (the engine holds that text back from `text()`).
+fn holds_stop_prefix(generation: &Generation, item: &PlannedItem, tokenizer: &Tokenizer) -> bool {
+    let stops = &item.request.params.stop;
+    if stops.is_empty() {
+        return false;
+    }
+    let decoded = tokenizer.decode(
+        generation.output_ids(),
+        item.request.params.skip_special_tokens,
+    );
+    let shown = generation.text();
+    match decoded.strip_prefix(shown) {
+        Some(held) if !held.is_empty() => stops.iter().any(|stop| stop.starts_with(held)),
+        _ => false,
+    }
+}
+
 /// The output mode of streamed chunks under this configuration.
 pub fn stream_mode(config: &ServerConfig) -> OutputMode {
     match (config.profile, config.incremental_streaming_output) {
@@ -320,7 +338,9 @@ impl<G> StreamRun<G> {
                 match guarded(|| generation.step()) {
                     Ok(true) => break,
                     Ok(false) => {
-                        if chunk_due(generation.output_ids().len(), item.stream_interval) {
+                        if chunk_due(generation.output_ids().len(), item.stream_interval)
+                            && !holds_stop_prefix(generation, item, self.model.tokenizer())
+                        {
                             break;
                         }
                     }

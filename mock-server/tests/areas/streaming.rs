@@ -342,3 +342,33 @@ async fn many_concurrent_streams_finish_and_match_the_oracle() {
         assert_eq!(rebuilt[0].last_meta["id"], request["rid"]);
     }
 }
+
+#[tokio::test]
+async fn a_chunk_is_skipped_while_the_output_could_be_starting_a_stop_string() {
+    // SGLang's `check_match_stop_str_prefix`: with a stop string that never matches in full but whose start
+    // equals the text of the third generated token, the chunk after that token is held back.
+    let server = InProcess::new(ServerConfig::default());
+    let base = json!({"text": "List things", "sampling_params": {"max_new_tokens": 8, "ignore_eos": true}});
+    let ids: Vec<u32> = server.generate(&base).await.json()["output_ids"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_u64)
+        .map(|x| x as u32)
+        .collect();
+    let tokenizer = server.oracle.model().tokenizer();
+    let stop = format!("{}\u{1}", tokenizer.token_text(ids[2]));
+    let mut request = base.clone();
+    request["sampling_params"]["stop"] = json!([stop]);
+    let chunks = stream(&server, request).await;
+    let held = |len: usize| {
+        let text = tokenizer.decode(&ids[..len], true);
+        (1..stop.len()).any(|n| stop.is_char_boundary(n) && text.ends_with(&stop[..n]))
+    };
+    let want: Vec<u64> = (1..=ids.len())
+        .filter(|&len| len == ids.len() || !held(len))
+        .map(|l| l as u64)
+        .collect();
+    assert!(!want.contains(&3), "the third token starts the stop string");
+    assert_eq!(completion_tokens(&chunks), want);
+}
