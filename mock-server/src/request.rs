@@ -19,6 +19,8 @@ use crate::pyfmt::{PyNum, int_list_repr, str_list_repr, str_repr};
 
 /// `temperature` below this is greedy sampling (`_SAMPLING_EPS` in `sampling_params.py`).
 const SAMPLING_EPS: f64 = 1e-6;
+/// The most samples (prompts times `n`) one request may expand to (a mock-only limit).
+pub const MAX_SAMPLES: usize = 1 << 16;
 /// The most top-logprob and token-id-logprob entries one item may ask for (a mock-only limit).
 pub const MAX_LOGPROB_ENTRIES: u64 = 20_000_000;
 /// SGLang's default `max_new_tokens`.
@@ -775,7 +777,18 @@ pub fn plan_generate(
     // A single prompt with `n > 1` becomes a batch of one prompt.
     let is_single = single_prompt && n == 1;
 
-    let num = if is_single { 1 } else { batch_size * n };
+    let num = if is_single {
+        1
+    } else {
+        batch_size.saturating_mul(n)
+    };
+    // SGLang has no such limit; the mock refuses requests that would exhaust its memory before they start.
+    if num > MAX_SAMPLES {
+        return Err(ApiError::value(format!(
+            "The request expands to {num} samples ({batch_size} prompts x n={n}); the mock accepts at most \
+             {MAX_SAMPLES}."
+        )));
+    }
 
     // Per-item prompts, sampling dicts and logprob settings, expanded to `num`.
     let sampling: Vec<&RawSamplingParams> =
@@ -817,9 +830,14 @@ pub fn plan_generate(
     if let Some(OneOrMany::Many(list)) = &req.rid
         && !is_single
     {
+        // `[rid for rid, count in Counter(rids).items() if count > 1]`: first-occurrence order.
+        let mut counts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        for rid in list {
+            *counts.entry(rid.as_str()).or_default() += 1;
+        }
         let mut dups: Vec<&str> = Vec::new();
-        for (i, rid) in list.iter().enumerate() {
-            if list[..i].contains(rid) && !dups.contains(&rid.as_str()) {
+        for rid in list {
+            if counts.get(rid.as_str()).is_some_and(|&c| c > 1) && !dups.contains(&rid.as_str()) {
                 dups.push(rid);
             }
         }
