@@ -128,6 +128,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/models", get(list_models))
         .route("/v1/models/{*model}", get(retrieve_model))
         .route("/get_load", get(get_load))
+        .route("/v1/loads", get(v1_loads))
         .route("/flush_cache", on(get_or_post, flush_cache))
         .route("/ping", get(ping))
         .fallback(not_found)
@@ -563,6 +564,49 @@ async fn get_load(State(state): State<AppState>) -> Response {
     }])
 }
 
+/// `/v1/loads` [LATEST]: what slime polls to wait until the server is idle.
+async fn v1_loads(State(state): State<AppState>) -> Response {
+    let reqs = state.inner.running_requests.load(Ordering::Relaxed);
+    let tokens = state.inner.running_tokens.load(Ordering::Relaxed);
+    let max_total = u64::from(state.config().context_length) * 16;
+    json_value(&ordered! {
+        "timestamp": iso8601_utc(generate::unix_now()),
+        "version": SGLANG_VERSION,
+        "accelerator": "cpu",
+        "num_accelerators": 1,
+        "loads": json!([{
+            "dp_rank": 0,
+            "num_running_reqs": reqs,
+            "num_waiting_reqs": 0,
+            "num_total_tokens": max_total,
+            "num_used_tokens": tokens,
+        }]),
+    })
+}
+
+/// `datetime.fromtimestamp(t, timezone.utc).isoformat()`: `2026-11-29T20:30:00.123456+00:00`.
+fn iso8601_utc(unix: f64) -> String {
+    let micros = (unix * 1e6).round() as i64;
+    let (secs, micro) = (micros.div_euclid(1_000_000), micros.rem_euclid(1_000_000));
+    let (days, day_secs) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{micro:06}+00:00",
+        day_secs / 3600,
+        day_secs % 3600 / 60,
+        day_secs % 60
+    )
+}
+
 /// `/flush_cache`: plain text, always successful (the mock has no cache).
 async fn flush_cache() -> Response {
     (
@@ -572,4 +616,20 @@ async fn flush_cache() -> Response {
          requests, the operation will not be performed.)\n",
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn iso_timestamps_are_utc_calendar_dates() {
+        assert_eq!(super::iso8601_utc(0.0), "1970-01-01T00:00:00.000000+00:00");
+        assert_eq!(
+            super::iso8601_utc(951_782_400.5),
+            "2000-02-29T00:00:00.500000+00:00"
+        );
+        assert_eq!(
+            super::iso8601_utc(1_795_983_455.25),
+            "2026-11-29T20:17:35.250000+00:00"
+        );
+    }
 }

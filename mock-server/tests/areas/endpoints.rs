@@ -359,3 +359,33 @@ async fn the_binary_reads_env_flags_and_stops_on_sigterm() {
     .expect("child exits");
     assert!(exit.success(), "exit status {exit:?}");
 }
+
+#[tokio::test]
+async fn v1_loads_reports_idle_ranks() {
+    let server = InProcess::new(ServerConfig::default());
+    let reply = server.get("/v1/loads").await;
+    assert_eq!(reply.status, 200);
+    let keys: Vec<String> = Node::parse(&reply.body)
+        .keys()
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "timestamp",
+            "version",
+            "accelerator",
+            "num_accelerators",
+            "loads"
+        ]
+    );
+    let body = reply.json();
+    assert_eq!(body["loads"][0]["num_running_reqs"], 0);
+    assert_eq!(body["loads"][0]["num_waiting_reqs"], 0);
+    assert!(
+        body["timestamp"]
+            .as_str()
+            .is_some_and(|t| t.ends_with("+00:00"))
+    );
+}
