@@ -533,7 +533,12 @@ async fn list_models(State(state): State<AppState>) -> Response {
 }
 
 /// `/v1/models/{id}`: the card, or OpenAI's `model_not_found` 404.
-async fn retrieve_model(State(state): State<AppState>, Path(model): Path<String>) -> Response {
+async fn retrieve_model(
+    State(state): State<AppState>,
+    model: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> Response {
+    // A path that does not percent-decode to UTF-8 names no model; never answer with axum's rejection text.
+    let model = model.map(|Path(m)| m).unwrap_or_default();
     if model == state.config().served_model_name() {
         return json_value(&model_card(state.config()));
     }

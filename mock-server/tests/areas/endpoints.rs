@@ -145,6 +145,7 @@ async fn v1_models_lists_the_served_model() {
     assert_eq!(card["max_model_len"], 2048);
     assert!(card["created"].is_u64());
     assert_eq!(server.get("/v1/models/m").await.json()["id"], "m");
+    assert_eq!(server.get("/v1/models/%FF%FE").await.status, 404);
     let missing = server.get("/v1/models/other").await;
     assert_eq!(missing.status, 404);
     assert_eq!(
