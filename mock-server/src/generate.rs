@@ -198,21 +198,22 @@ pub fn chunk_due(len: usize, interval: u32) -> bool {
 }
 
 /// SGLang's `check_match_stop_str_prefix`: a due chunk is skipped while the end of the output could be the
-/// start of a stop string (the engine holds that text back from `text()`).
+/// start of a stop string. Only the last few tokens are decoded, so the check stays O(1) per chunk.
 fn holds_stop_prefix(generation: &Generation, item: &PlannedItem, tokenizer: &Tokenizer) -> bool {
     let stops = &item.request.params.stop;
-    if stops.is_empty() {
+    let longest = stops.iter().map(String::len).max().unwrap_or(0);
+    if longest < 2 {
         return false;
     }
-    let decoded = tokenizer.decode(
-        generation.output_ids(),
-        item.request.params.skip_special_tokens,
-    );
-    let shown = generation.text();
-    match decoded.strip_prefix(shown) {
-        Some(held) if !held.is_empty() => stops.iter().any(|stop| stop.starts_with(held)),
-        _ => false,
-    }
+    // Every ordinary token decodes to at least one byte; the margin covers skipped special tokens.
+    let ids = generation.output_ids();
+    let tail_from = ids.len().saturating_sub(longest + 16);
+    let tail = tokenizer.decode(&ids[tail_from..], item.request.params.skip_special_tokens);
+    stops.iter().any(|stop| {
+        stop.char_indices()
+            .skip(1)
+            .any(|(len, _)| tail.ends_with(&stop[..len]))
+    })
 }
 
 /// The output mode of streamed chunks under this configuration.
