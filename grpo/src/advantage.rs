@@ -1,6 +1,8 @@
 //! Advantage estimators: group reward normalisation (slime, verl, TRL conventions), GRPO, Dr. GRPO, RLOO,
 //! REINFORCE++ and its baseline variant, and masked whitening.
 
+use std::borrow::Cow;
+
 use crate::batch::{Batch, Groups, Ragged};
 use crate::loss::LossError;
 use crate::stats::nanstd;
@@ -98,10 +100,28 @@ impl Default for AdvantageConfig {
 }
 
 /// Advantages of a batch: one scalar per sample and one value per token.
+///
+/// GRPO-family advantages are the sample's scalar on every token; they are then kept as that scalar
+/// ("broadcast") instead of a million copies, which saves writing and re-reading 4 bytes per token. Use
+/// [`Advantages::tokens`] or [`Advantages::per_token`] to see them per token either way.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Advantages {
     per_sample: Vec<f64>,
-    per_token: Ragged<f32>,
+    per_token: PerToken,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum PerToken {
+    /// Every token of sample `i` has `per_sample[i] as f32`; the batch offsets are kept for layout checks.
+    Broadcast(Vec<usize>),
+    Values(Ragged<f32>),
+}
+
+/// Where the loss kernel reads per-token advantages from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum TokenSource<'a> {
+    Broadcast(&'a [f64]),
+    Values(&'a [f32]),
 }
 
 impl Advantages {
@@ -117,14 +137,49 @@ impl Advantages {
         &self.per_sample
     }
 
-    /// The per-token advantages of sample `i`.
-    pub fn tokens(&self, i: usize) -> &[f32] {
-        self.per_token.sample(i)
+    /// The per-token advantages of sample `i` (built on the fly when they are a broadcast scalar).
+    pub fn tokens(&self, i: usize) -> Cow<'_, [f32]> {
+        match &self.per_token {
+            PerToken::Broadcast(offsets) => {
+                Cow::Owned(vec![self.per_sample[i] as f32; offsets[i + 1] - offsets[i]])
+            }
+            PerToken::Values(values) => Cow::Borrowed(values.sample(i)),
+        }
     }
 
-    /// All per-token advantages in the batch layout.
-    pub fn per_token(&self) -> &Ragged<f32> {
-        &self.per_token
+    /// All per-token advantages in the batch layout (built on the fly when they are a broadcast scalar).
+    pub fn per_token(&self) -> Cow<'_, Ragged<f32>> {
+        match &self.per_token {
+            PerToken::Broadcast(offsets) => {
+                let values = (0..self.per_sample.len())
+                    .flat_map(|i| {
+                        std::iter::repeat_n(self.per_sample[i] as f32, offsets[i + 1] - offsets[i])
+                    })
+                    .collect();
+                Cow::Owned(Ragged::from_parts(offsets.clone(), values))
+            }
+            PerToken::Values(values) => Cow::Borrowed(values),
+        }
+    }
+
+    /// True when every token of a sample carries the sample's scalar.
+    pub fn is_broadcast(&self) -> bool {
+        matches!(self.per_token, PerToken::Broadcast(_))
+    }
+
+    /// The token offsets of the batch these advantages were computed for.
+    pub fn offsets(&self) -> &[usize] {
+        match &self.per_token {
+            PerToken::Broadcast(offsets) => offsets,
+            PerToken::Values(values) => values.offsets(),
+        }
+    }
+
+    pub(crate) fn source(&self) -> TokenSource<'_> {
+        match &self.per_token {
+            PerToken::Broadcast(_) => TokenSource::Broadcast(&self.per_sample),
+            PerToken::Values(values) => TokenSource::Values(values.values()),
+        }
     }
 }
 
@@ -376,7 +431,18 @@ impl Batch {
             Estimator::ReinforcePlusPlus => rewards.to_vec(),
         };
 
-        // Written once per token (no zero fill first): this is a memory-bound broadcast for GRPO.
+        let shaped = match config.estimator {
+            Estimator::ReinforcePlusPlus => true,
+            Estimator::ReinforcePlusPlusBaseline => kl.is_some() && config.kl_coef != 0.0,
+            _ => false,
+        };
+        if !shaped && !config.whiten {
+            return Advantages {
+                per_sample,
+                per_token: PerToken::Broadcast(self.offsets().to_vec()),
+            };
+        }
+        // Written once per token (no zero fill first).
         let mut tokens = Vec::with_capacity(self.num_tokens());
         for (i, &a) in per_sample.iter().enumerate() {
             let range = self.range(i);
@@ -393,7 +459,7 @@ impl Batch {
                         &mut tokens[start..],
                     );
                 }
-                Estimator::ReinforcePlusPlusBaseline if kl.is_some() && config.kl_coef != 0.0 => {
+                Estimator::ReinforcePlusPlusBaseline if shaped => {
                     let kl = &kl.unwrap_or(&[])[range];
                     tokens.extend(
                         kl.iter()
@@ -408,7 +474,7 @@ impl Batch {
         }
         Advantages {
             per_sample,
-            per_token: self.ragged(tokens),
+            per_token: PerToken::Values(self.ragged(tokens)),
         }
     }
 }

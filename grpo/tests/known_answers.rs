@@ -562,7 +562,7 @@ fn reinforce_plus_plus_returns() {
         .expect("advantages");
     check(
         "returns",
-        &f64s(adv.tokens(0)),
+        &f64s(&adv.tokens(0)),
         "[0.47965, 0.5885, 0.765, 0.85]",
     );
 }

@@ -411,3 +411,41 @@ proptest! {
         prop_assert!(err.to_string().starts_with(&format!("sample {sample}:")), "{err}");
     }
 }
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// Broadcast advantages (GRPO's scalar per sample) and the same values materialised per token give the
+    /// same loss, and the per-token variant of the loss agrees with the plain one.
+    #[test]
+    fn broadcast_and_materialised_agree((parts, n) in batch_parts(), c in convention(), seed in any::<u64>()) {
+        let batch = Batch::new(&parts, &BatchOptions::grpo(n)).expect("valid");
+        let broadcast = batch.advantages(&AdvantageConfig { estimator: Estimator::DrGrpo, convention: c, ..Default::default() });
+        prop_assert!(broadcast.is_broadcast());
+        // REINFORCE++-baseline with a zero KL has the same values, but shaped per token.
+        let zeros = vec![0.0f32; batch.num_tokens()];
+        let config = AdvantageConfig { estimator: Estimator::ReinforcePlusPlusBaseline, convention: c, kl_coef: 0.5, ..Default::default() };
+        let materialised = batch.advantages_with_kl(&config, &zeros).expect("advantages");
+        prop_assert!(!materialised.is_broadcast());
+        prop_assert_eq!(broadcast.per_token(), materialised.per_token());
+
+        let mut s = seed;
+        let current: Vec<f32> = batch
+            .rollout_log_probs()
+            .expect("present")
+            .iter()
+            .map(|&lp| {
+                s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                lp + ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
+            })
+            .collect();
+        let lp = LogProbs::new(&current);
+        let loss_config = PolicyLossConfig { use_rollout_log_probs: true, dual_clip: Some(3.0), ..Default::default() };
+        let a = batch.policy_loss(&broadcast, &lp, &loss_config).expect("loss");
+        let b = batch.policy_loss(&materialised, &lp, &loss_config).expect("loss");
+        prop_assert_eq!(a, b);
+        let (with_tokens, tokens) = batch.policy_loss_with_tokens(&broadcast, &lp, &loss_config).expect("loss");
+        prop_assert_eq!(a, with_tokens);
+        prop_assert_eq!(tokens.offsets(), batch.offsets());
+    }
+}
