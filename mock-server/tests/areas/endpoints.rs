@@ -346,10 +346,11 @@ async fn the_binary_reads_env_flags_and_stops_on_sigterm() {
         200,
         "the MID profile came from the environment"
     );
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+    // The shell's builtin `kill` needs no procps in the CI image.
+    let status = Command::new("sh")
+        .args(["-c", &format!("kill -TERM {}", child.id())])
         .status()
-        .expect("kill runs");
+        .expect("sh runs");
     assert!(status.success());
     let exit = tokio::task::spawn_blocking(move || {
         drop(reader);
