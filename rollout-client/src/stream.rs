@@ -114,6 +114,106 @@ struct Item {
     finished: bool,
 }
 
+/// What one chunk carries for its item.
+struct Delta {
+    text: Option<String>,
+    ids: Option<Vec<u32>>,
+    lps: Option<TokenLogprobs>,
+    completion_tokens: Option<usize>,
+}
+
+impl Item {
+    /// Folds one chunk into the item according to the (possibly just detected) mode.
+    fn apply(
+        &mut self,
+        configured: StreamMode,
+        (index, chunk): (usize, usize),
+        d: Delta,
+    ) -> Result<(), ResponseError> {
+        let prev = self.ids.len();
+        let mismatch = |mode: StreamMode, detail: String| ResponseError::StreamModeMismatch {
+            index,
+            chunk,
+            mode,
+            detail,
+        };
+        if self.mode.is_none() && prev > 0 {
+            self.mode = Some(match configured {
+                StreamMode::Auto => detect(
+                    prev,
+                    &self.text,
+                    d.completion_tokens,
+                    d.ids.as_ref().map(Vec::len),
+                    d.lps.as_ref().map(TokenLogprobs::len),
+                    d.text.as_deref(),
+                )
+                .map_err(|detail| mismatch(StreamMode::Auto, detail))?,
+                m => m,
+            });
+        }
+        let Some(mode) = self.mode else {
+            // Nothing accumulated yet: every mode means "take the chunk as it is".
+            if let Some(t) = d.text {
+                self.text = t;
+            }
+            if let Some(ids) = d.ids {
+                self.ids = ids;
+                self.saw_ids = true;
+            }
+            if d.lps.is_some() {
+                self.lps = d.lps;
+            }
+            return Ok(());
+        };
+        let ids_delta = matches!(mode, StreamMode::Incremental | StreamMode::Mid);
+        if let Some(ids) = d.ids {
+            if let Some(c) = d.completion_tokens {
+                let want = if ids_delta {
+                    c.checked_sub(prev)
+                } else {
+                    Some(c)
+                };
+                if want != Some(ids.len()) {
+                    return Err(mismatch(
+                        mode,
+                        format!(
+                            "output_ids has {} entries, completion_tokens is {c} and {prev} \
+                             tokens arrived before",
+                            ids.len()
+                        ),
+                    ));
+                }
+            }
+            if ids_delta {
+                self.ids.extend_from_slice(&ids);
+            } else {
+                if ids.len() < prev || ids[..prev] != self.ids[..] {
+                    return Err(mismatch(
+                        mode,
+                        "cumulative output_ids do not extend the previous chunk".into(),
+                    ));
+                }
+                self.ids = ids;
+            }
+            self.saw_ids = true;
+        }
+        if let Some(t) = d.text {
+            if mode == StreamMode::Incremental {
+                self.text.push_str(&t);
+            } else {
+                self.text = t;
+            }
+        }
+        if let Some(l) = d.lps {
+            match (&mut self.lps, mode) {
+                (Some(acc), StreamMode::Incremental) => acc.extend_from(&l),
+                (acc, _) => *acc = Some(l),
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Reassembles decoded chunks into per-item results.
 #[derive(Debug)]
 pub struct StreamAssembler {
@@ -180,92 +280,32 @@ impl StreamAssembler {
             chunk,
             source: Box::new(ResponseError::MissingMetaInfo),
         })?;
-        let new_lps = meta.output_token_logprobs.take();
-        let new_ids = resp.output_ids;
-        let prev = item.ids.len();
-        let mismatch = |mode: StreamMode, detail: String| ResponseError::StreamModeMismatch {
-            index,
-            chunk,
-            mode,
-            detail,
+        let delta = Delta {
+            text: resp.text,
+            ids: resp.output_ids,
+            lps: meta.output_token_logprobs.take(),
+            completion_tokens: meta.completion_tokens,
         };
-
-        if item.mode.is_none() && prev > 0 {
-            item.mode = Some(match self.mode {
-                StreamMode::Auto => detect(
-                    prev,
-                    &item.text,
-                    meta.completion_tokens,
-                    new_ids.as_ref().map(Vec::len),
-                    new_lps.as_ref().map(TokenLogprobs::len),
-                    resp.text.as_deref(),
-                )
-                .map_err(|d| mismatch(StreamMode::Auto, d))?,
-                m => m,
-            });
-        }
-
-        match item.mode {
-            // Nothing accumulated yet: every mode means "take the chunk as it is".
-            None => {
-                if let Some(t) = resp.text {
-                    item.text = t;
-                }
-                if let Some(ids) = new_ids {
-                    item.ids = ids;
-                    item.saw_ids = true;
-                }
-                if new_lps.is_some() {
-                    item.lps = new_lps;
-                }
+        let at = (index, chunk);
+        if meta.finish_reason.as_ref().is_some_and(|f| f.is_abort()) {
+            // SGLang's waiting-queue abort path may put `[last_id]` or `[]` in `output_ids` of the
+            // final chunk whatever the streaming mode. An abort chunk that does not fit is dropped,
+            // and the item keeps what it had: a consistent partial turn, never a shifted one.
+            let backup = (
+                item.mode,
+                item.text.clone(),
+                item.ids.clone(),
+                item.saw_ids,
+                item.lps.clone(),
+            );
+            let fits = item.apply(self.mode, at, delta).is_ok()
+                && (!self.logprobs_requested
+                    || item.lps.as_ref().map(TokenLogprobs::len) == Some(item.ids.len()));
+            if !fits {
+                (item.mode, item.text, item.ids, item.saw_ids, item.lps) = backup;
             }
-            Some(mode) => {
-                let ids_delta = matches!(mode, StreamMode::Incremental | StreamMode::Mid);
-                if let Some(ids) = new_ids {
-                    if let Some(c) = meta.completion_tokens {
-                        let want = if ids_delta {
-                            c.checked_sub(prev)
-                        } else {
-                            Some(c)
-                        };
-                        if want != Some(ids.len()) {
-                            return Err(mismatch(
-                                mode,
-                                format!(
-                                    "output_ids has {} entries, completion_tokens is {c} and {prev} \
-                                     tokens arrived before",
-                                    ids.len()
-                                ),
-                            ));
-                        }
-                    }
-                    if ids_delta {
-                        item.ids.extend_from_slice(&ids);
-                    } else {
-                        if ids.len() < prev || ids[..prev] != item.ids[..] {
-                            return Err(mismatch(
-                                mode,
-                                "cumulative output_ids do not extend the previous chunk".into(),
-                            ));
-                        }
-                        item.ids = ids;
-                    }
-                    item.saw_ids = true;
-                }
-                if let Some(t) = resp.text {
-                    if mode == StreamMode::Incremental {
-                        item.text.push_str(&t);
-                    } else {
-                        item.text = t;
-                    }
-                }
-                if let Some(l) = new_lps {
-                    match (&mut item.lps, mode) {
-                        (Some(acc), StreamMode::Incremental) => acc.extend_from(&l),
-                        (acc, _) => *acc = Some(l),
-                    }
-                }
-            }
+        } else {
+            item.apply(self.mode, at, delta)?;
         }
         item.chunks += 1;
         item.finished = meta.finish_reason.is_some();

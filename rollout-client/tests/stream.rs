@@ -171,6 +171,27 @@ fn abort_chunk_ends_the_item() {
 }
 
 #[test]
+fn waiting_queue_abort_chunk_with_a_stray_id_keeps_the_consistent_prefix() {
+    // LATEST `_handle_abort_req` may send `output_ids: [last_id]` in any mode.
+    check(
+        whole(
+            "stream_abort_waiting_queue_last_id.sse",
+            StreamMode::Auto,
+            Some(1),
+        ),
+        r#"abort ("Abort in waiting queue") ids=[12095, 13] lps=Some([-0.2031, -0.5522]) text=" Paris.""#,
+    );
+    check(
+        whole(
+            "stream_abort_waiting_queue_first.sse",
+            StreamMode::Auto,
+            Some(1),
+        ),
+        r#"abort ("Abort in waiting queue") ids=[] lps=Some([]) text="""#,
+    );
+}
+
+#[test]
 fn interleaved_batch_chunks_are_sorted_by_index() {
     let expected = format!("{PARIS_IT}\n{PARIS_IT}");
     check(
