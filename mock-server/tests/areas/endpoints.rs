@@ -296,6 +296,16 @@ async fn the_binary_reads_env_flags_and_stops_on_sigterm() {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
 
+    /// Kills the server if the test fails before it is stopped.
+    struct Reap(Option<std::process::Child>);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            if let Some(child) = self.0.as_mut() {
+                let _ = child.wait();
+            }
+        }
+    }
+
     let mut child = Command::new(env!("CARGO_BIN_EXE_sglang-mock"))
         .env("SGLANG_MOCK_PORT", "0")
         .env("SGLANG_MOCK_PROFILE", "mid")
@@ -307,6 +317,8 @@ async fn the_binary_reads_env_flags_and_stops_on_sigterm() {
         .spawn()
         .expect("binary starts");
     let stdout = child.stdout.take().expect("stdout piped");
+    let pid = child.id();
+    let mut reap = Reap(Some(child));
     let addr = tokio::task::spawn_blocking(move || {
         let mut reader = BufReader::new(stdout);
         let mut line = String::new();
@@ -325,7 +337,6 @@ async fn the_binary_reads_env_flags_and_stops_on_sigterm() {
     .await
     .expect("reader joins");
     let Some((addr, reader)) = addr else {
-        let _ = child.kill();
         panic!("the binary never logged its address");
     };
     let client = reqwest::Client::new();
@@ -348,10 +359,11 @@ async fn the_binary_reads_env_flags_and_stops_on_sigterm() {
     );
     // The shell's builtin `kill` needs no procps in the CI image.
     let status = Command::new("sh")
-        .args(["-c", &format!("kill -TERM {}", child.id())])
+        .args(["-c", &format!("kill -TERM {pid}")])
         .status()
         .expect("sh runs");
     assert!(status.success());
+    let mut child = reap.0.take().expect("child still owned");
     let exit = tokio::task::spawn_blocking(move || {
         drop(reader);
         child.wait()
