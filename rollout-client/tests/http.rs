@@ -407,3 +407,17 @@ fn only_http_urls() {
         );
     }
 }
+
+/// Futures must be `Send` so callers can `tokio::spawn` rollouts; a compile-time check.
+#[allow(dead_code)]
+fn futures_are_send(c: &Client, r: &GenerateRequest, s: &mut rollout_client::Sample) {
+    fn send<T: Send>(_: T) {}
+    send(c.generate(r));
+    send(c.generate_many(r));
+    let cfg = rollout_client::rollout::RolloutConfig::default();
+    send(rollout_client::rollout::generate(c, s, &cfg));
+    send(rollout_client::rollout::generate_group(
+        c, s, 0, 2, &cfg, None,
+    ));
+    send(c.clone());
+}
