@@ -418,8 +418,8 @@ pub fn is_retryable_status(status: StatusCode) -> bool {
 /// computed backoff is used for them instead.
 pub fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
     let v = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
-    let secs: f64 = v.parse().ok()?;
-    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+    // `try_from` refuses negative, non-finite and absurdly large values instead of panicking.
+    Duration::try_from_secs_f64(v.parse().ok()?).ok()
 }
 
 /// SGLang's message from `{"error":{"message"}}`, `{"object":"error","message"}` or

@@ -345,10 +345,16 @@ impl<'a> Cur<'a> {
             self.ws();
             match self.next()? {
                 b',' => self.ws(),
-                b']' => return Some(out),
+                b']' => break,
                 _ => return None,
             }
         }
+        // The guess above is from the rest of the body, which in a batch holds other items too.
+        if out.ids.capacity() > 2 * out.ids.len() + 64 {
+            out.ids.shrink_to_fit();
+            out.logprobs.shrink_to_fit();
+        }
+        Some(out)
     }
 }
 

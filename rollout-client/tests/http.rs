@@ -421,3 +421,25 @@ fn futures_are_send(c: &Client, r: &GenerateRequest, s: &mut rollout_client::Sam
     ));
     send(c.clone());
 }
+
+#[test]
+fn retry_after_values() {
+    use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+    use rollout_client::client::parse_retry_after;
+    let parse = |v: &str| {
+        let mut h = HeaderMap::new();
+        h.insert(RETRY_AFTER, HeaderValue::from_str(v).unwrap());
+        parse_retry_after(&h)
+    };
+    assert_eq!(parse("7"), Some(Duration::from_secs(7)));
+    assert_eq!(parse(" 1.5 "), Some(Duration::from_millis(1500)));
+    assert_eq!(parse("-1"), None);
+    assert_eq!(parse("1e300"), None);
+    assert_eq!(parse("NaN"), None);
+    assert_eq!(
+        parse("Wed, 21 Oct 2015 07:28:00 GMT"),
+        None,
+        "HTTP-dates fall back to backoff"
+    );
+    assert_eq!(parse_retry_after(&HeaderMap::new()), None);
+}
