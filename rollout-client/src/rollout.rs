@@ -21,7 +21,7 @@ pub struct RolloutConfig {
     /// slime's `--mask-offpolicy-in-partial-rollout`: when resuming an aborted sample, the tokens
     /// it already has get loss mask 0.
     pub mask_offpolicy_in_partial_rollout: bool,
-    /// Sent as `rid`-free plain requests; `stream: true` streams each turn.
+    /// Stream each turn; the result is the same turn a non-stream call gives.
     pub stream: bool,
 }
 
