@@ -398,6 +398,11 @@ struct KernelInputs<'a> {
 struct KernelParams<'a> {
     config: &'a PolicyLossConfig,
     bound: f32,
+    /// PPO (not CISPO), with these clip settings, for the per-sample fast path.
+    ppo: bool,
+    eps_low: f32,
+    eps_high: f32,
+    dual: f32,
 }
 
 /// Per-sample masked sums gathered by the kernel.
@@ -573,16 +578,43 @@ impl Batch {
                     }
                 }
                 let (loss, clip) = (&mut loss[..len], &mut clip[..len]);
-                for ((((l, c), &r), &a), &lp) in loss
-                    .iter_mut()
-                    .zip(clip.iter_mut())
-                    .zip(ratio.iter())
-                    .zip(adv)
-                    .zip(cur)
-                {
-                    let (v, k) = f(r, a, lp);
-                    *l = v;
-                    *c = f32::from(u8::from(k));
+                let scalar = match x.advantages {
+                    TokenSource::Broadcast(a) => a[i] as f32,
+                    TokenSource::Values(_) => 0.0,
+                };
+                if p.ppo && scalar != 0.0 {
+                    // PPO with one advantage for the whole sample: the sign is known, so each side of the clip
+                    // is one min or max. The same expressions as `ppo_clip_loss`, bit for bit.
+                    let a = scalar;
+                    let (lo, hi) = (1.0 - p.eps_low, 1.0 + p.eps_high);
+                    let cap = -p.dual * a;
+                    for ((l, c), &r) in loss.iter_mut().zip(clip.iter_mut()).zip(ratio.iter()) {
+                        let bounded = if a > 0.0 {
+                            if r > hi { hi } else { r }
+                        } else if r < lo {
+                            lo
+                        } else {
+                            r
+                        };
+                        let unclipped = -r * a;
+                        let clipped = -bounded * a;
+                        let is_clipped = clipped > unclipped;
+                        let v = if is_clipped { clipped } else { unclipped };
+                        *l = if (a < 0.0) & (cap < v) { cap } else { v };
+                        *c = f32::from(u8::from(is_clipped));
+                    }
+                } else {
+                    for ((((l, c), &r), &a), &lp) in loss
+                        .iter_mut()
+                        .zip(clip.iter_mut())
+                        .zip(ratio.iter())
+                        .zip(adv)
+                        .zip(cur)
+                    {
+                        let (v, k) = f(r, a, lp);
+                        *l = v;
+                        *c = f32::from(u8::from(k));
+                    }
                 }
 
                 if let (Some(tis), Some(rollout)) = (&config.tis, x.rollout) {
@@ -823,7 +855,14 @@ impl Batch {
             reference,
             entropy,
         };
-        let params = KernelParams { config, bound };
+        let params = KernelParams {
+            config,
+            bound,
+            ppo: config.kind == PolicyLossKind::Ppo,
+            eps_low,
+            eps_high,
+            dual,
+        };
         match config.kind {
             PolicyLossKind::Ppo => self.kernel(
                 &inputs,
