@@ -537,6 +537,9 @@ impl Batch {
             );
             let opsm_drop = config.opsm_delta.is_some_and(|d| -seq_log_ratio > d);
 
+            if let TokenSource::Broadcast(a) = x.advantages {
+                adv_block.fill(a[i] as f32);
+            }
             let mut start = range.start;
             while start < range.end {
                 let end = (start + BLOCK).min(range.end);
@@ -549,10 +552,7 @@ impl Batch {
                 let (cur, old) = (&x.current[t.clone()], &x.old[t.clone()]);
                 let adv: &[f32] = match x.advantages {
                     TokenSource::Values(v) => &v[t.clone()],
-                    TokenSource::Broadcast(a) => {
-                        adv_block[..len].fill(a[i] as f32);
-                        &adv_block[..len]
-                    }
+                    TokenSource::Broadcast(_) => &adv_block[..len],
                 };
                 let (delta, ratio) = (&mut delta[..len], &mut ratio[..len]);
                 if sequence {
