@@ -22,9 +22,11 @@ fn engine(c: &mut Criterion) {
     let model = Arc::new(Model::new(ModelConfig::default()).expect("default config is valid"));
     let mut group = c.benchmark_group("engine");
     group.throughput(Throughput::Elements(u64::from(TOKENS)));
-    for (name, logprob, top) in
-        [("tokens", false, 0), ("tokens+logprobs", true, 0), ("tokens+logprobs+top5", true, 5)]
-    {
+    for (name, logprob, top) in [
+        ("tokens", false, 0),
+        ("tokens+logprobs", true, 0),
+        ("tokens+logprobs+top5", true, 5),
+    ] {
         let request = item(&model, logprob, top);
         group.bench_function(name, |b| {
             b.iter(|| {
@@ -36,11 +38,17 @@ fn engine(c: &mut Criterion) {
     group.finish();
 
     let mut group = c.benchmark_group("tokenizer");
-    let text = generate(model.clone(), item(&model, false, 0)).text().to_owned();
+    let text = generate(model.clone(), item(&model, false, 0))
+        .text()
+        .to_owned();
     group.throughput(Throughput::Bytes(text.len() as u64));
-    group.bench_function("encode", |b| b.iter(|| model.tokenizer().encode(black_box(&text))));
+    group.bench_function("encode", |b| {
+        b.iter(|| model.tokenizer().encode(black_box(&text)))
+    });
     let ids = model.tokenizer().encode(&text);
-    group.bench_function("decode", |b| b.iter(|| model.tokenizer().decode(black_box(&ids), true)));
+    group.bench_function("decode", |b| {
+        b.iter(|| model.tokenizer().decode(black_box(&ids), true))
+    });
     group.finish();
 }
 

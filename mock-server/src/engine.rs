@@ -83,6 +83,10 @@ pub struct ItemRequest {
     /// Position of this sample in the flattened request (prompt-major), so that the samples of `n > 1` or of a
     /// batch of equal prompts differ while each stays reproducible.
     pub sample_index: u64,
+    /// Tokens the generation must produce first, instead of sampling (a scripted answer, usually ending with
+    /// `<|im_end|>`). Each still reports its true logprob under the model, and the finish checks apply to it as
+    /// to a sampled token; once they are used up, generation samples as usual.
+    pub forced_output: Vec<u32>,
 }
 
 impl ItemRequest {
@@ -97,6 +101,7 @@ impl ItemRequest {
             top_logprobs_num: 0,
             token_ids_logprob: Vec::new(),
             sample_index: 0,
+            forced_output: Vec::new(),
         }
     }
 }
@@ -159,6 +164,7 @@ pub struct Generation {
     stop_ids: Vec<u32>,
     max_stop_len: usize,
     key: u64,
+    forced_output: Vec<u32>,
 
     /// Prompt followed by output.
     context: Vec<u32>,
@@ -196,6 +202,7 @@ impl Generation {
             top_logprobs_num,
             token_ids_logprob,
             sample_index,
+            forced_output,
         } = item;
         let greedy = params.temperature < GREEDY_TEMPERATURE;
         let temperature = if greedy { 1.0 } else { params.temperature };
@@ -254,6 +261,7 @@ impl Generation {
             stop_ids,
             max_stop_len,
             key,
+            forced_output,
             context: input_ids,
             prompt_len,
             since_special,
@@ -325,8 +333,13 @@ impl Generation {
         let logits = self.model.logits(&self.context, self.since_special);
         let vocab = self.model.config().vocab_size;
         let dist = crate::model::Distribution::new(&logits, vocab, self.temperature, masked);
-        let u = unit(mix(self.key, out_len as u64));
-        let id = dist.sample(self.top_k, self.params.top_p, self.params.min_p, u);
+        let id = match self.forced_output.get(out_len) {
+            Some(&forced) => forced,
+            None => {
+                let u = unit(mix(self.key, out_len as u64));
+                dist.sample(self.top_k, self.params.top_p, self.params.min_p, u)
+            }
+        };
 
         if self.return_logprob {
             let report = if self.report_temperature == self.temperature {
@@ -944,6 +957,46 @@ mod tests {
         ));
         assert!(g.step(), "an aborted generation stays finished");
         assert_eq!(g.output_ids().len(), 3);
+    }
+
+    #[test]
+    fn forced_tokens_come_first_with_their_true_logprobs() {
+        let m = model();
+        let mut forced = m.tokenizer().encode(" Judgment: 2");
+        forced.push(m.tokenizer().im_end_id());
+        let g = generate(
+            m.clone(),
+            item("Pick one", |i| {
+                i.params.max_new_tokens = 50;
+                i.forced_output = forced.clone();
+            }),
+        );
+        assert_eq!(g.output_ids(), &forced[..]);
+        assert_eq!(g.text(), " Judgment: 2");
+        assert_eq!(
+            g.finish_reason(),
+            Some(&FinishReason::StopToken {
+                matched: m.tokenizer().im_end_id()
+            })
+        );
+        let mut context = g.input_ids().to_vec();
+        for (&id, &lp) in forced.iter().zip(g.output_logprobs()) {
+            assert_eq!(lp, m.distribution(&context, 1.0, &[]).logprob(id) as f32);
+            context.push(id);
+        }
+        // A budget shorter than the script truncates it like any other answer.
+        let short = generate(
+            m.clone(),
+            item("Pick one", |i| {
+                i.params.max_new_tokens = 2;
+                i.forced_output = forced.clone();
+            }),
+        );
+        assert_eq!(short.output_ids(), &forced[..2]);
+        assert_eq!(
+            short.finish_reason(),
+            Some(&FinishReason::Length { length: 2 })
+        );
     }
 
     #[test]

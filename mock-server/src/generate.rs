@@ -131,7 +131,14 @@ pub fn encode_body(
 ) -> Result<Vec<u8>, ApiError> {
     let ctx = encode_ctx(config, model, plan);
     let ts = unix_now();
-    let mut out = Vec::with_capacity(256 * plan.items.len().max(1));
+    // Sized up front so a long answer is written without regrowing (and re-copying) the buffer.
+    let capacity: usize = completed
+        .generations
+        .iter()
+        .flatten()
+        .map(estimated_json_len)
+        .sum();
+    let mut out = Vec::with_capacity(capacity + 64);
     if plan.is_batch {
         out.push(b'[');
     }
@@ -168,6 +175,15 @@ pub fn encode_body(
         out.push(b']');
     }
     Ok(out)
+}
+
+/// A generous estimate of one finished item's JSON size: about 12 bytes per output id and text byte, 32 per
+/// logprob triple, and a fixed allowance for `meta_info`.
+fn estimated_json_len(generation: &Generation) -> usize {
+    let per_position = generation.top_logprobs_num() + generation.token_ids_logprob().len();
+    let triples = generation.output_logprobs().len() * (1 + per_position)
+        + generation.input_logprobs().len() * (1 + per_position);
+    512 + 12 * generation.output_ids().len() + generation.text().len() + 32 * triples
 }
 
 /// `data: <json>\n\n`.

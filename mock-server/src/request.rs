@@ -935,6 +935,7 @@ pub fn plan_generate(
                 top_logprobs_num: k,
                 token_ids_logprob: ids,
                 sample_index: i as u64,
+                forced_output: Vec::new(),
             },
         });
     }

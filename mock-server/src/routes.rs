@@ -370,6 +370,7 @@ async fn health_generate(State(state): State<AppState>) -> Response {
         top_logprobs_num: 0,
         token_ids_logprob: Vec::new(),
         sample_index: 0,
+        forced_output: Vec::new(),
     };
     let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
         let mut generation = Generation::new(model, item);

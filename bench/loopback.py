@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Loopback benchmark of `sglang-mock` against a Python mock and the ceiling of its own HTTP stack.
+
+Each server runs pinned to one core (taskset -c 0) while `wrk` drives it from the other core with 64 keep-alive
+connections, all POSTing the same /generate request: 1,024 output tokens with `return_logprob`. The servers are
+measured in interleaved rounds in one run, so that load from elsewhere on a shared machine hits all of them alike,
+and the table reports each server's best round and the ratios between them.
+
+  - sglang-mock: this project's server (release build).
+  - fastapi+orjson: `bench/fastapi_mock.py`, FastAPI on uvicorn with uvloop and httptools, orjson serialisation.
+  - ceiling: `mock-server/examples/ceiling.rs`, the same axum stack answering with a pre-built body of the same
+    size (a response captured from sglang-mock).
+
+Needs: wrk (apt-get install wrk), and fastapi, uvicorn[standard], orjson (pip install).
+
+    python3 bench/loopback.py [--seconds 10] [--rounds 3] [--connections 64]
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REQUEST = {
+    "input_ids": [785, 6722, 315, 9625, 374],
+    "sampling_params": {"max_new_tokens": 1024, "ignore_eos": True, "temperature": 1.0},
+    "return_logprob": True,
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before becoming healthy")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} not healthy after {timeout}s")
+
+
+def post_generate(url: str) -> bytes:
+    req = urllib.request.Request(url + "/generate", data=json.dumps(REQUEST).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return r.read()
+
+
+def check_body(name: str, body: bytes) -> None:
+    out = json.loads(body)
+    lps = out["meta_info"]["output_token_logprobs"]
+    assert len(out["output_ids"]) == len(lps) == 1024, f"{name}: wrong number of tokens"
+    assert all(item[1] == tok for item, tok in zip(lps, out["output_ids"])), f"{name}: ids disagree"
+
+
+def run_wrk(url: str, seconds: int, connections: int, lua: str) -> tuple[float, float]:
+    cmd = ["taskset", "-c", "1", "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "30s",
+           "-s", lua, url + "/generate"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    m = re.search(r"Transfer/sec:\s+([\d.]+)(\w+)", out)
+    scale = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9}[m.group(2)]
+    # Any failed request makes the figure meaningless: non-2xx answers, or connect/read/write/timeout errors.
+    if "Non-2xx or 3xx responses" in out or "Socket errors" in out:
+        raise RuntimeError(f"wrk reported errors against {url}:\n{out}")
+    return rps, float(m.group(1)) * scale
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="loopback benchmark of sglang-mock")
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=64)
+    args = parser.parse_args()
+    for tool in ("wrk", "taskset"):
+        if shutil.which(tool) is None:
+            sys.exit(f"{tool} is required (apt-get install wrk util-linux)")
+
+    subprocess.run(["cargo", "build", "--release", "-p", "mock-server", "--bin", "sglang-mock",
+                    "--example", "ceiling"], cwd=ROOT, check=True)
+    target = os.path.join(ROOT, "target", "release")
+    tmp = tempfile.mkdtemp()
+    lua = os.path.join(tmp, "post.lua")
+    with open(lua, "w") as f:
+        body = json.dumps(REQUEST).replace("\\", "\\\\").replace('"', '\\"')
+        f.write(f'wrk.method = "POST"\nwrk.body = "{body}"\nwrk.headers["Content-Type"] = "application/json"\n')
+
+    def start(cmd: list[str]) -> tuple[subprocess.Popen, str]:
+        port = free_port()
+        proc = subprocess.Popen(["taskset", "-c", "0", *cmd, "--port", str(port)], cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url, proc)
+        return proc, url
+
+    servers = {
+        "sglang-mock": [os.path.join(target, "sglang-mock")],
+        "fastapi+orjson": [sys.executable, os.path.join(ROOT, "bench", "fastapi_mock.py")],
+    }
+    # The ceiling serves a real sglang-mock response for this request.
+    proc, url = start(servers["sglang-mock"])
+    captured = post_generate(url)
+    proc.terminate()
+    proc.wait()
+    body_file = os.path.join(tmp, "response.json")
+    with open(body_file, "wb") as f:
+        f.write(captured)
+    servers["ceiling (pre-built body)"] = [os.path.join(target, "examples", "ceiling"), "--body", body_file]
+
+    best: dict[str, tuple[float, float]] = {}
+    sizes: dict[str, int] = {}
+    for rnd in range(args.rounds):
+        for name, cmd in servers.items():
+            proc, url = start(cmd)
+            try:
+                body = post_generate(url)
+                check_body(name, body)
+                sizes[name] = len(body)
+                run_wrk(url, 2, args.connections, lua)  # warm-up
+                rps, bps = run_wrk(url, args.seconds, args.connections, lua)
+            finally:
+                proc.terminate()
+                proc.wait()
+            print(f"round {rnd + 1}: {name}: {rps:,.0f} req/s, {bps / 1e6:,.1f} MB/s", file=sys.stderr)
+            if name not in best or rps > best[name][0]:
+                best[name] = (rps, bps)
+
+    python = best["fastapi+orjson"][0]
+    ceiling = best["ceiling (pre-built body)"][0]
+    print(f"\n{args.connections} connections, server pinned to one core, best of {args.rounds} rounds of "
+          f"{args.seconds} s; request: 1,024 output tokens with return_logprob\n")
+    print("| server | requests/s | response MB/s | body bytes | vs FastAPI | vs ceiling |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, (rps, bps) in best.items():
+        print(f"| {name} | {rps:,.0f} | {bps / 1e6:,.1f} | {sizes[name]:,} | {rps / python:.1f}x | "
+              f"{rps / ceiling:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
