@@ -172,7 +172,7 @@ pub fn encode_item(
         index,
     };
     // Serialising into a Vec cannot fail: every map key is a string and no Serialize impl errors.
-    let _ = serde_json::to_writer(&mut *out, &body);
+    let _ = serde_json::to_writer(SmallWrites(out), &body);
 }
 
 /// The finish reason of an item the scheduler aborted before running it (`logprob_start_len` too large),
@@ -252,7 +252,36 @@ pub fn encode_aborted(
         },
         index,
     };
-    let _ = serde_json::to_writer(&mut *out, &body);
+    let _ = serde_json::to_writer(SmallWrites(out), &body);
+}
+
+/// A `Vec<u8>` writer for serde_json, which writes a number or a bracket at a time: short pieces are pushed byte by
+/// byte instead of through a `memcpy` call each, which makes encoding a long logprob list several times faster.
+struct SmallWrites<'a>(&'a mut Vec<u8>);
+
+impl std::io::Write for SmallWrites<'_> {
+    #[inline]
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.write_all(buf)?;
+        Ok(buf.len())
+    }
+
+    #[inline]
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        if buf.len() <= 16 {
+            self.0.reserve(buf.len());
+            for &b in buf {
+                self.0.push(b);
+            }
+        } else {
+            self.0.extend_from_slice(buf);
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Whether any logprob this item would report is NaN or infinite (a MID non-stream body then fails with 500).
