@@ -94,7 +94,9 @@ def main():
     parser.add_argument("--samples", type=int, default=512)
     parser.add_argument("--length", type=int, default=2048)
     parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=20, help="numpy repetitions (best of)")
+    parser.add_argument("--rust-repeats", type=int, default=200,
+                        help="Rust repetitions (best of); the default gives both sides about the same wall time")
     parser.add_argument("--seed", type=int, default=1976)
     parser.add_argument("--no-native", action="store_true",
                         help="skip the second Rust build with -C target-cpu=native")
@@ -126,7 +128,7 @@ def main():
         runs = []
         for name, env in builds:
             cmd = ["cargo", "run", "--quiet", "--release", "-p", "grpo", "--example", "pipeline", "--",
-                   str(d), str(args.group_size), str(args.repeats)]
+                   str(d), str(args.group_size), str(args.rust_repeats)]
             subprocess.run(cmd, cwd=WORKSPACE, check=True, stdout=subprocess.DEVNULL, env={**os.environ, **env})
             rust = {}
             for line in (d / "rust_results.txt").read_text().splitlines():
@@ -149,7 +151,7 @@ def main():
             failures.append(f"{name}: token count {rust['tokens']} vs {tokens}")
 
     print(f"{args.samples} samples x {args.length} tokens = {tokens:,} tokens, groups of {args.group_size}, "
-          f"best of {args.repeats}; numpy {np.__version__}")
+          f"best of {args.repeats} (numpy) and {args.rust_repeats} (Rust); numpy {np.__version__}")
     print("agreement: " + ("OK (advantages within 1e-9; pg_loss, pg_clipfrac and ppo_kl within 1e-5 relative)"
                            if not failures else "FAILED"))
     for f in failures:

@@ -532,14 +532,22 @@ impl Batch {
             } else {
                 0.0
             };
-            let seq_ratio = exp_f32(
-                seq_log_ratio.clamp(-config.log_ratio_clamp, config.log_ratio_clamp) as f32,
-            );
+            let seq_ratio = exp_in_range((seq_log_ratio as f32).clamp(-bound, bound));
             let opsm_drop = config.opsm_delta.is_some_and(|d| -seq_log_ratio > d);
 
             if let TokenSource::Broadcast(a) = x.advantages {
                 adv_block.fill(a[i] as f32);
             }
+            let scalar = match x.advantages {
+                TokenSource::Broadcast(a) => a[i] as f32,
+                TokenSource::Values(_) => 0.0,
+            };
+            let fast = p.ppo
+                && scalar != 0.0
+                && !sequence
+                && config.tis.is_none()
+                && !opsm_drop
+                && token_out.is_none();
             let mut start = range.start;
             while start < range.end {
                 let end = (start + BLOCK).min(range.end);
@@ -555,6 +563,65 @@ impl Batch {
                     TokenSource::Broadcast(_) => &adv_block[..len],
                 };
                 let (delta, ratio) = (&mut delta[..len], &mut ratio[..len]);
+                if fast {
+                    // PPO with one non-zero advantage `a` for the whole sample and nothing that needs the
+                    // per-token loss: `L = -a * b` with `b = min(rho, 1 + eps_high)` for `a > 0` and
+                    // `b = min(max(rho, 1 - eps_low), c)` for `a < 0` (R5 with the sign known), so the kernel
+                    // sums `b` and multiplies by `-a` once per block. `ratio` holds `b`, `loss` the clip flags.
+                    let flags = &mut loss[..len];
+                    if scalar > 0.0 {
+                        let hi = 1.0 + p.eps_high;
+                        for ((((d, b), f), &c), &o) in delta
+                            .iter_mut()
+                            .zip(ratio.iter_mut())
+                            .zip(flags.iter_mut())
+                            .zip(cur)
+                            .zip(old)
+                        {
+                            let v = c - o;
+                            *d = v;
+                            let v = if v < -bound {
+                                -bound
+                            } else if v > bound {
+                                bound
+                            } else {
+                                v
+                            };
+                            let r = exp_in_range(v);
+                            *b = if r > hi { hi } else { r };
+                            *f = f32::from(u8::from(r > hi));
+                        }
+                    } else {
+                        let (lo, cap) = (1.0 - p.eps_low, p.dual);
+                        for ((((d, b), f), &c), &o) in delta
+                            .iter_mut()
+                            .zip(ratio.iter_mut())
+                            .zip(flags.iter_mut())
+                            .zip(cur)
+                            .zip(old)
+                        {
+                            let v = c - o;
+                            *d = v;
+                            let v = if v < -bound {
+                                -bound
+                            } else if v > bound {
+                                bound
+                            } else {
+                                v
+                            };
+                            let r = exp_in_range(v);
+                            let b_ = if r < lo { lo } else { r };
+                            *b = if b_ > cap { cap } else { b_ };
+                            *f = f32::from(u8::from(r < lo));
+                        }
+                    }
+                    let [sb, cl, sd] = block_sums3(ratio, flags, delta, m);
+                    sums.pg[i] -= f64::from(scalar) * sb;
+                    sums.clip[i] += cl;
+                    sums.ppo_kl[i] -= sd;
+                    start = end;
+                    continue;
+                }
                 if sequence {
                     for ((d, &c), &o) in delta.iter_mut().zip(cur).zip(old) {
                         *d = c - o;
@@ -578,10 +645,6 @@ impl Batch {
                     }
                 }
                 let (loss, clip) = (&mut loss[..len], &mut clip[..len]);
-                let scalar = match x.advantages {
-                    TokenSource::Broadcast(a) => a[i] as f32,
-                    TokenSource::Values(_) => 0.0,
-                };
                 if p.ppo && scalar != 0.0 {
                     // PPO with one advantage for the whole sample: the sign is known, so each side of the clip
                     // is one min or max. The same expressions as `ppo_clip_loss`, bit for bit.
@@ -630,7 +693,8 @@ impl Batch {
                         let (v, c) = tis_weight(d, tis);
                         *w = v;
                         *wc = f32::from(u8::from(c));
-                        *abs = (exp_f32(d) - 1.0).abs();
+                        // Bounded like the ratio, so that a sum of these metrics cannot overflow.
+                        *abs = (exp_in_range(d.clamp(-bound, bound)) - 1.0).abs();
                     }
                     for (l, &w) in loss.iter_mut().zip(w.iter()) {
                         *l *= w;

@@ -203,9 +203,19 @@ fn batch_losses(ratios: &[f32], advantages: &[f64], config: PolicyLossConfig) ->
         aggregation: Aggregation::TokenMean,
         ..config
     };
+    let lp = LogProbs::new(&current);
     let (out, tokens) = batch
-        .policy_loss_with_tokens(&adv, &LogProbs::new(&current), &config)
+        .policy_loss_with_tokens(&adv, &lp, &config)
         .expect("loss");
+    // `policy_loss` alone takes the kernel's fast path for broadcast advantages; it must agree.
+    let fast = batch.policy_loss(&adv, &lp, &config).expect("loss");
+    let mean =
+        tokens.values().iter().map(|&l| f64::from(l)).sum::<f64>() / tokens.values().len() as f64;
+    assert!(
+        (fast.pg_loss - mean).abs() <= 1e-6 * (1.0 + mean.abs()),
+        "{fast:?} vs {mean}"
+    );
+    assert_eq!(fast.pg_clipfrac, out.pg_clipfrac);
     (f64s(tokens.values()), out.pg_clipfrac)
 }
 

@@ -415,8 +415,8 @@ proptest! {
 proptest! {
     #![proptest_config(config())]
 
-    /// Broadcast advantages (GRPO's scalar per sample) and the same values materialised per token give the
-    /// same loss, and the per-token variant of the loss agrees with the plain one.
+    /// Broadcast advantages (GRPO's scalar per sample, which take the kernel's fast path) and the same values
+    /// materialised per token give the same loss, and so does the variant that also returns per-token losses.
     #[test]
     fn broadcast_and_materialised_agree((parts, n) in batch_parts(), c in convention(), seed in any::<u64>()) {
         let batch = Batch::new(&parts, &BatchOptions::grpo(n)).expect("valid");
@@ -441,11 +441,16 @@ proptest! {
             .collect();
         let lp = LogProbs::new(&current);
         let loss_config = PolicyLossConfig { use_rollout_log_probs: true, dual_clip: Some(3.0), ..Default::default() };
+        // The broadcast path multiplies the summed clipped ratios by the advantage once per block instead of
+        // per token, so the results agree to f32 rounding, not bit for bit.
         let a = batch.policy_loss(&broadcast, &lp, &loss_config).expect("loss");
         let b = batch.policy_loss(&materialised, &lp, &loss_config).expect("loss");
-        prop_assert_eq!(a, b);
         let (with_tokens, tokens) = batch.policy_loss_with_tokens(&broadcast, &lp, &loss_config).expect("loss");
-        prop_assert_eq!(a, with_tokens);
         prop_assert_eq!(tokens.offsets(), batch.offsets());
+        for other in [b, with_tokens] {
+            for (x, y) in [(a.loss, other.loss), (a.pg_loss, other.pg_loss), (a.pg_clipfrac, other.pg_clipfrac), (a.ppo_kl, other.ppo_kl)] {
+                prop_assert!((x - y).abs() <= 1e-5 * (1.0 + x.abs()), "{a:?} vs {other:?}");
+            }
+        }
     }
 }
