@@ -398,6 +398,26 @@ fn trl_nanstd() {
 }
 
 #[test]
+fn trl_nan_aware_rewards() {
+    // Reference section 5.4: TRL ignores a NaN reward in the group statistics and gives it advantage 0; slime
+    // and verl propagate it through the group. (A `Batch` rejects NaN rewards; this is the pure function.)
+    let rewards = [1.0, f64::NAN, 0.0, 1.0, f64::NAN, f64::NAN];
+    let groups = grpo::Groups::from_labels([0, 0, 0, 0, 1, 1]);
+    let trl = grpo::normalize_rewards(&rewards, &groups, Convention::Trl, StdScale::Group);
+    check(
+        "TRL NaN-aware",
+        &trl,
+        "[0.577250, 0, −1.154501, 0.577250, 0, 0]",
+    );
+    let slime = grpo::normalize_rewards(&rewards, &groups, Convention::Slime, StdScale::Group);
+    check(
+        "slime propagates NaN",
+        &slime,
+        "[nan, nan, nan, nan, nan, nan]",
+    );
+}
+
+#[test]
 fn trl_off_policy_mask() {
     // TRL test_get_off_policy_mask: A = [1, -1, -1], log_pi = -2, -0.5, -2, sampling logprobs 0, threshold 1.
     let (batch, adv) = one_token_batch(&[1.0, -1.0, -1.0], &[0.0, 0.0, 0.0]);
