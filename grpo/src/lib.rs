@@ -49,8 +49,18 @@
 //! # Precision
 //!
 //! Per-token data is `f32` (SGLang's logprobs are float32 and the trainers compute per-token losses in
-//! float32; it halves the memory traffic of this memory-bound math). Per-sample scalars are `f64`, and all
-//! reductions over tokens accumulate in `f64`.
+//! float32; it halves the memory traffic of this memory-bound math). Per-sample scalars are `f64`.
+//! Reductions over tokens accumulate in `f64` across blocks of 256 tokens, with 16 `f32` partial sums of at
+//! most 16 terms inside a block (relative error below 5e-7).
+//!
+//! # Where things are
+//!
+//! - `batch`: [`SampleParts`], [`BatchOptions`], [`Batch::new`] and [`BatchError`], the [`Ragged`] layout.
+//! - `advantage`: [`AdvantageConfig`], [`Batch::advantages`], [`Advantages`], and the pure estimators.
+//! - `loss`: [`PolicyLossConfig`], [`LogProbs`], [`Batch::policy_loss`], [`LossError`], and the per-token
+//!   functions ([`ppo_clip_loss`], [`cispo_loss`], [`kl`], [`tis_weight`]).
+//! - `aggregate`: [`Aggregation`] and [`Batch::aggregate`].
+//! - `stats`: [`nanmean`], [`nanstd`] and the vectorisable [`exp_f32`].
 
 mod advantage;
 mod aggregate;
