@@ -395,10 +395,12 @@ impl Generation {
     /// Decodes token `id` onto the output text, keeping an incomplete trailing UTF-8 character aside.
     fn push_text(&mut self, id: u32) {
         let skip = self.params.skip_special_tokens;
-        self.model
-            .tokenizer()
-            .push_bytes(id, skip, &mut self.pending);
-        drain_complete_utf8(&mut self.pending, &mut self.decoded);
+        let tokenizer = self.model.tokenizer();
+        // Almost every token is ASCII on its own; only bytes of multi-byte characters need the UTF-8 buffer.
+        if !(self.pending.is_empty() && tokenizer.push_ascii(id, skip, &mut self.decoded)) {
+            tokenizer.push_bytes(id, skip, &mut self.pending);
+            drain_complete_utf8(&mut self.pending, &mut self.decoded);
+        }
     }
 
     /// SGLang's finish checks, in its order: length, then stop tokens (unless `ignore_eos`), then stop strings.

@@ -116,8 +116,17 @@ pub(crate) fn logits(
         weight *= flatness * (0.55 + 0.45 * jitter);
         n += 1;
     }
-    explicit[CANDIDATES] = (im_end, (-6.0 + 0.05 * since_special as f64).min(2.0).exp());
+    explicit[CANDIDATES] = (im_end, end_of_turn_weight(since_special));
     Logits { explicit }
+}
+
+/// The weight of `<|im_end|>` after `since_special` tokens of a turn: `exp(min(-6 + 0.05 * n, 2))`, which reaches its
+/// cap at 160 tokens. The values are tabulated once, since every step needs one.
+fn end_of_turn_weight(since_special: usize) -> f64 {
+    static TABLE: std::sync::LazyLock<[f64; 161]> = std::sync::LazyLock::new(|| {
+        std::array::from_fn(|n| (-6.0 + 0.05 * n as f64).min(2.0).exp())
+    });
+    TABLE[since_special.min(160)]
 }
 
 /// The number of tokens at the end of `context` after its last special token.

@@ -166,6 +166,34 @@ impl Tokenizer {
         }
     }
 
+    /// Appends the text of `id` to `out` when it is ASCII on its own (every word piece, special token and ASCII
+    /// byte), and returns whether it did; a byte of a multi-byte character returns `false` and writes nothing.
+    pub fn push_ascii(&self, id: u32, skip_special_tokens: bool, out: &mut String) -> bool {
+        match self.piece(id) {
+            Some(Piece::Byte(b)) if b.is_ascii() => out.push(char::from(b)),
+            Some(Piece::Byte(_)) => return false,
+            Some(Piece::Word {
+                space,
+                syllables,
+                index,
+            }) => {
+                if space {
+                    out.push(' ');
+                }
+                let mut rest = index;
+                for _ in 0..syllables {
+                    let d = rest % SYLLABLES;
+                    rest /= SYLLABLES;
+                    out.push(char::from(CONSONANTS[(d / 5) as usize]));
+                    out.push(char::from(VOWELS[(d % 5) as usize]));
+                }
+            }
+            Some(Piece::Special(i)) if !skip_special_tokens => out.push_str(SPECIAL_NAMES[i]),
+            Some(Piece::Special(_)) | None => {}
+        }
+        true
+    }
+
     /// Decodes `ids` to text, replacing invalid UTF-8 with U+FFFD as Hugging Face tokenizers do.
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> String {
         let mut bytes = Vec::with_capacity(ids.len() * 4);
@@ -283,6 +311,26 @@ mod tests {
             let ids = t.encode(text);
             assert_eq!(t.decode(&ids, false), text, "ids {ids:?}");
             assert!(ids.iter().all(|&id| id < t.vocab_size()));
+        }
+    }
+
+    #[test]
+    fn ascii_fast_path_matches_bytes() {
+        let t = tok();
+        for id in (0..t.vocab_size())
+            .step_by(97)
+            .chain(t.vocab_size() - 3..t.vocab_size())
+        {
+            for skip in [false, true] {
+                let mut bytes = Vec::new();
+                t.push_bytes(id, skip, &mut bytes);
+                let mut text = String::new();
+                if t.push_ascii(id, skip, &mut text) {
+                    assert_eq!(text.as_bytes(), bytes, "id {id}");
+                } else {
+                    assert!(text.is_empty() && !bytes.is_ascii(), "id {id}");
+                }
+            }
         }
     }
 
