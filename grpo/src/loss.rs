@@ -379,6 +379,21 @@ fn block_sum(x: &[f32], m: &[f32]) -> f64 {
     acc.iter().map(|&a| f64::from(a)).sum::<f64>() + f64::from(tail)
 }
 
+/// `sum x` over one block, in `LANES` partial sums.
+#[inline(always)]
+fn block_total(x: &[f32]) -> f64 {
+    let mut acc = [0.0f32; LANES];
+    let n = x.len() / LANES * LANES;
+    for k in (0..n).step_by(LANES) {
+        let xs: &[f32; LANES] = x[k..k + LANES].try_into().unwrap_or(&[0.0; LANES]);
+        for j in 0..LANES {
+            acc[j] += xs[j];
+        }
+    }
+    let tail: f32 = x[n..].iter().sum();
+    acc.iter().map(|&a| f64::from(a)).sum::<f64>() + f64::from(tail)
+}
+
 /// Three block sums with one mask.
 #[inline(always)]
 fn block_sums3(x: &[f32], y: &[f32], z: &[f32], m: &[f32]) -> [f64; 3] {
@@ -553,10 +568,6 @@ impl Batch {
                 let end = (start + BLOCK).min(range.end);
                 let len = end - start;
                 let t = start..end;
-                let m = &mut mask[..len];
-                for (d, &s) in m.iter_mut().zip(&self.loss_mask()[t.clone()]) {
-                    *d = f32::from(s);
-                }
                 let (cur, old) = (&x.current[t.clone()], &x.old[t.clone()]);
                 let adv: &[f32] = match x.advantages {
                     TokenSource::Values(v) => &v[t.clone()],
@@ -569,17 +580,20 @@ impl Batch {
                     // `b = min(max(rho, 1 - eps_low), c)` for `a < 0` (R5 with the sign known), so the kernel
                     // sums `b` and multiplies by `-a` once per block. `ratio` holds `b`, `loss` the clip flags.
                     let flags = &mut loss[..len];
+                    let mask_u8 = &self.loss_mask()[t.clone()];
                     if scalar > 0.0 {
                         let hi = 1.0 + p.eps_high;
-                        for ((((d, b), f), &c), &o) in delta
+                        for (((((d, b), f), &c), &o), &k) in delta
                             .iter_mut()
                             .zip(ratio.iter_mut())
                             .zip(flags.iter_mut())
                             .zip(cur)
                             .zip(old)
+                            .zip(mask_u8)
                         {
+                            let m = f32::from(k);
                             let v = c - o;
-                            *d = v;
+                            *d = v * m;
                             let v = if v < -bound {
                                 -bound
                             } else if v > bound {
@@ -588,20 +602,22 @@ impl Batch {
                                 v
                             };
                             let r = exp_in_range(v);
-                            *b = if r > hi { hi } else { r };
-                            *f = f32::from(u8::from(r > hi));
+                            *b = if r > hi { hi } else { r } * m;
+                            *f = f32::from(u8::from(r > hi)) * m;
                         }
                     } else {
                         let (lo, cap) = (1.0 - p.eps_low, p.dual);
-                        for ((((d, b), f), &c), &o) in delta
+                        for (((((d, b), f), &c), &o), &k) in delta
                             .iter_mut()
                             .zip(ratio.iter_mut())
                             .zip(flags.iter_mut())
                             .zip(cur)
                             .zip(old)
+                            .zip(mask_u8)
                         {
+                            let m = f32::from(k);
                             let v = c - o;
-                            *d = v;
+                            *d = v * m;
                             let v = if v < -bound {
                                 -bound
                             } else if v > bound {
@@ -611,16 +627,22 @@ impl Batch {
                             };
                             let r = exp_in_range(v);
                             let b_ = if r < lo { lo } else { r };
-                            *b = if b_ > cap { cap } else { b_ };
-                            *f = f32::from(u8::from(r < lo));
+                            *b = if b_ > cap { cap } else { b_ } * m;
+                            *f = f32::from(u8::from(r < lo)) * m;
                         }
                     }
-                    let [sb, cl, sd] = block_sums3(ratio, flags, delta, m);
+                    // The values are already masked (by multiplication, so a non-finite `delta` stays
+                    // non-finite); plain sums remain.
+                    let [sb, cl, sd] = [block_total(ratio), block_total(flags), block_total(delta)];
                     sums.pg[i] -= f64::from(scalar) * sb;
                     sums.clip[i] += cl;
                     sums.ppo_kl[i] -= sd;
                     start = end;
                     continue;
+                }
+                let m = &mut mask[..len];
+                for (d, &s) in m.iter_mut().zip(&self.loss_mask()[t.clone()]) {
+                    *d = f32::from(s);
                 }
                 if sequence {
                     for ((d, &c), &o) in delta.iter_mut().zip(cur).zip(old) {

@@ -233,6 +233,16 @@ proptest! {
         }
     }
 
+    /// The vectorisable `exp` behind every ratio is within 2e-7 of the true value, and finite everywhere.
+    #[test]
+    fn exp_accuracy(x in -87.0..88.0f32, wild in any::<f32>()) {
+        let exact = f64::from(x).exp();
+        let rel = ((f64::from(grpo::exp_f32(x)) - exact) / exact).abs();
+        prop_assert!(rel <= 2e-7, "exp({x}): relative error {rel:e}");
+        prop_assume!(!wild.is_nan());
+        prop_assert!(grpo::exp_f32(wild).is_finite());
+    }
+
     /// R9.10: TIS weights lie in [low, high]; IcePop weights are 0 or inside it.
     #[test]
     fn tis_bounds(d in -30.0..30.0f32, low in 0.0..1.0f64, width in 0.0..4.0f64) {
