@@ -579,57 +579,44 @@ impl Batch {
                     // per-token loss: `L = -a * b` with `b = min(rho, 1 + eps_high)` for `a > 0` and
                     // `b = min(max(rho, 1 - eps_low), c)` for `a < 0` (R5 with the sign known), so the kernel
                     // sums `b` and multiplies by `-a` once per block. `ratio` holds `b`, `loss` the clip flags.
+                    // Matches the general path to f32 rounding (a property test checks it).
                     let flags = &mut loss[..len];
                     let mask_u8 = &self.loss_mask()[t.clone()];
-                    if scalar > 0.0 {
-                        let hi = 1.0 + p.eps_high;
-                        for (((((d, b), f), &c), &o), &k) in delta
-                            .iter_mut()
-                            .zip(ratio.iter_mut())
-                            .zip(flags.iter_mut())
-                            .zip(cur)
-                            .zip(old)
-                            .zip(mask_u8)
-                        {
-                            let m = f32::from(k);
-                            let v = c - o;
-                            *d = v * m;
-                            let v = if v < -bound {
-                                -bound
-                            } else if v > bound {
-                                bound
-                            } else {
-                                v
-                            };
-                            let r = exp_in_range(v);
-                            *b = if r > hi { hi } else { r } * m;
-                            *f = f32::from(u8::from(r > hi)) * m;
-                        }
+                    // Clipping `rho = exp(v)` to `[lo, hi]` is clipping `v` to `[ln lo, ln hi]`, which folds
+                    // into the log-ratio bound: one clamp, then `exp`. The clip flag is read off `v` directly.
+                    let (v_lo, v_hi, flag_above, threshold) = if scalar > 0.0 {
+                        let ln_hi = (1.0 + p.eps_high).ln();
+                        (-bound, ln_hi.min(bound), true, ln_hi)
                     } else {
-                        let (lo, cap) = (1.0 - p.eps_low, p.dual);
-                        for (((((d, b), f), &c), &o), &k) in delta
-                            .iter_mut()
-                            .zip(ratio.iter_mut())
-                            .zip(flags.iter_mut())
-                            .zip(cur)
-                            .zip(old)
-                            .zip(mask_u8)
-                        {
-                            let m = f32::from(k);
-                            let v = c - o;
-                            *d = v * m;
-                            let v = if v < -bound {
-                                -bound
-                            } else if v > bound {
-                                bound
-                            } else {
-                                v
-                            };
-                            let r = exp_in_range(v);
-                            let b_ = if r < lo { lo } else { r };
-                            *b = if b_ > cap { cap } else { b_ } * m;
-                            *f = f32::from(u8::from(r < lo)) * m;
-                        }
+                        let lo = 1.0 - p.eps_low;
+                        let ln_lo = if lo > 0.0 { lo.ln() } else { f32::NEG_INFINITY };
+                        (ln_lo.max(-bound), p.dual.ln().min(bound), false, ln_lo)
+                    };
+                    for (((((d, b), f), &c), &o), &k) in delta
+                        .iter_mut()
+                        .zip(ratio.iter_mut())
+                        .zip(flags.iter_mut())
+                        .zip(cur)
+                        .zip(old)
+                        .zip(mask_u8)
+                    {
+                        let m = f32::from(k);
+                        let v = c - o;
+                        *d = v * m;
+                        let clipped = if flag_above {
+                            v > threshold
+                        } else {
+                            v < threshold
+                        };
+                        let v = if v < v_lo {
+                            v_lo
+                        } else if v > v_hi {
+                            v_hi
+                        } else {
+                            v
+                        };
+                        *b = exp_in_range(v) * m;
+                        *f = f32::from(u8::from(clipped)) * m;
                     }
                     // The values are already masked (by multiplication, so a non-finite `delta` stays
                     // non-finite); plain sums remain.
