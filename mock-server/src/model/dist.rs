@@ -60,6 +60,7 @@ pub(crate) struct Logits {
 ///
 /// `since_special` is the number of tokens at the end of `context` after its last special token (all of them if
 /// there is none); callers that extend a context token by token keep it as a running count instead of rescanning.
+#[inline]
 pub(crate) fn logits(
     seed: u64,
     tokenizer: &Tokenizer,
@@ -80,41 +81,44 @@ pub(crate) fn logits(
     let im_end = tokenizer.im_end_id();
     let (first_word, words) = tokenizer.word_range();
 
-    // One SplitMix64 stream per context supplies every random choice; each draw's 64 bits are split between the
-    // candidate's kind (low 7 bits), the space flag (bits 8..11), the ratio to the next weight (bits 11..32) and
-    // its id (high 32 bits).
+    // One SplitMix64 stream per context supplies every random choice.
     let mut stream = h;
     let mut next = || {
         stream = stream.wrapping_add(0x9E37_79B9_7F4A_7C15);
         splitmix64(stream)
     };
     // Peakedness varies per context: with `flatness` near 0 the first candidate takes almost all the mass, near 1
-    // the eight share it.
-    let flatness = 0.05 + 0.9 * unit(next());
-    let mut weight = 50.0 + 40.0 * unit(next());
-    let mut explicit = [(0u32, 0.0f64); EXPLICIT];
-    let mut n = 0;
-    while n < CANDIDATES {
-        let r = next();
-        let id = if r % 128 < 15 {
-            u32::from(PUNCTUATION[((r >> 32) % PUNCTUATION.len() as u64) as usize])
+    // the eight share it. Each weight is the one before times `flatness` and a jitter in [0.55, 1), so weights
+    // fall strictly and the candidates are generated in sorted order.
+    let shape = next();
+    let flatness = 0.05 + 0.9 * unit(shape);
+    let mut weight = 50.0 + 40.0 * ((shape & 0x7FF) as f64 / 2048.0);
+    // Eight 21-bit jitters from three draws.
+    let jitters = [next(), next(), next()];
+    // The word range is cut into eight blocks and rank k draws its word from block (k + rotation) % 8, so the
+    // candidates are distinct by construction; one rank in most contexts is punctuation instead.
+    let layout = next();
+    let rotation = (layout & 7) as u32;
+    let punctuation_rank = ((layout >> 3) % 10) as usize;
+    let punctuation = u32::from(PUNCTUATION[((layout >> 8) % PUNCTUATION.len() as u64) as usize]);
+    let block = (words / CANDIDATES as u32) & !1;
+    // Each rank's word takes 32 bits of one of four draws.
+    let picks = [next(), next(), next(), next()];
+    let mut explicit = [(im_end, 0.0f64); EXPLICIT];
+    for (k, slot) in explicit[..CANDIDATES].iter_mut().enumerate() {
+        let id = if k == punctuation_rank {
+            punctuation
         } else {
-            // A multiply-shift maps 32 random bits onto the word range without a division.
-            let mut w = (((r >> 32) * u64::from(words)) >> 32) as u32;
-            // Mostly words that start with a space, so text reads as words.
-            if !w.is_multiple_of(2) && (r >> 8) & 7 != 0 {
-                w -= 1;
-            }
-            first_word + w
+            let r = (picks[k / 2] >> (32 * (k % 2))) & 0xFFFF_FFFF;
+            let start = ((k as u32 + rotation) % CANDIDATES as u32) * block;
+            // An even offset within the block (a word that starts with a space), odd one time in eight.
+            let pair = ((r * u64::from(block / 2)) >> 32) as u32;
+            first_word + start + 2 * pair + u32::from(r & 7 == 0)
         };
-        if id == im_end || explicit[..n].iter().any(|&(e, _)| e == id) {
-            continue;
-        }
-        explicit[n] = (id, weight);
-        // The ratio lies in [0.55, 1) times `flatness` < 1, so weights fall strictly and stay sorted.
-        let jitter = ((r >> 11) & 0x1F_FFFF) as f64 / f64::from(1u32 << 21);
+        *slot = (id, weight);
+        let jitter =
+            ((jitters[k / 3] >> (21 * (k % 3))) & 0x1F_FFFF) as f64 / f64::from(1u32 << 21);
         weight *= flatness * (0.55 + 0.45 * jitter);
-        n += 1;
     }
     explicit[CANDIDATES] = (im_end, end_of_turn_weight(since_special));
     Logits { explicit }
@@ -157,6 +161,7 @@ pub struct Distribution<'m> {
 impl<'m> Distribution<'m> {
     /// Builds the distribution `softmax(logits / temperature)` with the ids in `masked` (sorted, deduplicated, all
     /// in the vocabulary) given probability zero.
+    #[inline]
     pub(crate) fn new(
         logits: &Logits,
         vocab_size: u32,
@@ -164,25 +169,27 @@ impl<'m> Distribution<'m> {
         masked: &'m [u32],
     ) -> Distribution<'m> {
         debug_assert!(masked.windows(2).all(|w| w[0] < w[1]));
-        let is_masked = |id: u32| !masked.is_empty() && masked.binary_search(&id).is_ok();
-        let mut explicit = [(0u32, 0.0f64); EXPLICIT];
-        let mut n = 0;
-        // Content candidates arrive sorted; the end-of-turn entry is inserted at its rank.
-        for &entry in &logits.explicit[..CANDIDATES] {
-            if !is_masked(entry.0) {
-                explicit[n] = entry;
-                n += 1;
+        let mut explicit = logits.explicit;
+        let mut n = EXPLICIT;
+        if !masked.is_empty() {
+            n = 0;
+            for i in 0..EXPLICIT {
+                if masked.binary_search(&explicit[i].0).is_err() {
+                    explicit[n] = explicit[i];
+                    n += 1;
+                }
             }
         }
-        let eos = logits.explicit[CANDIDATES];
-        if !is_masked(eos.0) {
-            let at = explicit[..n]
-                .iter()
-                .position(|e| e.1 < eos.1 || (e.1 == eos.1 && e.0 > eos.0))
-                .unwrap_or(n);
-            explicit.copy_within(at..n, at + 1);
-            explicit[at] = eos;
-            n += 1;
+        // The content candidates arrive sorted and the end-of-turn entry, if not masked, last: move it to its rank.
+        if n > 0 && explicit[n - 1].0 == logits.explicit[CANDIDATES].0 {
+            let mut at = n - 1;
+            while at > 0 && {
+                let (prev, this) = (explicit[at - 1], explicit[at]);
+                prev.1 < this.1 || (prev.1 == this.1 && prev.0 > this.0)
+            } {
+                explicit.swap(at - 1, at);
+                at -= 1;
+            }
         }
         let mut tail_weight = TAIL_WEIGHT;
         if temperature != 1.0 {
