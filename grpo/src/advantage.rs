@@ -59,9 +59,10 @@ pub enum Estimator {
     /// Leave-one-out baseline: `n / (n - 1) * (r - mean)`, or `r` for a group of one.
     Rloo,
     /// Discounted returns of the mask-aware token rewards `-kl_coef * kl * m`, plus the reward at the last
-    /// mask-1 token.
+    /// mask-1 token. slime requires `--normalize-advantages` with it: set [`AdvantageConfig::whiten`].
     ReinforcePlusPlus,
-    /// Group-mean-centred reward (no std) minus `kl_coef * kl` per token.
+    /// Group-mean-centred reward (no std) minus `kl_coef * kl` per token. slime requires
+    /// `--normalize-advantages` with it: set [`AdvantageConfig::whiten`].
     ReinforcePlusPlusBaseline,
 }
 

@@ -106,7 +106,16 @@ pub fn tis_weight(d: f32, tis: &Tis) -> (f32, bool) {
     let (lo, hi) = (tis.low as f32, tis.high as f32);
     let outside = (raw < lo) | (raw > hi);
     let w = match tis.mode {
-        TisMode::Clamp => raw.clamp(lo, hi),
+        // Selects, not `f32::clamp`: no branch in the kernel, and no panic on a misconfigured `low > high`.
+        TisMode::Clamp => {
+            if raw < lo {
+                lo
+            } else if raw > hi {
+                hi
+            } else {
+                raw
+            }
+        }
         TisMode::IcePop => {
             if outside {
                 0.0
