@@ -26,7 +26,10 @@ import sys
 import tempfile
 import time
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:
+    sys.exit("compare_numpy.py needs numpy: pip install numpy")
 
 WORKSPACE = pathlib.Path(__file__).resolve().parents[2]
 
