@@ -457,9 +457,12 @@ proptest! {
         let b = batch.policy_loss(&materialised, &lp, &loss_config).expect("loss");
         let (with_tokens, tokens) = batch.policy_loss_with_tokens(&broadcast, &lp, &loss_config).expect("loss");
         prop_assert_eq!(tokens.offsets(), batch.offsets());
+        // Per-token losses are bounded by 3 |A| (dual clip 3, clip-high 1.2), and the aggregate can cancel
+        // terms of that size, so the tolerance scales with the largest advantage, not with the result.
+        let scale = 1.0 + 3.0 * broadcast.per_sample().iter().fold(0.0f64, |m, a| m.max(a.abs()));
         for other in [b, with_tokens] {
             for (x, y) in [(a.loss, other.loss), (a.pg_loss, other.pg_loss), (a.pg_clipfrac, other.pg_clipfrac), (a.ppo_kl, other.ppo_kl)] {
-                prop_assert!((x - y).abs() <= 1e-5 * (1.0 + x.abs()), "{a:?} vs {other:?}");
+                prop_assert!((x - y).abs() <= 1e-6 * scale, "{a:?} vs {other:?}");
             }
         }
     }
