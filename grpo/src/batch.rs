@@ -8,8 +8,8 @@
 //! # Precision
 //!
 //! Per-token data is stored as `f32`: SGLang reports logprobs as float32, slime, verl and TRL compute their
-//! per-token losses in float32, and a million-token batch is memory bound, so halving the bytes per token
-//! is the largest single speed-up available. Per-sample scalars (rewards, advantages before broadcast) are
+//! per-token losses in float32, and halving the bytes per token halves what a million-token batch streams
+//! through memory. Per-sample scalars (rewards, advantages before broadcast) are
 //! `f64`, and reductions over tokens accumulate in `f64` (see the crate documentation), so that a sum over a
 //! million tokens is as precise as its `f32` terms.
 

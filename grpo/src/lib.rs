@@ -49,7 +49,7 @@
 //! # Precision
 //!
 //! Per-token data is `f32` (SGLang's logprobs are float32 and the trainers compute per-token losses in
-//! float32; it halves the memory traffic of this memory-bound math). Per-sample scalars are `f64`.
+//! float32; it halves the bytes streamed per token). Per-sample scalars are `f64`.
 //! Reductions over tokens accumulate in `f64` across blocks of 256 tokens, with 16 `f32` partial sums of at
 //! most 16 terms inside a block (relative error below 5e-7).
 //!
