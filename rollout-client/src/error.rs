@@ -77,6 +77,19 @@ pub enum ResponseError {
          {actual} entries"
     )]
     LogprobsLengthField { declared: usize, actual: usize },
+    #[error(
+        "`meta_info.input_token_logprobs` is missing or empty in a scoring request with \
+         `logprob_start_len: 0` (prompt_tokens: {prompt_tokens:?}), so the prompt ids are unknown"
+    )]
+    MissingInputLogprobs { prompt_tokens: Option<usize> },
+    #[error(
+        "`meta_info.prompt_tokens` is {prompt_tokens} but `input_token_logprobs` has {entries} \
+         entries with `logprob_start_len: 0`"
+    )]
+    InputLogprobsLength {
+        prompt_tokens: usize,
+        entries: usize,
+    },
     #[error("the server sent an error event: {message}")]
     ServerError { message: String },
     #[error("item {index} of the response is invalid")]

@@ -175,6 +175,25 @@ impl Sample {
         }
     }
 
+    /// A new PENDING sample for another prompt that keeps this one's identity and bookkeeping
+    /// (`group_index`, `index`, `rollout_id`, `label`, `metadata`, `session_id`, paths), as slime's
+    /// multi-agent example does with `deepcopy(args.sample)` before setting `prompt` and `tokens`.
+    /// Nothing of this sample's response, reward or status is carried over.
+    pub fn derive(&self, prompt: impl Into<Prompt>, prompt_tokens: Vec<u32>) -> Sample {
+        Sample {
+            group_index: self.group_index,
+            index: self.index,
+            rollout_id: self.rollout_id,
+            label: self.label.clone(),
+            metadata: self.metadata.clone(),
+            session_id: self.session_id.clone(),
+            generate_function_path: self.generate_function_path.clone(),
+            custom_rm_path: self.custom_rm_path.clone(),
+            train_metadata: self.train_metadata.clone(),
+            ..Sample::new(prompt, prompt_tokens)
+        }
+    }
+
     /// Prompt ids followed by response ids.
     pub fn tokens(&self) -> &[u32] {
         &self.tokens

@@ -1,8 +1,19 @@
-//! The `rollout` command: records rollouts from an SGLang server (placeholder until the command lands).
+//! The `rollout` command: records a GRPO rollout from SGLang or an embedded sglang-mock (see `rollout --help`).
 
-fn main() {
-    eprintln!(
-        "usage: rollout --url <http://host:port> ... (not implemented yet; see rollout-client/README.md)"
-    );
-    std::process::exit(2);
+use clap::Parser;
+use rollout_client::command::{self, RolloutArgs};
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = RolloutArgs::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let report = command::run_command(args).await?;
+    println!("{report}");
+    Ok(())
 }

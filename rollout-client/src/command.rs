@@ -1,0 +1,302 @@
+//! The `rollout` command's flags and its one entry point, [`run_command`].
+//!
+//! Without `--url` it starts `sglang-mock` in-process on 127.0.0.1:0 (with scripted answers for
+//! some built-in prompts, so rewards are mixed) and stops it afterwards; with `--url` it talks to
+//! any SGLang server or router.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{BufReader, BufWriter};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+use crate::client::{Client, RetryPolicy};
+use crate::error::ClientError;
+use crate::multi_agent::MultiAgentConfig;
+use crate::prompts::{self, LabeledPrompt, PromptsError};
+use crate::request::SamplingParams;
+use crate::rollout::RolloutConfig;
+use crate::run::{self, RunConfig, RunError, Summary};
+use crate::sample;
+use crate::scripted;
+use crate::tokenize::PromptTokenizer;
+
+/// Record a GRPO rollout from SGLang (or an embedded sglang-mock) as JSONL samples with rewards and advantages.
+///
+/// With no arguments, starts sglang-mock in-process and runs 16 built-in arithmetic prompts with
+/// 8 samples each. Every flag can also be set through the environment variable shown.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "rollout", version, about, long_about)]
+pub struct RolloutArgs {
+    /// SGLang server or router to use, e.g. http://127.0.0.1:30000. Default: an embedded sglang-mock.
+    #[arg(long, env = "ROLLOUT_URL")]
+    pub url: Option<String>,
+
+    /// Bearer token for a server started with --api-key.
+    #[arg(long, env = "ROLLOUT_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+
+    /// JSONL prompts file, one {"prompt": ..., "label": ...} per line. Default: 16 built-in arithmetic prompts.
+    #[arg(long, env = "ROLLOUT_PROMPTS")]
+    pub prompts: Option<PathBuf>,
+
+    /// Samples per prompt (the GRPO group size; slime's --n-samples-per-prompt).
+    #[arg(
+        short = 'n',
+        long,
+        env = "ROLLOUT_N_SAMPLES_PER_PROMPT",
+        default_value_t = 8
+    )]
+    pub n_samples_per_prompt: usize,
+
+    /// Response budget in tokens per sample (slime's --rollout-max-response-len).
+    #[arg(long, env = "ROLLOUT_MAX_NEW_TOKENS", default_value_t = 64)]
+    pub max_new_tokens: u32,
+
+    /// Sampling temperature.
+    #[arg(long, env = "ROLLOUT_TEMPERATURE", default_value_t = 1.0)]
+    pub temperature: f32,
+
+    /// Nucleus sampling: keep the smallest token set with this much probability, in (0, 1].
+    #[arg(long, env = "ROLLOUT_TOP_P", default_value_t = 1.0)]
+    pub top_p: f32,
+
+    /// Sample from the k most likely tokens only; -1 for the whole vocabulary.
+    #[arg(long, env = "ROLLOUT_TOP_K", default_value_t = -1, allow_negative_numbers = true)]
+    pub top_k: i32,
+
+    /// Base of the per-sample sampling_seed (seed + sample index). Default: 0 with the embedded
+    /// mock (so samples differ and runs repeat), none with --url (servers without deterministic
+    /// inference reject or ignore it).
+    #[arg(long, env = "ROLLOUT_SEED")]
+    pub seed: Option<u64>,
+
+    /// Maximum requests in flight.
+    #[arg(long, env = "ROLLOUT_CONCURRENCY", default_value_t = 64)]
+    pub concurrency: usize,
+
+    /// Stream every generation (results are identical to non-streamed ones).
+    #[arg(long, env = "ROLLOUT_STREAM")]
+    pub stream: bool,
+
+    /// Run slime's multi-agent example (5 solvers, 5 rewriters, 1 selector, reward shaping) for each sample.
+    #[arg(long, env = "ROLLOUT_MULTI_AGENT")]
+    pub multi_agent: bool,
+
+    /// Prompt plus response limit of each multi-agent call (slime's --rollout-max-context-len).
+    #[arg(long, env = "ROLLOUT_MAX_CONTEXT_LEN", default_value_t = 4096)]
+    pub max_context_len: usize,
+
+    /// Send prompts as raw text instead of a ChatML user turn.
+    #[arg(long, env = "ROLLOUT_NO_CHAT_TEMPLATE")]
+    pub no_chat_template: bool,
+
+    /// Where to write the samples (one slime to_dict() JSON object per line, with reward and advantage).
+    #[arg(short, long, env = "ROLLOUT_OUTPUT", default_value = "rollout.jsonl")]
+    pub output: PathBuf,
+
+    /// Do not draw a progress bar.
+    #[arg(long, env = "ROLLOUT_NO_PROGRESS")]
+    pub no_progress: bool,
+}
+
+impl Default for RolloutArgs {
+    fn default() -> Self {
+        RolloutArgs::parse_from(["rollout"])
+    }
+}
+
+/// Why the command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    #[error("could not open the prompts file {path}")]
+    OpenPrompts {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("could not read the prompts file {path}")]
+    Prompts {
+        path: PathBuf,
+        #[source]
+        source: PromptsError,
+    },
+    #[error("could not start the embedded sglang-mock")]
+    Mock(#[source] std::io::Error),
+    #[error("could not set up the client")]
+    Client(#[from] ClientError),
+    #[error("the rollout failed")]
+    Run(#[from] RunError),
+    #[error("could not write {path}")]
+    Output {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What the command did, printed at the end.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// "embedded sglang-mock at ..." or the URL.
+    pub server: String,
+    pub scripted_prompts: usize,
+    pub multi_agent: bool,
+    pub output: PathBuf,
+    pub summary: Summary,
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "server       {}", self.server)?;
+        if self.scripted_prompts > 0 {
+            writeln!(
+                f,
+                "note         the toy model writes pseudo-words, so only the {} prompts with scripted \
+                 answers can earn rewards; see rollout-client/README.md",
+                self.scripted_prompts
+            )?;
+        }
+        writeln!(
+            f,
+            "mode         {}",
+            if self.multi_agent {
+                "multi-agent (slime's example; one batch-wide GRPO group, as slime falls back to)"
+            } else {
+                "GRPO groups of n samples per prompt"
+            }
+        )?;
+        writeln!(f, "{}", self.summary)?;
+        write!(f, "output       {}", self.output.display())
+    }
+}
+
+fn load_prompts(path: Option<&PathBuf>) -> Result<Vec<LabeledPrompt>, CommandError> {
+    let Some(path) = path else {
+        return Ok(prompts::builtin());
+    };
+    let file = File::open(path).map_err(|source| CommandError::OpenPrompts {
+        path: path.clone(),
+        source,
+    })?;
+    prompts::read_jsonl(BufReader::new(file)).map_err(|source| CommandError::Prompts {
+        path: path.clone(),
+        source,
+    })
+}
+
+/// Runs the command: embedded mock or `--url`, the rollout, GRPO, the JSONL file; returns the report.
+pub async fn run_command(args: RolloutArgs) -> Result<Report, CommandError> {
+    let prompts = load_prompts(args.prompts.as_ref())?;
+    let (shutdown, mock_task, url, server, seed, scripted_prompts) = match &args.url {
+        Some(url) => (None, None, url.clone(), url.clone(), args.seed, 0),
+        None => {
+            let listener = TcpListener::bind("127.0.0.1:0")
+                .await
+                .map_err(CommandError::Mock)?;
+            let addr = listener.local_addr().map_err(CommandError::Mock)?;
+            let (tx, rx) = oneshot::channel::<()>();
+            let config = scripted::mock_config(&prompts, args.multi_agent);
+            let scripted_prompts = scripted::scripted_prompt_count(&config);
+            let task = tokio::spawn(mock_server::run(listener, config, async move {
+                let _ = rx.await;
+            }));
+            let url = format!("http://{addr}");
+            (
+                Some(tx),
+                Some(task),
+                url.clone(),
+                format!("embedded sglang-mock at {url}"),
+                Some(args.seed.unwrap_or(0)),
+                scripted_prompts,
+            )
+        }
+    };
+    let mut builder = Client::builder(&url)
+        .max_concurrency(args.concurrency)
+        .connect_timeout(Duration::from_secs(10))
+        .retry(RetryPolicy::default());
+    if let Some(key) = &args.api_key {
+        builder = builder.api_key(key);
+    }
+    let client = builder.build()?;
+
+    let sampling_params = SamplingParams {
+        max_new_tokens: Some(args.max_new_tokens),
+        temperature: Some(args.temperature),
+        top_p: Some(args.top_p),
+        top_k: Some(args.top_k),
+        ..SamplingParams::default()
+    };
+    let multi_agent = args.multi_agent.then(|| MultiAgentConfig {
+        rollout_max_context_len: args.max_context_len,
+        sampling_params: sampling_params.clone(),
+        stream: args.stream,
+        tokenizer: PromptTokenizer::Server,
+        shuffle_seed: Some(seed.unwrap_or(0)),
+        ..MultiAgentConfig::default()
+    });
+    let config = RunConfig {
+        n_samples_per_prompt: args.n_samples_per_prompt,
+        rollout: RolloutConfig {
+            sampling_params,
+            stream: args.stream,
+            ..RolloutConfig::default()
+        },
+        seed,
+        tokenizer: PromptTokenizer::Server,
+        chat_template: !args.no_chat_template,
+        multi_agent,
+        group_concurrency: args.concurrency,
+        ..RunConfig::default()
+    };
+    let progress = (!args.no_progress).then(|| {
+        let units = prompts.len() * args.n_samples_per_prompt;
+        let pb = ProgressBar::new(units as u64);
+        let unit = if args.multi_agent {
+            "agent runs"
+        } else {
+            "samples"
+        };
+        if let Ok(style) = ProgressStyle::with_template(&format!(
+            "{{elapsed_precise}} [{{bar:40}}] {{pos}}/{{len}} {unit} ({{per_sec}})"
+        )) {
+            pb.set_style(style);
+        }
+        pb
+    });
+    let result = run::rollout(&client, &prompts, &config, progress.as_ref()).await;
+    if let Some(pb) = &progress {
+        pb.finish_and_clear();
+    }
+    if let Some(tx) = shutdown {
+        let _ = tx.send(());
+    }
+    if let Some(task) = mock_task {
+        // The server stops once in-flight requests are done; its own error is not ours to report.
+        let _ = task.await;
+    }
+    let out = result?;
+    let file = File::create(&args.output).map_err(|source| CommandError::Output {
+        path: args.output.clone(),
+        source,
+    })?;
+    sample::write_jsonl(BufWriter::new(file), &out.samples).map_err(|source| {
+        CommandError::Output {
+            path: args.output.clone(),
+            source,
+        }
+    })?;
+    Ok(Report {
+        server,
+        scripted_prompts,
+        multi_agent: args.multi_agent,
+        output: args.output,
+        summary: out.summary,
+    })
+}

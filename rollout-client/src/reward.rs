@@ -1,0 +1,79 @@
+//! A simple verifiable reward for math prompts: the last number of the answer must equal the label.
+//!
+//! This is the shape of slime's `deepscaler`/`math` reward functions (1 for correct, 0 otherwise)
+//! reduced to what a toy run needs: the answer after `</think>` when there is one, its last number,
+//! compared with the label as numbers (so `42`, `42.0` and `+42` all match a label of `42`).
+
+/// The last number in `text`: an optional sign, digits, an optional decimal part.
+pub fn last_number(text: &str) -> Option<&str> {
+    let bytes = text.as_bytes();
+    let mut end = bytes.len();
+    loop {
+        // Find the last digit at or before `end`.
+        let last_digit = bytes[..end].iter().rposition(u8::is_ascii_digit)?;
+        let mut start = last_digit;
+        while start > 0 && (bytes[start - 1].is_ascii_digit() || bytes[start - 1] == b'.') {
+            start -= 1;
+        }
+        // A leading '.' without a digit before it is punctuation, not part of the number.
+        while start < last_digit && bytes[start] == b'.' {
+            start += 1;
+        }
+        if start > 0 && matches!(bytes[start - 1], b'-' | b'+') {
+            start -= 1;
+        }
+        let candidate = &text[start..=last_digit];
+        if candidate.parse::<f64>().is_ok() {
+            return Some(candidate);
+        }
+        end = start;
+    }
+}
+
+/// The part of a response that is graded: the text after the last `</think>`, or all of it.
+pub fn answer_part(response: &str) -> &str {
+    match response.rfind("</think>") {
+        Some(i) => &response[i + "</think>".len()..],
+        None => response,
+    }
+}
+
+/// 1.0 when the last number of the answer equals the label's number, else 0.0.
+pub fn math_reward(response: &str, label: &str) -> f64 {
+    let (Some(got), Some(want)) = (last_number(answer_part(response)), last_number(label)) else {
+        return 0.0;
+    };
+    match (got.parse::<f64>(), want.parse::<f64>()) {
+        (Ok(a), Ok(b)) if a == b => 1.0,
+        _ => 0.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn last_number_cases() {
+        let check =
+            |text: &str, want: Option<&str>| assert_eq!(last_number(text), want, "{text:?}");
+        check("What is 17 + 25? It is 42.", Some("42"));
+        check("x = -3", Some("-3"));
+        check("3.5 apples", Some("3.5"));
+        check("version 1.2.3", Some("3"));
+        check("no digits", None);
+        check("", None);
+        check("ends with 7", Some("7"));
+        check("a .5 b", Some("5"));
+    }
+
+    #[test]
+    fn reward_cases() {
+        assert_eq!(math_reward("The answer is 42.", "42"), 1.0);
+        assert_eq!(math_reward("42.0", "42"), 1.0);
+        assert_eq!(math_reward("<think>maybe 41</think>It is 42", "42"), 1.0);
+        assert_eq!(math_reward("<think>42</think>It is 41", "42"), 0.0);
+        assert_eq!(math_reward("ka rito mesuvo", "42"), 0.0);
+        assert_eq!(math_reward("42", "no label number"), 0.0);
+    }
+}

@@ -1,0 +1,470 @@
+//! A complete GRPO rollout over a prompt set: groups (or the multi-agent system), rewards, advantages and a summary.
+//!
+//! [`rollout`] is what the `rollout` command runs once it has a client: it tokenizes each prompt,
+//! generates `n_samples_per_prompt` samples per prompt (resuming aborted ones as a partial rollout
+//! would), grades them with [`crate::reward::math_reward`], hands them to `grpo` through
+//! [`crate::train::grpo_advantages`] with rollout logprobs required, and returns the samples (each
+//! with `reward` and `extra["advantage"]`) with a [`Summary`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use futures_util::stream;
+use grpo::AdvantageConfig;
+use indicatif::ProgressBar;
+
+use crate::client::Client;
+use crate::error::RolloutError;
+use crate::multi_agent::{self, MultiAgentConfig};
+use crate::prompts::LabeledPrompt;
+use crate::reward::math_reward;
+use crate::rollout::{self, RolloutConfig};
+use crate::sample::{Reward, Sample, SampleStatus};
+use crate::tokenize::PromptTokenizer;
+use crate::train::{self, GrpoError, GrpoOutcome};
+
+/// How a rollout is run.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub n_samples_per_prompt: usize,
+    /// Sampling parameters (`max_new_tokens` is the response budget), streaming, masking.
+    pub rollout: RolloutConfig,
+    /// Base of the per-sample `sampling_seed` (`seed + index`); `None` sends no seed.
+    pub seed: Option<u64>,
+    pub tokenizer: PromptTokenizer,
+    /// Wrap each prompt as a ChatML user turn.
+    pub chat_template: bool,
+    /// Run slime's multi-agent system for each sample instead of one generation.
+    pub multi_agent: Option<MultiAgentConfig>,
+    /// Groups (or agent systems) in flight at once; the client's own limit bounds requests.
+    pub group_concurrency: usize,
+    /// How often an aborted sample is resumed (partial rollout) before its group is given up.
+    pub max_resumes: usize,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            n_samples_per_prompt: 8,
+            rollout: RolloutConfig::default(),
+            seed: None,
+            tokenizer: PromptTokenizer::Server,
+            chat_template: true,
+            multi_agent: None,
+            group_concurrency: 64,
+            max_resumes: 3,
+        }
+    }
+}
+
+/// Why a rollout produced nothing to train on.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("there are no prompts")]
+    NoPrompts,
+    #[error("n_samples_per_prompt must be at least 1")]
+    ZeroGroupSize,
+    #[error("every group failed; the first failure was group {group_index}")]
+    AllGroupsFailed {
+        group_index: usize,
+        #[source]
+        source: RolloutError,
+    },
+    #[error("the multi-agent system produced no sample for any prompt")]
+    NoSamples,
+    #[error("GRPO rejected the rollout")]
+    Grpo(#[from] GrpoError),
+}
+
+/// A group that was left out of the batch, and why.
+#[derive(Debug)]
+pub struct FailedGroup {
+    pub group_index: usize,
+    pub error: GroupFailure,
+}
+
+/// Why a group was left out.
+#[derive(Debug, thiserror::Error)]
+pub enum GroupFailure {
+    #[error(transparent)]
+    Rollout(#[from] RolloutError),
+    #[error("sample {index} was still aborted after {resumes} resumes")]
+    StillAborted { index: usize, resumes: usize },
+}
+
+/// Everything a rollout produced.
+#[derive(Debug)]
+pub struct RunOutput {
+    /// Ordered by group, then index; each has `reward` and `extra["advantage"]`.
+    pub samples: Vec<Sample>,
+    pub grpo: GrpoOutcome,
+    pub failed: Vec<FailedGroup>,
+    pub summary: Summary,
+}
+
+/// The prompt as sent: ChatML-wrapped or raw.
+pub fn format_prompt(prompt: &str, chat_template: bool) -> String {
+    if chat_template {
+        multi_agent::wrap_user_turn(prompt)
+    } else {
+        prompt.to_owned()
+    }
+}
+
+/// Runs the whole rollout; see the module docs. `progress` counts finished samples (or agent
+/// systems in multi-agent mode) when given.
+pub async fn rollout(
+    client: &Client,
+    prompts: &[LabeledPrompt],
+    config: &RunConfig,
+    progress: Option<&ProgressBar>,
+) -> Result<RunOutput, RunError> {
+    if prompts.is_empty() {
+        return Err(RunError::NoPrompts);
+    }
+    let n = config.n_samples_per_prompt;
+    if n == 0 {
+        return Err(RunError::ZeroGroupSize);
+    }
+    let started = Instant::now();
+    let results: Vec<(usize, Result<Vec<Sample>, GroupFailure>)> =
+        stream::iter(prompts.iter().enumerate())
+            .map(|(g, p)| async move {
+                let r = match &config.multi_agent {
+                    None => run_group(client, g, p, config, progress).await,
+                    Some(ma) => Ok(run_multi_agent(client, g, p, config, ma, progress).await),
+                };
+                (g, r)
+            })
+            .buffer_unordered(config.group_concurrency.max(1))
+            .collect()
+            .await;
+    let elapsed = started.elapsed();
+
+    let mut ordered: BTreeMap<usize, Result<Vec<Sample>, GroupFailure>> =
+        results.into_iter().collect();
+    let mut samples = Vec::new();
+    let mut failed = Vec::new();
+    for (group_index, r) in std::mem::take(&mut ordered) {
+        match r {
+            Ok(s) => samples.extend(s),
+            Err(error) => failed.push(FailedGroup { group_index, error }),
+        }
+    }
+    if samples.is_empty() {
+        return Err(match failed.into_iter().next() {
+            Some(FailedGroup {
+                group_index,
+                error: GroupFailure::Rollout(source),
+            }) => RunError::AllGroupsFailed {
+                group_index,
+                source,
+            },
+            _ => RunError::NoSamples,
+        });
+    }
+    let ok_groups = prompts.len() - failed.len();
+    let options = train::slime_options(n, ok_groups);
+    let grpo = train::grpo_advantages(&mut samples, &options, &AdvantageConfig::default(), None)?;
+    let summary = Summary::new(&samples, &grpo, &failed, elapsed, prompts.len());
+    Ok(RunOutput {
+        samples,
+        grpo,
+        failed,
+        summary,
+    })
+}
+
+async fn run_group(
+    client: &Client,
+    group_index: usize,
+    prompt: &LabeledPrompt,
+    config: &RunConfig,
+    progress: Option<&ProgressBar>,
+) -> Result<Vec<Sample>, GroupFailure> {
+    let n = config.n_samples_per_prompt;
+    let text = format_prompt(&prompt.prompt, config.chat_template);
+    let ids = config
+        .tokenizer
+        .encode(client, &text)
+        .await
+        .map_err(RolloutError::from)?;
+    let mut template = Sample::new(text, ids);
+    template.label = Some(prompt.label.clone());
+    let base_seed = config.seed.map(|s| s + (group_index * n) as u64);
+    let mut group = rollout::generate_group(
+        client,
+        &template,
+        group_index,
+        n,
+        &config.rollout,
+        base_seed,
+    )
+    .await?;
+    for (i, s) in group.iter_mut().enumerate() {
+        let mut resumes = 0;
+        while s.status == SampleStatus::Aborted {
+            if resumes == config.max_resumes {
+                return Err(GroupFailure::StillAborted {
+                    index: s.index.unwrap_or(i),
+                    resumes,
+                });
+            }
+            let mut cfg = config.rollout.clone();
+            if let Some(seed) = base_seed {
+                cfg.sampling_params.sampling_seed = Some(seed + i as u64);
+            }
+            rollout::resume(client, s, &cfg).await?;
+            resumes += 1;
+        }
+        s.reward = Some(Reward::Scalar(math_reward(&s.response, &prompt.label)));
+        if let Some(pb) = progress {
+            pb.inc(1);
+        }
+    }
+    Ok(group)
+}
+
+async fn run_multi_agent(
+    client: &Client,
+    group_index: usize,
+    prompt: &LabeledPrompt,
+    config: &RunConfig,
+    ma: &MultiAgentConfig,
+    progress: Option<&ProgressBar>,
+) -> Vec<Sample> {
+    let n = config.n_samples_per_prompt;
+    let label = prompt.label.clone();
+    let rm = move |s: &Sample| math_reward(&s.response, &label);
+    let runs = (0..n).map(|k| {
+        let mut input = Sample::new(format_prompt(&prompt.prompt, config.chat_template), vec![]);
+        input.label = Some(prompt.label.clone());
+        input.group_index = Some(group_index);
+        input.index = Some(group_index * n + k);
+        let mut ma = ma.clone();
+        ma.shuffle_seed = ma.shuffle_seed.map(|s| s + (group_index * n + k) as u64);
+        if let Some(seed) = config.seed {
+            // Distinct seeds per agent call come from the prompt itself (each agent's prompt
+            // differs); the sample index separates the runs of one prompt.
+            ma.sampling_params.sampling_seed = Some(seed + (group_index * n + k) as u64);
+        }
+        let rm = &rm;
+        async move {
+            let out = multi_agent::run_agent_system(client, &input, &ma, rm).await;
+            if let Some(pb) = progress {
+                pb.inc(1);
+            }
+            out
+        }
+    });
+    futures_util::future::join_all(runs)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// Count, mean, standard deviation (population), min and max of a set of values.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Stats {
+    pub count: usize,
+    pub mean: f64,
+    pub std: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Stats {
+    pub fn of(values: impl IntoIterator<Item = f64>) -> Stats {
+        let (mut n, mut sum, mut sq) = (0usize, 0.0f64, 0.0f64);
+        let (mut min, mut max) = (f64::INFINITY, f64::NEG_INFINITY);
+        for v in values {
+            n += 1;
+            sum += v;
+            sq += v * v;
+            min = min.min(v);
+            max = max.max(v);
+        }
+        if n == 0 {
+            return Stats::default();
+        }
+        let mean = sum / n as f64;
+        let var = (sq / n as f64 - mean * mean).max(0.0);
+        Stats {
+            count: n,
+            mean,
+            std: var.sqrt(),
+            min,
+            max,
+        }
+    }
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "mean {:.4}  std {:.4}  min {:.4}  max {:.4}",
+            self.mean, self.std, self.min, self.max
+        )
+    }
+}
+
+/// What the command prints at the end of a rollout.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    pub prompts: usize,
+    pub samples: usize,
+    pub failed_groups: usize,
+    pub first_failure: Option<String>,
+    pub by_status: BTreeMap<&'static str, usize>,
+    pub prompt_tokens: usize,
+    pub response_tokens: usize,
+    pub trained_tokens: usize,
+    pub elapsed: Duration,
+    pub rewards: Stats,
+    pub rewarded: usize,
+    pub advantages: Stats,
+    pub nonzero_advantages: usize,
+    pub logprobs: Stats,
+    pub loss: f64,
+    /// Samples per `rollout_id` (multi-agent: siblings of one execution), when ids are set.
+    pub rollouts: usize,
+}
+
+fn status_name(s: SampleStatus) -> &'static str {
+    match s {
+        SampleStatus::Pending => "pending",
+        SampleStatus::Completed => "completed",
+        SampleStatus::Truncated => "truncated",
+        SampleStatus::Aborted => "aborted",
+        SampleStatus::Failed => "failed",
+    }
+}
+
+impl Summary {
+    pub fn new(
+        samples: &[Sample],
+        grpo: &GrpoOutcome,
+        failed: &[FailedGroup],
+        elapsed: Duration,
+        prompts: usize,
+    ) -> Summary {
+        let mut by_status = BTreeMap::new();
+        for s in samples {
+            *by_status.entry(status_name(s.status)).or_insert(0) += 1;
+        }
+        let rewards: Vec<f64> = samples
+            .iter()
+            .filter_map(|s| train::reward_value(s.reward.as_ref(), None))
+            .collect();
+        let advantages = grpo.advantages.per_sample();
+        // Environment tokens carry logprob 0.0 and mask 0; only generated tokens are statistics.
+        let logprobs = samples.iter().flat_map(|s| {
+            s.rollout_log_probs()
+                .iter()
+                .zip(s.loss_mask())
+                .filter(|(_, m)| **m == 1)
+                .map(|(lp, _)| f64::from(*lp))
+        });
+        let rollout_ids: std::collections::HashSet<u64> =
+            samples.iter().filter_map(|s| s.rollout_id).collect();
+        Summary {
+            prompts,
+            samples: samples.len(),
+            failed_groups: failed.len(),
+            first_failure: failed.first().map(|f| {
+                let mut msg = format!("group {}: {}", f.group_index, f.error);
+                let mut src = std::error::Error::source(&f.error);
+                while let Some(e) = src {
+                    msg.push_str(&format!(": {e}"));
+                    src = e.source();
+                }
+                msg
+            }),
+            by_status,
+            prompt_tokens: samples.iter().map(Sample::prompt_len).sum(),
+            response_tokens: samples.iter().map(Sample::response_length).sum(),
+            trained_tokens: samples.iter().map(Sample::effective_response_length).sum(),
+            elapsed,
+            rewarded: rewards.iter().filter(|r| **r > 0.0).count(),
+            rewards: Stats::of(rewards.iter().copied()),
+            nonzero_advantages: advantages.iter().filter(|a| a.abs() > 1e-9).count(),
+            advantages: Stats::of(advantages.iter().copied()),
+            logprobs: Stats::of(logprobs),
+            loss: grpo.loss,
+            rollouts: rollout_ids.len(),
+        }
+    }
+
+    /// Response tokens per second of wall time.
+    pub fn tokens_per_second(&self) -> f64 {
+        self.response_tokens as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let statuses = self
+            .by_status
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        writeln!(
+            f,
+            "samples      {} from {} prompts ({statuses})",
+            self.samples, self.prompts
+        )?;
+        if self.rollouts > 0 {
+            writeln!(
+                f,
+                "rollouts     {} (siblings share a rollout_id)",
+                self.rollouts
+            )?;
+        }
+        if self.failed_groups > 0 {
+            writeln!(
+                f,
+                "failed       {} groups left out; first: {}",
+                self.failed_groups,
+                self.first_failure.as_deref().unwrap_or("?")
+            )?;
+        }
+        writeln!(
+            f,
+            "tokens       {} prompt, {} response, {} trained (loss mask 1)",
+            self.prompt_tokens, self.response_tokens, self.trained_tokens
+        )?;
+        writeln!(
+            f,
+            "time         {:.2} s, {:.0} response tokens/s",
+            self.elapsed.as_secs_f64(),
+            self.tokens_per_second()
+        )?;
+        writeln!(
+            f,
+            "reward       {}  ({} of {} samples rewarded)",
+            self.rewards, self.rewarded, self.rewards.count
+        )?;
+        writeln!(
+            f,
+            "advantage    {}  ({} non-zero)",
+            self.advantages, self.nonzero_advantages
+        )?;
+        writeln!(
+            f,
+            "logprob      {}  over {} generated tokens (perplexity {:.2})",
+            self.logprobs,
+            self.logprobs.count,
+            (-self.logprobs.mean).exp()
+        )?;
+        write!(
+            f,
+            "grpo loss    {:.6} at the rollout policy (ratio 1: minus the token-weighted mean advantage)",
+            self.loss
+        )
+    }
+}
