@@ -1,1 +1,13 @@
 //! The regression suite for slime issue #1976: the mock server, the rollout client and GRPO, driven together.
+//!
+//! Every property test owns one tokio runtime and one in-process `sglang-mock` (bound to
+//! 127.0.0.1:0) for all its cases, and runs `PROPTEST_CASES` cases (default [`common::cases`]).
+
+/// Shared helpers: the per-test runtime and server, the oracle replay of a sample, proptest config.
+mod common;
+/// Faulted server responses become typed client errors, never samples.
+mod faults;
+/// The #1976 path itself: dropped logprobs cannot become a sample, and GRPO names the sample without them.
+mod issue_1976;
+/// Random valid rollouts (groups, sampling parameters, multi-turn, multi-agent, streaming) through to GRPO.
+mod rollouts;

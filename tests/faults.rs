@@ -1,0 +1,1 @@
+//! Faulted server responses become typed client errors and never samples.

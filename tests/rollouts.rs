@@ -1,0 +1,268 @@
+//! Random valid rollouts against the mock, end to end: every sample that reaches grpo is aligned, finite,
+//! non-positive and equal to the oracle token for token, and GRPO accepts the batch.
+
+use futures_util::future::join_all;
+use grpo::{AdvantageConfig, LogProbs, PolicyLossConfig};
+use mock_server::ServerConfig;
+use proptest::prelude::*;
+use rollout_client::multi_agent::{self, MultiAgentConfig};
+use rollout_client::rollout::{self, EnvTurn, Environment, RolloutConfig};
+use rollout_client::tokenize::PromptTokenizer;
+use rollout_client::train::{self, sample_parts};
+use rollout_client::{Reward, Sample, SamplingParams};
+
+use crate::common::{Mock, assert_aligned, assert_oracle_replay, block_on, runner, runtime};
+
+/// A random valid rollout configuration.
+#[derive(Debug, Clone)]
+struct Case {
+    prompts: Vec<Vec<u32>>,
+    n: usize,
+    max_new_tokens: u32,
+    temperature: f32,
+    top_p: f32,
+    top_k: i32,
+    stop: Option<Vec<String>>,
+    env_turns: usize,
+    env_tokens: Vec<u32>,
+    multi_agent: bool,
+    max_context_len: usize,
+    stream: bool,
+    seed: u64,
+    rewards: Vec<bool>,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    let prompt = prop::collection::vec(
+        prop_oneof![0u32..256, 256u32..151_000, Just(151_934u32)],
+        1..10,
+    );
+    (
+        prop::collection::vec(prompt, 1..4),
+        1usize..5,
+        0u32..24,
+        prop::sample::select(vec![0.0f32, 0.5, 1.0, 1.7]),
+        prop::sample::select(vec![0.3f32, 0.9, 1.0]),
+        prop::sample::select(vec![-1i32, 1, 8, 200]),
+        prop::option::of(prop::sample::select(vec![
+            vec!["a".to_owned()],
+            vec!["ka".to_owned(), ".".to_owned()],
+        ])),
+        0usize..4,
+        prop::collection::vec(256u32..151_000, 1..5),
+        (
+            any::<bool>(),
+            prop::sample::select(vec![16usize, 160, 4096]),
+            any::<bool>(),
+            0u64..1_000_000,
+            prop::collection::vec(any::<bool>(), 64),
+        ),
+    )
+        .prop_map(
+            |(
+                prompts,
+                n,
+                max_new_tokens,
+                temperature,
+                top_p,
+                top_k,
+                stop,
+                env_turns,
+                env_tokens,
+                (multi_agent, max_context_len, stream, seed, rewards),
+            )| Case {
+                prompts,
+                n,
+                max_new_tokens,
+                temperature,
+                top_p,
+                top_k,
+                stop,
+                env_turns,
+                env_tokens,
+                multi_agent,
+                max_context_len,
+                stream,
+                seed,
+                rewards,
+            },
+        )
+}
+
+/// A tool that answers `turns` times with the same tokens.
+struct Tool {
+    turns: usize,
+    tokens: Vec<u32>,
+}
+
+impl Environment for Tool {
+    async fn step(&mut self, _sample: &Sample) -> Option<EnvTurn> {
+        (self.turns > 0).then(|| {
+            self.turns -= 1;
+            EnvTurn {
+                tokens: self.tokens.clone(),
+                text: " [tool]".into(),
+            }
+        })
+    }
+}
+
+fn params(c: &Case) -> SamplingParams {
+    SamplingParams {
+        max_new_tokens: Some(c.max_new_tokens),
+        temperature: Some(c.temperature),
+        top_p: Some(c.top_p),
+        top_k: Some(c.top_k),
+        stop: c.stop.clone(),
+        ..SamplingParams::default()
+    }
+}
+
+/// Groups of multi-turn samples, each replayed through the oracle.
+async fn grouped(mock: &Mock, c: &Case) -> Vec<Sample> {
+    let client = mock.client();
+    let mut out = Vec::new();
+    for (g, prompt) in c.prompts.iter().enumerate() {
+        let members = (0..c.n).map(|i| {
+            let client = &client;
+            async move {
+                let mut s = Sample::new("p", prompt.clone());
+                s.group_index = Some(g);
+                s.index = Some(g * c.n + i);
+                let mut sp = params(c);
+                sp.sampling_seed = Some(c.seed + (g * c.n + i) as u64);
+                let cfg = RolloutConfig {
+                    sampling_params: sp,
+                    stream: c.stream,
+                    ..RolloutConfig::default()
+                };
+                let mut tool = Tool {
+                    turns: c.env_turns,
+                    tokens: c.env_tokens.clone(),
+                };
+                rollout::multi_turn(client, &mut s, &cfg, &mut tool, c.env_turns + 1)
+                    .await
+                    .expect("a valid rollout succeeds");
+                (s, cfg.sampling_params)
+            }
+        });
+        for (s, sp) in join_all(members).await {
+            assert_aligned(&s);
+            let budget = c.max_new_tokens as usize;
+            assert_oracle_replay(&mock.oracle, &s, &sp, |p| (budget - p) as u32);
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// slime's multi-agent system per prompt; each emitted sample is replayed through the oracle.
+async fn agents(mock: &Mock, c: &Case) -> Vec<Sample> {
+    let client = mock.client();
+    let config = MultiAgentConfig {
+        num_parallel: 2,
+        rollout_max_context_len: c.max_context_len,
+        sampling_params: SamplingParams {
+            sampling_seed: Some(c.seed),
+            ..params(c)
+        },
+        stream: c.stream,
+        tokenizer: PromptTokenizer::Server,
+        shuffle_seed: Some(c.seed),
+        ..MultiAgentConfig::default()
+    };
+    let mut out = Vec::new();
+    for (g, prompt) in c.prompts.iter().enumerate() {
+        let text: String = prompt
+            .iter()
+            .map(|&t| char::from(b'a' + (t % 26) as u8))
+            .collect();
+        let mut input = Sample::new(text, vec![]);
+        input.index = Some(g);
+        input.label = Some("42".into());
+        let rm = |_: &Sample| 1.0;
+        let samples = multi_agent::run_agent_system(&client, &input, &config, &rm).await;
+        assert!(samples.len() <= 2 * config.num_parallel + 1);
+        for s in &samples {
+            assert_aligned(s);
+            assert_eq!(
+                s.rollout_id,
+                Some(g as u64),
+                "siblings share the rollout id"
+            );
+            let seed = s.metadata["sampling_seed"].as_u64().expect("seed recorded");
+            let sp = SamplingParams {
+                sampling_seed: Some(seed),
+                ..config.sampling_params.clone()
+            };
+            let budget =
+                (c.max_new_tokens as usize).min(c.max_context_len.saturating_sub(s.prompt_len()));
+            assert!(
+                budget > 0,
+                "a sample is only recorded with a positive budget"
+            );
+            assert_oracle_replay(&mock.oracle, s, &sp, |_| budget as u32);
+        }
+        out.extend(samples);
+    }
+    out
+}
+
+#[test]
+fn random_rollouts_reach_grpo_aligned_and_equal_to_the_oracle() {
+    let rt = runtime();
+    let mock = Mock::start(&rt, ServerConfig::default());
+    runner(12)
+        .run(&case(), |c| {
+            let mut samples = block_on(&rt, async {
+                if c.multi_agent {
+                    agents(&mock, &c).await
+                } else {
+                    grouped(&mock, &c).await
+                }
+            });
+            if samples.is_empty() {
+                // Only the multi-agent budget check can leave a prompt without samples.
+                prop_assert!(c.multi_agent);
+                return Ok(());
+            }
+            if !c.multi_agent {
+                prop_assert_eq!(samples.len(), c.prompts.len() * c.n);
+                for (s, &r) in samples.iter_mut().zip(c.rewards.iter().cycle()) {
+                    s.reward = Some(Reward::Scalar(if r { 1.0 } else { 0.0 }));
+                }
+            }
+            let options = train::slime_options(c.n, c.prompts.len());
+            let outcome =
+                train::grpo_advantages(&mut samples, &options, &AdvantageConfig::default(), None)
+                    .expect("GRPO accepts every sample the client built");
+            for i in 0..samples.len() {
+                prop_assert!(outcome.advantages.sample(i).is_finite());
+                prop_assert!(samples[i].extra["advantage"].is_f64());
+            }
+            prop_assert!(outcome.loss.is_finite());
+            // An off-policy step: the current policy moved a little away from the rollout policy.
+            let current: Vec<f32> = samples
+                .iter()
+                .flat_map(|s| sample_parts(s, None).rollout_log_probs.unwrap_or_default())
+                .enumerate()
+                .map(|(i, lp)| (lp - 0.01 * (i % 7) as f32).min(0.0))
+                .collect();
+            let out = outcome
+                .batch
+                .policy_loss(
+                    &outcome.advantages,
+                    &LogProbs::new(&current),
+                    &PolicyLossConfig {
+                        use_rollout_log_probs: true,
+                        eps_clip_high: 0.28,
+                        ..PolicyLossConfig::default()
+                    },
+                )
+                .expect("loss");
+            prop_assert!(out.loss.is_finite() && out.ppo_kl.is_finite());
+            prop_assert!((0.0..=1.0).contains(&out.pg_clipfrac));
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+}
