@@ -13,6 +13,9 @@ mod golden;
 /// Server output equals the oracle, non-streamed and streamed in every output mode.
 #[path = "areas/oracle.rs"]
 mod oracle;
+/// A Python client reading logprobs the way slime does, against the live server.
+#[path = "areas/python_client.rs"]
+mod python_client;
 /// Property tests of logprob invariants against a live server.
 #[path = "areas/properties.rs"]
 mod properties;

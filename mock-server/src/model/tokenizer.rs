@@ -141,28 +141,8 @@ impl Tokenizer {
     pub fn push_bytes(&self, id: u32, skip_special_tokens: bool, out: &mut Vec<u8>) {
         match self.piece(id) {
             Some(Piece::Byte(b)) => out.push(b),
-            Some(Piece::Word {
-                space,
-                syllables,
-                index,
-            }) => {
-                if space {
-                    out.push(b' ');
-                }
-                // Least significant syllable first, so the first syllable of a word varies fastest with its id
-                // and words of a small vocabulary do not all start alike.
-                let mut rest = index;
-                for _ in 0..syllables {
-                    let d = rest % SYLLABLES;
-                    rest /= SYLLABLES;
-                    out.push(CONSONANTS[(d / 5) as usize]);
-                    out.push(VOWELS[(d % 5) as usize]);
-                }
-            }
-            Some(Piece::Special(i)) if !skip_special_tokens => {
-                out.extend_from_slice(SPECIAL_NAMES[i].as_bytes());
-            }
-            Some(Piece::Special(_)) | None => {}
+            Some(piece) => out.extend_from_slice(ascii_text(piece, skip_special_tokens).as_bytes()),
+            None => {}
         }
     }
 
@@ -170,28 +150,19 @@ impl Tokenizer {
     /// byte), and returns whether it did; a byte of a multi-byte character returns `false` and writes nothing.
     pub fn push_ascii(&self, id: u32, skip_special_tokens: bool, out: &mut String) -> bool {
         match self.piece(id) {
-            Some(Piece::Byte(b)) if b.is_ascii() => out.push(char::from(b)),
-            Some(Piece::Byte(_)) => return false,
-            Some(Piece::Word {
-                space,
-                syllables,
-                index,
-            }) => {
-                if space {
-                    out.push(' ');
+            Some(Piece::Byte(b)) if !b.is_ascii() => false,
+            Some(piece) => {
+                match ascii_text(piece, skip_special_tokens) {
+                    // Pushing ASCII bytes as chars skips the UTF-8 validation a `&str` would need.
+                    AsciiText::Inline(bytes, len) => {
+                        bytes[..len].iter().for_each(|&b| out.push(char::from(b)))
+                    }
+                    AsciiText::Static(s) => out.push_str(s),
                 }
-                let mut rest = index;
-                for _ in 0..syllables {
-                    let d = rest % SYLLABLES;
-                    rest /= SYLLABLES;
-                    out.push(char::from(CONSONANTS[(d / 5) as usize]));
-                    out.push(char::from(VOWELS[(d % 5) as usize]));
-                }
+                true
             }
-            Some(Piece::Special(i)) if !skip_special_tokens => out.push_str(SPECIAL_NAMES[i]),
-            Some(Piece::Special(_)) | None => {}
+            None => true,
         }
-        true
     }
 
     /// Decodes `ids` to text, replacing invalid UTF-8 with U+FFFD as Hugging Face tokenizers do.
@@ -210,15 +181,9 @@ impl Tokenizer {
     /// (`tokenizer.decode([id])`): special tokens by name, a lone byte that is not a whole character as U+FFFD.
     pub fn token_text(&self, id: u32) -> Cow<'static, str> {
         match self.piece(id) {
-            Some(Piece::Byte(b)) if b.is_ascii() => Cow::Owned(char::from(b).to_string()),
-            Some(Piece::Byte(_)) => Cow::Borrowed("\u{FFFD}"),
+            Some(Piece::Byte(b)) if !b.is_ascii() => Cow::Borrowed("\u{FFFD}"),
             Some(Piece::Special(i)) => Cow::Borrowed(SPECIAL_NAMES[i]),
-            Some(Piece::Word { .. }) => {
-                let mut bytes = Vec::with_capacity(8);
-                self.push_bytes(id, false, &mut bytes);
-                // Word pieces are ASCII by construction.
-                Cow::Owned(String::from_utf8(bytes).unwrap_or_default())
-            }
+            Some(piece) => Cow::Owned(ascii_text(piece, false).as_str().to_owned()),
             None => Cow::Borrowed(""),
         }
     }
@@ -287,6 +252,57 @@ impl Tokenizer {
             }
         }
         None
+    }
+}
+
+/// The text of a piece that is ASCII on its own, on the stack: at most a space and three syllables, or a special
+/// token's name.
+enum AsciiText {
+    Inline([u8; 7], usize),
+    Static(&'static str),
+}
+
+impl AsciiText {
+    fn as_str(&self) -> &str {
+        match self {
+            // Built from ASCII letters and spaces only.
+            AsciiText::Inline(bytes, len) => {
+                std::str::from_utf8(&bytes[..*len]).unwrap_or_default()
+            }
+            AsciiText::Static(s) => s,
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        self.as_str().as_bytes()
+    }
+}
+
+/// Spells a word piece, an ASCII byte or a special token (empty when skipped). Syllables are written least
+/// significant first, so the first syllable of a word varies fastest with its id and the words of a small
+/// vocabulary do not all start alike.
+fn ascii_text(piece: Piece, skip_special_tokens: bool) -> AsciiText {
+    match piece {
+        Piece::Byte(b) => AsciiText::Inline([b, 0, 0, 0, 0, 0, 0], 1),
+        Piece::Word {
+            space,
+            syllables,
+            index,
+        } => {
+            let mut bytes = [b' '; 7];
+            let mut len = usize::from(space);
+            let mut rest = index;
+            for _ in 0..syllables {
+                let d = rest % SYLLABLES;
+                rest /= SYLLABLES;
+                bytes[len] = CONSONANTS[(d / 5) as usize];
+                bytes[len + 1] = VOWELS[(d % 5) as usize];
+                len += 2;
+            }
+            AsciiText::Inline(bytes, len)
+        }
+        Piece::Special(_) if skip_special_tokens => AsciiText::Static(""),
+        Piece::Special(i) => AsciiText::Static(SPECIAL_NAMES[i]),
     }
 }
 
