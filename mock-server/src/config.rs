@@ -3,6 +3,10 @@
 use std::fmt;
 use std::str::FromStr;
 
+pub use crate::fault::{Fault, FaultConfig, FaultKind, FaultRule, StreamFilter};
+pub use crate::latency::LatencyConfig;
+pub use crate::script::{ScriptFinish, ScriptRule};
+
 /// Which SGLang release the wire format imitates (section 8 of the spec).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Profile {
@@ -73,6 +77,20 @@ pub struct ServerConfig {
     pub return_original_logprob: bool,
     /// Largest accepted request body in bytes; larger bodies get a 413 in SGLang's error shape.
     pub max_body_bytes: usize,
+    /// The `weight_version` reported until a weight update changes it (SGLang's `--weight-version`).
+    pub weight_version: String,
+    /// Scripted answers: the first rule whose pattern the decoded prompt contains decides the answer's text.
+    pub scripted: Vec<ScriptRule>,
+    /// The server-wide fault schedule (replaceable at runtime through `/admin/faults`).
+    pub faults: FaultConfig,
+    /// Simulated time to first token and inter-token latency; zero by default.
+    pub latency: LatencyConfig,
+    /// Most requests generating at once (SGLang's `--max-running-requests`); more wait in the queue.
+    pub max_running_requests: Option<usize>,
+    /// Most requests waiting at once (SGLang's `--max-queued-requests`); more get a 503.
+    pub max_queued_requests: Option<usize>,
+    /// Simulated time a weight update takes once in-flight requests have drained, in milliseconds.
+    pub weight_update_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -91,6 +109,13 @@ impl Default for ServerConfig {
             stream_interval: 1,
             return_original_logprob: false,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            weight_version: DEFAULT_WEIGHT_VERSION.to_owned(),
+            scripted: Vec::new(),
+            faults: FaultConfig::default(),
+            latency: LatencyConfig::default(),
+            max_running_requests: None,
+            max_queued_requests: None,
+            weight_update_ms: 0,
         }
     }
 }
@@ -99,6 +124,8 @@ impl Default for ServerConfig {
 pub const DEFAULT_MODEL_PATH: &str = "sglang-mock/toy-model";
 /// 64 MiB: far above any real prompt, small enough that a hostile body cannot exhaust memory.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+/// SGLang's default `weight_version`.
+pub const DEFAULT_WEIGHT_VERSION: &str = "default";
 /// The SGLang version the mock reports in `/server_info`.
 pub const SGLANG_VERSION: &str = "0.5.9";
 

@@ -3,21 +3,31 @@
 //! [`app`] builds the axum router (for in-process tests with `tower::ServiceExt::oneshot`); [`run`] serves it
 //! on a listener the caller bound. [`oracle::Oracle`] computes what the server must answer.
 
+pub mod admin;
 pub mod config;
+pub mod conn;
+pub mod control;
 pub mod engine;
 pub mod error;
+pub mod fault;
 pub mod generate;
+pub mod latency;
+pub mod metrics;
 pub mod model;
 pub mod oracle;
 pub mod pyfmt;
 pub mod request;
 pub mod routes;
+pub mod script;
 pub mod wire;
 
 use std::future::Future;
 use std::io;
 
-pub use config::{Profile, ServerConfig};
+pub use config::{
+    Fault, FaultConfig, FaultKind, FaultRule, LatencyConfig, Profile, ScriptFinish, ScriptRule,
+    ServerConfig, StreamFilter,
+};
 pub use error::ApiError;
 pub use oracle::Oracle;
 pub use routes::{AppState, StateError};
@@ -37,7 +47,11 @@ pub async fn run(
         AppState::new(config).map_err(|err| io::Error::new(io::ErrorKind::InvalidInput, err))?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, profile = %state.config().profile, "sglang-mock listening");
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    // The listener wrapper lets the `reset` fault close a connection with a TCP RST before any byte.
+    axum::serve(
+        conn::ResettableListener::new(listener),
+        app(state).into_make_service_with_connect_info::<conn::ConnHandle>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
 }

@@ -95,7 +95,13 @@ impl Oracle {
         let plan = self.plan(body)?;
         let items = self.run_items(&plan);
         let completed = generate::run_all(self.model(), &plan, Instant::now())?;
-        let bytes = generate::encode_body(self.config(), self.model(), &plan, &completed)?;
+        let bytes = generate::encode_body(
+            self.config(),
+            self.model(),
+            &plan,
+            &completed,
+            &self.config().weight_version,
+        )?;
         let mut body: serde_json::Value = serde_json::from_slice(&bytes)
             .map_err(|err| ApiError::internal(format!("oracle produced invalid JSON: {err}")))?;
         normalize_body(&mut body, &plan);
@@ -130,15 +136,14 @@ impl Oracle {
             }
             Err(err) => return Err(err),
         };
-        let events = generate::sse_stream(
+        let run = generate::RunCtx::plain(
             Arc::new(self.config().clone()),
             Arc::clone(self.model()),
-            plan.clone(),
             Instant::now(),
-            (),
-        )
-        .collect::<Vec<_>>()
-        .await;
+        );
+        let events = generate::sse_stream(run, plan.clone(), None, ())
+            .collect::<Vec<_>>()
+            .await;
         let mut out = Vec::with_capacity(events.len());
         for event in events {
             let Ok(bytes) = event;

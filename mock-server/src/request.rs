@@ -940,6 +940,9 @@ pub fn plan_generate(
         });
     }
 
+    // Scripted answers replace sampling with the rule's tokens (forced decoding keeps the true logprobs).
+    crate::script::apply(&config.scripted, tokenizer, &mut items);
+
     Ok(GeneratePlan {
         is_batch: !is_single,
         stream: req.stream,

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Body;
@@ -11,17 +11,23 @@ use axum::extract::{Path, Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodFilter, get, on};
+use axum::routing::{MethodFilter, get, on, post};
 use futures_util::StreamExt;
 use serde_json::json;
 
+use crate::admin;
 use crate::config::{Profile, SGLANG_VERSION, ServerConfig};
+use crate::conn::ConnHandle;
+use crate::control::{Admission, Control};
 use crate::engine::{Generation, ItemRequest, SamplingParams};
 use crate::error::ApiError;
+use crate::fault::{FAULT_HEADER, Fault, FaultKind, Faults};
+use crate::generate::stream_faults;
 use crate::generate::{self, UuidRids};
+use crate::metrics::Metrics;
 use crate::model::Model;
-use crate::request::{self, GeneratePlan};
-use crate::wire::WEIGHT_VERSION;
+use crate::request;
+use crate::wire::{self, WaitingAbort};
 
 /// Shared server state: configuration, the model, and load counters. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -35,6 +41,9 @@ struct Inner {
     model: Arc<Model>,
     running_requests: AtomicUsize,
     running_tokens: AtomicUsize,
+    control: Arc<Control>,
+    faults: Faults,
+    metrics: Arc<Metrics>,
 }
 
 /// Why a server could not be built from its configuration.
@@ -61,14 +70,46 @@ impl AppState {
 
     /// A state around an already built model (the oracle and tests share one).
     pub fn with_model(config: ServerConfig, model: Arc<Model>) -> AppState {
+        let control = Control::new(
+            config.profile,
+            &config.weight_version,
+            config.max_running_requests,
+            config.max_queued_requests,
+        );
+        let faults = Faults::new(config.faults.clone());
         AppState {
             inner: Arc::new(Inner {
                 config: Arc::new(config),
                 model,
                 running_requests: AtomicUsize::new(0),
                 running_tokens: AtomicUsize::new(0),
+                control,
+                faults,
+                metrics: Arc::new(Metrics::default()),
             }),
         }
+    }
+
+    /// The control plane: in-flight registry, pause gate, queue, weight version.
+    pub fn control(&self) -> &Arc<Control> {
+        &self.inner.control
+    }
+
+    /// The fault schedule and its counters.
+    pub fn faults(&self) -> &Faults {
+        &self.inner.faults
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.inner.metrics
+    }
+
+    /// Requests counted by `/get_load` (running plus waiting) and their token budget.
+    pub fn load(&self) -> (usize, usize) {
+        (
+            self.inner.running_requests.load(Ordering::Relaxed),
+            self.inner.running_tokens.load(Ordering::Relaxed),
+        )
     }
 
     pub fn config(&self) -> &ServerConfig {
@@ -129,10 +170,46 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/models/{*model}", get(retrieve_model))
         .route("/get_load", get(get_load))
         .route("/v1/loads", get(v1_loads))
-        .route("/flush_cache", on(get_or_post, flush_cache))
+        .route("/flush_cache", on(get_or_post, admin::flush_cache))
         .route("/ping", get(ping))
+        .route("/abort_request", post(admin::abort_request))
+        .route("/pause_generation", post(admin::pause_generation))
+        .route("/continue_generation", post(admin::continue_generation))
+        .route(
+            "/update_weights_from_disk",
+            post(admin::update_weights_from_disk),
+        )
+        .route(
+            "/update_weights_from_tensor",
+            post(admin::update_weights_from_tensor),
+        )
+        .route(
+            "/update_weights_from_distributed",
+            post(admin::update_weights_from_distributed),
+        )
+        .route(
+            "/init_weights_update_group",
+            post(admin::init_weights_update_group),
+        )
+        .route(
+            "/destroy_weights_update_group",
+            post(admin::destroy_weights_update_group),
+        )
+        .route("/update_weight_version", post(admin::update_weight_version))
+        .route(
+            "/release_memory_occupation",
+            on(get_or_post, admin::memory_occupation),
+        )
+        .route(
+            "/resume_memory_occupation",
+            on(get_or_post, admin::memory_occupation),
+        )
+        .route("/admin/faults", on(get_or_post, admin::faults))
+        .route("/admin/stats", get(admin::stats))
+        .route("/metrics", get(admin::metrics))
         .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed);
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), http_faults));
     if state.config().api_key.is_some() {
         app = app.layer(middleware::from_fn_with_state(state.clone(), api_key_auth));
     }
@@ -232,8 +309,133 @@ async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
     Ok(bytes::Bytes::from(buf))
 }
 
-async fn generate_handler(State(state): State<AppState>, body: Body) -> Response {
+/// The `X-Mock-Fault` header of a request: `Ok(None)` without one, an error for one that is not UTF-8.
+fn fault_header(headers: &axum::http::HeaderMap) -> Result<Option<&str>, ApiError> {
+    match headers.get(FAULT_HEADER) {
+        None => Ok(None),
+        Some(value) => value.to_str().map(Some).map_err(|_| ApiError::Http {
+            status: 400,
+            message: "The X-Mock-Fault header is not valid UTF-8.".to_owned(),
+        }),
+    }
+}
+
+/// Pick the fault of a request, answering a bad `X-Mock-Fault` header with a 400 that names the problem.
+fn decide_fault(
+    state: &AppState,
+    endpoint: &str,
+    stream: bool,
+    headers: &axum::http::HeaderMap,
+) -> Result<Option<Fault>, ApiError> {
+    let header = fault_header(headers)?;
+    let fault = state
+        .faults()
+        .decide(endpoint, stream, header)
+        .map_err(|err| ApiError::Http {
+            status: 400,
+            message: err.to_string(),
+        })?;
+    if let Some(fault) = &fault {
+        state.faults().record(fault.kind);
+        tracing::info!(endpoint, fault = %fault, "injecting fault");
+    }
+    Ok(fault)
+}
+
+/// An HTTP-level fault: `Some(response)` ends the request here, `None` lets it go on (after a `delay`).
+async fn http_fault(fault: &Fault, conn: Option<&ConnHandle>) -> Option<Response> {
+    match fault.kind {
+        FaultKind::Status => Some(status_fault(fault)),
+        FaultKind::Delay => {
+            tokio::time::sleep(Duration::from_millis(fault.u64("ms", 0))).await;
+            None
+        }
+        FaultKind::Hang => {
+            tokio::time::sleep(Duration::from_millis(fault.u64("ms", 600_000))).await;
+            Some(reset_response(conn))
+        }
+        FaultKind::Reset => Some(reset_response(conn)),
+        _ => None,
+    }
+}
+
+/// The response of a `reset`: the connection's switch is thrown so nothing is written; in process (no
+/// connection) the body fails instead.
+fn reset_response(conn: Option<&ConnHandle>) -> Response {
+    if let Some(conn) = conn {
+        conn.reset();
+    }
+    let failing = futures_util::stream::once(async {
+        Err::<bytes::Bytes, _>(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "connection reset by the `reset` fault",
+        ))
+    });
+    (StatusCode::OK, Body::from_stream(failing)).into_response()
+}
+
+/// The `status` fault: SGLang's body for the status, `Retry-After` on a 429.
+fn status_fault(fault: &Fault) -> Response {
+    let code = fault.u64("code", 500) as u16;
+    let message = fault.str("message").map(str::to_owned);
+    let err = match code {
+        400 => {
+            ApiError::value(message.unwrap_or_else(|| "Bad request (injected fault).".to_owned()))
+        }
+        500 if message.is_none() => ApiError::internal("injected 500"),
+        503 => ApiError::Http {
+            status: 503,
+            message: message.unwrap_or_else(|| generate::QUEUE_FULL_MESSAGE.to_owned()),
+        },
+        429 => ApiError::Http {
+            status: 429,
+            message: message.unwrap_or_else(|| "Too many requests.".to_owned()),
+        },
+        _ => ApiError::Http {
+            status: code,
+            message: message.unwrap_or_else(|| format!("Injected HTTP {code}.")),
+        },
+    };
+    let mut response = err.into_response();
+    if code == 429 {
+        let secs = fault.u64("retry_after", 1).to_string();
+        if let Ok(value) = axum::http::HeaderValue::from_str(&secs) {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+    }
+    response
+}
+
+/// HTTP-level faults on every endpoint but `/generate` (which decides its own, knowing `stream`), the admin
+/// endpoints and `/metrics`.
+async fn http_faults(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_owned();
+    if path == "/generate" || path.starts_with("/admin/") || path == "/metrics" {
+        return next.run(req).await;
+    }
+    let fault = match decide_fault(&state, &path, false, req.headers()) {
+        Ok(fault) => fault,
+        Err(err) => return err.into_response(),
+    };
+    if let Some(fault) = fault {
+        let conn = req
+            .extensions()
+            .get::<axum::extract::ConnectInfo<ConnHandle>>()
+            .map(|c| c.0.clone());
+        if let Some(response) = http_fault(&fault, conn.as_ref()).await {
+            return response;
+        }
+    }
+    next.run(req).await
+}
+
+async fn generate_handler(State(state): State<AppState>, req: Request) -> Response {
     let started = Instant::now();
+    let (parts, body) = req.into_parts();
+    let conn = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<ConnHandle>>()
+        .map(|c| c.0.clone());
     let config = state.config();
     let bytes = match read_body(body, config.max_body_bytes).await {
         Ok(bytes) => bytes,
@@ -247,6 +449,15 @@ async fn generate_handler(State(state): State<AppState>, body: Body) -> Response
             return err.into_response();
         }
     };
+    let fault = match decide_fault(&state, "/generate", parsed.stream, &parts.headers) {
+        Ok(fault) => fault,
+        Err(err) => return err.into_response(),
+    };
+    if let Some(fault) = &fault
+        && let Some(response) = http_fault(fault, conn.as_ref()).await
+    {
+        return response;
+    }
     let plan = request::plan_generate(&parsed, config, state.model().tokenizer(), &mut UuidRids);
     let plan = match plan {
         Ok(plan) => plan,
@@ -266,28 +477,122 @@ async fn generate_handler(State(state): State<AppState>, body: Body) -> Response
         stream = plan.stream,
     );
     let _entered = span.enter();
+    let fault_kind = fault.as_ref().map(|f| f.kind);
+    let weight_version = state.control().weight_version();
+    // Abort shapes that never reach the scheduler.
+    if let Some(kind @ (FaultKind::AbortWaiting | FaultKind::AbortBeforePrefill)) = fault_kind {
+        let ctx = wire::EncodeCtx {
+            profile: config.profile,
+            tokenizer: state.model().tokenizer(),
+            return_text_in_logprobs: plan.return_text_in_logprobs,
+            weight_version: &weight_version,
+        };
+        let e2e = started.elapsed().as_secs_f64();
+        let objects = if kind == FaultKind::AbortWaiting {
+            generate::waiting_abort_objects(&ctx, &plan, WaitingAbort::Aborted, e2e, plan.stream)
+        } else {
+            plan.items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| {
+                    let mut json = Vec::new();
+                    let index = (plan.stream && plan.is_batch).then_some(i);
+                    wire::encode_before_prefill(&mut json, item, index);
+                    json
+                })
+                .collect()
+        };
+        return if plan.stream {
+            let mut out = Vec::new();
+            for object in &objects {
+                out.extend_from_slice(&generate::sse_event(object));
+            }
+            out.extend_from_slice(generate::DONE_EVENT);
+            sse_response(Body::from(out))
+        } else {
+            json_response(StatusCode::OK, generate::join_body(&plan, objects))
+        };
+    }
     let tokens: usize = plan
         .items
         .iter()
         .map(|i| i.request.input_ids.len() + i.request.params.max_new_tokens as usize)
         .sum();
     let guard = state.load_guard(tokens);
+    let control = Arc::clone(state.control());
+    let handle = control.register(plan.items.iter().map(|i| i.rid.clone()).collect());
+    let run = generate::RunCtx {
+        config: Arc::clone(&state.inner.config),
+        model: Arc::clone(state.model()),
+        started,
+        control: Some((Arc::clone(&control), Arc::clone(handle.ctl()))),
+        latency: config.latency,
+        abort_after: (fault_kind == Some(FaultKind::AbortRunning))
+            .then(|| fault.as_ref().map_or(1, |f| f.u64("after", 1)) as usize),
+        weight_version,
+        metrics: Some(Arc::clone(state.metrics())),
+    };
     if plan.stream {
         tracing::info!("streaming");
-        let stream = generate::sse_stream(
-            Arc::clone(&state.inner.config),
-            Arc::clone(state.model()),
-            plan,
-            started,
-            guard,
-        );
-        return sse_response(Body::from_stream(stream));
+        let stream = generate::sse_stream(run, plan, Some((control, handle)), guard);
+        let body = match fault {
+            Some(fault) if !fault.kind.is_http_level() => {
+                Body::from_stream(stream_faults::apply(stream, fault))
+            }
+            _ => Body::from_stream(stream),
+        };
+        return sse_response(body);
     }
     drop(_entered);
-    let result = run_non_stream(&state, plan, started).await;
+    let result = match control.admit(&handle).await {
+        Admission::Run(ticket) => {
+            let result = generate::run_items(&run, &plan)
+                .await
+                .and_then(|completed| {
+                    generate::encode_body(
+                        config,
+                        state.model(),
+                        &plan,
+                        &completed,
+                        &run.weight_version,
+                    )
+                });
+            drop(ticket);
+            result
+        }
+        Admission::QueueFull => Err(ApiError::Http {
+            status: 503,
+            message: generate::QUEUE_FULL_MESSAGE.to_owned(),
+        }),
+        Admission::AbortedWaiting => {
+            state
+                .metrics()
+                .aborted_requests
+                .fetch_add(1, Ordering::Relaxed);
+            let ctx = wire::EncodeCtx {
+                profile: config.profile,
+                tokenizer: state.model().tokenizer(),
+                return_text_in_logprobs: plan.return_text_in_logprobs,
+                weight_version: &run.weight_version,
+            };
+            let e2e = started.elapsed().as_secs_f64();
+            Ok(generate::join_body(
+                &plan,
+                generate::waiting_abort_objects(&ctx, &plan, WaitingAbort::Aborted, e2e, false),
+            ))
+        }
+    };
+    drop(handle);
     drop(guard);
     match result {
         Ok(body) => {
+            let body = match &fault {
+                Some(fault) => match stream_faults::non_stream_body(fault, body).await {
+                    Ok(body) => body,
+                    Err(response) => return response,
+                },
+                None => body,
+            };
             tracing::info!(parent: &span, latency_ms = started.elapsed().as_millis() as u64, "done");
             json_response(StatusCode::OK, body)
         }
@@ -295,45 +600,6 @@ async fn generate_handler(State(state): State<AppState>, body: Body) -> Response
             tracing::info!(parent: &span, error = %err, "failed");
             err.into_response()
         }
-    }
-}
-
-/// Above this many tokens of work a non-stream request runs on the blocking pool, so one big batch cannot
-/// stall the streams sharing its worker thread.
-const INLINE_WORK_LIMIT: usize = 8192;
-
-async fn run_non_stream(
-    state: &AppState,
-    plan: GeneratePlan,
-    started: Instant,
-) -> Result<Vec<u8>, ApiError> {
-    // Top lists cost about a token's worth of work per 16 entries.
-    let work: usize = plan
-        .items
-        .iter()
-        .map(|i| {
-            let r = &i.request;
-            let per_position = 1 + (r.top_logprobs_num + r.token_ids_logprob.len()) / 16;
-            let input_positions = if r.return_logprob {
-                r.input_ids.len() - r.logprob_start.min(r.input_ids.len())
-            } else {
-                0
-            };
-            (r.params.max_new_tokens as usize + input_positions) * per_position
-        })
-        .sum();
-    let config = Arc::clone(&state.inner.config);
-    let model = Arc::clone(state.model());
-    let job = move || {
-        let completed = generate::run_all(&model, &plan, started)?;
-        generate::encode_body(&config, &model, &plan, &completed)
-    };
-    if work <= INLINE_WORK_LIMIT {
-        job()
-    } else {
-        tokio::task::spawn_blocking(job)
-            .await
-            .unwrap_or_else(|err| Err(ApiError::internal(format!("generation task failed: {err}"))))
     }
 }
 
@@ -407,7 +673,7 @@ async fn server_info(State(state): State<AppState>) -> Response {
         "host": c.host,
         "port": c.port,
         "served_model_name": c.served_model_name(),
-        "weight_version": WEIGHT_VERSION,
+        "weight_version": &*state.control().weight_version(),
         "dtype": "auto",
         "device": "cpu",
     };
@@ -471,7 +737,7 @@ async fn model_info(State(state): State<AppState>) -> Response {
             "tokenizer_path": c.model_path,
             "is_generation": true,
             "preferred_sampling_params": serde_json::Value::Null,
-            "weight_version": WEIGHT_VERSION,
+            "weight_version": &*state.control().weight_version(),
             "has_image_understanding": false,
             "has_audio_understanding": false,
             "model_type": "qwen2",
@@ -482,7 +748,7 @@ async fn model_info(State(state): State<AppState>) -> Response {
             "tokenizer_path": c.model_path,
             "is_generation": true,
             "preferred_sampling_params": serde_json::Value::Null,
-            "weight_version": WEIGHT_VERSION,
+            "weight_version": &*state.control().weight_version(),
         },
     };
     json_value(&body)
@@ -491,7 +757,9 @@ async fn model_info(State(state): State<AppState>) -> Response {
 /// `/get_weight_version`: served in MID, a deprecation 404 in LATEST.
 async fn weight_version(State(state): State<AppState>) -> Response {
     match state.config().profile {
-        Profile::Mid => json_value(&ordered! { "weight_version": WEIGHT_VERSION }),
+        Profile::Mid => {
+            json_value(&ordered! { "weight_version": &*state.control().weight_version() })
+        }
         Profile::Latest => ApiError::Http {
             status: 404,
             message:
@@ -563,7 +831,7 @@ async fn get_load(State(state): State<AppState>) -> Response {
     json_value(&[ordered! {
         "dp_rank": 0,
         "num_reqs": reqs,
-        "num_waiting_reqs": 0,
+        "num_waiting_reqs": state.control().waiting(),
         "num_tokens": tokens,
         "num_pending_tokens": 0,
         "ts_tic": generate::unix_now(),
@@ -583,7 +851,7 @@ async fn v1_loads(State(state): State<AppState>) -> Response {
         "loads": json!([{
             "dp_rank": 0,
             "num_running_reqs": reqs,
-            "num_waiting_reqs": 0,
+            "num_waiting_reqs": state.control().waiting(),
             "num_total_tokens": max_total,
             "num_used_tokens": tokens,
         }]),
@@ -611,17 +879,6 @@ fn iso8601_utc(unix: f64) -> String {
         day_secs % 3600 / 60,
         day_secs % 60
     )
-}
-
-/// `/flush_cache`: plain text, always successful (the mock has no cache).
-async fn flush_cache() -> Response {
-    (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting \
-         requests, the operation will not be performed.)\n",
-    )
-        .into_response()
 }
 
 #[cfg(test)]

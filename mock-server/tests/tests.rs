@@ -7,18 +7,21 @@ mod common;
 /// Worker endpoints, auth, 404/405, health, info, load, flush_cache, graceful shutdown.
 #[path = "areas/endpoints.rs"]
 mod endpoints;
+/// Fault injection: each kind's bytes or connection behaviour, the header, the schedule, `/admin/stats`.
+#[path = "areas/faults.rs"]
+mod faults;
 /// The spec's wire examples (§7) as golden files, checked key by key; values from the oracle.
 #[path = "areas/golden.rs"]
 mod golden;
 /// Server output equals the oracle, non-streamed and streamed in every output mode.
 #[path = "areas/oracle.rs"]
 mod oracle;
-/// A Python client reading logprobs the way slime does, against the live server.
-#[path = "areas/python_client.rs"]
-mod python_client;
 /// Property tests of logprob invariants against a live server.
 #[path = "areas/properties.rs"]
 mod properties;
+/// A Python client reading logprobs the way slime does, against the live server.
+#[path = "areas/python_client.rs"]
+mod python_client;
 /// SSE framing byte by byte, stream_interval, index on batch and n chunks, deltas.
 #[path = "areas/streaming.rs"]
 mod streaming;

@@ -2,8 +2,10 @@
 
 use anyhow::Context;
 use clap::Parser;
-use mock_server::config::{DEFAULT_MAX_BODY_BYTES, DEFAULT_MODEL_PATH};
-use mock_server::{Profile, ServerConfig};
+use mock_server::config::{DEFAULT_MAX_BODY_BYTES, DEFAULT_MODEL_PATH, DEFAULT_WEIGHT_VERSION};
+use mock_server::{
+    Fault, FaultConfig, FaultRule, LatencyConfig, Profile, ServerConfig, StreamFilter,
+};
 
 /// A deterministic, wire-faithful SGLang server with exact logprobs from a toy model.
 #[derive(Debug, Parser)]
@@ -48,11 +50,122 @@ struct Flags {
     /// Largest accepted request body in bytes.
     #[arg(long, env = "SGLANG_MOCK_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
     max_body_bytes: usize,
+    /// The weight_version reported until a weight update changes it.
+    #[arg(long, env = "SGLANG_MOCK_WEIGHT_VERSION", default_value = DEFAULT_WEIGHT_VERSION)]
+    weight_version: String,
+    /// Simulated duration of a weight update, in milliseconds.
+    #[arg(long, env = "SGLANG_MOCK_WEIGHT_UPDATE_MS", default_value_t = 0)]
+    weight_update_ms: u64,
+    /// Most requests generating at once; more wait in the queue (SGLang's --max-running-requests).
+    #[arg(long, env = "SGLANG_MOCK_MAX_RUNNING_REQUESTS")]
+    max_running_requests: Option<usize>,
+    /// Most requests waiting at once; more get a 503 (SGLang's --max-queued-requests).
+    #[arg(long, env = "SGLANG_MOCK_MAX_QUEUED_REQUESTS")]
+    max_queued_requests: Option<usize>,
+    /// Scripted answers: a JSON list of {"prompt_contains", "answer", "finish_reason"} rules.
+    #[arg(long, env = "SGLANG_MOCK_SCRIPT")]
+    script: Option<String>,
+    /// Fault schedule file: {"seed": N, "rules": [{"fault": "kind;param=value", "rate", "first", "every",
+    /// "window_ms", "endpoint", "stream"}]}.
+    #[arg(long, env = "SGLANG_MOCK_FAULTS")]
+    faults: Option<String>,
+    /// One more scheduled fault rule, `kind;param=value...`; the --fault-* flags below qualify it.
+    #[arg(long, env = "SGLANG_MOCK_FAULT")]
+    fault: Option<Fault>,
+    /// Probability that the --fault rule fires on a matching request (seeded, see --fault-seed).
+    #[arg(long, env = "SGLANG_MOCK_FAULT_RATE")]
+    fault_rate: Option<f64>,
+    /// Seed of the fault schedule's draws (replaces the file's seed when given).
+    #[arg(long, env = "SGLANG_MOCK_FAULT_SEED")]
+    fault_seed: Option<u64>,
+    /// The --fault rule fires on the first N matching requests only.
+    #[arg(long, env = "SGLANG_MOCK_FAULT_FIRST")]
+    fault_first: Option<u64>,
+    /// The --fault rule fires on every k-th matching request.
+    #[arg(long, env = "SGLANG_MOCK_FAULT_EVERY")]
+    fault_every: Option<u64>,
+    /// The --fault rule fires only between these offsets from start-up, `START_MS..END_MS`.
+    #[arg(long, env = "SGLANG_MOCK_FAULT_WINDOW_MS", value_parser = parse_window)]
+    fault_window_ms: Option<(u64, u64)>,
+    /// The path the --fault rule applies to (default /generate).
+    #[arg(long, env = "SGLANG_MOCK_FAULT_ENDPOINT")]
+    fault_endpoint: Option<String>,
+    /// The --fault rule applies to `stream` or `nonstream` requests only.
+    #[arg(long, env = "SGLANG_MOCK_FAULT_STREAM", value_parser = parse_stream_filter)]
+    fault_stream: Option<StreamFilter>,
+    /// Simulated time to first token, constant part (ms).
+    #[arg(long, env = "SGLANG_MOCK_TTFT_MS", default_value_t = 0.0)]
+    ttft_ms: f64,
+    /// Simulated time to first token per prompt token (ms).
+    #[arg(long, env = "SGLANG_MOCK_TTFT_PER_TOKEN_MS", default_value_t = 0.0)]
+    ttft_per_token_ms: f64,
+    /// Simulated inter-token latency (ms).
+    #[arg(long, env = "SGLANG_MOCK_ITL_MS", default_value_t = 0.0)]
+    itl_ms: f64,
+    /// Largest jitter added to or removed from each delay (ms).
+    #[arg(long, env = "SGLANG_MOCK_JITTER_MS", default_value_t = 0.0)]
+    jitter_ms: f64,
+    /// Seed of the latency jitter.
+    #[arg(long, env = "SGLANG_MOCK_JITTER_SEED", default_value_t = 0)]
+    jitter_seed: u64,
+    /// Multiplies every simulated delay.
+    #[arg(long, env = "SGLANG_MOCK_TIME_SCALE", default_value_t = 1.0)]
+    time_scale: f64,
+}
+
+fn parse_window(s: &str) -> Result<(u64, u64), String> {
+    let (a, b) = s
+        .split_once("..")
+        .ok_or_else(|| format!("expected START_MS..END_MS, got {s:?}"))?;
+    let num = |x: &str| {
+        x.trim()
+            .parse::<u64>()
+            .map_err(|e| format!("{x:?} in {s:?}: {e}"))
+    };
+    Ok((num(a)?, num(b)?))
+}
+
+fn parse_stream_filter(s: &str) -> Result<StreamFilter, String> {
+    match s {
+        "stream" => Ok(StreamFilter::Stream),
+        "nonstream" => Ok(StreamFilter::NonStream),
+        _ => Err(format!("expected stream or nonstream, got {s:?}")),
+    }
 }
 
 impl Flags {
-    fn into_config(self) -> ServerConfig {
-        ServerConfig {
+    fn into_config(self) -> anyhow::Result<ServerConfig> {
+        let scripted = match &self.script {
+            Some(path) => mock_server::script::load_rules(path)?,
+            None => Vec::new(),
+        };
+        let mut faults = match &self.faults {
+            Some(path) => {
+                let bytes = std::fs::read(path)
+                    .with_context(|| format!("cannot read the fault file {path}"))?;
+                FaultConfig::from_json(&bytes)
+                    .with_context(|| format!("the fault file {path} is not valid"))?
+            }
+            None => FaultConfig::default(),
+        };
+        if let Some(seed) = self.fault_seed {
+            faults.seed = seed;
+        }
+        if let Some(fault) = self.fault {
+            faults.rules.push(FaultRule {
+                rate: self.fault_rate,
+                first: self.fault_first,
+                every: self.fault_every,
+                window_ms: self.fault_window_ms,
+                endpoint: self.fault_endpoint,
+                stream: self.fault_stream,
+                ..FaultRule::new(fault)
+            });
+        }
+        faults
+            .validate()
+            .context("the --fault flags are not valid")?;
+        Ok(ServerConfig {
             host: self.host,
             port: self.port,
             seed: self.seed,
@@ -66,7 +179,21 @@ impl Flags {
             stream_interval: self.stream_interval,
             return_original_logprob: self.return_original_logprob,
             max_body_bytes: self.max_body_bytes,
-        }
+            weight_version: self.weight_version,
+            scripted,
+            faults,
+            latency: LatencyConfig {
+                ttft_ms: self.ttft_ms,
+                ttft_per_token_ms: self.ttft_per_token_ms,
+                itl_ms: self.itl_ms,
+                jitter_ms: self.jitter_ms,
+                jitter_seed: self.jitter_seed,
+                time_scale: self.time_scale,
+            },
+            max_running_requests: self.max_running_requests,
+            max_queued_requests: self.max_queued_requests,
+            weight_update_ms: self.weight_update_ms,
+        })
     }
 }
 
@@ -107,7 +234,7 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
-    let mut config = Flags::parse().into_config();
+    let mut config = Flags::parse().into_config()?;
     let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port))
         .await
         .with_context(|| format!("cannot bind {}:{}", config.host, config.port))?;

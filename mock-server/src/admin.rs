@@ -1,0 +1,308 @@
+//! The RL control plane and admin endpoints: `/abort_request`, `/pause_generation`, `/continue_generation`,
+//! the weight-update family, `/flush_cache`, `/admin/faults`, `/admin/stats` and `/metrics`.
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::control::PauseMode;
+use crate::error::ApiError;
+use crate::fault::FaultConfig;
+use crate::metrics::Gauges;
+use crate::routes::AppState;
+
+fn json_ok(value: &serde_json::Value) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        serde_json::to_vec(value).unwrap_or_default(),
+    )
+        .into_response()
+}
+
+/// A JSON body into `T` (an empty body is `{}`), with FastAPI's 400 for the wrong shape.
+fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        body
+    };
+    serde_json::from_slice(body).map_err(|err| ApiError::Validation(format!("{err}")))
+}
+
+/// `AbortReq` as the HTTP handler reads it; the other fields SGLang accepts are ignored, as its handler does.
+#[derive(Deserialize)]
+struct AbortReq {
+    #[serde(default)]
+    rid: Option<String>,
+    #[serde(default)]
+    abort_all: bool,
+}
+
+/// `/abort_request`: 200 with an empty body, even for an unknown rid. The rid matches by prefix.
+pub async fn abort_request(State(state): State<AppState>, body: Bytes) -> Response {
+    let req: AbortReq = match parse_body(&body) {
+        Ok(req) => req,
+        Err(err) => return err.into_response(),
+    };
+    let rid = req.rid.unwrap_or_default();
+    let hit = state.control().abort(&rid, req.abort_all);
+    tracing::info!(rid, abort_all = req.abort_all, hit, "abort_request");
+    StatusCode::OK.into_response()
+}
+
+#[derive(Deserialize)]
+struct PauseReq {
+    #[serde(default)]
+    mode: Option<String>,
+}
+
+/// `/pause_generation` with `{"mode": "abort" | "retract" | "in_place"}` (default `abort`).
+pub async fn pause_generation(State(state): State<AppState>, body: Bytes) -> Response {
+    let req: PauseReq = match parse_body(&body) {
+        Ok(req) => req,
+        Err(err) => return err.into_response(),
+    };
+    let mode_name = req.mode.unwrap_or_else(|| "abort".to_owned());
+    let Some(mode) = PauseMode::parse(&mode_name) else {
+        return ApiError::Validation(format!(
+            "mode: Input should be 'abort', 'retract' or 'in_place', got {mode_name:?}"
+        ))
+        .into_response();
+    };
+    state.control().pause(mode);
+    tracing::info!(mode = mode_name, "generation paused");
+    json_ok(&json!({"message": "Generation paused successfully.", "status": "ok"}))
+}
+
+/// `/continue_generation`.
+pub async fn continue_generation(State(state): State<AppState>) -> Response {
+    state.control().resume();
+    tracing::info!("generation continued");
+    json_ok(&json!({"message": "Generation continued successfully.", "status": "ok"}))
+}
+
+/// The fields every weight-update request shares.
+#[derive(Deserialize)]
+struct WeightUpdate {
+    #[serde(default)]
+    model_path: Option<String>,
+    #[serde(default)]
+    abort_all_requests: bool,
+    #[serde(default)]
+    weight_version: Option<String>,
+}
+
+/// What a weight update does in the mock: optionally abort everything, hold new requests back, wait for
+/// running ones to finish (unless paused), stall for `weight_update_ms`, then switch the version.
+async fn run_weight_update(state: &AppState, req: &WeightUpdate) {
+    let control = state.control();
+    if req.abort_all_requests {
+        control.abort("", true);
+    }
+    let _update = control.begin_update();
+    control.drain_running().await;
+    let ms = state.config().weight_update_ms;
+    if ms > 0 {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    if let Some(version) = &req.weight_version {
+        control.set_weight_version(version);
+    }
+}
+
+fn update_message(base: &str, req: &WeightUpdate) -> String {
+    match &req.weight_version {
+        Some(version) => format!("{base} Weight version updated to {version}."),
+        None => base.to_owned(),
+    }
+}
+
+/// `/update_weights_from_disk`: `{"success","message","num_paused_requests"}`.
+pub async fn update_weights_from_disk(State(state): State<AppState>, body: Bytes) -> Response {
+    let req: WeightUpdate = match parse_body(&body) {
+        Ok(req) => req,
+        Err(err) => return err.into_response(),
+    };
+    if req.model_path.is_none() {
+        return ApiError::Validation("model_path: Field required".to_owned()).into_response();
+    }
+    run_weight_update(&state, &req).await;
+    json_ok(&json!({
+        "success": true,
+        "message": update_message("Succeeded to update model weights.", &req),
+        "num_paused_requests": 0,
+    }))
+}
+
+/// `/update_weights_from_tensor`: `{"success","message"}`.
+pub async fn update_weights_from_tensor(State(state): State<AppState>, body: Bytes) -> Response {
+    weight_update_simple(&state, &body, "Succeeded to update model weights.").await
+}
+
+/// `/update_weights_from_distributed`: `{"success","message"}`.
+pub async fn update_weights_from_distributed(
+    State(state): State<AppState>,
+    body: Bytes,
+) -> Response {
+    weight_update_simple(
+        &state,
+        &body,
+        "Succeeded to update parameter online from distributed.",
+    )
+    .await
+}
+
+async fn weight_update_simple(state: &AppState, body: &[u8], base: &str) -> Response {
+    let req: WeightUpdate = match parse_body(body) {
+        Ok(req) => req,
+        Err(err) => return err.into_response(),
+    };
+    run_weight_update(state, &req).await;
+    json_ok(&json!({"success": true, "message": update_message(base, &req)}))
+}
+
+/// `/init_weights_update_group`: accepted, nothing to connect to.
+pub async fn init_weights_update_group() -> Response {
+    json_ok(&json!({"success": true, "message": "Succeeded to initialize custom process group."}))
+}
+
+/// `/destroy_weights_update_group`.
+pub async fn destroy_weights_update_group() -> Response {
+    json_ok(&json!({"success": true, "message": "Succeeded to destroy custom process group."}))
+}
+
+#[derive(Deserialize)]
+struct WeightVersionReq {
+    new_version: Option<String>,
+    #[serde(default = "yes")]
+    abort_all_requests: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `/update_weight_version`: `{"success":true,"message":"Weight version updated to X","new_version":"X"}`.
+pub async fn update_weight_version(State(state): State<AppState>, body: Bytes) -> Response {
+    let req: WeightVersionReq = match parse_body(&body) {
+        Ok(req) => req,
+        Err(err) => return err.into_response(),
+    };
+    let Some(version) = req.new_version else {
+        return ApiError::Validation("new_version: Field required".to_owned()).into_response();
+    };
+    if req.abort_all_requests {
+        state.control().abort("", true);
+    }
+    state.control().set_weight_version(&version);
+    json_ok(&json!({
+        "success": true,
+        "message": format!("Weight version updated to {version}"),
+        "new_version": version,
+    }))
+}
+
+/// `/release_memory_occupation` and `/resume_memory_occupation`: 200 with `null`.
+pub async fn memory_occupation() -> Response {
+    json_ok(&serde_json::Value::Null)
+}
+
+/// `/flush_cache`: plain text; refused with a 400 while requests are running or waiting.
+pub async fn flush_cache(State(state): State<AppState>) -> Response {
+    let control = state.control();
+    let (running, waiting) = (control.running(), control.waiting());
+    let text = |status, body: String| {
+        (
+            status,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            body,
+        )
+            .into_response()
+    };
+    if running + waiting > 0 {
+        return text(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "Cache not flushed because there are pending requests. #queue-req: {waiting}, \
+                 #running-req: {running}"
+            ),
+        );
+    }
+    text(
+        StatusCode::OK,
+        "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting \
+         requests, the operation will not be performed.)\n"
+            .to_owned(),
+    )
+}
+
+/// `GET /admin/faults` returns the fault configuration; `POST` replaces it atomically and returns it.
+pub async fn faults(State(state): State<AppState>, method: Method, body: Bytes) -> Response {
+    if method == Method::POST {
+        match FaultConfig::from_json(&body) {
+            Ok(config) => state.faults().replace(config),
+            Err(err) => {
+                let message = match std::error::Error::source(&err) {
+                    Some(source) => format!("{err}: {source}"),
+                    None => err.to_string(),
+                };
+                return ApiError::Http {
+                    status: 400,
+                    message,
+                }
+                .into_response();
+            }
+        }
+    }
+    json_ok(&serde_json::to_value(state.faults().config()).unwrap_or_default())
+}
+
+/// `GET /admin/stats`: requests seen per endpoint, faults injected per kind, and the control plane's state.
+pub async fn stats(State(state): State<AppState>) -> Response {
+    let requests = state.faults().requests_seen();
+    let injected = state.faults().injected();
+    let control = state.control();
+    json_ok(&json!({
+        "requests_total": requests.values().sum::<u64>(),
+        "requests": requests,
+        "faults_total": injected.values().sum::<u64>(),
+        "faults": injected.iter().map(|(k, v)| (k.name(), *v)).collect::<std::collections::BTreeMap<_, _>>(),
+        "running": control.running(),
+        "waiting": control.waiting(),
+        "paused": control.is_paused(),
+        "weight_version": &*control.weight_version(),
+    }))
+}
+
+/// `GET /metrics`: Prometheus text format.
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    let control = state.control();
+    let (_, used_tokens) = state.load();
+    let injected = state.faults().injected();
+    let faults: Vec<(&'static str, u64)> = injected.iter().map(|(k, v)| (k.name(), *v)).collect();
+    let body = state.metrics().render(
+        state.config().served_model_name(),
+        Gauges {
+            running: control.running(),
+            queued: control.waiting(),
+            used_tokens,
+        },
+        &faults,
+    );
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}

@@ -1,0 +1,370 @@
+//! The RL control plane: the registry of in-flight `/generate` requests that `/abort_request` reaches by rid
+//! prefix, the pause gate of `/pause_generation`, the running-request limit with its waiting queue, and the
+//! current `weight_version`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
+
+use crate::config::Profile;
+
+/// How `/pause_generation` treats requests that are already running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PauseMode {
+    /// Abort every in-flight request (SGLang's default): running ones return their partial output.
+    Abort,
+    /// Running requests go back to the waiting queue and resume after `/continue_generation`.
+    Retract,
+    /// Running requests stay where they are and resume after `/continue_generation`.
+    InPlace,
+}
+
+impl PauseMode {
+    pub fn parse(mode: &str) -> Option<PauseMode> {
+        match mode {
+            "abort" => Some(PauseMode::Abort),
+            "retract" => Some(PauseMode::Retract),
+            "in_place" => Some(PauseMode::InPlace),
+            _ => None,
+        }
+    }
+}
+
+/// What a request learns when it asks to run.
+#[derive(Debug)]
+pub enum Admission {
+    /// It may run; hold the ticket until it is done.
+    Run(RunTicket),
+    /// The waiting queue is full (`--max-queued-requests`): SGLang answers 503.
+    QueueFull,
+    /// It was aborted while it waited: "Abort in waiting queue".
+    AbortedWaiting,
+}
+
+/// Holds a running slot (when `--max-running-requests` is set) and the running count until dropped.
+#[derive(Debug)]
+pub struct RunTicket {
+    control: Arc<Control>,
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Drop for RunTicket {
+    fn drop(&mut self) {
+        self.control.running.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Server-wide control state, shared by every handler.
+#[derive(Debug)]
+pub struct Control {
+    profile: Profile,
+    weight_version: RwLock<Arc<str>>,
+    /// `true` while paused; new requests wait and running ones freeze at their next token.
+    paused_tx: watch::Sender<bool>,
+    paused: AtomicBool,
+    /// Requests whose generation has started (or been admitted), for `/flush_cache` and the metrics.
+    running: AtomicUsize,
+    waiting: AtomicUsize,
+    slots: Option<Arc<Semaphore>>,
+    max_queued: Option<usize>,
+    /// Weight updates in progress: new requests wait for them, as SGLang's writer lock makes them.
+    updating: watch::Sender<usize>,
+    registry: Mutex<HashMap<u64, Arc<RequestCtl>>>,
+    next_id: AtomicU64,
+}
+
+impl Control {
+    pub fn new(
+        profile: Profile,
+        weight_version: &str,
+        max_running: Option<usize>,
+        max_queued: Option<usize>,
+    ) -> Arc<Control> {
+        Arc::new(Control {
+            profile,
+            weight_version: RwLock::new(Arc::from(weight_version)),
+            paused_tx: watch::Sender::new(false),
+            paused: AtomicBool::new(false),
+            running: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
+            slots: max_running.map(|n| Arc::new(Semaphore::new(n.max(1)))),
+            max_queued,
+            updating: watch::Sender::new(0),
+            registry: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+        })
+    }
+
+    /// The `weight_version` responses report now.
+    pub fn weight_version(&self) -> Arc<str> {
+        self.weight_version
+            .read()
+            .map(|v| Arc::clone(&v))
+            .unwrap_or_else(|poisoned| Arc::clone(&poisoned.into_inner()))
+    }
+
+    pub fn set_weight_version(&self, version: &str) {
+        let mut guard = self
+            .weight_version
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *guard = Arc::from(version);
+    }
+
+    /// The message of a user or weight-update abort of a running request.
+    pub fn abort_message(&self) -> &'static str {
+        match self.profile {
+            Profile::Latest => "Aborted",
+            Profile::Mid => "Unknown error",
+        }
+    }
+
+    pub fn running(&self) -> usize {
+        self.running.load(Ordering::Relaxed)
+    }
+
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::Relaxed)
+    }
+
+    /// Register a request's rids so that `/abort_request` can reach it; unregistered when the handle drops.
+    pub fn register(self: &Arc<Self>, rids: Vec<String>) -> CtlHandle {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let ctl = Arc::new(RequestCtl {
+            aborted: rids.iter().map(|_| AtomicBool::new(false)).collect(),
+            rids,
+            any: AtomicBool::new(false),
+            notify: Notify::new(),
+        });
+        self.lock_registry().insert(id, Arc::clone(&ctl));
+        CtlHandle {
+            control: Arc::clone(self),
+            id,
+            ctl,
+        }
+    }
+
+    fn lock_registry(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<RequestCtl>>> {
+        self.registry
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// `/abort_request`: abort every item whose rid starts with `rid`, or everything with `abort_all`.
+    /// An empty rid without `abort_all` does nothing, as in SGLang. Returns how many items were hit.
+    pub fn abort(&self, rid: &str, abort_all: bool) -> usize {
+        if rid.is_empty() && !abort_all {
+            return 0;
+        }
+        let registry = self.lock_registry();
+        let mut hit = 0;
+        for ctl in registry.values() {
+            let mut any = false;
+            for (i, item_rid) in ctl.rids.iter().enumerate() {
+                if abort_all || item_rid.starts_with(rid) {
+                    ctl.aborted[i].store(true, Ordering::Relaxed);
+                    any = true;
+                    hit += 1;
+                }
+            }
+            if any {
+                ctl.any.store(true, Ordering::Release);
+                ctl.notify.notify_one();
+            }
+        }
+        hit
+    }
+
+    /// `/pause_generation`: close the gate; with [`PauseMode::Abort`] also abort everything in flight.
+    pub fn pause(&self, mode: PauseMode) {
+        self.paused.store(true, Ordering::Release);
+        self.paused_tx.send_replace(true);
+        if mode == PauseMode::Abort {
+            self.abort("", true);
+        }
+    }
+
+    /// `/continue_generation`: open the gate; waiting and frozen requests go on.
+    pub fn resume(&self) {
+        self.paused.store(false, Ordering::Release);
+        self.paused_tx.send_replace(false);
+    }
+
+    /// Mark a weight update as in progress until the guard drops: new requests wait for it.
+    pub fn begin_update(self: &Arc<Self>) -> UpdateGuard {
+        self.updating.send_modify(|n| *n += 1);
+        UpdateGuard {
+            control: Arc::clone(self),
+        }
+    }
+
+    /// Wait until no request is running (SGLang's weight-update writer lock), unless generation is paused.
+    pub async fn drain_running(&self) {
+        let mut rx = self.paused_tx.subscribe();
+        loop {
+            if self.running() == 0 || self.is_paused() {
+                return;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(std::time::Duration::from_millis(1)) => {}
+                _ = rx.changed() => {}
+            }
+        }
+    }
+
+    /// Wait for permission to run: the pause gate, a weight update and the running limit. A full waiting queue
+    /// refuses at once; an abort while waiting ends the wait.
+    pub async fn admit(self: &Arc<Self>, handle: &CtlHandle) -> Admission {
+        let gate_open = !self.is_paused() && *self.updating.borrow() == 0;
+        if gate_open {
+            let permit = match &self.slots {
+                None => Some(None),
+                Some(slots) => Arc::clone(slots).try_acquire_owned().ok().map(Some),
+            };
+            if let Some(permit) = permit {
+                return Admission::Run(self.ticket(permit));
+            }
+        }
+        if self.max_queued.is_some_and(|limit| self.waiting() >= limit) {
+            return Admission::QueueFull;
+        }
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        let outcome = self.wait_for_turn(handle).await;
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
+        match outcome {
+            Some(permit) => Admission::Run(self.ticket(permit)),
+            None => Admission::AbortedWaiting,
+        }
+    }
+
+    fn ticket(self: &Arc<Self>, permit: Option<OwnedSemaphorePermit>) -> RunTicket {
+        self.running.fetch_add(1, Ordering::Relaxed);
+        RunTicket {
+            control: Arc::clone(self),
+            _permit: permit,
+        }
+    }
+
+    /// `None` when aborted while waiting.
+    async fn wait_for_turn(&self, handle: &CtlHandle) -> Option<Option<OwnedSemaphorePermit>> {
+        let mut paused = self.paused_tx.subscribe();
+        let mut updating = self.updating.subscribe();
+        loop {
+            if handle.ctl.any_aborted() {
+                return None;
+            }
+            let open = !*paused.borrow_and_update() && *updating.borrow_and_update() == 0;
+            if open {
+                match &self.slots {
+                    None => return Some(None),
+                    Some(slots) => {
+                        tokio::select! {
+                            permit = Arc::clone(slots).acquire_owned() => {
+                                // The semaphore is never closed.
+                                let permit = permit.ok()?;
+                                if handle.ctl.any_aborted() {
+                                    return None;
+                                }
+                                if !self.is_paused() {
+                                    return Some(Some(permit));
+                                }
+                            }
+                            () = handle.ctl.notify.notified() => {}
+                        }
+                        continue;
+                    }
+                }
+            }
+            tokio::select! {
+                _ = paused.changed() => {}
+                _ = updating.changed() => {}
+                () = handle.ctl.notify.notified() => {}
+            }
+        }
+    }
+
+    /// Wait while generation is paused (a retracted or frozen request); returns early when aborted.
+    pub async fn wait_unpaused(&self, ctl: &RequestCtl) {
+        let mut rx = self.paused_tx.subscribe();
+        loop {
+            if !*rx.borrow_and_update() || ctl.any_aborted() {
+                return;
+            }
+            tokio::select! {
+                _ = rx.changed() => {}
+                () = ctl.notify.notified() => {}
+            }
+        }
+    }
+}
+
+/// Ends a weight update when dropped.
+#[derive(Debug)]
+pub struct UpdateGuard {
+    control: Arc<Control>,
+}
+
+impl Drop for UpdateGuard {
+    fn drop(&mut self) {
+        self.control
+            .updating
+            .send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+/// The abort flags of one `/generate` request, one per item.
+#[derive(Debug)]
+pub struct RequestCtl {
+    rids: Vec<String>,
+    aborted: Vec<AtomicBool>,
+    any: AtomicBool,
+    notify: Notify,
+}
+
+impl RequestCtl {
+    /// Whether any item of the request has been aborted (one relaxed load: cheap enough for every token).
+    #[inline]
+    pub fn any_aborted(&self) -> bool {
+        self.any.load(Ordering::Acquire)
+    }
+
+    pub fn is_aborted(&self, item: usize) -> bool {
+        self.aborted
+            .get(item)
+            .is_some_and(|a| a.load(Ordering::Relaxed))
+    }
+
+    /// Resolves when an abort reaches this request (or at once if one arrived since the last call).
+    pub async fn aborted(&self) {
+        if self.any_aborted() {
+            return;
+        }
+        self.notify.notified().await;
+    }
+}
+
+/// A registered request; dropping it removes the request from the registry.
+#[derive(Debug)]
+pub struct CtlHandle {
+    control: Arc<Control>,
+    id: u64,
+    ctl: Arc<RequestCtl>,
+}
+
+impl CtlHandle {
+    pub fn ctl(&self) -> &Arc<RequestCtl> {
+        &self.ctl
+    }
+}
+
+impl Drop for CtlHandle {
+    fn drop(&mut self) {
+        self.control.lock_registry().remove(&self.id);
+    }
+}

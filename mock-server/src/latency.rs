@@ -1,0 +1,115 @@
+//! The latency model: time to first token (constant plus per prompt token) and inter-token latency with capped,
+//! seeded jitter, all multiplied by a time-scale factor. Zero by default, so tests and benchmarks stay fast.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{mix, unit};
+
+/// Simulated latency. Every field is in milliseconds of simulated time; `time_scale` turns them into real time.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LatencyConfig {
+    /// Constant part of the time to first token.
+    pub ttft_ms: f64,
+    /// Added to the time to first token for every prompt token (prefill cost).
+    pub ttft_per_token_ms: f64,
+    /// Time between two output tokens.
+    pub itl_ms: f64,
+    /// Largest deviation added to or removed from each delay; a delay never goes below zero.
+    pub jitter_ms: f64,
+    /// Seed of the jitter: the same seed, request and token position give the same delay.
+    pub jitter_seed: u64,
+    /// Multiplies every delay (0.5 runs twice as fast; 0 disables latency).
+    pub time_scale: f64,
+}
+
+impl Default for LatencyConfig {
+    fn default() -> Self {
+        LatencyConfig {
+            ttft_ms: 0.0,
+            ttft_per_token_ms: 0.0,
+            itl_ms: 0.0,
+            jitter_ms: 0.0,
+            jitter_seed: 0,
+            time_scale: 1.0,
+        }
+    }
+}
+
+impl LatencyConfig {
+    /// Whether any delay can be non-zero (the fast path skips the timers otherwise).
+    pub fn is_active(&self) -> bool {
+        self.time_scale > 0.0
+            && (self.ttft_ms > 0.0
+                || self.ttft_per_token_ms > 0.0
+                || self.itl_ms > 0.0
+                || self.jitter_ms > 0.0)
+    }
+
+    /// The delay before the first output token of a sample whose prompt has `prompt_len` tokens.
+    pub fn ttft(&self, key: u64, prompt_len: usize) -> Duration {
+        let base = self.ttft_ms + self.ttft_per_token_ms * prompt_len as f64;
+        self.scaled(base + self.jitter(key, u64::MAX))
+    }
+
+    /// The delay before output token `position` (1-based positions after the first token).
+    pub fn itl(&self, key: u64, position: usize) -> Duration {
+        self.scaled(self.itl_ms + self.jitter(key, position as u64))
+    }
+
+    fn jitter(&self, key: u64, position: u64) -> f64 {
+        if self.jitter_ms <= 0.0 {
+            return 0.0;
+        }
+        let u = unit(mix(mix(self.jitter_seed, key), position));
+        (2.0 * u - 1.0) * self.jitter_ms
+    }
+
+    fn scaled(&self, ms: f64) -> Duration {
+        let ms = (ms * self.time_scale).max(0.0);
+        if ms.is_finite() {
+            Duration::from_secs_f64(ms / 1000.0)
+        } else {
+            Duration::ZERO
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_is_capped_seeded_and_never_negative() {
+        let config = LatencyConfig {
+            itl_ms: 10.0,
+            jitter_ms: 4.0,
+            jitter_seed: 9,
+            ..LatencyConfig::default()
+        };
+        for k in 0..1000 {
+            let d = config.itl(7, k).as_secs_f64() * 1000.0;
+            assert!((6.0 - 1e-9..=14.0 + 1e-9).contains(&d), "{d}");
+            assert_eq!(config.itl(7, k), config.itl(7, k));
+        }
+        let big = LatencyConfig {
+            jitter_ms: 50.0,
+            ..config
+        };
+        assert!((0..100).all(|k| big.itl(1, k) >= Duration::ZERO));
+        assert!(!LatencyConfig::default().is_active());
+    }
+
+    #[test]
+    fn ttft_grows_with_the_prompt_and_scales() {
+        let config = LatencyConfig {
+            ttft_ms: 100.0,
+            ttft_per_token_ms: 2.0,
+            time_scale: 0.5,
+            ..LatencyConfig::default()
+        };
+        assert_eq!(config.ttft(0, 50), Duration::from_millis(100));
+    }
+}
