@@ -55,7 +55,7 @@ pub struct RolloutArgs {
     pub n_samples_per_prompt: usize,
 
     /// Response budget in tokens per sample (slime's --rollout-max-response-len).
-    #[arg(long, env = "ROLLOUT_MAX_NEW_TOKENS", default_value_t = 64)]
+    #[arg(long, env = "ROLLOUT_MAX_NEW_TOKENS", default_value_t = 128)]
     pub max_new_tokens: u32,
 
     /// Sampling temperature.
@@ -201,8 +201,8 @@ pub async fn run_command(args: RolloutArgs) -> Result<Report, CommandError> {
                 .map_err(CommandError::Mock)?;
             let addr = listener.local_addr().map_err(CommandError::Mock)?;
             let (tx, rx) = oneshot::channel::<()>();
-            let config = scripted::mock_config(&prompts, args.multi_agent);
-            let scripted_prompts = scripted::scripted_prompt_count(&config);
+            let config = scripted::mock_config(&prompts);
+            let scripted_prompts = scripted::scripted_prompt_count(&prompts);
             let task = tokio::spawn(mock_server::run(listener, config, async move {
                 let _ = rx.await;
             }));

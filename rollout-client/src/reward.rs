@@ -4,30 +4,29 @@
 //! reduced to what a toy run needs: the answer after `</think>` when there is one, its last number,
 //! compared with the label as numbers (so `42`, `42.0` and `+42` all match a label of `42`).
 
-/// The last number in `text`: an optional sign, digits, an optional decimal part.
+/// The last number in `text`: an optional sign, digits, and at most one decimal point between
+/// digits (so the last number of `1.2.3` is `2.3`).
 pub fn last_number(text: &str) -> Option<&str> {
     let bytes = text.as_bytes();
-    let mut end = bytes.len();
+    let last_digit = bytes.iter().rposition(u8::is_ascii_digit)?;
+    let mut start = last_digit;
+    let mut seen_dot = false;
     loop {
-        // Find the last digit at or before `end`.
-        let last_digit = bytes[..end].iter().rposition(u8::is_ascii_digit)?;
-        let mut start = last_digit;
-        while start > 0 && (bytes[start - 1].is_ascii_digit() || bytes[start - 1] == b'.') {
+        while start > 0 && bytes[start - 1].is_ascii_digit() {
             start -= 1;
         }
-        // A leading '.' without a digit before it is punctuation, not part of the number.
-        while start < last_digit && bytes[start] == b'.' {
-            start += 1;
-        }
-        if start > 0 && matches!(bytes[start - 1], b'-' | b'+') {
+        if !seen_dot && start >= 2 && bytes[start - 1] == b'.' && bytes[start - 2].is_ascii_digit()
+        {
+            seen_dot = true;
             start -= 1;
+            continue;
         }
-        let candidate = &text[start..=last_digit];
-        if candidate.parse::<f64>().is_ok() {
-            return Some(candidate);
-        }
-        end = start;
+        break;
     }
+    if start > 0 && matches!(bytes[start - 1], b'-' | b'+') {
+        start -= 1;
+    }
+    Some(&text[start..=last_digit])
 }
 
 /// The part of a response that is graded: the text after the last `</think>`, or all of it.
@@ -60,7 +59,7 @@ mod tests {
         check("What is 17 + 25? It is 42.", Some("42"));
         check("x = -3", Some("-3"));
         check("3.5 apples", Some("3.5"));
-        check("version 1.2.3", Some("3"));
+        check("version 1.2.3", Some("2.3"));
         check("no digits", None);
         check("", None);
         check("ends with 7", Some("7"));
