@@ -18,12 +18,31 @@ use crate::metrics::Gauges;
 use crate::routes::AppState;
 
 fn json_ok(value: &serde_json::Value) -> Response {
+    json_bytes(serde_json::to_vec(value).unwrap_or_default())
+}
+
+fn json_bytes(body: Vec<u8>) -> Response {
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],
-        serde_json::to_vec(value).unwrap_or_default(),
+        body,
     )
         .into_response()
+}
+
+/// A JSON object with its keys in the order given, as Python dicts keep them (`json!` would sort them).
+fn ordered(pairs: &[(&str, serde_json::Value)]) -> Response {
+    let mut out = vec![b'{'];
+    for (i, (key, value)) in pairs.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let _ = serde_json::to_writer(&mut out, key);
+        out.push(b':');
+        let _ = serde_json::to_writer(&mut out, value);
+    }
+    out.push(b'}');
+    json_bytes(out)
 }
 
 /// A JSON body into `T` (an empty body is `{}`), with FastAPI's 400 for the wrong shape.
@@ -78,14 +97,20 @@ pub async fn pause_generation(State(state): State<AppState>, body: Bytes) -> Res
     };
     state.control().pause(mode);
     tracing::info!(mode = mode_name, "generation paused");
-    json_ok(&json!({"message": "Generation paused successfully.", "status": "ok"}))
+    ordered(&[
+        ("message", json!("Generation paused successfully.")),
+        ("status", json!("ok")),
+    ])
 }
 
 /// `/continue_generation`.
 pub async fn continue_generation(State(state): State<AppState>) -> Response {
     state.control().resume();
     tracing::info!("generation continued");
-    json_ok(&json!({"message": "Generation continued successfully.", "status": "ok"}))
+    ordered(&[
+        ("message", json!("Generation continued successfully.")),
+        ("status", json!("ok")),
+    ])
 }
 
 /// The fields every weight-update request shares.
@@ -134,11 +159,14 @@ pub async fn update_weights_from_disk(State(state): State<AppState>, body: Bytes
         return ApiError::Validation("model_path: Field required".to_owned()).into_response();
     }
     run_weight_update(&state, &req).await;
-    json_ok(&json!({
-        "success": true,
-        "message": update_message("Succeeded to update model weights.", &req),
-        "num_paused_requests": 0,
-    }))
+    ordered(&[
+        ("success", json!(true)),
+        (
+            "message",
+            json!(update_message("Succeeded to update model weights.", &req)),
+        ),
+        ("num_paused_requests", json!(0)),
+    ])
 }
 
 /// `/update_weights_from_tensor`: `{"success","message"}`.
@@ -165,17 +193,32 @@ async fn weight_update_simple(state: &AppState, body: &[u8], base: &str) -> Resp
         Err(err) => return err.into_response(),
     };
     run_weight_update(state, &req).await;
-    json_ok(&json!({"success": true, "message": update_message(base, &req)}))
+    ordered(&[
+        ("success", json!(true)),
+        ("message", json!(update_message(base, &req))),
+    ])
 }
 
 /// `/init_weights_update_group`: accepted, nothing to connect to.
 pub async fn init_weights_update_group() -> Response {
-    json_ok(&json!({"success": true, "message": "Succeeded to initialize custom process group."}))
+    ordered(&[
+        ("success", json!(true)),
+        (
+            "message",
+            json!("Succeeded to initialize custom process group."),
+        ),
+    ])
 }
 
 /// `/destroy_weights_update_group`.
 pub async fn destroy_weights_update_group() -> Response {
-    json_ok(&json!({"success": true, "message": "Succeeded to destroy custom process group."}))
+    ordered(&[
+        ("success", json!(true)),
+        (
+            "message",
+            json!("Succeeded to destroy custom process group."),
+        ),
+    ])
 }
 
 #[derive(Deserialize)]
@@ -202,11 +245,14 @@ pub async fn update_weight_version(State(state): State<AppState>, body: Bytes) -
         state.control().abort("", true);
     }
     state.control().set_weight_version(&version);
-    json_ok(&json!({
-        "success": true,
-        "message": format!("Weight version updated to {version}"),
-        "new_version": version,
-    }))
+    ordered(&[
+        ("success", json!(true)),
+        (
+            "message",
+            json!(format!("Weight version updated to {version}")),
+        ),
+        ("new_version", json!(version)),
+    ])
 }
 
 /// `/release_memory_occupation` and `/resume_memory_occupation`: 200 with `null`.

@@ -560,6 +560,7 @@ impl<G> StreamRun<G> {
         };
         let reason = match control.admit(&handle).await {
             Admission::Run(ticket) => {
+                self.run.weight_version = control.weight_version();
                 self.admit = Admit::Running {
                     _held: Some((ticket, handle)),
                 };

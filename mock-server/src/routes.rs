@@ -546,16 +546,13 @@ async fn generate_handler(State(state): State<AppState>, req: Request) -> Respon
     drop(_entered);
     let result = match control.admit(&handle).await {
         Admission::Run(ticket) => {
+            // The version is read when the answer is written: a request held back by a weight update
+            // reports the new one.
             let result = generate::run_items(&run, &plan)
                 .await
                 .and_then(|completed| {
-                    generate::encode_body(
-                        config,
-                        state.model(),
-                        &plan,
-                        &completed,
-                        &run.weight_version,
-                    )
+                    let version = control.weight_version();
+                    generate::encode_body(config, state.model(), &plan, &completed, &version)
                 });
             drop(ticket);
             result

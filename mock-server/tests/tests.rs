@@ -4,6 +4,9 @@
 /// Servers (in-process and live), the SSE reader, order-preserving JSON, stream reassembly.
 #[path = "areas/common.rs"]
 mod common;
+/// The control plane under concurrency: aborts, pause and continue, queue limits, weight versions, flush_cache.
+#[path = "areas/control.rs"]
+mod control;
 /// Worker endpoints, auth, 404/405, health, info, load, flush_cache, graceful shutdown.
 #[path = "areas/endpoints.rs"]
 mod endpoints;
@@ -13,6 +16,9 @@ mod faults;
 /// The spec's wire examples (§7) as golden files, checked key by key; values from the oracle.
 #[path = "areas/golden.rs"]
 mod golden;
+/// The latency model on tokio's paused clock, and `/metrics`.
+#[path = "areas/latency.rs"]
+mod latency;
 /// Server output equals the oracle, non-streamed and streamed in every output mode.
 #[path = "areas/oracle.rs"]
 mod oracle;
@@ -22,6 +28,9 @@ mod properties;
 /// A Python client reading logprobs the way slime does, against the live server.
 #[path = "areas/python_client.rs"]
 mod python_client;
+/// Scripted answers: chosen text with true logprobs, matched on decoded prompts, followed by the oracle.
+#[path = "areas/scripted.rs"]
+mod scripted;
 /// SSE framing byte by byte, stream_interval, index on batch and n chunks, deltas.
 #[path = "areas/streaming.rs"]
 mod streaming;

@@ -1,0 +1,429 @@
+//! The RL control plane with real concurrent requests: `/abort_request` by rid prefix and `abort_all` on
+//! running, streamed and queued requests, pause and continue in every mode, weight-version changes, weight
+//! updates that wait for or abort running requests, `/flush_cache` refusing while busy, the running limit and
+//! the full-queue 503. Time is tokio's paused clock, so "running" means "between two simulated tokens".
+
+use std::time::Duration;
+
+use mock_server::{LatencyConfig, ServerConfig};
+use serde_json::{Value, json};
+
+use crate::common::{InProcess, Node, Reply, sse_json};
+
+/// One simulated second per token, so a request stays in flight until the test moves the clock.
+fn slow() -> ServerConfig {
+    ServerConfig {
+        latency: LatencyConfig {
+            itl_ms: 1000.0,
+            ..LatencyConfig::default()
+        },
+        ..ServerConfig::default()
+    }
+}
+
+fn request(rid: &str, tokens: u32, stream: bool) -> Value {
+    json!({
+        "text": "control plane",
+        "rid": rid,
+        "stream": stream,
+        "sampling_params": {"max_new_tokens": tokens, "ignore_eos": true},
+        "return_logprob": true,
+    })
+}
+
+fn spawn_generate(server: &InProcess, body: Value) -> tokio::task::JoinHandle<Reply> {
+    let server = server.clone();
+    tokio::spawn(async move { server.generate(&body).await })
+}
+
+async fn post(server: &InProcess, path: &str, body: Value) -> Reply {
+    server
+        .post(path, serde_json::to_vec(&body).expect("serialisable"))
+        .await
+}
+
+async fn stats(server: &InProcess) -> Value {
+    server.get("/admin/stats").await.json()
+}
+
+/// Move the paused clock forward in 100 ms steps, letting spawned requests run after each.
+async fn advance_ms(ms: u64) {
+    let mut left = ms;
+    while left > 0 {
+        let step = left.min(100);
+        tokio::time::advance(Duration::from_millis(step)).await;
+        for _ in 0..16 {
+            tokio::task::yield_now().await;
+        }
+        left -= step;
+    }
+}
+
+fn ids(v: &Value) -> Vec<Value> {
+    v["output_ids"].as_array().cloned().unwrap_or_default()
+}
+
+#[tokio::test(start_paused = true)]
+async fn abort_request_by_rid_prefix_stops_running_requests_with_their_partial_output() {
+    let server = InProcess::new(slow());
+    let a = spawn_generate(&server, request("job-a", 50, false));
+    let b = spawn_generate(&server, request("job-b", 50, false));
+    let other = spawn_generate(&server, request("other", 5, false));
+    advance_ms(3500).await;
+    assert_eq!(stats(&server).await["running"], 3);
+    let reply = post(&server, "/abort_request", json!({"rid": "job"})).await;
+    assert_eq!(reply.status, 200);
+    assert!(
+        reply.body.is_empty(),
+        "an empty body, as SGLang's Response(200)"
+    );
+    for handle in [a, b] {
+        let reply = handle.await.unwrap();
+        assert_eq!(reply.status, 200);
+        let v = reply.json();
+        assert_eq!(
+            v["meta_info"]["finish_reason"],
+            json!({"type": "abort", "message": "Aborted", "status_code": null, "err_type": null})
+        );
+        let n = ids(&v).len();
+        assert_eq!(
+            n, 4,
+            "one token at once, then one per simulated second for 3.5 s"
+        );
+        assert_eq!(v["meta_info"]["completion_tokens"], n);
+        assert_eq!(
+            v["meta_info"]["output_token_logprobs"]
+                .as_array()
+                .unwrap()
+                .len(),
+            n
+        );
+        // The partial answer is the start of the full one, logprobs included.
+        let rid = v["meta_info"]["id"].as_str().unwrap().to_owned();
+        let full = server
+            .oracle
+            .expect(&serde_json::to_vec(&request(&rid, 50, false)).unwrap())
+            .unwrap();
+        assert_eq!(
+            v["meta_info"]["output_token_logprobs"].as_array().unwrap()[..],
+            full.body["meta_info"]["output_token_logprobs"]
+                .as_array()
+                .unwrap()[..n]
+        );
+    }
+    let other = other.await.unwrap().json();
+    assert_eq!(other["meta_info"]["finish_reason"]["type"], "length");
+    // Unknown rids and an empty rid are no-ops with 200.
+    assert_eq!(
+        post(&server, "/abort_request", json!({"rid": "nobody"}))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(post(&server, "/abort_request", json!({})).await.status, 200);
+    let bad = server.post("/abort_request", "{not json").await;
+    assert_eq!(bad.status, 400);
+}
+
+#[tokio::test(start_paused = true)]
+async fn abort_all_ends_streams_with_an_abort_chunk_then_done() {
+    let server = InProcess::new(slow());
+    let streamed = spawn_generate(&server, request("s1", 50, true));
+    advance_ms(2500).await;
+    post(&server, "/abort_request", json!({"abort_all": true})).await;
+    let reply = streamed.await.unwrap();
+    let chunks = sse_json(&reply.body);
+    let last = chunks.last().unwrap();
+    assert_eq!(last["meta_info"]["finish_reason"]["type"], "abort");
+    assert_eq!(last["meta_info"]["finish_reason"]["message"], "Aborted");
+    assert!(
+        chunks[..chunks.len() - 1]
+            .iter()
+            .all(|c| c["meta_info"]["finish_reason"].is_null())
+    );
+    assert_eq!(ids(last).len(), chunks.len() - 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn queued_requests_abort_with_the_waiting_queue_shape_and_a_full_queue_is_503() {
+    let server = InProcess::new(ServerConfig {
+        max_running_requests: Some(1),
+        max_queued_requests: Some(1),
+        ..slow()
+    });
+    let running = spawn_generate(&server, request("run", 5, false));
+    advance_ms(10).await;
+    let queued = spawn_generate(&server, request("queued", 5, false));
+    let queued_stream = {
+        // The queue holds one: a second waiting request is refused.
+        advance_ms(10).await;
+        let full = server.generate(&request("third", 5, false)).await;
+        assert_eq!(full.status, 503);
+        assert_eq!(
+            full.text(),
+            r#"{"object":"error","message":"The request queue is full.","type":"503","param":null,"code":503}"#
+        );
+        let full_stream = server.generate(&request("fourth", 5, true)).await;
+        assert_eq!(full_stream.status, 200);
+        sse_json(&full_stream.body)
+    };
+    assert_eq!(
+        queued_stream[0]["meta_info"]["finish_reason"],
+        json!({"type": "abort", "status_code": 503, "message": "The request queue is full."})
+    );
+    let s = stats(&server).await;
+    assert_eq!(
+        (s["running"].clone(), s["waiting"].clone()),
+        (json!(1), json!(1))
+    );
+    let load = server.get("/get_load").await.json();
+    assert_eq!(load[0]["num_waiting_reqs"], 1);
+
+    post(&server, "/abort_request", json!({"rid": "queued"})).await;
+    let reply = queued.await.unwrap();
+    assert_eq!(reply.status, 200);
+    let node = Node::parse(&reply.body);
+    assert_eq!(
+        node.get("meta_info").unwrap().keys(),
+        [
+            "id",
+            "finish_reason",
+            "weight_version",
+            "e2e_latency",
+            "input_token_logprobs",
+            "output_token_logprobs",
+            "completion_tokens"
+        ],
+        "no prompt_tokens, no cached_tokens"
+    );
+    assert_eq!(
+        reply.json()["meta_info"]["finish_reason"],
+        json!({"type": "abort", "message": "Abort in waiting queue"})
+    );
+    let done = running.await.unwrap().json();
+    assert_eq!(done["meta_info"]["finish_reason"]["type"], "length");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_running_limit_serialises_requests() {
+    let server = InProcess::new(ServerConfig {
+        max_running_requests: Some(1),
+        ..slow()
+    });
+    let started = tokio::time::Instant::now();
+    let a = spawn_generate(&server, request("a", 3, false));
+    let b = spawn_generate(&server, request("b", 3, false));
+    let (a, b) = (a.await.unwrap(), b.await.unwrap());
+    assert_eq!((a.status.as_u16(), b.status.as_u16()), (200, 200));
+    // Each takes 2 simulated seconds (3 tokens, 2 gaps); one at a time makes 4.
+    assert_eq!(started.elapsed(), Duration::from_secs(4));
+}
+
+#[tokio::test(start_paused = true)]
+async fn pause_in_place_freezes_running_and_holds_new_requests_until_continue() {
+    for mode in ["in_place", "retract"] {
+        let server = InProcess::new(slow());
+        let running = spawn_generate(&server, request("r", 6, false));
+        advance_ms(1500).await;
+        let reply = post(&server, "/pause_generation", json!({"mode": mode})).await;
+        assert_eq!(reply.status, 200);
+        assert_eq!(
+            reply.text(),
+            r#"{"message":"Generation paused successfully.","status":"ok"}"#
+        );
+        let held = spawn_generate(&server, request("new", 2, false));
+        advance_ms(60_000).await;
+        assert!(!running.is_finished() && !held.is_finished(), "{mode}");
+        let s = stats(&server).await;
+        assert_eq!(s["paused"], true);
+        assert_eq!(s["waiting"], 1, "{mode}: the new request waits");
+        let reply = post(&server, "/continue_generation", json!({})).await;
+        assert_eq!(
+            reply.text(),
+            r#"{"message":"Generation continued successfully.","status":"ok"}"#
+        );
+        for (handle, rid, n) in [(running, "r", 6), (held, "new", 2)] {
+            let v = handle.await.unwrap().json();
+            let expected = server
+                .oracle
+                .expect(&serde_json::to_vec(&request(rid, n, false)).unwrap())
+                .unwrap();
+            assert_eq!(
+                ids(&v),
+                ids(&expected.body),
+                "{mode}: resumed output is unchanged"
+            );
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn pause_in_abort_mode_aborts_in_flight_requests() {
+    let server = InProcess::new(slow());
+    let running = spawn_generate(&server, request("r", 50, false));
+    advance_ms(2500).await;
+    post(&server, "/pause_generation", json!({})).await;
+    let v = running.await.unwrap().json();
+    assert_eq!(v["meta_info"]["finish_reason"]["message"], "Aborted");
+    assert!(!ids(&v).is_empty());
+    let bad = post(&server, "/pause_generation", json!({"mode": "sideways"})).await;
+    assert_eq!(bad.status, 400);
+    post(&server, "/continue_generation", json!({})).await;
+    let after = server.generate(&request("after", 2, false)).await.json();
+    assert_eq!(after["meta_info"]["finish_reason"]["type"], "length");
+}
+
+#[tokio::test]
+async fn weight_versions_change_what_responses_report() {
+    let server = InProcess::new(ServerConfig {
+        weight_version: "v0".to_owned(),
+        ..ServerConfig::default()
+    });
+    let version = |v: &Value| v["meta_info"]["weight_version"].clone();
+    assert_eq!(
+        version(&server.generate(&request("a", 2, false)).await.json()),
+        "v0"
+    );
+
+    let reply = post(
+        &server,
+        "/update_weight_version",
+        json!({"new_version": "v1"}),
+    )
+    .await;
+    assert_eq!(
+        reply.json(),
+        json!({"success": true, "message": "Weight version updated to v1", "new_version": "v1"})
+    );
+    assert_eq!(
+        version(&server.generate(&request("b", 2, false)).await.json()),
+        "v1"
+    );
+    let chunks = sse_json(&server.generate(&request("c", 2, true)).await.body);
+    assert!(chunks.iter().all(|c| version(c) == "v1"));
+    assert_eq!(
+        server.get("/model_info").await.json()["weight_version"],
+        "v1"
+    );
+    assert_eq!(
+        server.get("/server_info").await.json()["weight_version"],
+        "v1"
+    );
+
+    let reply = post(
+        &server,
+        "/update_weights_from_disk",
+        json!({"model_path": "/ckpt/step-2", "weight_version": "v2"}),
+    )
+    .await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(
+        reply.json(),
+        json!({
+            "success": true,
+            "message": "Succeeded to update model weights. Weight version updated to v2.",
+            "num_paused_requests": 0
+        })
+    );
+    assert_eq!(
+        version(&server.generate(&request("d", 2, false)).await.json()),
+        "v2"
+    );
+    let missing = post(&server, "/update_weights_from_disk", json!({})).await;
+    assert_eq!(missing.status, 400);
+    assert_eq!(missing.json()["object"], "error");
+
+    for (path, body) in [
+        (
+            "/update_weights_from_tensor",
+            json!({"serialized_named_tensors": [], "weight_version": "v3"}),
+        ),
+        (
+            "/update_weights_from_distributed",
+            json!({"names": [], "dtypes": [], "shapes": [], "weight_version": "v4"}),
+        ),
+        ("/init_weights_update_group", json!({"master_address": "x"})),
+        ("/destroy_weights_update_group", json!({"group_name": "g"})),
+    ] {
+        let reply = post(&server, path, body).await;
+        assert_eq!(reply.status, 200, "{path}");
+        assert_eq!(
+            Node::parse(&reply.body).keys(),
+            ["success", "message"],
+            "{path}"
+        );
+    }
+    assert_eq!(
+        version(&server.generate(&request("e", 2, false)).await.json()),
+        "v4"
+    );
+    for path in ["/release_memory_occupation", "/resume_memory_occupation"] {
+        assert_eq!(post(&server, path, json!({})).await.text(), "null");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn weight_updates_wait_for_running_requests_or_abort_them() {
+    let server = InProcess::new(ServerConfig {
+        weight_update_ms: 500,
+        ..slow()
+    });
+    let running = spawn_generate(&server, request("r", 4, false));
+    advance_ms(10).await;
+    let update = {
+        let server = server.clone();
+        tokio::spawn(async move {
+            post(
+                &server,
+                "/update_weights_from_disk",
+                json!({"model_path": "p", "weight_version": "w1"}),
+            )
+            .await
+        })
+    };
+    advance_ms(1000).await;
+    assert!(
+        !update.is_finished(),
+        "the update waits for the running request"
+    );
+    // A request arriving during the update waits for it, then reports the new version.
+    let during = spawn_generate(&server, request("during", 2, false));
+    let v = running.await.unwrap().json();
+    assert_eq!(v["meta_info"]["weight_version"], "default");
+    assert_eq!(update.await.unwrap().status, 200);
+    assert_eq!(
+        during.await.unwrap().json()["meta_info"]["weight_version"],
+        "w1"
+    );
+
+    let running = spawn_generate(&server, request("r2", 50, false));
+    advance_ms(2500).await;
+    let reply = post(
+        &server,
+        "/update_weight_version",
+        json!({"new_version": "w2", "abort_all_requests": true}),
+    )
+    .await;
+    assert_eq!(reply.status, 200);
+    let v = running.await.unwrap().json();
+    assert_eq!(v["meta_info"]["finish_reason"]["type"], "abort");
+}
+
+#[tokio::test(start_paused = true)]
+async fn flush_cache_refuses_while_requests_run() {
+    let server = InProcess::new(slow());
+    let running = spawn_generate(&server, request("r", 3, false));
+    advance_ms(10).await;
+    let refused = server.post("/flush_cache", "").await;
+    assert_eq!(refused.status, 400);
+    assert_eq!(refused.content_type(), "text/plain; charset=utf-8");
+    assert!(
+        refused.text().contains("#running-req: 1"),
+        "{}",
+        refused.text()
+    );
+    running.await.unwrap();
+    let flushed = server.post("/flush_cache", "").await;
+    assert_eq!(flushed.status, 200);
+    assert!(flushed.text().starts_with("Cache flushed."));
+}
