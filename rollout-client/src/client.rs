@@ -81,9 +81,26 @@ pub struct ClientBuilder {
     retry: RetryPolicy,
     max_concurrency: usize,
     stream_mode: StreamMode,
+    headers: HeaderMap,
+    bad_header: Option<String>,
 }
 
 impl ClientBuilder {
+    /// An extra header on every request, e.g. a router's routing key or the mock's `X-Mock-Fault`.
+    /// An invalid name or value is reported by [`ClientBuilder::build`].
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        match (
+            reqwest::header::HeaderName::from_bytes(name.as_bytes()),
+            reqwest::header::HeaderValue::from_str(value),
+        ) {
+            (Ok(n), Ok(v)) => {
+                self.headers.insert(n, v);
+            }
+            _ => self.bad_header = Some(name.to_owned()),
+        }
+        self
+    }
+
     /// `Authorization: Bearer <key>` on every request (SGLang's `--api-key`, router `--api-key`).
     pub fn api_key(mut self, key: impl Into<String>) -> Self {
         self.api_key = Some(key.into());
@@ -126,7 +143,11 @@ impl ClientBuilder {
         if !base_url.starts_with("http://") || base_url.len() <= "http://".len() {
             return Err(ClientError::InvalidBaseUrl { url: self.base_url });
         }
+        if let Some(name) = self.bad_header {
+            return Err(ClientError::InvalidHeader { name });
+        }
         let mut http = reqwest::Client::builder()
+            .default_headers(self.headers)
             .connect_timeout(self.connect_timeout.unwrap_or(Duration::from_secs(10)));
         if let Some(t) = self.request_timeout {
             http = http.timeout(t);
@@ -217,6 +238,8 @@ impl Client {
             retry: RetryPolicy::default(),
             max_concurrency: 256,
             stream_mode: StreamMode::Auto,
+            headers: HeaderMap::new(),
+            bad_header: None,
         }
     }
 
@@ -248,6 +271,35 @@ impl Client {
     pub async fn abort(&self, req: &AbortRequest) -> Result<(), ClientError> {
         let url = self.url("/abort_request");
         let body = Bytes::from(serde_json::to_vec(req).map_err(ClientError::Encode)?);
+        self.with_retries(&url, body, |resp, url| async move {
+            resp.bytes()
+                .await
+                .map_err(|e| Failure::retry(transport(&url, e)))?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// `POST /pause_generation`: new generate calls wait until [`Client::continue_generation`].
+    /// `mode` is SGLang's [LATEST] `"abort"` (the default: in-flight requests finish with an abort),
+    /// `"retract"` or `"in_place"`; `None` sends no body, as older servers expect.
+    pub async fn pause_generation(&self, mode: Option<&str>) -> Result<(), ClientError> {
+        let body = match mode {
+            Some(mode) => serde_json::to_vec(&serde_json::json!({ "mode": mode }))
+                .map_err(ClientError::Encode)?,
+            None => Vec::new(),
+        };
+        self.post_admin("/pause_generation", Bytes::from(body))
+            .await
+    }
+
+    /// `POST /continue_generation`: waiting and paused requests run again.
+    pub async fn continue_generation(&self) -> Result<(), ClientError> {
+        self.post_admin("/continue_generation", Bytes::new()).await
+    }
+
+    async fn post_admin(&self, path: &str, body: Bytes) -> Result<(), ClientError> {
+        let url = self.url(path);
         self.with_retries(&url, body, |resp, url| async move {
             resp.bytes()
                 .await

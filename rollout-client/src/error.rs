@@ -171,6 +171,8 @@ pub enum SampleError {
 pub enum ClientError {
     #[error("base URL {url:?} is not an http:// URL")]
     InvalidBaseUrl { url: String },
+    #[error("header {name:?} has an invalid name or value")]
+    InvalidHeader { name: String },
     #[error("could not build the HTTP client")]
     Build(#[source] reqwest::Error),
     #[error("could not encode the request body")]
