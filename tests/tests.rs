@@ -3,6 +3,8 @@
 //! Every property test owns one tokio runtime and one in-process `sglang-mock` (bound to
 //! 127.0.0.1:0) for all its cases, and runs `PROPTEST_CASES` cases (default [`common::cases`]).
 
+/// Aborts during a rollout: partial samples keep tokens and logprobs, resume, and mask the off-policy prefix.
+mod aborts;
 /// Shared helpers: the per-test runtime and server, the oracle replay of a sample, proptest config.
 mod common;
 /// Faulted server responses become typed client errors, never samples.

@@ -1,0 +1,187 @@
+//! Aborts during a rollout: the partial sample keeps its tokens and logprobs, resumes, and (optionally) masks the
+//! off-policy prefix, and every token still equals the oracle's.
+
+use mock_server::ServerConfig;
+use proptest::prelude::*;
+use rollout_client::request::IdsInput;
+use rollout_client::rollout::{self, RolloutConfig};
+use rollout_client::train;
+use rollout_client::{
+    AbortRequest, Client, GenerateRequest, RetryPolicy, Reward, Sample, SampleStatus,
+    SamplingParams,
+};
+
+use crate::common::{Mock, assert_aligned, block_on, runner, runtime};
+
+fn config(max_new: u32, seed: u64, stream: bool, mask: bool) -> RolloutConfig {
+    RolloutConfig {
+        sampling_params: SamplingParams {
+            max_new_tokens: Some(max_new),
+            sampling_seed: Some(seed),
+            ..SamplingParams::default()
+        },
+        stream,
+        mask_offpolicy_in_partial_rollout: mask,
+    }
+}
+
+/// What the oracle generates for `input` with `max_new` tokens left.
+fn oracle_output(mock: &Mock, input: &[u32], max_new: u32, seed: u64) -> (Vec<u32>, Vec<f32>) {
+    let req = GenerateRequest {
+        input_ids: Some(IdsInput::One(input.to_vec())),
+        sampling_params: SamplingParams {
+            max_new_tokens: Some(max_new),
+            sampling_seed: Some(seed),
+            ..SamplingParams::default()
+        },
+        return_logprob: true,
+        ..GenerateRequest::default()
+    };
+    let e = mock
+        .oracle
+        .expect(&serde_json::to_vec(&req).expect("encode"))
+        .expect("oracle");
+    (
+        e.items[0].output_ids.clone(),
+        e.items[0].output_logprobs.clone(),
+    )
+}
+
+#[test]
+fn a_running_abort_keeps_the_partial_output_and_resumes() {
+    let rt = runtime();
+    let mock = Mock::start(&rt, ServerConfig::default());
+    let plain = mock.client();
+    let strategy = (
+        prop::collection::vec(256u32..151_000, 1..8),
+        1u64..12,
+        4u32..24,
+        0u64..1 << 40,
+        any::<bool>(),
+        any::<bool>(),
+    );
+    runner(24)
+        .run(&strategy, |(prompt, after, max_new, seed, stream, mask)| {
+            let aborting = Client::builder(&mock.url)
+                .header("X-Mock-Fault", &format!("abort-running;after={after}"))
+                .retry(RetryPolicy {
+                    max_retries: 0,
+                    ..RetryPolicy::default()
+                })
+                .build()
+                .expect("client");
+            let cfg = config(max_new, seed, stream, mask);
+            let (full_ids, full_lps) = oracle_output(&mock, &prompt, max_new, seed);
+            let mut s = Sample::new("p", prompt.clone());
+            block_on(&rt, rollout::generate(&aborting, &mut s, &cfg))
+                .expect("an abort is an answer");
+            assert_aligned(&s);
+            let k = s.response_length();
+            if s.status != SampleStatus::Aborted {
+                // The generation ended before the abort point.
+                prop_assert!(after as usize >= full_ids.len(), "status {:?}", s.status);
+                prop_assert_eq!(s.response_tokens(), full_ids.as_slice());
+                return Ok(());
+            }
+            // The partial output is the oracle's generation cut after `after` tokens, logprobs kept.
+            prop_assert_eq!(k, (after as usize).min(full_ids.len()));
+            prop_assert_eq!(s.response_tokens(), &full_ids[..k]);
+            prop_assert_eq!(s.rollout_log_probs(), &full_lps[..k]);
+
+            block_on(&rt, rollout::resume(&plain, &mut s, &cfg)).expect("resume");
+            assert_aligned(&s);
+            prop_assert!(matches!(
+                s.status,
+                SampleStatus::Completed | SampleStatus::Truncated
+            ));
+            let mut input = prompt.clone();
+            input.extend(&full_ids[..k]);
+            let (rest_ids, rest_lps) = oracle_output(&mock, &input, max_new - k as u32, seed);
+            prop_assert_eq!(&s.response_tokens()[..k], &full_ids[..k]);
+            prop_assert_eq!(&s.response_tokens()[k..], rest_ids.as_slice());
+            prop_assert_eq!(&s.rollout_log_probs()[..k], &full_lps[..k]);
+            prop_assert_eq!(&s.rollout_log_probs()[k..], rest_lps.as_slice());
+            let want_mask: Vec<u8> = (0..s.response_length())
+                .map(|i| u8::from(!(mask && i < k)))
+                .collect();
+            prop_assert_eq!(s.loss_mask(), want_mask.as_slice());
+
+            // The resumed sample is a valid GRPO input, masked prefix and all.
+            s.reward = Some(Reward::Scalar(1.0));
+            let mut batch = vec![s.clone(), s];
+            batch[1].reward = Some(Reward::Scalar(0.0));
+            let out = train::grpo_advantages(
+                &mut batch,
+                &train::slime_options(2, 1),
+                &grpo::AdvantageConfig::default(),
+                None,
+            )
+            .expect("grpo");
+            prop_assert!(out.loss.is_finite());
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// How many requests wait in the mock's queue (`/get_load`).
+async fn waiting(url: &str) -> u64 {
+    let bytes = reqwest::get(format!("{url}/get_load"))
+        .await
+        .expect("get_load")
+        .bytes()
+        .await
+        .expect("body");
+    let body: serde_json::Value = serde_json::from_slice(&bytes).expect("json");
+    body[0]["num_waiting_reqs"].as_u64().unwrap_or(0)
+}
+
+/// slime's abort path for real: generation is paused, a request waits, `/abort_request` (a rid
+/// prefix, as SGLang matches it) ends it with "Abort in waiting queue", and after
+/// `/continue_generation` the sample resumes to exactly what an uninterrupted rollout gives.
+#[test]
+fn an_abort_in_the_waiting_queue_resumes_to_the_uninterrupted_result() {
+    let rt = runtime();
+    let mock = Mock::start(&rt, ServerConfig::default());
+    let client = mock.client();
+    block_on(&rt, async {
+        let prompt = vec![151_934, 900, 901, 902];
+        let cfg = config(16, 9, false, true);
+        let mut want = Sample::new("p", prompt.clone());
+        rollout::generate(&client, &mut want, &cfg)
+            .await
+            .expect("reference");
+
+        client.pause_generation(Some("abort")).await.expect("pause");
+        let mut req = rollout::next_request(&Sample::new("p", prompt.clone()), &cfg).expect("req");
+        req.rid = Some("rollout-7-sample-0".into());
+        let pending = tokio::spawn({
+            let client = client.clone();
+            async move { client.generate(&req).await }
+        });
+        // Wait until the server holds the request; polling, not sleeping.
+        while waiting(&mock.url).await == 0 {
+            tokio::task::yield_now().await;
+        }
+        client
+            .abort(&AbortRequest {
+                rid: "rollout-7".into(),
+                abort_all: false,
+            })
+            .await
+            .expect("abort");
+        let turn = pending.await.expect("join").expect("an abort is an answer");
+        assert!(turn.is_abort(), "{:?}", turn.finish_reason);
+        let mut s = Sample::new("p", prompt);
+        s.apply_turn(&turn).expect("apply");
+        assert_eq!(s.status, SampleStatus::Aborted);
+        assert_aligned(&s);
+
+        client.continue_generation().await.expect("continue");
+        rollout::resume(&client, &mut s, &cfg)
+            .await
+            .expect("resume");
+        assert_eq!(s.response_tokens(), want.response_tokens());
+        assert_eq!(s.rollout_log_probs(), want.rollout_log_probs());
+        assert_eq!(s.status, want.status);
+    });
+}
