@@ -5,6 +5,8 @@
 
 /// Aborts during a rollout: partial samples keep tokens and logprobs, resume, and mask the off-policy prefix.
 mod aborts;
+/// slime's multi-agent example on a scripted mock: every reward-shaping branch, oracle logprobs, one rollout id.
+mod agents;
 /// Shared helpers: the per-test runtime and server, the oracle replay of a sample, proptest config.
 mod common;
 /// Faulted server responses become typed client errors, never samples.
