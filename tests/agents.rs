@@ -1,7 +1,6 @@
 //! slime's multi-agent example against a scripted mock: every branch of the reward shaping, the shared rollout
 //! id, and every emitted sample's logprobs equal to the oracle's token for token.
 
-use mock_server::ServerConfig;
 use mock_server::config::{ScriptFinish, ScriptRule};
 use rollout_client::multi_agent::{self, MultiAgentConfig, SELECTOR_MARKER};
 use rollout_client::prompts::LabeledPrompt;

@@ -133,7 +133,7 @@ proptest! {
         let n = lens.len();
         // At least one sample lacks logprobs; which ones depends on the seed.
         let mut present: Vec<bool> = (0..n)
-            .map(|i| (seed.rotate_left(i as u32 % 64) ^ i as u64) % (missing_share as u64 + 1) != 0)
+            .map(|i| !(seed.rotate_left(i as u32 % 64) ^ i as u64).is_multiple_of(missing_share as u64 + 1))
             .collect();
         present[(seed % n as u64) as usize] = false;
         let p = parts(&lens, &present);

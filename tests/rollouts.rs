@@ -236,9 +236,9 @@ fn random_rollouts_reach_grpo_aligned_and_equal_to_the_oracle() {
             let outcome =
                 train::grpo_advantages(&mut samples, &options, &AdvantageConfig::default(), None)
                     .expect("GRPO accepts every sample the client built");
-            for i in 0..samples.len() {
+            for (i, s) in samples.iter().enumerate() {
                 prop_assert!(outcome.advantages.sample(i).is_finite());
-                prop_assert!(samples[i].extra["advantage"].is_f64());
+                prop_assert!(s.extra["advantage"].is_f64());
             }
             prop_assert!(outcome.loss.is_finite());
             // An off-policy step: the current policy moved a little away from the rollout policy.
