@@ -1,0 +1,157 @@
+//! The `rollout` command and its library path end to end on the embedded mock: tokenization, groups, rewards,
+//! GRPO advantages, the JSONL file, and streamed runs equal to non-streamed ones.
+
+use clap::Parser;
+use mock_server::ServerConfig;
+use rollout_client::command::{self, RolloutArgs};
+use rollout_client::prompts::{self, LabeledPrompt};
+use rollout_client::rollout::RolloutConfig;
+use rollout_client::run::{self, RunConfig};
+use rollout_client::sample::read_jsonl;
+use rollout_client::tokenize::PromptTokenizer;
+use rollout_client::{Client, SamplingParams};
+use tokio::net::TcpListener;
+
+async fn start(config: ServerConfig) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(mock_server::run(listener, config, std::future::pending()));
+    url
+}
+
+fn temp_path(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("rollout-client-test-{}-{name}", std::process::id()))
+}
+
+#[tokio::test]
+async fn server_tokenization_equals_the_mock_tokenizer() {
+    let config = ServerConfig::default();
+    let oracle = mock_server::Oracle::new(config.clone()).unwrap();
+    let client = Client::builder(start(config).await).build().unwrap();
+    for text in [
+        "What is 17 + 25?",
+        "<|im_start|>user\nka rito<|im_end|>\n",
+        "ü 1",
+    ] {
+        let ids = PromptTokenizer::Server.encode(&client, text).await.unwrap();
+        assert_eq!(ids, oracle.model().tokenizer().encode(text), "{text:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_default_command_writes_rewarded_samples_with_advantages() {
+    let output = temp_path("default.jsonl");
+    let args = RolloutArgs::parse_from([
+        "rollout",
+        "--no-progress",
+        "--output",
+        output.to_str().unwrap(),
+    ]);
+    let report = command::run_command(args)
+        .await
+        .expect("the default run works");
+    let s = &report.summary;
+    assert_eq!((s.prompts, s.samples), (16, 128));
+    assert_eq!(report.scripted_prompts, 12);
+    // Prompts 0, 1, 4, 5, 8, 9, 12, 13 are scripted to answer correctly: 8 groups of 8.
+    assert_eq!(s.rewarded, 64);
+    assert!(s.logprobs.max <= 0.0 && s.logprobs.min.is_finite());
+    let text = report.to_string();
+    assert!(text.contains("reward") && text.contains("advantage") && text.contains("logprob"));
+
+    let samples = read_jsonl(std::io::BufReader::new(
+        std::fs::File::open(&output).unwrap(),
+    ))
+    .expect("the file reads back as valid samples");
+    std::fs::remove_file(&output).ok();
+    assert_eq!(samples.len(), 128);
+    for smp in &samples {
+        assert!(smp.reward.is_some());
+        assert!(smp.extra["advantage"].is_f64());
+        assert_eq!(smp.rollout_log_probs().len(), smp.response_length());
+    }
+}
+
+#[tokio::test]
+async fn multi_agent_command_shapes_rewards() {
+    let output = temp_path("ma.jsonl");
+    let args = RolloutArgs::parse_from([
+        "rollout",
+        "--no-progress",
+        "--multi-agent",
+        "-n",
+        "2",
+        "--output",
+        output.to_str().unwrap(),
+    ]);
+    let report = command::run_command(args).await.expect("multi-agent run");
+    std::fs::remove_file(&output).ok();
+    let s = &report.summary;
+    assert_eq!(s.rollouts, 32, "16 prompts x 2 agent runs");
+    // The shaped values of a 0/1 reward model: 0, 0.8 and 1.2.
+    assert!((s.rewards.max - 1.2).abs() < 1e-12, "{:?}", s.rewards);
+    assert!(s.nonzero_advantages > 0);
+}
+
+#[tokio::test]
+async fn streamed_and_plain_runs_give_identical_samples() {
+    let prompts: Vec<LabeledPrompt> = prompts::builtin().into_iter().take(4).collect();
+    let url = start(rollout_client::scripted::mock_config(&prompts)).await;
+    let client = Client::builder(&url).build().unwrap();
+    let mut config = RunConfig {
+        n_samples_per_prompt: 3,
+        rollout: RolloutConfig {
+            sampling_params: SamplingParams {
+                max_new_tokens: Some(48),
+                ..SamplingParams::default()
+            },
+            ..RolloutConfig::default()
+        },
+        seed: Some(5),
+        ..RunConfig::default()
+    };
+    let plain = run::rollout(&client, &prompts, &config, None)
+        .await
+        .unwrap();
+    config.rollout.stream = true;
+    let streamed = run::rollout(&client, &prompts, &config, None)
+        .await
+        .unwrap();
+    assert_eq!(plain.samples, streamed.samples);
+    assert!(plain.failed.is_empty());
+}
+
+#[test]
+fn help_names_every_flag_with_its_environment_variable() {
+    use clap::CommandFactory;
+    let help = RolloutArgs::command().render_long_help().to_string();
+    for flag in [
+        "--url",
+        "--prompts",
+        "--n-samples-per-prompt",
+        "--max-new-tokens",
+        "--temperature",
+        "--top-p",
+        "--top-k",
+        "--concurrency",
+        "--stream",
+        "--multi-agent",
+        "--output",
+        "ROLLOUT_URL",
+    ] {
+        assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
+    }
+}
+
+#[test]
+fn a_bad_prompts_file_is_a_typed_error_with_the_line() {
+    let err =
+        prompts::read_jsonl("{\"prompt\":\"a\",\"label\":\"1\"}\n{\"prompt\":3}\n".as_bytes())
+            .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "line 2 of the prompts file is not {\"prompt\": string, \"label\": string}"
+    );
+    let ok = prompts::read_jsonl("{\"prompt\":\"a\",\"label\":7}\n\n".as_bytes()).unwrap();
+    assert_eq!(ok[0].label, "7");
+}
