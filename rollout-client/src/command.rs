@@ -70,6 +70,12 @@ pub struct RolloutArgs {
     #[arg(long, env = "ROLLOUT_TOP_K", default_value_t = -1, allow_negative_numbers = true)]
     pub top_k: i32,
 
+    /// DAPO's overlong buffer L_cache: answers longer than max-new-tokens minus this many tokens
+    /// lose up to 1 reward, linearly (truncated ones lose 1). 0 turns it off. Not used with
+    /// --multi-agent, whose rewards are the example's shaped 0/1 values.
+    #[arg(long, env = "ROLLOUT_OVERLONG_BUFFER", default_value_t = 32)]
+    pub overlong_buffer: usize,
+
     /// Base of the per-sample sampling_seed (seed + sample index). Default: 0 with the embedded
     /// mock (so samples differ and runs repeat), none with --url (servers without deterministic
     /// inference reject or ignore it).
@@ -147,6 +153,8 @@ pub struct Report {
     pub server: String,
     pub scripted_prompts: usize,
     pub multi_agent: bool,
+    pub overlong_buffer: usize,
+    pub max_new_tokens: u32,
     pub output: PathBuf,
     pub summary: Summary,
 }
@@ -158,7 +166,7 @@ impl fmt::Display for Report {
             writeln!(
                 f,
                 "note         the toy model writes pseudo-words, so only the {} prompts with scripted \
-                 answers can earn rewards; see rollout-client/README.md",
+                 answers (forced text, same for a whole group) can be correct; see rollout-client/README.md",
                 self.scripted_prompts
             )?;
         }
@@ -171,6 +179,25 @@ impl fmt::Display for Report {
                 "GRPO groups of n samples per prompt"
             }
         )?;
+        if self.multi_agent {
+            writeln!(
+                f,
+                "reward fn    last number of the answer == label (1 or 0), shaped x0.8 / x1.2 by the selector"
+            )?;
+        } else if self.overlong_buffer > 0 {
+            writeln!(
+                f,
+                "reward fn    last number of the answer == label (1 or 0) + DAPO overlong penalty \
+                 (0 up to {} tokens, down to -1 at {})",
+                (self.max_new_tokens as usize).saturating_sub(self.overlong_buffer),
+                self.max_new_tokens
+            )?;
+        } else {
+            writeln!(
+                f,
+                "reward fn    last number of the answer == label (1 or 0)"
+            )?;
+        }
         writeln!(f, "{}", self.summary)?;
         write!(f, "output       {}", self.output.display())
     }
@@ -253,6 +280,7 @@ pub async fn run_command(args: RolloutArgs) -> Result<Report, CommandError> {
         chat_template: !args.no_chat_template,
         multi_agent,
         group_concurrency: args.concurrency,
+        overlong_buffer: args.overlong_buffer,
         ..RunConfig::default()
     };
     let progress = (!args.no_progress).then(|| {
@@ -296,6 +324,8 @@ pub async fn run_command(args: RolloutArgs) -> Result<Report, CommandError> {
         server,
         scripted_prompts,
         multi_agent: args.multi_agent,
+        overlong_buffer: args.overlong_buffer,
+        max_new_tokens: args.max_new_tokens,
         output: args.output,
         summary: out.summary,
     })

@@ -48,6 +48,23 @@ pub fn math_reward(response: &str, label: &str) -> f64 {
     }
 }
 
+/// DAPO's soft overlong punishment (arXiv 2503.14476): 0 for a response of at most
+/// `max_len - buffer` tokens, then a linear penalty down to -1 at `max_len`, and -1 beyond.
+/// `buffer` is DAPO's `L_cache`; 0 turns the penalty off.
+pub fn overlong_penalty(response_len: usize, max_len: usize, buffer: usize) -> f64 {
+    if buffer == 0 {
+        return 0.0;
+    }
+    let free = max_len.saturating_sub(buffer);
+    if response_len <= free {
+        0.0
+    } else if response_len <= max_len {
+        (free as f64 - response_len as f64) / buffer as f64
+    } else {
+        -1.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,6 +81,16 @@ mod tests {
         check("", None);
         check("ends with 7", Some("7"));
         check("a .5 b", Some("5"));
+    }
+
+    #[test]
+    fn overlong_cases() {
+        assert_eq!(overlong_penalty(96, 128, 32), 0.0);
+        assert_eq!(overlong_penalty(112, 128, 32), -0.5);
+        assert_eq!(overlong_penalty(128, 128, 32), -1.0);
+        assert_eq!(overlong_penalty(129, 128, 32), -1.0);
+        assert_eq!(overlong_penalty(128, 128, 0), 0.0);
+        assert_eq!(overlong_penalty(5, 8, 32), -0.15625);
     }
 
     #[test]

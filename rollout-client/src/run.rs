@@ -19,7 +19,7 @@ use crate::client::Client;
 use crate::error::RolloutError;
 use crate::multi_agent::{self, MultiAgentConfig};
 use crate::prompts::LabeledPrompt;
-use crate::reward::math_reward;
+use crate::reward::{math_reward, overlong_penalty};
 use crate::rollout::{self, RolloutConfig};
 use crate::sample::{Reward, Sample, SampleStatus};
 use crate::tokenize::PromptTokenizer;
@@ -42,6 +42,9 @@ pub struct RunConfig {
     pub group_concurrency: usize,
     /// How often an aborted sample is resumed (partial rollout) before its group is given up.
     pub max_resumes: usize,
+    /// DAPO's overlong buffer `L_cache` for plain rollouts: the reward gets
+    /// [`overlong_penalty`]`(response_length, max_new_tokens, buffer)` added. 0 is off.
+    pub overlong_buffer: usize,
 }
 
 impl Default for RunConfig {
@@ -55,6 +58,7 @@ impl Default for RunConfig {
             multi_agent: None,
             group_concurrency: 64,
             max_resumes: 3,
+            overlong_buffer: 0,
         }
     }
 }
@@ -219,7 +223,15 @@ async fn run_group(
             rollout::resume(client, s, &cfg).await?;
             resumes += 1;
         }
-        s.reward = Some(Reward::Scalar(math_reward(&s.response, &prompt.label)));
+        let max_len = config
+            .rollout
+            .sampling_params
+            .max_new_tokens
+            .map_or(usize::MAX, |m| m as usize);
+        let shaping = overlong_penalty(s.response_length(), max_len, config.overlong_buffer);
+        s.reward = Some(Reward::Scalar(
+            math_reward(&s.response, &prompt.label) + shaping,
+        ));
         if let Some(pb) = progress {
             pb.inc(1);
         }
@@ -325,7 +337,10 @@ pub struct Summary {
     pub trained_tokens: usize,
     pub elapsed: Duration,
     pub rewards: Stats,
+    /// Samples with a reward above 0.
     pub rewarded: usize,
+    /// Samples whose answer matches their label (before any shaping).
+    pub correct: usize,
     pub advantages: Stats,
     pub nonzero_advantages: usize,
     pub logprobs: Stats,
@@ -390,6 +405,14 @@ impl Summary {
             trained_tokens: samples.iter().map(Sample::effective_response_length).sum(),
             elapsed,
             rewarded: rewards.iter().filter(|r| **r > 0.0).count(),
+            correct: samples
+                .iter()
+                .filter(|s| {
+                    s.label
+                        .as_deref()
+                        .is_some_and(|l| math_reward(&s.response, l) > 0.0)
+                })
+                .count(),
             rewards: Stats::of(rewards.iter().copied()),
             nonzero_advantages: advantages.iter().filter(|a| a.abs() > 1e-9).count(),
             advantages: Stats::of(advantages.iter().copied()),
@@ -446,8 +469,8 @@ impl fmt::Display for Summary {
         )?;
         writeln!(
             f,
-            "reward       {}  ({} of {} samples rewarded)",
-            self.rewards, self.rewarded, self.rewards.count
+            "reward       {}  ({} of {} answers correct)",
+            self.rewards, self.correct, self.rewards.count
         )?;
         writeln!(
             f,
@@ -463,7 +486,7 @@ impl fmt::Display for Summary {
         )?;
         write!(
             f,
-            "grpo loss    {:.6} at the rollout policy (ratio 1: minus the token-weighted mean advantage)",
+            "grpo loss    {:+.6} at the rollout policy (every ratio is 1, so this is the mean of -advantage)",
             self.loss
         )
     }
