@@ -427,3 +427,32 @@ async fn flush_cache_refuses_while_requests_run() {
     assert_eq!(flushed.status, 200);
     assert!(flushed.text().starts_with("Cache flushed."));
 }
+
+#[tokio::test]
+async fn control_and_admin_endpoints_need_the_api_key() {
+    let server = InProcess::new(ServerConfig {
+        api_key: Some("k".to_owned()),
+        ..ServerConfig::default()
+    });
+    for path in [
+        "/abort_request",
+        "/pause_generation",
+        "/continue_generation",
+        "/update_weight_version",
+        "/admin/faults",
+    ] {
+        assert_eq!(server.post(path, "{}").await.status, 401, "{path}");
+    }
+    assert_eq!(server.get("/admin/stats").await.status, 401);
+    let authorized = server
+        .request(
+            axum::http::Method::GET,
+            "/admin/stats",
+            axum::body::Body::empty(),
+            &[("authorization", "Bearer k")],
+        )
+        .await;
+    assert_eq!(authorized.status, 200);
+    // SGLang's middleware lets /metrics through, as it does /health.
+    assert_eq!(server.get("/metrics").await.status, 200);
+}

@@ -310,6 +310,13 @@ async fn the_binary_reads_env_flags_and_stops_on_sigterm() {
         .env("SGLANG_MOCK_PORT", "0")
         .env("SGLANG_MOCK_PROFILE", "mid")
         .env("SGLANG_MOCK_SERVED_MODEL_NAME", "from-env")
+        .env(
+            "SGLANG_MOCK_SCRIPT",
+            crate::common::data_path("script.json"),
+        )
+        .env("SGLANG_MOCK_FAULT", "missing-logprobs")
+        .env("SGLANG_MOCK_FAULT_FIRST", "1")
+        .env("SGLANG_MOCK_WEIGHT_VERSION", "v7")
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
         .stdout(Stdio::piped())
@@ -357,6 +364,30 @@ async fn the_binary_reads_env_flags_and_stops_on_sigterm() {
         200,
         "the MID profile came from the environment"
     );
+    // The script, the fault rule and the weight version came from the environment too.
+    let mut answers = Vec::new();
+    for _ in 0..2 {
+        let reply = client
+            .post(format!("http://{addr}/generate"))
+            .body(r#"{"text":"Judgment?","return_logprob":true}"#)
+            .send()
+            .await
+            .expect("answers");
+        let v: Value = serde_json::from_slice(&reply.bytes().await.expect("body")).expect("JSON");
+        answers.push(v);
+    }
+    assert_eq!(answers[0]["text"], "Judgment: 2");
+    assert_eq!(answers[0]["meta_info"]["weight_version"], "v7");
+    assert!(
+        answers[0]["meta_info"]
+            .get("output_token_logprobs")
+            .is_none()
+    );
+    assert!(
+        answers[1]["meta_info"]
+            .get("output_token_logprobs")
+            .is_some()
+    );
     // The shell's builtin `kill` needs no procps in the CI image.
     let status = Command::new("sh")
         .args(["-c", &format!("kill -TERM {pid}")])
@@ -372,6 +403,33 @@ async fn the_binary_reads_env_flags_and_stops_on_sigterm() {
     .expect("waiter joins")
     .expect("child exits");
     assert!(exit.success(), "exit status {exit:?}");
+}
+
+/// Bad fault flags and script files stop the binary at start-up with a message naming the problem.
+#[test]
+fn the_binary_refuses_bad_fault_flags_and_scripts() {
+    use std::process::Command;
+    let cases: [(&[&str], &str); 3] = [
+        (&["--fault", "explode"], "unknown fault kind"),
+        (
+            &["--fault", "stall;ms=1", "--fault-rate", "1.5"],
+            "rate 1.5 is not within [0, 1]",
+        ),
+        (
+            &["--script", "/nonexistent/rules.json"],
+            "/nonexistent/rules.json",
+        ),
+    ];
+    for (args, needle) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_sglang-mock"))
+            .args(["--port", "0"])
+            .args(args)
+            .output()
+            .expect("binary runs");
+        assert!(!out.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
 }
 
 #[tokio::test]
