@@ -185,3 +185,41 @@ fn an_abort_in_the_waiting_queue_resumes_to_the_uninterrupted_result() {
         assert_eq!(s.status, want.status);
     });
 }
+
+/// A weight update between an abort and its resume (slime's partial rollout across a training
+/// step): each generation call records the weight version it ran under.
+#[test]
+fn a_resume_after_a_weight_update_records_both_versions() {
+    let rt = runtime();
+    let mock = Mock::start(&rt, ServerConfig::default());
+    let plain = mock.client();
+    let aborting = Client::builder(&mock.url)
+        .header("X-Mock-Fault", "abort-running;after=3")
+        .build()
+        .expect("client");
+    block_on(&rt, async {
+        let cfg = config(12, 4, false, true);
+        let mut s = Sample::new("p", vec![151_934, 500, 501]);
+        rollout::generate(&aborting, &mut s, &cfg)
+            .await
+            .expect("abort");
+        assert_eq!((s.status, s.response_length()), (SampleStatus::Aborted, 3));
+
+        let resp = reqwest::Client::new()
+            .post(format!("{}/update_weight_version", mock.url))
+            .body(r#"{"new_version": "step-1", "abort_all_requests": true}"#)
+            .send()
+            .await
+            .expect("update");
+        assert!(resp.status().is_success(), "{}", resp.status());
+
+        rollout::resume(&plain, &mut s, &cfg).await.expect("resume");
+        assert_eq!(s.weight_versions, ["default", "step-1"]);
+        assert_eq!(
+            &s.loss_mask()[..3],
+            [0, 0, 0],
+            "the old policy's tokens are masked"
+        );
+        assert_aligned(&s);
+    });
+}

@@ -210,10 +210,36 @@ async fn agents(mock: &Mock, c: &Case) -> Vec<Sample> {
 
 #[test]
 fn random_rollouts_reach_grpo_aligned_and_equal_to_the_oracle() {
+    check_random_rollouts(ServerConfig::default(), false, 12);
+}
+
+/// The same on a [MID] server (delta `output_ids` in streams) with every generation streamed.
+#[test]
+fn random_streamed_rollouts_on_a_mid_server() {
+    let config = ServerConfig {
+        profile: mock_server::Profile::Mid,
+        ..ServerConfig::default()
+    };
+    check_random_rollouts(config, true, 6);
+}
+
+/// The same on a server with `--incremental-streaming-output` and a stream interval of 3.
+#[test]
+fn random_streamed_rollouts_on_an_incremental_server() {
+    let config = ServerConfig {
+        incremental_streaming_output: true,
+        stream_interval: 3,
+        ..ServerConfig::default()
+    };
+    check_random_rollouts(config, true, 6);
+}
+
+fn check_random_rollouts(server: ServerConfig, force_stream: bool, default_cases: u32) {
     let rt = runtime();
-    let mock = Mock::start(&rt, ServerConfig::default());
-    runner(12)
-        .run(&case(), |c| {
+    let mock = Mock::start(&rt, server);
+    runner(default_cases)
+        .run(&case(), |mut c| {
+            c.stream |= force_stream;
             let mut samples = block_on(&rt, async {
                 if c.multi_agent {
                     agents(&mock, &c).await
