@@ -398,7 +398,15 @@ impl Faults {
         stream: bool,
         header: Option<&str>,
     ) -> Result<Option<Fault>, FaultError> {
-        *lock(&self.requests).entry(endpoint.to_owned()).or_default() += 1;
+        {
+            let mut requests = lock(&self.requests);
+            match requests.get_mut(endpoint) {
+                Some(count) => *count += 1,
+                None => {
+                    requests.insert(endpoint.to_owned(), 1);
+                }
+            }
+        }
         if let Some(spec) = header {
             let fault: Fault = spec.parse()?;
             if endpoint != "/generate" && !fault.kind.is_http_level() {
