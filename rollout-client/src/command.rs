@@ -86,6 +86,11 @@ pub struct RolloutArgs {
     #[arg(long, env = "ROLLOUT_CONCURRENCY", default_value_t = 64)]
     pub concurrency: usize,
 
+    /// When an aborted sample is resumed, stop training on the tokens it already had (slime's
+    /// --mask-offpolicy-in-partial-rollout).
+    #[arg(long, env = "ROLLOUT_MASK_OFFPOLICY")]
+    pub mask_offpolicy_in_partial_rollout: bool,
+
     /// Stream every generation (results are identical to non-streamed ones).
     #[arg(long, env = "ROLLOUT_STREAM")]
     pub stream: bool,
@@ -273,7 +278,7 @@ pub async fn run_command(args: RolloutArgs) -> Result<Report, CommandError> {
         rollout: RolloutConfig {
             sampling_params,
             stream: args.stream,
-            ..RolloutConfig::default()
+            mask_offpolicy_in_partial_rollout: args.mask_offpolicy_in_partial_rollout,
         },
         seed,
         tokenizer: PromptTokenizer::Server,

@@ -5,6 +5,15 @@
 //! anything. So `tokens.len() == prompt_len + response_length` and
 //! `rollout_log_probs.len() == loss_mask.len() == response_length` hold after every call, and
 //! there is no `None` logprob list to forget (issue #1976).
+//!
+//! What slime v0.3.0's multi-agent example did by hand, growing `tokens` and `response_length`
+//! without the logprobs, does not compile:
+//!
+//! ```compile_fail
+//! let mut s = rollout_client::Sample::new("p", vec![1, 2]);
+//! s.tokens.extend([7, 8]); // private: the only way in is `append_response_tokens`
+//! s.response_length += 2;
+//! ```
 
 use std::io::{BufRead, Write};
 

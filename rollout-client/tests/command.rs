@@ -159,3 +159,86 @@ fn a_bad_prompts_file_is_a_typed_error_with_the_line() {
     let ok = prompts::read_jsonl("{\"prompt\":\"a\",\"label\":7}\n\n".as_bytes()).unwrap();
     assert_eq!(ok[0].label, "7");
 }
+
+/// Aborted samples are resumed as a partial rollout: the first 8 streamed generations are aborted
+/// after 2 tokens, and every sample still ends completed or truncated, the resumed ones having
+/// run under two engine calls.
+#[tokio::test]
+async fn aborted_samples_are_resumed_by_the_run() {
+    use mock_server::config::{Fault, FaultConfig, FaultRule, StreamFilter};
+    let prompts: Vec<LabeledPrompt> = prompts::builtin().into_iter().take(4).collect();
+    let mut rule = FaultRule::new("abort-running;after=2".parse::<Fault>().unwrap());
+    rule.first = Some(8);
+    rule.stream = Some(StreamFilter::Stream);
+    let server = ServerConfig {
+        faults: FaultConfig {
+            seed: 0,
+            rules: vec![rule],
+        },
+        ..ServerConfig::default()
+    };
+    let client = Client::builder(start(server).await).build().unwrap();
+    let config = RunConfig {
+        n_samples_per_prompt: 4,
+        rollout: RolloutConfig {
+            sampling_params: SamplingParams {
+                max_new_tokens: Some(24),
+                ..SamplingParams::default()
+            },
+            stream: true,
+            mask_offpolicy_in_partial_rollout: true,
+        },
+        seed: Some(1),
+        ..RunConfig::default()
+    };
+    let out = run::rollout(&client, &prompts, &config, None)
+        .await
+        .unwrap();
+    assert!(out.failed.is_empty(), "{:?}", out.failed);
+    let resumed: Vec<_> = out
+        .samples
+        .iter()
+        .filter(|s| s.weight_versions.len() == 2)
+        .collect();
+    assert_eq!(resumed.len(), 8);
+    for s in &out.samples {
+        assert!(matches!(
+            s.status,
+            rollout_client::SampleStatus::Completed | rollout_client::SampleStatus::Truncated
+        ));
+    }
+    for s in resumed {
+        assert_eq!(
+            &s.loss_mask()[..2],
+            [0, 0],
+            "the off-policy prefix is masked"
+        );
+    }
+}
+
+#[tokio::test]
+async fn url_mode_talks_to_any_server_without_scripts_or_seeds() {
+    let url = start(ServerConfig::default()).await;
+    let output = temp_path("url.jsonl");
+    let args = RolloutArgs::parse_from([
+        "rollout",
+        "--no-progress",
+        "--url",
+        &url,
+        "-n",
+        "2",
+        "--max-new-tokens",
+        "8",
+        "--output",
+        output.to_str().unwrap(),
+    ]);
+    let report = command::run_command(args).await.expect("url run");
+    std::fs::remove_file(&output).ok();
+    assert_eq!(report.server, url);
+    assert_eq!(report.scripted_prompts, 0);
+    assert_eq!(report.summary.samples, 32);
+    assert_eq!(
+        report.summary.correct, 0,
+        "the toy model never writes the number"
+    );
+}
