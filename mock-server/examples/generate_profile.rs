@@ -20,8 +20,18 @@ async fn main() {
             .header("content-type", "application/json")
             .body(Body::from(BODY))
             .expect("static request is valid");
-        let response = router.clone().oneshot(request).await.expect("the router is infallible");
-        bytes += response.into_body().collect().await.expect("in-memory body").to_bytes().len();
+        let response = router
+            .clone()
+            .oneshot(request)
+            .await
+            .expect("the router is infallible");
+        bytes += response
+            .into_body()
+            .collect()
+            .await
+            .expect("in-memory body")
+            .to_bytes()
+            .len();
     }
     let per_request = started.elapsed() / requests;
     println!("{requests} requests, {bytes} bytes, {per_request:?} per request");

@@ -60,7 +60,8 @@ pub(crate) struct Logits {
 ///
 /// `since_special` is the number of tokens at the end of `context` after its last special token (all of them if
 /// there is none); callers that extend a context token by token keep it as a running count instead of rescanning.
-#[inline]
+// Inlined so the arrays it returns are built in the caller's frame, not copied out.
+#[inline(always)]
 pub(crate) fn logits(
     seed: u64,
     tokenizer: &Tokenizer,
@@ -161,7 +162,7 @@ pub struct Distribution<'m> {
 impl<'m> Distribution<'m> {
     /// Builds the distribution `softmax(logits / temperature)` with the ids in `masked` (sorted, deduplicated, all
     /// in the vocabulary) given probability zero.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn new(
         logits: &Logits,
         vocab_size: u32,

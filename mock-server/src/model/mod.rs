@@ -82,7 +82,7 @@ impl Model {
     }
 
     /// The unscaled logits after `context`, given its running count of tokens since the last special token.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn logits(&self, context: &[u32], since_special: usize) -> Logits {
         dist::logits(self.config.seed, &self.tokenizer, context, since_special)
     }
