@@ -116,12 +116,6 @@ pub struct RolloutArgs {
     pub no_progress: bool,
 }
 
-impl Default for RolloutArgs {
-    fn default() -> Self {
-        RolloutArgs::parse_from(["rollout"])
-    }
-}
-
 /// Why the command failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CommandError {

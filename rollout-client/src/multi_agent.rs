@@ -278,9 +278,11 @@ pub fn call_seed(base: Option<u64>, role: Role, worker: usize, attempt: usize) -
         Role::Rewriter => 1,
         Role::Selector => 2,
     };
+    // Kept below 2^63: SGLang stores the seed in an int64 (the mock answers 500 otherwise).
     base.map(|b| {
         b.wrapping_mul(4096)
             .wrapping_add(role * 1024 + worker as u64 * 16 + attempt as u64)
+            & (i64::MAX as u64)
     })
 }
 

@@ -140,7 +140,7 @@ pub async fn generate_group(
         sample.index = Some(group_index * n + i);
         let mut cfg = config.clone();
         if let Some(seed) = base_seed {
-            cfg.sampling_params.sampling_seed = Some(seed + i as u64);
+            cfg.sampling_params.sampling_seed = Some(seed.wrapping_add(i as u64));
         }
         async move {
             generate(client, &mut sample, &cfg)

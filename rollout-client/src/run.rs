@@ -147,11 +147,10 @@ pub async fn rollout(
             .await;
     let elapsed = started.elapsed();
 
-    let mut ordered: BTreeMap<usize, Result<Vec<Sample>, GroupFailure>> =
-        results.into_iter().collect();
+    let ordered: BTreeMap<usize, Result<Vec<Sample>, GroupFailure>> = results.into_iter().collect();
     let mut samples = Vec::new();
     let mut failed = Vec::new();
-    for (group_index, r) in std::mem::take(&mut ordered) {
+    for (group_index, r) in ordered {
         match r {
             Ok(s) => samples.extend(s),
             Err(error) => failed.push(FailedGroup { group_index, error }),
@@ -197,7 +196,9 @@ async fn run_group(
         .map_err(RolloutError::from)?;
     let mut template = Sample::new(text, ids);
     template.label = Some(prompt.label.clone());
-    let base_seed = config.seed.map(|s| s + (group_index * n) as u64);
+    let base_seed = config
+        .seed
+        .map(|s| s.wrapping_add((group_index * n) as u64));
     let mut group = rollout::generate_group(
         client,
         &template,
@@ -218,7 +219,7 @@ async fn run_group(
             }
             let mut cfg = config.rollout.clone();
             if let Some(seed) = base_seed {
-                cfg.sampling_params.sampling_seed = Some(seed + i as u64);
+                cfg.sampling_params.sampling_seed = Some(seed.wrapping_add(i as u64));
             }
             rollout::resume(client, s, &cfg).await?;
             resumes += 1;
@@ -256,11 +257,14 @@ async fn run_multi_agent(
         input.group_index = Some(group_index);
         input.index = Some(group_index * n + k);
         let mut ma = ma.clone();
-        ma.shuffle_seed = ma.shuffle_seed.map(|s| s + (group_index * n + k) as u64);
+        ma.shuffle_seed = ma
+            .shuffle_seed
+            .map(|s| s.wrapping_add((group_index * n + k) as u64));
         if let Some(seed) = config.seed {
             // Distinct seeds per agent call come from the prompt itself (each agent's prompt
             // differs); the sample index separates the runs of one prompt.
-            ma.sampling_params.sampling_seed = Some(seed + (group_index * n + k) as u64);
+            ma.sampling_params.sampling_seed =
+                Some(seed.wrapping_add((group_index * n + k) as u64));
         }
         let rm = &rm;
         async move {
@@ -316,10 +320,15 @@ impl Stats {
 
 impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // A mean of -1e-17 (rounding in a centred sum) would print as "-0.0000".
+        let tidy = |x: f64| if x.abs() < 5e-5 { 0.0 } else { x };
         write!(
             f,
             "mean {:.4}  std {:.4}  min {:.4}  max {:.4}",
-            self.mean, self.std, self.min, self.max
+            tidy(self.mean),
+            self.std,
+            self.min,
+            self.max
         )
     }
 }
