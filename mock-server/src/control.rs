@@ -234,9 +234,10 @@ impl Control {
         if self.max_queued.is_some_and(|limit| self.waiting() >= limit) {
             return Admission::QueueFull;
         }
-        self.waiting.fetch_add(1, Ordering::Relaxed);
+        // A guard, so that a client that disconnects while waiting (dropping this future) is no longer counted.
+        let waiting = Waiting::enter(self);
         let outcome = self.wait_for_turn(handle).await;
-        self.waiting.fetch_sub(1, Ordering::Relaxed);
+        drop(waiting);
         match outcome {
             Some(permit) => Admission::Run(self.ticket(permit)),
             None => Admission::AbortedWaiting,
@@ -301,6 +302,22 @@ impl Control {
                 () = ctl.notify.notified() => {}
             }
         }
+    }
+}
+
+/// Counts a request as waiting until dropped.
+struct Waiting<'a>(&'a Control);
+
+impl<'a> Waiting<'a> {
+    fn enter(control: &'a Control) -> Waiting<'a> {
+        control.waiting.fetch_add(1, Ordering::Relaxed);
+        Waiting(control)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

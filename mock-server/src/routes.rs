@@ -56,10 +56,13 @@ pub enum StateError {
         #[source]
         source: crate::model::ModelError,
     },
+    #[error("the fault configuration is not valid")]
+    Faults(#[source] crate::fault::FaultError),
 }
 
 impl AppState {
     pub fn new(config: ServerConfig) -> Result<AppState, StateError> {
+        config.faults.validate().map_err(StateError::Faults)?;
         let model = Model::new(config.model_config()).map_err(|source| StateError::Model {
             vocab_size: config.vocab_size,
             seed: config.seed,

@@ -456,3 +456,24 @@ async fn control_and_admin_endpoints_need_the_api_key() {
     // SGLang's middleware lets /metrics through, as it does /health.
     assert_eq!(server.get("/metrics").await.status, 200);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_gives_up_while_queued_leaves_the_queue() {
+    let server = InProcess::new(ServerConfig {
+        max_running_requests: Some(1),
+        ..slow()
+    });
+    let running = spawn_generate(&server, request("run", 3, false));
+    let queued = spawn_generate(&server, request("queued", 3, false));
+    advance_ms(10).await;
+    assert_eq!(stats(&server).await["waiting"], 1);
+    queued.abort();
+    advance_ms(10).await;
+    assert_eq!(stats(&server).await["waiting"], 0);
+    running.await.unwrap();
+    let s = stats(&server).await;
+    assert_eq!(
+        (s["running"].clone(), s["waiting"].clone()),
+        (json!(0), json!(0))
+    );
+}

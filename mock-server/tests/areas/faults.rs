@@ -599,3 +599,23 @@ async fn endpoint_and_stream_filters_pick_the_requests() {
         1
     );
 }
+
+#[test]
+fn an_invalid_programmatic_schedule_is_refused_at_start() {
+    let config = ServerConfig {
+        faults: FaultConfig {
+            seed: 0,
+            rules: vec![FaultRule {
+                every: Some(0),
+                ..FaultRule::new("stall;ms=1".parse().unwrap())
+            }],
+        },
+        ..ServerConfig::default()
+    };
+    let err = mock_server::AppState::new(config).unwrap_err();
+    let source = std::error::Error::source(&err).map(ToString::to_string);
+    assert_eq!(
+        source.as_deref(),
+        Some("fault rule 0: every must be at least 1")
+    );
+}
