@@ -212,3 +212,34 @@ fn a_duplicated_chunk_never_duplicates_a_token() {
         )
         .unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// The abort shapes without output (waiting queue; [MID] before prefill, which has no logprob
+/// key at all) are answers, not faults: the sample becomes ABORTED with nothing appended, so it
+/// can be resumed, and it never holds a token without a logprob.
+#[test]
+fn empty_aborts_leave_a_resumable_sample() {
+    let rt = runtime();
+    let mock = Mock::start(&rt, ServerConfig::default());
+    let plain = mock.client();
+    for fault in ["abort-waiting", "abort-before-prefill"] {
+        for stream in [false, true] {
+            let cfg = RolloutConfig {
+                sampling_params: SamplingParams {
+                    max_new_tokens: Some(8),
+                    sampling_seed: Some(2),
+                    ..SamplingParams::default()
+                },
+                stream,
+                ..RolloutConfig::default()
+            };
+            let mut s = Sample::new("p", vec![400, 401]);
+            block_on(&rt, rollout::generate(&faulty(&mock, fault), &mut s, &cfg))
+                .unwrap_or_else(|e| panic!("{fault} (stream {stream}): {e:?}"));
+            assert_eq!(s.status, rollout_client::SampleStatus::Aborted, "{fault}");
+            assert_eq!(s.response_length(), 0, "{fault}");
+            block_on(&rt, rollout::resume(&plain, &mut s, &cfg)).expect("resume");
+            crate::common::assert_aligned(&s);
+            assert!(s.response_length() > 0);
+        }
+    }
+}
