@@ -4,6 +4,7 @@
 use futures_util::future::join_all;
 use grpo::{AdvantageConfig, LogProbs, PolicyLossConfig};
 use mock_server::ServerConfig;
+use mock_server::config::{ScriptFinish, ScriptRule};
 use proptest::prelude::*;
 use rollout_client::multi_agent::{self, MultiAgentConfig};
 use rollout_client::rollout::{self, EnvTurn, Environment, RolloutConfig};
@@ -210,7 +211,28 @@ async fn agents(mock: &Mock, c: &Case) -> Vec<Sample> {
 
 #[test]
 fn random_rollouts_reach_grpo_aligned_and_equal_to_the_oracle() {
-    check_random_rollouts(ServerConfig::default(), false, 12);
+    // Every agent's prompt gets a scripted answer with a `</think>`, so multi-agent cases reach the
+    // rewriters and the selector whenever the budget lets the answer finish.
+    let rule = |marker: &str, answer: &str| ScriptRule {
+        prompt_contains: marker.to_owned(),
+        answer: answer.to_owned(),
+        finish_reason: ScriptFinish::Stop,
+    };
+    let config = ServerConfig {
+        scripted: vec![
+            rule(multi_agent::SELECTOR_MARKER, "<think>ok</think>Judgment: 1"),
+            rule(
+                multi_agent::REWRITER_MARKER,
+                "<think>ok</think>The answer is 42.",
+            ),
+            rule(
+                multi_agent::SOLVER_MARKER,
+                "<think>hm</think>The answer is 42.",
+            ),
+        ],
+        ..ServerConfig::default()
+    };
+    check_random_rollouts(config, false, 12);
 }
 
 /// The same on a [MID] server (delta `output_ids` in streams) with every generation streamed.
