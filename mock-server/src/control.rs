@@ -64,6 +64,8 @@ pub struct Control {
     /// `true` while paused; new requests wait and running ones freeze at their next token.
     paused_tx: watch::Sender<bool>,
     paused: AtomicBool,
+    /// The mode of the current pause: running requests in a `retract` pause count as retracted.
+    retract: AtomicBool,
     /// Requests whose generation has started (or been admitted), for `/flush_cache` and the metrics.
     running: AtomicUsize,
     waiting: AtomicUsize,
@@ -87,6 +89,7 @@ impl Control {
             weight_version: RwLock::new(Arc::from(weight_version)),
             paused_tx: watch::Sender::new(false),
             paused: AtomicBool::new(false),
+            retract: AtomicBool::new(false),
             running: AtomicUsize::new(0),
             waiting: AtomicUsize::new(0),
             slots: max_running.map(|n| Arc::new(Semaphore::new(n.max(1)))),
@@ -183,6 +186,8 @@ impl Control {
 
     /// `/pause_generation`: close the gate; with [`PauseMode::Abort`] also abort everything in flight.
     pub fn pause(&self, mode: PauseMode) {
+        self.retract
+            .store(mode == PauseMode::Retract, Ordering::Relaxed);
         self.paused.store(true, Ordering::Release);
         self.paused_tx.send_replace(true);
         if mode == PauseMode::Abort {
@@ -290,8 +295,16 @@ impl Control {
         }
     }
 
-    /// Wait while generation is paused (a retracted or frozen request); returns early when aborted.
-    pub async fn wait_unpaused(&self, ctl: &RequestCtl) {
+    /// Wait while generation is paused (a retracted or frozen request); returns early when aborted. Returns
+    /// whether the pause retracted the request (it then counts as waiting meanwhile).
+    pub async fn wait_unpaused(&self, ctl: &RequestCtl) -> bool {
+        let retracted = self.is_paused() && self.retract.load(Ordering::Relaxed);
+        let _waiting = retracted.then(|| Waiting::enter(self));
+        self.wait_gate(ctl).await;
+        retracted
+    }
+
+    async fn wait_gate(&self, ctl: &RequestCtl) {
         let mut rx = self.paused_tx.subscribe();
         loop {
             if !*rx.borrow_and_update() || ctl.any_aborted() {

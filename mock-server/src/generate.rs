@@ -89,6 +89,8 @@ pub struct Completed {
     pub generations: Vec<Option<Generation>>,
     /// Seconds from the request's arrival to each item's end.
     pub latencies: Vec<f64>,
+    /// How often each item was retracted by a `retract` pause.
+    pub retractions: Vec<u32>,
 }
 
 /// Run every item of a plan to its end, synchronously and without control-plane checks (the oracle's path).
@@ -114,6 +116,7 @@ pub fn run_all(
         generations.push(Some(generation));
     }
     Ok(Completed {
+        retractions: vec![0; generations.len()],
         generations,
         latencies,
     })
@@ -189,12 +192,12 @@ impl RunCtx {
         }
     }
 
-    /// Wait while generation is paused (retract / in_place); returns at once otherwise.
-    async fn wait_if_paused(&self) {
-        if let Some((control, ctl)) = &self.control
-            && control.is_paused()
-        {
-            control.wait_unpaused(ctl).await;
+    /// Wait while generation is paused (retract / in_place); returns at once otherwise. Returns whether the
+    /// pause retracted the request.
+    async fn wait_if_paused(&self) -> bool {
+        match &self.control {
+            Some((control, ctl)) if control.is_paused() => control.wait_unpaused(ctl).await,
+            _ => false,
         }
     }
 
@@ -233,6 +236,7 @@ pub async fn run_items(run: &RunCtx, plan: &GeneratePlan) -> Result<Completed, A
     }
     let mut latencies = vec![0.0; n];
     let mut ttfts: Vec<Option<f64>> = vec![None; n];
+    let mut retractions = vec![0u32; n];
     let timed = run.latency.is_active();
     if timed {
         let ttft = plan
@@ -271,7 +275,13 @@ pub async fn run_items(run: &RunCtx, plan: &GeneratePlan) -> Result<Completed, A
             break;
         }
         tick += 1;
-        run.wait_if_paused().await;
+        if run.wait_if_paused().await {
+            for (i, generation) in generations.iter().enumerate() {
+                if !generation.is_finished() {
+                    retractions[i] += 1;
+                }
+            }
+        }
         if timed {
             let delay = plan
                 .items
@@ -290,6 +300,7 @@ pub async fn run_items(run: &RunCtx, plan: &GeneratePlan) -> Result<Completed, A
     Ok(Completed {
         generations: generations.into_iter().map(Some).collect(),
         latencies,
+        retractions,
     })
 }
 
@@ -352,6 +363,7 @@ pub fn encode_body(
                     response_sent_to_client_ts: ts,
                 }),
                 index: None,
+                num_retractions: completed.retractions.get(i).copied().unwrap_or(0),
             },
         );
     }
@@ -430,6 +442,7 @@ struct Slot {
     sent: Sent,
     done: bool,
     ttft: Option<f64>,
+    retractions: u32,
 }
 
 /// Where a stream stands before its first chunk.
@@ -478,6 +491,7 @@ pub fn sse_stream<G: Send + 'static>(
             sent: Sent::default(),
             done: false,
             ttft: None,
+            retractions: 0,
         })
         .collect();
     let admit = match admission {
@@ -640,7 +654,9 @@ impl<G> StreamRun<G> {
                     generation.abort(run.abort_message(), None, None);
                     break;
                 }
-                run.wait_if_paused().await;
+                if run.wait_if_paused().await {
+                    slot.retractions += 1;
+                }
                 if run.must_abort(i, generation) {
                     generation.abort(run.abort_message(), None, None);
                     break;
@@ -702,6 +718,7 @@ impl<G> StreamRun<G> {
                 sent: slot.sent,
                 finished,
                 index,
+                num_retractions: slot.retractions,
             },
         );
         slot.sent = Sent {

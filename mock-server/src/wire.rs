@@ -66,6 +66,8 @@ pub struct Chunk {
     pub finished: Option<Finished>,
     /// The position in a streamed batch.
     pub index: Option<usize>,
+    /// How often `/pause_generation` with `mode: "retract"` sent the item back to the queue ([LATEST]).
+    pub num_retractions: u32,
 }
 
 /// Encode one item (a non-stream body, an element of a batch body, or a stream chunk) as JSON bytes.
@@ -81,6 +83,7 @@ pub fn encode_item(
         sent,
         finished,
         index,
+        num_retractions,
     } = chunk;
     let ids = generation.output_ids();
     let full_text = generation.text();
@@ -159,7 +162,7 @@ pub fn encode_item(
             finish_reason,
             prompt_tokens: generation.prompt_tokens(),
             weight_version: ctx.weight_version,
-            num_retractions: latest.then_some(0),
+            num_retractions: latest.then_some(num_retractions),
             logprobs,
             reasoning_tokens: latest.then_some(0),
             completion_tokens: ids.len(),

@@ -236,7 +236,9 @@ async fn pause_in_place_freezes_running_and_holds_new_requests_until_continue() 
         assert!(!running.is_finished() && !held.is_finished(), "{mode}");
         let s = stats(&server).await;
         assert_eq!(s["paused"], true);
-        assert_eq!(s["waiting"], 1, "{mode}: the new request waits");
+        // The new request waits; a retracted one goes back to the queue too.
+        let waiting = if mode == "retract" { 2 } else { 1 };
+        assert_eq!(s["waiting"], waiting, "{mode}");
         let reply = post(&server, "/continue_generation", json!({})).await;
         assert_eq!(
             reply.text(),
@@ -253,6 +255,8 @@ async fn pause_in_place_freezes_running_and_holds_new_requests_until_continue() 
                 ids(&expected.body),
                 "{mode}: resumed output is unchanged"
             );
+            let retracted = u64::from(mode == "retract" && rid == "r");
+            assert_eq!(v["meta_info"]["num_retractions"], retracted, "{mode} {rid}");
         }
     }
 }

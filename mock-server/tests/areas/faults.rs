@@ -619,3 +619,23 @@ fn an_invalid_programmatic_schedule_is_refused_at_start() {
         Some("fault rule 0: every must be at least 1")
     );
 }
+
+#[tokio::test]
+async fn time_windows_bound_a_rule() {
+    // Offsets count from when the configuration was installed: the first window is open now, the second
+    // opens in an hour.
+    for (window, fires) in [((0, 3_600_000), true), ((3_600_000, 3_600_001), false)] {
+        let server = InProcess::new(ServerConfig {
+            faults: FaultConfig {
+                seed: 0,
+                rules: vec![FaultRule {
+                    window_ms: Some(window),
+                    ..FaultRule::new("status;code=503".parse().unwrap())
+                }],
+            },
+            ..ServerConfig::default()
+        });
+        let status = server.post("/generate", PROMPT).await.status;
+        assert_eq!(status == 503, fires, "{window:?}");
+    }
+}
