@@ -2,6 +2,12 @@
 //!
 //! [`app`] builds the axum router (for in-process tests with `tower::ServiceExt::oneshot`); [`run`] serves it
 //! on a listener the caller bound. [`oracle::Oracle`] computes what the server must answer.
+//!
+//! Beyond answering perfectly, the server can misbehave on purpose ([`fault`]: a catalogue of HTTP, body,
+//! stream and abort faults, scheduled deterministically or forced per request), take its time ([`latency`]),
+//! queue requests and act on SGLang's RL control plane ([`control`], [`admin`]: aborts, pause and continue,
+//! weight versions), answer chosen text with true logprobs ([`script`]), and export Prometheus metrics
+//! ([`metrics`]). Everything is configured through [`ServerConfig`] and off by default.
 
 pub mod admin;
 pub mod config;
