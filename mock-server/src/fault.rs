@@ -80,7 +80,7 @@ fault_kinds! {
     AbortWaiting => "abort-waiting" [] "Aborted in the waiting queue: \"Abort in waiting queue\", no `prompt_tokens`.",
     AbortRunning => "abort-running" ["after"] "Aborted while running after `after` (1) tokens, partial output kept.",
     AbortBeforePrefill => "abort-before-prefill" []
-        "[MID] \"Abort before prefill\": no `output_ids`, no logprobs.",
+        "The old (MID) \"Abort before prefill\" shape: no `output_ids`, no logprobs.",
 }
 
 impl fmt::Display for FaultKind {

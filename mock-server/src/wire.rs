@@ -66,7 +66,7 @@ pub struct Chunk {
     pub finished: Option<Finished>,
     /// The position in a streamed batch.
     pub index: Option<usize>,
-    /// How often `/pause_generation` with `mode: "retract"` sent the item back to the queue ([LATEST]).
+    /// How often `/pause_generation` with `mode: "retract"` sent the item back to the queue (\[LATEST\]).
     pub num_retractions: u32,
 }
 
@@ -650,7 +650,7 @@ pub fn encode_waiting_abort(
     out.push(b'}');
 }
 
-/// [MID] "Abort before prefill": `{"text":"","meta_info":{"id","finish_reason","prompt_tokens":0,
+/// \[MID\] "Abort before prefill": `{"text":"","meta_info":{"id","finish_reason","prompt_tokens":0,
 /// "completion_tokens":0}}`, with no `output_ids` and no logprob keys at all.
 pub fn encode_before_prefill(out: &mut Vec<u8>, item: &PlannedItem, index: Option<usize>) {
     out.extend_from_slice(br#"{"text":"","meta_info":{"id":"#);
