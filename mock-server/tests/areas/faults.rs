@@ -478,6 +478,30 @@ async fn cut_stream_breaks_the_connection_mid_body_and_hang_never_answers() {
         2
     );
 
+    // truncated-body on a stream: half of the first event, then a broken connection.
+    let resp = live
+        .client
+        .post(live.url("/generate"))
+        .header("x-mock-fault", "truncated-body")
+        .body(stream_body())
+        .send()
+        .await
+        .expect("headers arrive");
+    let mut body = resp.bytes_stream();
+    let mut received = Vec::new();
+    let mut failed = false;
+    while let Some(chunk) = body.next().await {
+        match chunk {
+            Ok(bytes) => received.extend_from_slice(&bytes),
+            Err(_) => {
+                failed = true;
+                break;
+            }
+        }
+    }
+    assert!(failed, "the body ends with an error");
+    assert!(received.starts_with(b"data: {") && !received.ends_with(b"\n\n"));
+
     let hung = live
         .client
         .post(live.url("/generate"))
