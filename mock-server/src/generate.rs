@@ -251,6 +251,7 @@ pub async fn run_items(run: &RunCtx, plan: &GeneratePlan) -> Result<Completed, A
         run.sleep(ttft).await;
     }
     let mut tick = 0usize;
+    let mut steps = 0usize;
     loop {
         let mut unfinished = 0;
         for (i, generation) in generations.iter_mut().enumerate() {
@@ -269,6 +270,11 @@ pub async fn run_items(run: &RunCtx, plan: &GeneratePlan) -> Result<Completed, A
                 latencies[i] = run.started.elapsed().as_secs_f64();
             } else {
                 unfinished += 1;
+            }
+            // Counted in tokens, not ticks, so that a wide batch cannot hog its worker thread either.
+            steps += 1;
+            if !timed && steps.is_multiple_of(STEPS_PER_YIELD) {
+                tokio::task::yield_now().await;
             }
         }
         if unfinished == 0 {
@@ -290,8 +296,6 @@ pub async fn run_items(run: &RunCtx, plan: &GeneratePlan) -> Result<Completed, A
                 .max()
                 .unwrap_or_default();
             run.sleep(delay).await;
-        } else if tick.is_multiple_of(STEPS_PER_YIELD) {
-            tokio::task::yield_now().await;
         }
     }
     for (i, generation) in generations.iter().enumerate() {
