@@ -174,8 +174,7 @@ pub fn encode_item(
         },
         index,
     };
-    // Serialising into a Vec cannot fail: every map key is a string and no Serialize impl errors.
-    let _ = serde_json::to_writer(SmallWrites(out), &body);
+    body.write(out);
 }
 
 /// The finish reason of an item the scheduler aborted before running it (`logprob_start_len` too large),
@@ -255,7 +254,7 @@ pub fn encode_aborted(
         },
         index,
     };
-    let _ = serde_json::to_writer(SmallWrites(out), &body);
+    body.write(out);
 }
 
 /// A `Vec<u8>` writer for serde_json, which writes a number or a bracket at a time: short pieces are pushed byte by
@@ -328,13 +327,34 @@ fn slice_positions(
     &entries[start..]
 }
 
-#[derive(Serialize)]
+/// One item's object. Written by hand rather than through serde: a 1,024-token answer has some 3,000 numbers,
+/// and serde_json's per-element machinery cost as much as generating them.
 struct ItemJson<'a> {
     text: &'a str,
     output_ids: &'a [u32],
     meta_info: MetaInfo<'a>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     index: Option<usize>,
+}
+
+impl ItemJson<'_> {
+    fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(br#"{"text":"#);
+        write_serde(out, self.text);
+        out.extend_from_slice(br#","output_ids":["#);
+        for (i, &id) in self.output_ids.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_int(out, id);
+        }
+        out.extend_from_slice(br#"],"meta_info":"#);
+        self.meta_info.write(out);
+        if let Some(index) = self.index {
+            out.extend_from_slice(br#","index":"#);
+            write_int(out, index);
+        }
+        out.push(b'}');
+    }
 }
 
 /// `meta_info` in insertion order: id, finish_reason, prompt_tokens, weight_version, [num_retractions],
@@ -362,43 +382,93 @@ struct LogprobFields<'a> {
     token_ids: Option<(InputPositions<'a>, OutputPositions<'a>)>,
 }
 
-impl Serialize for MetaInfo<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct("MetaInfo", 16)?;
-        s.serialize_field("id", self.id)?;
-        s.serialize_field("finish_reason", &self.finish_reason)?;
-        s.serialize_field("prompt_tokens", &self.prompt_tokens)?;
-        s.serialize_field("weight_version", self.weight_version)?;
+impl MetaInfo<'_> {
+    fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(br#"{"id":"#);
+        write_serde(out, self.id);
+        out.extend_from_slice(br#","finish_reason":"#);
+        write_serde(out, &self.finish_reason);
+        out.extend_from_slice(br#","prompt_tokens":"#);
+        write_int(out, self.prompt_tokens);
+        out.extend_from_slice(br#","weight_version":"#);
+        write_serde(out, self.weight_version);
         if let Some(n) = self.num_retractions {
-            s.serialize_field("num_retractions", &n)?;
+            out.extend_from_slice(br#","num_retractions":"#);
+            write_int(out, n);
         }
         if let Some(lp) = &self.logprobs {
-            s.serialize_field("input_token_logprobs", &lp.input_token_logprobs)?;
-            s.serialize_field("output_token_logprobs", &lp.output_token_logprobs)?;
+            out.extend_from_slice(br#","input_token_logprobs":"#);
+            lp.input_token_logprobs.write(out);
+            out.extend_from_slice(br#","output_token_logprobs":"#);
+            lp.output_token_logprobs.write(out);
             if let Some(len) = lp.output_token_logprobs_length {
-                s.serialize_field("output_token_logprobs_length", &len)?;
+                out.extend_from_slice(br#","output_token_logprobs_length":"#);
+                write_int(out, len);
             }
+            // Top and token-id lists are rarer and smaller; serde writes them.
             if let Some((input, output)) = &lp.top {
-                s.serialize_field("input_top_logprobs", input)?;
-                s.serialize_field("output_top_logprobs", output)?;
+                out.extend_from_slice(br#","input_top_logprobs":"#);
+                write_serde(out, input);
+                out.extend_from_slice(br#","output_top_logprobs":"#);
+                write_serde(out, output);
             }
             if let Some((input, output)) = &lp.token_ids {
-                s.serialize_field("input_token_ids_logprobs", input)?;
-                s.serialize_field("output_token_ids_logprobs", output)?;
+                out.extend_from_slice(br#","input_token_ids_logprobs":"#);
+                write_serde(out, input);
+                out.extend_from_slice(br#","output_token_ids_logprobs":"#);
+                write_serde(out, output);
             }
         }
         if let Some(n) = self.reasoning_tokens {
-            s.serialize_field("reasoning_tokens", &n)?;
+            out.extend_from_slice(br#","reasoning_tokens":"#);
+            write_int(out, n);
         }
-        s.serialize_field("completion_tokens", &self.completion_tokens)?;
-        s.serialize_field("cached_tokens", &self.cached_tokens)?;
+        out.extend_from_slice(br#","completion_tokens":"#);
+        write_int(out, self.completion_tokens);
+        out.extend_from_slice(br#","cached_tokens":"#);
+        write_int(out, self.cached_tokens);
         if let Some(latency) = self.e2e_latency {
-            s.serialize_field("e2e_latency", &latency)?;
+            out.extend_from_slice(br#","e2e_latency":"#);
+            write_serde(out, &latency);
         }
         if let Some(ts) = self.response_sent_to_client_ts {
-            s.serialize_field("response_sent_to_client_ts", &ts)?;
+            out.extend_from_slice(br#","response_sent_to_client_ts":"#);
+            write_serde(out, &ts);
         }
-        s.end()
+        out.push(b'}');
+    }
+}
+
+/// Writes `value` as JSON with serde_json (strings with their escapes, floats, nested values).
+fn write_serde<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    // Serialising into a Vec cannot fail: every map key is a string and no Serialize impl errors.
+    let _ = serde_json::to_writer(SmallWrites(out), value);
+}
+
+/// Writes an integer in decimal.
+fn write_int(out: &mut Vec<u8>, value: impl itoa::Integer) {
+    out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
+}
+
+/// Writes one `[logprob, token_id, text|null]` triple: an `f32` in its shortest form (as serde_json and orjson
+/// write floats) and a non-finite or missing one as `null`, as orjson does.
+fn write_triple(out: &mut Vec<u8>, logprob: Option<f32>, id: u32, tok: Option<&Tokenizer>) {
+    out.push(b'[');
+    match logprob {
+        Some(lp) if lp.is_finite() => {
+            out.extend_from_slice(zmij::Buffer::new().format_finite(lp).as_bytes())
+        }
+        _ => out.extend_from_slice(b"null"),
+    }
+    out.push(b',');
+    write_int(out, id);
+    match tok {
+        Some(tok) => {
+            out.push(b',');
+            write_serde(out, tok.token_text(id).as_ref());
+            out.push(b']');
+        }
+        None => out.extend_from_slice(b",null]"),
     }
 }
 
@@ -455,8 +525,7 @@ impl Serialize for FinishJson<'_> {
     }
 }
 
-/// One `[logprob, token_id, text|null]` triple. serde_json writes an `f32` in its shortest form and a
-/// non-finite one as `null`, as orjson does.
+/// One `[logprob, token_id, text|null]` triple inside a serde-written list (top and token-id logprobs).
 struct Triple<'a> {
     logprob: Option<f32>,
     id: u32,
@@ -476,43 +545,43 @@ impl Serialize for Triple<'_> {
     }
 }
 
+/// `output_token_logprobs`: one triple per output token.
 struct TokenLogprobs<'a> {
     lps: &'a [f32],
     ids: &'a [u32],
     tok: Option<&'a Tokenizer>,
 }
 
-impl Serialize for TokenLogprobs<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(self.ids.len()))?;
-        for (&lp, &id) in self.lps.iter().zip(self.ids) {
-            seq.serialize_element(&Triple {
-                logprob: Some(lp),
-                id,
-                tok: self.tok,
-            })?;
+impl TokenLogprobs<'_> {
+    fn write(&self, out: &mut Vec<u8>) {
+        out.push(b'[');
+        for (i, (&lp, &id)) in self.lps.iter().zip(self.ids).enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_triple(out, Some(lp), id, self.tok);
         }
-        seq.end()
+        out.push(b']');
     }
 }
 
+/// `input_token_logprobs`: one triple per covered prompt position, the first with a `null` logprob.
 struct InputTokenLogprobs<'a> {
     lps: &'a [Option<f32>],
     ids: &'a [u32],
     tok: Option<&'a Tokenizer>,
 }
 
-impl Serialize for InputTokenLogprobs<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(self.ids.len()))?;
-        for (&lp, &id) in self.lps.iter().zip(self.ids) {
-            seq.serialize_element(&Triple {
-                logprob: lp,
-                id,
-                tok: self.tok,
-            })?;
+impl InputTokenLogprobs<'_> {
+    fn write(&self, out: &mut Vec<u8>) {
+        out.push(b'[');
+        for (i, (&lp, &id)) in self.lps.iter().zip(self.ids).enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_triple(out, lp, id, self.tok);
         }
-        seq.end()
+        out.push(b']');
     }
 }
 
