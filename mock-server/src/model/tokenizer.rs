@@ -139,10 +139,9 @@ impl Tokenizer {
     /// Appends the bytes of `id` to `out`. Special tokens are written as their names unless `skip_special_tokens`;
     /// ids outside the vocabulary write nothing.
     pub fn push_bytes(&self, id: u32, skip_special_tokens: bool, out: &mut Vec<u8>) {
-        match self.piece(id) {
-            Some(Piece::Byte(b)) => out.push(b),
-            Some(piece) => out.extend_from_slice(ascii_text(piece, skip_special_tokens).as_bytes()),
-            None => {}
+        if let Some(piece) = self.piece(id) {
+            out.reserve(MAX_WORD_BYTES);
+            spell(piece, skip_special_tokens, |b| out.push(b));
         }
     }
 
@@ -152,13 +151,10 @@ impl Tokenizer {
         match self.piece(id) {
             Some(Piece::Byte(b)) if !b.is_ascii() => false,
             Some(piece) => {
-                match ascii_text(piece, skip_special_tokens) {
-                    // Pushing ASCII bytes as chars skips the UTF-8 validation a `&str` would need.
-                    AsciiText::Inline(bytes, len) => {
-                        bytes[..len].iter().for_each(|&b| out.push(char::from(b)))
-                    }
-                    AsciiText::Static(s) => out.push_str(s),
-                }
+                out.reserve(MAX_WORD_BYTES);
+                // Every byte `spell` emits here is ASCII, so pushing it as a char keeps `out` valid UTF-8
+                // without validating it again.
+                spell(piece, skip_special_tokens, |b| out.push(char::from(b)));
                 true
             }
             None => true,
@@ -183,7 +179,11 @@ impl Tokenizer {
         match self.piece(id) {
             Some(Piece::Byte(b)) if !b.is_ascii() => Cow::Borrowed("\u{FFFD}"),
             Some(Piece::Special(i)) => Cow::Borrowed(SPECIAL_NAMES[i]),
-            Some(piece) => Cow::Owned(ascii_text(piece, false).as_str().to_owned()),
+            Some(piece) => {
+                let mut text = String::with_capacity(MAX_WORD_BYTES);
+                spell(piece, false, |b| text.push(char::from(b)));
+                Cow::Owned(text)
+            }
             None => Cow::Borrowed(""),
         }
     }
@@ -255,54 +255,34 @@ impl Tokenizer {
     }
 }
 
-/// The text of a piece that is ASCII on its own, on the stack: at most a space and three syllables, or a special
-/// token's name.
-enum AsciiText {
-    Inline([u8; 7], usize),
-    Static(&'static str),
-}
+/// The longest word piece: a space and three syllables.
+const MAX_WORD_BYTES: usize = 7;
 
-impl AsciiText {
-    fn as_str(&self) -> &str {
-        match self {
-            // Built from ASCII letters and spaces only.
-            AsciiText::Inline(bytes, len) => {
-                std::str::from_utf8(&bytes[..*len]).unwrap_or_default()
-            }
-            AsciiText::Static(s) => s,
-        }
-    }
-
-    fn as_bytes(&self) -> &[u8] {
-        self.as_str().as_bytes()
-    }
-}
-
-/// Spells a word piece, an ASCII byte or a special token (empty when skipped). Syllables are written least
-/// significant first, so the first syllable of a word varies fastest with its id and the words of a small
-/// vocabulary do not all start alike.
-fn ascii_text(piece: Piece, skip_special_tokens: bool) -> AsciiText {
+/// Spells a piece byte by byte into `emit`: its byte, its word (syllables least significant first, so the first
+/// syllable of a word varies fastest with its id and the words of a small vocabulary do not all start alike), or
+/// a special token's name unless skipped. Inlined into each caller, so the callers' pushes run without a copy.
+#[inline(always)]
+fn spell(piece: Piece, skip_special_tokens: bool, mut emit: impl FnMut(u8)) {
     match piece {
-        Piece::Byte(b) => AsciiText::Inline([b, 0, 0, 0, 0, 0, 0], 1),
+        Piece::Byte(b) => emit(b),
         Piece::Word {
             space,
             syllables,
             index,
         } => {
-            let mut bytes = [b' '; 7];
-            let mut len = usize::from(space);
+            if space {
+                emit(b' ');
+            }
             let mut rest = index;
             for _ in 0..syllables {
                 let d = rest % SYLLABLES;
                 rest /= SYLLABLES;
-                bytes[len] = CONSONANTS[(d / 5) as usize];
-                bytes[len + 1] = VOWELS[(d % 5) as usize];
-                len += 2;
+                emit(CONSONANTS[(d / 5) as usize]);
+                emit(VOWELS[(d % 5) as usize]);
             }
-            AsciiText::Inline(bytes, len)
         }
-        Piece::Special(_) if skip_special_tokens => AsciiText::Static(""),
-        Piece::Special(i) => AsciiText::Static(SPECIAL_NAMES[i]),
+        Piece::Special(_) if skip_special_tokens => {}
+        Piece::Special(i) => SPECIAL_NAMES[i].bytes().for_each(emit),
     }
 }
 
