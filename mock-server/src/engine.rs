@@ -342,15 +342,23 @@ impl Generation {
         };
 
         if self.return_logprob {
+            // Borrowed, not moved: the distribution is a few hundred bytes and this runs once per token.
+            let untempered;
             let report = if self.report_temperature == self.temperature {
-                dist
+                &dist
             } else {
-                crate::model::Distribution::new(&logits, vocab, self.report_temperature, masked)
+                untempered = crate::model::Distribution::new(
+                    &logits,
+                    vocab,
+                    self.report_temperature,
+                    masked,
+                );
+                &untempered
             };
             self.output_logprobs.push(report.logprob(id) as f32);
             let mut top = Vec::with_capacity(self.top_logprobs_num);
             push_top(
-                &report,
+                report,
                 self.top_logprobs_num,
                 &mut top,
                 &mut self.output_top,
