@@ -732,3 +732,36 @@ pub fn encode_before_prefill(out: &mut Vec<u8>, item: &PlannedItem, index: Optio
     }
     out.push(b'}');
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_are_written_in_decimal() {
+        let mut out = b"[".to_vec();
+        for id in [0, 7, 10, 99, 100, 151_935, u32::MAX] {
+            write_int(&mut out, id);
+            out.push(b',');
+        }
+        assert_eq!(out, b"[0,7,10,99,100,151935,4294967295,");
+    }
+
+    #[test]
+    fn triples_match_what_serde_json_writes() {
+        for (logprob, id) in [
+            (Some(-0.203_125f32), 12_095),
+            (Some(-1e-7), 0),
+            (None, 42),
+            (Some(f32::NEG_INFINITY), 7),
+        ] {
+            let mut out = Vec::new();
+            write_triple(&mut out, logprob, id, None);
+            let want = serde_json::to_vec(&(logprob, id, ())).expect("serialisable");
+            assert_eq!(
+                String::from_utf8_lossy(&out),
+                String::from_utf8_lossy(&want)
+            );
+        }
+    }
+}
