@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use crate::model::{Model, count_since_special, mix, unit};
+use crate::model::{Model, Pick, count_since_special, mix, unit};
 
 /// Temperatures below this are greedy, as in SGLang (`top_k = 1`, `temperature = 1`).
 pub const GREEDY_TEMPERATURE: f64 = 1e-6;
@@ -333,13 +333,14 @@ impl Generation {
         let logits = self.model.logits(&self.context, self.since_special);
         let vocab = self.model.config().vocab_size;
         let dist = crate::model::Distribution::new(&logits, vocab, self.temperature, masked);
-        let id = match self.forced_output.get(out_len) {
-            Some(&forced) => forced,
+        let pick = match self.forced_output.get(out_len) {
+            Some(&forced) => Pick::forced(forced),
             None => {
                 let u = unit(mix(self.key, out_len as u64));
-                dist.sample(self.top_k, self.params.top_p, self.params.min_p, u)
+                dist.pick(self.top_k, self.params.top_p, self.params.min_p, u)
             }
         };
+        let id = pick.id;
 
         if self.return_logprob {
             // Borrowed, not moved: the distribution is a few hundred bytes and this runs once per token.
@@ -355,7 +356,7 @@ impl Generation {
                 );
                 &untempered
             };
-            self.output_logprobs.push(report.logprob(id) as f32);
+            self.output_logprobs.push(report.logprob_of(&pick) as f32);
             let mut top = Vec::with_capacity(self.top_logprobs_num);
             push_top(
                 report,

@@ -43,12 +43,52 @@ pub(crate) fn unit(h: u64) -> f64 {
     (h >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
-/// What the model assigns at one context at temperature 1: `(id, weight)` pairs, where the weight is
-/// `exp(logit)`. The content candidates come first in strictly descending weight; `<|im_end|>` is last.
+/// What the model assigns at one context at temperature 1: a weight (`exp(logit)`) per slot, the content
+/// candidates first in strictly descending weight and `<|im_end|>` last, and the recipe for each slot's id.
 #[derive(Clone, Debug)]
 pub(crate) struct Logits {
-    pub(crate) explicit: [(u32, f64); EXPLICIT],
+    weights: [f64; EXPLICIT],
+    ids: CandidateIds,
 }
+
+/// How a slot's token id is drawn. Ids are computed only when something asks for them: a step at temperature 1
+/// without masks needs the id of the sampled slot alone.
+#[derive(Clone, Copy, Debug)]
+struct CandidateIds {
+    /// The state the per-slot draws continue from.
+    stream: u64,
+    rotation: u32,
+    punctuation_rank: usize,
+    punctuation: u32,
+    block: u32,
+    first_word: u32,
+    im_end: u32,
+}
+
+impl CandidateIds {
+    /// The id of `slot`: `<|im_end|>` for the last slot, punctuation for one rank in most contexts, otherwise a
+    /// word from block `(slot + rotation) % 8` of the word range, so the slots are distinct by construction.
+    #[inline]
+    fn id(&self, slot: usize) -> u32 {
+        if slot == CANDIDATES {
+            return self.im_end;
+        }
+        if slot == self.punctuation_rank {
+            return self.punctuation;
+        }
+        let r = splitmix64(
+            self.stream
+                .wrapping_add((slot as u64 + 1).wrapping_mul(GOLDEN)),
+        ) >> 32;
+        let start = ((slot as u32 + self.rotation) % CANDIDATES as u32) * self.block;
+        // An even offset within the block (a word that starts with a space), odd one time in eight.
+        let pair = ((r * u64::from(self.block / 2)) >> 32) as u32;
+        self.first_word + start + 2 * pair + u32::from(r & 7 == 0)
+    }
+}
+
+/// The SplitMix64 increment.
+const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// Computes the model's weights for the next token after `context`.
 ///
@@ -85,7 +125,7 @@ pub(crate) fn logits(
     // One SplitMix64 stream per context supplies every random choice.
     let mut stream = h;
     let mut next = || {
-        stream = stream.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        stream = stream.wrapping_add(GOLDEN);
         splitmix64(stream)
     };
     // Peakedness varies per context: with `flatness` near 0 the first candidate takes almost all the mass, near 1
@@ -96,33 +136,25 @@ pub(crate) fn logits(
     let mut weight = 50.0 + 40.0 * ((shape & 0x7FF) as f64 / 2048.0);
     // Eight 21-bit jitters from three draws.
     let jitters = [next(), next(), next()];
-    // The word range is cut into eight blocks and rank k draws its word from block (k + rotation) % 8, so the
-    // candidates are distinct by construction; one rank in most contexts is punctuation instead.
-    let layout = next();
-    let rotation = (layout & 7) as u32;
-    let punctuation_rank = ((layout >> 3) % 10) as usize;
-    let punctuation = u32::from(PUNCTUATION[((layout >> 8) % PUNCTUATION.len() as u64) as usize]);
-    let block = (words / CANDIDATES as u32) & !1;
-    // Each rank's word takes 32 bits of one of four draws.
-    let picks = [next(), next(), next(), next()];
-    let mut explicit = [(im_end, 0.0f64); EXPLICIT];
-    for (k, slot) in explicit[..CANDIDATES].iter_mut().enumerate() {
-        let id = if k == punctuation_rank {
-            punctuation
-        } else {
-            let r = (picks[k / 2] >> (32 * (k % 2))) & 0xFFFF_FFFF;
-            let start = ((k as u32 + rotation) % CANDIDATES as u32) * block;
-            // An even offset within the block (a word that starts with a space), odd one time in eight.
-            let pair = ((r * u64::from(block / 2)) >> 32) as u32;
-            first_word + start + 2 * pair + u32::from(r & 7 == 0)
-        };
-        *slot = (id, weight);
+    let mut weights = [0.0f64; EXPLICIT];
+    for (k, slot) in weights[..CANDIDATES].iter_mut().enumerate() {
+        *slot = weight;
         let jitter =
             ((jitters[k / 3] >> (21 * (k % 3))) & 0x1F_FFFF) as f64 / f64::from(1u32 << 21);
         weight *= flatness * (0.55 + 0.45 * jitter);
     }
-    explicit[CANDIDATES] = (im_end, end_of_turn_weight(since_special));
-    Logits { explicit }
+    weights[CANDIDATES] = end_of_turn_weight(since_special);
+    let layout = next();
+    let ids = CandidateIds {
+        stream: next(),
+        rotation: (layout & 7) as u32,
+        punctuation_rank: ((layout >> 3) % 10) as usize,
+        punctuation: u32::from(PUNCTUATION[((layout >> 8) % PUNCTUATION.len() as u64) as usize]),
+        block: (words / CANDIDATES as u32) & !1,
+        first_word,
+        im_end,
+    };
+    Logits { weights, ids }
 }
 
 /// The weight of `<|im_end|>` after `since_special` tokens of a turn: `exp(min(-6 + 0.05 * n, 2))`, which reaches its
@@ -146,10 +178,11 @@ pub(crate) fn count_since_special(tokenizer: &Tokenizer, context: &[u32]) -> usi
 /// The distribution over the whole vocabulary at one context and temperature, with some ids masked out.
 #[derive(Clone, Debug)]
 pub struct Distribution<'m> {
-    /// Explicit entries that are not masked, as `(id, weight)`, sorted by descending weight then ascending id. A
-    /// weight is an unnormalised probability: `exp(logit / T)` up to a common factor.
-    explicit: [(u32, f64); EXPLICIT],
+    /// Explicit entries that are not masked, as `(slot, weight)`, sorted by descending weight then ascending id.
+    /// A weight is an unnormalised probability: `exp(logit / T)` up to a common factor.
+    explicit: [(usize, f64); EXPLICIT],
     n_explicit: usize,
+    ids: CandidateIds,
     /// The weight every tail id has, in the same units.
     tail_weight: f64,
     /// Ids in the tail: every id that is neither explicit nor masked.
@@ -170,23 +203,25 @@ impl<'m> Distribution<'m> {
         masked: &'m [u32],
     ) -> Distribution<'m> {
         debug_assert!(masked.windows(2).all(|w| w[0] < w[1]));
-        let mut explicit = logits.explicit;
+        let ids = logits.ids;
+        let mut explicit: [(usize, f64); EXPLICIT] =
+            std::array::from_fn(|slot| (slot, logits.weights[slot]));
         let mut n = EXPLICIT;
         if !masked.is_empty() {
             n = 0;
             for i in 0..EXPLICIT {
-                if masked.binary_search(&explicit[i].0).is_err() {
+                if masked.binary_search(&ids.id(explicit[i].0)).is_err() {
                     explicit[n] = explicit[i];
                     n += 1;
                 }
             }
         }
         // The content candidates arrive sorted and the end-of-turn entry, if not masked, last: move it to its rank.
-        if n > 0 && explicit[n - 1].0 == logits.explicit[CANDIDATES].0 {
+        if n > 0 && explicit[n - 1].0 == CANDIDATES {
             let mut at = n - 1;
             while at > 0 && {
                 let (prev, this) = (explicit[at - 1], explicit[at]);
-                prev.1 < this.1 || (prev.1 == this.1 && prev.0 > this.0)
+                prev.1 < this.1 || (prev.1 == this.1 && ids.id(prev.0) > ids.id(this.0))
             } {
                 explicit.swap(at - 1, at);
                 at -= 1;
@@ -210,6 +245,7 @@ impl<'m> Distribution<'m> {
         Distribution {
             explicit,
             n_explicit: n,
+            ids,
             tail_weight,
             tail_count,
             masked,
@@ -217,14 +253,19 @@ impl<'m> Distribution<'m> {
         }
     }
 
-    fn explicit(&self) -> &[(u32, f64)] {
+    fn explicit(&self) -> &[(usize, f64)] {
         &self.explicit[..self.n_explicit]
+    }
+
+    /// The id at a position of the sorted explicit entries.
+    fn id_at(&self, position: usize) -> u32 {
+        self.ids.id(self.explicit[position].0)
     }
 
     /// The natural-log probability of `id` (`-inf` for a masked id or one outside the vocabulary).
     pub fn logprob(&self, id: u32) -> f64 {
-        if let Some(&(_, w)) = self.explicit().iter().find(|e| e.0 == id) {
-            return (w / self.z).ln();
+        if let Some(position) = (0..self.n_explicit).find(|&p| self.id_at(p) == id) {
+            return (self.explicit[position].1 / self.z).ln();
         }
         if self.masked.binary_search(&id).is_ok() || u64::from(id) >= self.vocab_size() {
             return f64::NEG_INFINITY;
@@ -251,8 +292,8 @@ impl<'m> Distribution<'m> {
     fn tail_id(&self, rank: u64) -> u32 {
         // The ids that are not in the tail, sorted: the explicit ones and the masked ones.
         let mut not_tail = [u32::MAX; EXPLICIT];
-        for (slot, e) in not_tail.iter_mut().zip(self.explicit()) {
-            *slot = e.0;
+        for (position, slot) in not_tail[..self.n_explicit].iter_mut().enumerate() {
+            *slot = self.id_at(position);
         }
         not_tail[..self.n_explicit].sort_unstable();
         let mut explicit = not_tail[..self.n_explicit].iter().peekable();
@@ -282,8 +323,8 @@ impl<'m> Distribution<'m> {
     /// The `n` most probable ids with their log-probabilities, in descending order (ties in ascending id order),
     /// appended to `out`. Fewer than `n` only if the vocabulary has fewer unmasked ids.
     pub fn top(&self, n: usize, out: &mut Vec<(u32, f64)>) {
-        for &(id, w) in self.explicit().iter().take(n) {
-            out.push((id, (w / self.z).ln()));
+        for (position, &(_, w)) in self.explicit().iter().enumerate().take(n) {
+            out.push((self.id_at(position), (w / self.z).ln()));
         }
         let from_tail = (n.saturating_sub(self.n_explicit) as u64).min(self.tail_count);
         let lp = self.tail_logprob();
@@ -334,6 +375,11 @@ impl<'m> Distribution<'m> {
     /// Draws an id from the distribution restricted to what the filters keep and renormalised, using the uniform
     /// number `u` in `[0, 1)`.
     pub fn sample(&self, top_k: Option<u32>, top_p: f64, min_p: f64, u: f64) -> u32 {
+        self.pick(top_k, top_p, min_p, u).id
+    }
+
+    /// [`Distribution::sample`], also saying where the id sits, so that its logprob needs no search.
+    pub(crate) fn pick(&self, top_k: Option<u32>, top_p: f64, min_p: f64, u: f64) -> Pick {
         let keep = self.kept(top_k, top_p, min_p);
         let from_explicit = (keep as usize).min(self.n_explicit);
         let from_tail = keep - from_explicit as u64;
@@ -344,18 +390,51 @@ impl<'m> Distribution<'m> {
             kept.iter().map(|e| e.1).sum::<f64>() + from_tail as f64 * self.tail_weight
         };
         let mut target = u * kept_weight;
-        for &(id, w) in kept {
+        for (position, &(_, w)) in kept.iter().enumerate() {
             if target < w {
-                return id;
+                return Pick {
+                    id: self.id_at(position),
+                    position: Some(position),
+                };
             }
             target -= w;
         }
         if from_tail == 0 {
             // Rounding left a sliver past the last kept explicit id.
-            return self.explicit[from_explicit - 1].0;
+            let position = from_explicit - 1;
+            return Pick {
+                id: self.id_at(position),
+                position: Some(position),
+            };
         }
         let rank = ((target / self.tail_weight) as u64).min(from_tail - 1);
-        self.tail_id(rank)
+        Pick {
+            id: self.tail_id(rank),
+            position: None,
+        }
+    }
+
+    /// The logprob of a pick made from this distribution or from one of the same context and mask at another
+    /// temperature (the order of the explicit entries is the same at every temperature).
+    pub(crate) fn logprob_of(&self, pick: &Pick) -> f64 {
+        match pick.position {
+            Some(position) => (self.explicit[position].1 / self.z).ln(),
+            None => self.logprob(pick.id),
+        }
+    }
+}
+
+/// A sampled id and its position among the explicit entries (`None` for a tail id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Pick {
+    pub(crate) id: u32,
+    position: Option<usize>,
+}
+
+impl Pick {
+    /// An id chosen outside the sampler (a forced token): its logprob is looked up by id.
+    pub(crate) fn forced(id: u32) -> Pick {
+        Pick { id, position: None }
     }
 }
 

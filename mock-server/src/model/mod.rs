@@ -9,7 +9,7 @@ mod tokenizer;
 pub use dist::{CANDIDATES, Distribution, TAIL_LOGIT};
 pub use tokenizer::{MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, Piece, Tokenizer};
 
-pub(crate) use dist::{Logits, count_since_special, mix, unit};
+pub(crate) use dist::{Logits, Pick, count_since_special, mix, unit};
 
 /// What defines the model: everything that changes its tokens or logprobs.
 #[derive(Clone, Debug, PartialEq, Eq)]
