@@ -233,6 +233,9 @@ async fn main() -> anyhow::Result<()> {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
+        // Logs go to stderr, coloured only on a terminal, so redirected logs stay plain text.
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let mut config = Flags::parse().into_config()?;
     let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port))

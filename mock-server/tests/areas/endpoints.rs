@@ -319,15 +319,16 @@ async fn the_binary_reads_env_flags_and_stops_on_sigterm() {
         .env("SGLANG_MOCK_WEIGHT_VERSION", "v7")
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("binary starts");
-    let stdout = child.stdout.take().expect("stdout piped");
+    // The binary logs to stderr; the "listening" line carries the address it bound.
+    let log = child.stderr.take().expect("stderr piped");
     let pid = child.id();
     let mut reap = Reap(Some(child));
     let addr = tokio::task::spawn_blocking(move || {
-        let mut reader = BufReader::new(stdout);
+        let mut reader = BufReader::new(log);
         let mut line = String::new();
         while reader.read_line(&mut line).unwrap_or(0) > 0 {
             if let Some(at) = line.find("127.0.0.1:") {
