@@ -269,15 +269,8 @@ impl Client {
 
     /// `POST /abort_request`. Pending generate calls then finish with an abort finish_reason.
     pub async fn abort(&self, req: &AbortRequest) -> Result<(), ClientError> {
-        let url = self.url("/abort_request");
         let body = Bytes::from(serde_json::to_vec(req).map_err(ClientError::Encode)?);
-        self.with_retries(&url, body, |resp, url| async move {
-            resp.bytes()
-                .await
-                .map_err(|e| Failure::retry(transport(&url, e)))?;
-            Ok(())
-        })
-        .await
+        self.post_admin("/abort_request", body).await
     }
 
     /// `POST /pause_generation`: new generate calls wait until [`Client::continue_generation`].
@@ -298,6 +291,7 @@ impl Client {
         self.post_admin("/continue_generation", Bytes::new()).await
     }
 
+    /// POSTs a control-plane request whose answer carries nothing the client needs.
     async fn post_admin(&self, path: &str, body: Bytes) -> Result<(), ClientError> {
         let url = self.url(path);
         self.with_retries(&url, body, |resp, url| async move {

@@ -415,7 +415,7 @@ pub enum JsonlError {
 }
 
 /// What Python may write: the same keys, with `None` where we always have a list.
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
 #[serde(default)]
 struct SampleRecord {
     group_index: Option<usize>,
@@ -452,45 +452,6 @@ struct SampleRecord {
     prefix_cache_info: PrefixCacheInfo,
     #[serde(flatten)]
     extra: Map<String, Value>,
-}
-
-impl Default for SampleRecord {
-    fn default() -> Self {
-        SampleRecord {
-            group_index: None,
-            index: None,
-            rollout_id: None,
-            group_id: None,
-            prompt: Prompt::default(),
-            tokens: Vec::new(),
-            multimodal_inputs: None,
-            multimodal_train_inputs: None,
-            multimodal_train_input_id: None,
-            apply_chat_template_kwargs: None,
-            response: String::new(),
-            response_length: 0,
-            label: None,
-            reward: None,
-            loss_mask: None,
-            weight_versions: Vec::new(),
-            rollout_log_probs: None,
-            rollout_top_p_token_ids: None,
-            rollout_top_p_token_offsets: None,
-            rollout_routed_experts: None,
-            remove_sample: false,
-            teacher_log_probs: None,
-            status: SampleStatus::Pending,
-            metadata: None,
-            generate_function_path: None,
-            custom_rm_path: None,
-            train_metadata: None,
-            session_id: None,
-            non_generation_time: 0.0,
-            spec_info: SpecInfo::default(),
-            prefix_cache_info: PrefixCacheInfo::default(),
-            extra: Map::new(),
-        }
-    }
 }
 
 impl TryFrom<SampleRecord> for Sample {
