@@ -1,6 +1,6 @@
-//! Encoding of `/generate` responses and stream chunks: serde structs whose field order is SGLang's
-//! `meta_info` insertion order, and logprob triples `[logprob, token_id, text|null]` written straight from
-//! the engine's slices.
+//! Encoding of `/generate` responses and stream chunks in SGLang's `meta_info` insertion order. Item objects and
+//! the logprob triples `[logprob, token_id, text|null]` are written by hand straight from the engine's slices;
+//! nested values (finish reasons, top-logprob lists, escaped strings) go through serde_json.
 
 use serde::Serialize;
 use serde::ser::{SerializeSeq, SerializeStruct, Serializer};
