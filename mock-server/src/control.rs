@@ -52,7 +52,9 @@ pub struct RunTicket {
 
 impl Drop for RunTicket {
     fn drop(&mut self) {
-        self.control.running.fetch_sub(1, Ordering::Relaxed);
+        if self.control.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.control.drained.notify_waiters();
+        }
     }
 }
 
@@ -68,6 +70,8 @@ pub struct Control {
     retract: AtomicBool,
     /// Requests whose generation has started (or been admitted), for `/flush_cache` and the metrics.
     running: AtomicUsize,
+    /// Woken when the last running request ends (a weight update waits for it).
+    drained: Notify,
     waiting: AtomicUsize,
     slots: Option<Arc<Semaphore>>,
     max_queued: Option<usize>,
@@ -91,6 +95,7 @@ impl Control {
             paused: AtomicBool::new(false),
             retract: AtomicBool::new(false),
             running: AtomicUsize::new(0),
+            drained: Notify::new(),
             waiting: AtomicUsize::new(0),
             slots: max_running.map(|n| Arc::new(Semaphore::new(n.max(1)))),
             max_queued,
@@ -213,11 +218,15 @@ impl Control {
     pub async fn drain_running(&self) {
         let mut rx = self.paused_tx.subscribe();
         loop {
-            if self.running() == 0 || self.is_paused() {
+            // Registered before the check, so a request that ends in between still wakes this wait.
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            if self.running.load(Ordering::Acquire) == 0 || self.is_paused() {
                 return;
             }
             tokio::select! {
-                _ = tokio::time::sleep(std::time::Duration::from_millis(1)) => {}
+                () = drained => {}
                 _ = rx.changed() => {}
             }
         }

@@ -258,7 +258,7 @@ pub fn encode_aborted(
 }
 
 /// A `Vec<u8>` writer for serde_json, which writes a number or a bracket at a time: short pieces are pushed byte by
-/// byte instead of through a `memcpy` call each, which makes encoding a long logprob list several times faster.
+/// byte instead of through a `memcpy` call each.
 struct SmallWrites<'a>(&'a mut Vec<u8>);
 
 impl std::io::Write for SmallWrites<'_> {
