@@ -449,7 +449,6 @@ async fn reset_closes_the_connection_before_any_byte() {
 
 #[tokio::test]
 async fn cut_stream_breaks_the_connection_mid_body_and_hang_never_answers() {
-    use futures_util::StreamExt;
     let live = Live::start(ServerConfig::default()).await;
     let resp = live
         .client
@@ -460,18 +459,7 @@ async fn cut_stream_breaks_the_connection_mid_body_and_hang_never_answers() {
         .await
         .expect("headers arrive");
     assert_eq!(resp.status(), 200);
-    let mut body = resp.bytes_stream();
-    let mut received = Vec::new();
-    let mut failed = false;
-    while let Some(chunk) = body.next().await {
-        match chunk {
-            Ok(bytes) => received.extend_from_slice(&bytes),
-            Err(_) => {
-                failed = true;
-                break;
-            }
-        }
-    }
+    let (received, failed) = read_until_broken(resp).await;
     assert!(failed, "the body ends with an error, not cleanly");
     assert_eq!(
         String::from_utf8_lossy(&received).matches("data: ").count(),
@@ -487,18 +475,7 @@ async fn cut_stream_breaks_the_connection_mid_body_and_hang_never_answers() {
         .send()
         .await
         .expect("headers arrive");
-    let mut body = resp.bytes_stream();
-    let mut received = Vec::new();
-    let mut failed = false;
-    while let Some(chunk) = body.next().await {
-        match chunk {
-            Ok(bytes) => received.extend_from_slice(&bytes),
-            Err(_) => {
-                failed = true;
-                break;
-            }
-        }
-    }
+    let (received, failed) = read_until_broken(resp).await;
     assert!(failed, "the body ends with an error");
     assert!(received.starts_with(b"data: {") && !received.ends_with(b"\n\n"));
 
@@ -662,4 +639,20 @@ async fn time_windows_bound_a_rule() {
         let status = server.post("/generate", PROMPT).await.status;
         assert_eq!(status == 503, fires, "{window:?}");
     }
+}
+
+/// Reads a streamed body to its end: the bytes that arrived, and whether it ended with a transport error
+/// (a broken connection) rather than cleanly.
+async fn read_until_broken(resp: reqwest::Response) -> (Vec<u8>, bool) {
+    use futures_util::StreamExt;
+
+    let mut body = resp.bytes_stream();
+    let mut received = Vec::new();
+    while let Some(chunk) = body.next().await {
+        match chunk {
+            Ok(bytes) => received.extend_from_slice(&bytes),
+            Err(_) => return (received, true),
+        }
+    }
+    (received, false)
 }
