@@ -55,7 +55,7 @@ fault_kinds! {
     Status => "status" ["code", "retry_after", "message"]
         "HTTP error with SGLang's body for the status (400, 429 with Retry-After, 500, 503, ...).",
     Delay => "delay" ["ms"] "Wait `ms` before the first byte, then answer normally.",
-    Hang => "hang" ["ms"] "Never answer; close the connection after `ms` (default 10 minutes).",
+    Hang => "hang" ["ms"] "Never answer; close the connection after `ms` (default 10 minutes) or when the server shuts down.",
     Reset => "reset" [] "Reset the TCP connection before any byte is sent.",
     MissingMetaInfo => "missing-meta-info" [] "Objects without `meta_info`.",
     MissingLogprobs => "missing-logprobs" [] "`meta_info` without `output_token_logprobs`.",

@@ -53,6 +53,11 @@ pub async fn run(
         AppState::new(config).map_err(|err| io::Error::new(io::ErrorKind::InvalidInput, err))?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, profile = %state.config().profile, "sglang-mock listening");
+    let on_shutdown = state.clone();
+    let shutdown = async move {
+        shutdown.await;
+        on_shutdown.begin_shutdown();
+    };
     // The listener wrapper lets the `reset` fault close a connection with a TCP RST before any byte.
     axum::serve(
         conn::ResettableListener::new(listener),

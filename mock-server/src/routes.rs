@@ -44,6 +44,8 @@ struct Inner {
     control: Arc<Control>,
     faults: Faults,
     metrics: Arc<Metrics>,
+    /// `true` once the server has begun to shut down: a `hang` ends then instead of holding the shutdown.
+    shutting_down: tokio::sync::watch::Sender<bool>,
 }
 
 /// Why a server could not be built from its configuration.
@@ -89,8 +91,21 @@ impl AppState {
                 control,
                 faults,
                 metrics: Arc::new(Metrics::default()),
+                shutting_down: tokio::sync::watch::Sender::new(false),
             }),
         }
+    }
+
+    /// Marks the server as shutting down (the graceful shutdown of [`crate::run`] calls it).
+    pub fn begin_shutdown(&self) {
+        self.inner.shutting_down.send_replace(true);
+    }
+
+    /// Resolves once the server has begun to shut down.
+    pub async fn shutting_down(&self) {
+        let mut rx = self.inner.shutting_down.subscribe();
+        // The sender lives as long as the state, so `wait_for` only ends when the flag is set.
+        let _ = rx.wait_for(|&down| down).await;
     }
 
     /// The control plane: in-flight registry, pause gate, queue, weight version.
@@ -346,7 +361,11 @@ fn decide_fault(
 }
 
 /// An HTTP-level fault: `Some(response)` ends the request here, `None` lets it go on (after a `delay`).
-async fn http_fault(fault: &Fault, conn: Option<&ConnHandle>) -> Option<Response> {
+async fn http_fault(
+    state: &AppState,
+    fault: &Fault,
+    conn: Option<&ConnHandle>,
+) -> Option<Response> {
     match fault.kind {
         FaultKind::Status => Some(status_fault(fault)),
         FaultKind::Delay => {
@@ -354,7 +373,11 @@ async fn http_fault(fault: &Fault, conn: Option<&ConnHandle>) -> Option<Response
             None
         }
         FaultKind::Hang => {
-            tokio::time::sleep(Duration::from_millis(fault.u64("ms", 600_000))).await;
+            // A hung request must not hold a graceful shutdown for its whole `ms` (ten minutes by default).
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(fault.u64("ms", 600_000))) => {}
+                () = state.shutting_down() => {}
+            }
             Some(reset_response(conn))
         }
         FaultKind::Reset => Some(reset_response(conn)),
@@ -425,7 +448,7 @@ async fn http_faults(State(state): State<AppState>, req: Request, next: Next) ->
             .extensions()
             .get::<axum::extract::ConnectInfo<ConnHandle>>()
             .map(|c| c.0.clone());
-        if let Some(response) = http_fault(&fault, conn.as_ref()).await {
+        if let Some(response) = http_fault(&state, &fault, conn.as_ref()).await {
             return response;
         }
     }
@@ -457,7 +480,7 @@ async fn generate_handler(State(state): State<AppState>, req: Request) -> Respon
         Err(err) => return err.into_response(),
     };
     if let Some(fault) = &fault
-        && let Some(response) = http_fault(fault, conn.as_ref()).await
+        && let Some(response) = http_fault(&state, fault, conn.as_ref()).await
     {
         return response;
     }

@@ -490,6 +490,44 @@ async fn cut_stream_breaks_the_connection_mid_body_and_hang_never_answers() {
     assert!(hung.is_err_and(|e| e.is_timeout()));
 }
 
+#[tokio::test]
+async fn a_hung_request_does_not_hold_a_graceful_shutdown() {
+    let live = Live::start(ServerConfig::default()).await;
+    let request = live
+        .client
+        .post(live.url("/generate"))
+        .header("x-mock-fault", "hang")
+        .body(PROMPT)
+        .send();
+    let hung = tokio::spawn(request);
+    // The request is hanging once the server has counted the fault.
+    let counted = async {
+        loop {
+            let stats = live.client.get(live.url("/admin/stats")).send().await;
+            let body = stats.expect("stats").bytes().await.expect("stats body");
+            let stats: Value = serde_json::from_slice(&body).expect("stats JSON");
+            if stats["faults"]["hang"].as_u64() == Some(1) {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(30), counted)
+        .await
+        .expect("the hang fault is injected");
+    // The default hang lasts ten minutes; the shutdown must not wait for it.
+    let stopped = tokio::time::timeout(std::time::Duration::from_secs(30), live.stop()).await;
+    assert!(
+        stopped.is_ok(),
+        "graceful shutdown waited for the hung request"
+    );
+    let answer = hung.await.expect("the request task joins");
+    assert!(
+        answer.is_err(),
+        "a hang ends in a reset, never an answer: {answer:?}"
+    );
+}
+
 async fn post_faults(server: &InProcess, config: &Value) -> Reply {
     server
         .post(
