@@ -12,6 +12,18 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use tower::ServiceExt;
 
+/// `meta_info` of a request aborted in the waiting queue (with logprobs asked), as `_handle_abort_req` builds it:
+/// no `prompt_tokens` and no `cached_tokens`.
+pub(crate) const WAITING_ABORT_META_KEYS: [&str; 7] = [
+    "id",
+    "finish_reason",
+    "weight_version",
+    "e2e_latency",
+    "input_token_logprobs",
+    "output_token_logprobs",
+    "completion_tokens",
+];
+
 /// The path of a fixture under `tests/data/`.
 pub(crate) fn data_path(name: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -8,7 +8,7 @@ use std::time::Duration;
 use mock_server::{LatencyConfig, ServerConfig};
 use serde_json::{Value, json};
 
-use crate::common::{InProcess, Node, Reply, sse_json};
+use crate::common::{InProcess, Node, Reply, WAITING_ABORT_META_KEYS, sse_json};
 
 /// One simulated second per token, so a request stays in flight until the test moves the clock.
 fn slow() -> ServerConfig {
@@ -185,15 +185,7 @@ async fn queued_requests_abort_with_the_waiting_queue_shape_and_a_full_queue_is_
     let node = Node::parse(&reply.body);
     assert_eq!(
         node.get("meta_info").unwrap().keys(),
-        [
-            "id",
-            "finish_reason",
-            "weight_version",
-            "e2e_latency",
-            "input_token_logprobs",
-            "output_token_logprobs",
-            "completion_tokens"
-        ],
+        WAITING_ABORT_META_KEYS,
         "no prompt_tokens, no cached_tokens"
     );
     assert_eq!(

@@ -69,11 +69,8 @@ async fn model_info_differs_by_profile_and_is_served_under_both_paths() {
     let latest = InProcess::new(ServerConfig::default());
     let reply = latest.get("/model_info").await;
     assert_eq!(reply.json(), latest.get("/get_model_info").await.json());
-    let keys: Vec<String> = Node::parse(&reply.body)
-        .keys()
-        .iter()
-        .map(|k| k.to_string())
-        .collect();
+    let node = Node::parse(&reply.body);
+    let keys = node.keys();
     assert_eq!(
         keys,
         [
@@ -92,11 +89,8 @@ async fn model_info_differs_by_profile_and_is_served_under_both_paths() {
         profile: Profile::Mid,
         ..ServerConfig::default()
     });
-    let keys: Vec<String> = Node::parse(&mid.get("/get_model_info").await.body)
-        .keys()
-        .iter()
-        .map(|k| k.to_string())
-        .collect();
+    let node = Node::parse(&mid.get("/get_model_info").await.body);
+    let keys = node.keys();
     assert_eq!(
         keys,
         [
@@ -438,11 +432,8 @@ async fn v1_loads_reports_idle_ranks() {
     let server = InProcess::new(ServerConfig::default());
     let reply = server.get("/v1/loads").await;
     assert_eq!(reply.status, 200);
-    let keys: Vec<String> = Node::parse(&reply.body)
-        .keys()
-        .iter()
-        .map(|k| k.to_string())
-        .collect();
+    let node = Node::parse(&reply.body);
+    let keys = node.keys();
     assert_eq!(
         keys,
         [

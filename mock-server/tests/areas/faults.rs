@@ -7,7 +7,7 @@ use axum::http::Method;
 use mock_server::{FaultConfig, FaultRule, ServerConfig, StreamFilter};
 use serde_json::{Value, json};
 
-use crate::common::{InProcess, Live, Node, Reply, read_sse};
+use crate::common::{InProcess, Live, Node, Reply, WAITING_ABORT_META_KEYS, read_sse};
 
 const PROMPT: &str = r#"{"text":"fault","rid":"f1","sampling_params":{"max_new_tokens":4,"ignore_eos":true},"return_logprob":true}"#;
 
@@ -332,15 +332,7 @@ async fn abort_shapes_match_sglangs() {
     assert_eq!(node.keys(), ["text", "output_ids", "meta_info"]);
     assert_eq!(
         node.get("meta_info").unwrap().keys(),
-        [
-            "id",
-            "finish_reason",
-            "weight_version",
-            "e2e_latency",
-            "input_token_logprobs",
-            "output_token_logprobs",
-            "completion_tokens"
-        ]
+        WAITING_ABORT_META_KEYS
     );
     let v = waiting.json();
     assert_eq!(
