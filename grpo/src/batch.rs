@@ -312,8 +312,8 @@ impl Groups {
     }
 
     /// Groups keyed by arbitrary labels, numbered by first appearance.
-    pub fn from_labels(labels: impl IntoIterator<Item = u64>) -> Self {
-        let mut dense: HashMap<u64, u32> = HashMap::new();
+    pub fn from_labels<K: std::hash::Hash + Eq>(labels: impl IntoIterator<Item = K>) -> Self {
+        let mut dense: HashMap<K, u32> = HashMap::new();
         let mut sizes = Vec::new();
         let of_sample = labels
             .into_iter()
@@ -578,21 +578,10 @@ fn pool_by_rollout_id(parts: &[SampleParts]) -> Groups {
         Given(u64),
         Fresh(usize),
     }
-    let mut dense: HashMap<Key, u32> = HashMap::new();
-    let mut sizes = Vec::new();
-    let of_sample = parts
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let key = p.rollout_id.map_or(Key::Fresh(i), Key::Given);
-            let next = u32::try_from(dense.len()).unwrap_or(u32::MAX);
-            let g = *dense.entry(key).or_insert(next);
-            if g as usize == sizes.len() {
-                sizes.push(0);
-            }
-            sizes[g as usize] += 1;
-            g
-        })
-        .collect();
-    Groups { of_sample, sizes }
+    Groups::from_labels(
+        parts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| p.rollout_id.map_or(Key::Fresh(i), Key::Given)),
+    )
 }
