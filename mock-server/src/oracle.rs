@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::config::ServerConfig;
-use crate::engine::{FinishReason, Generation};
+use crate::engine::FinishReason;
 use crate::error::ApiError;
 use crate::generate;
 use crate::model::Model;
@@ -37,9 +37,6 @@ pub struct ExpectedItem {
     /// Aligned with `output_ids` when `return_logprob`, else empty.
     pub output_logprobs: Vec<f32>,
     pub prompt_tokens: usize,
-    /// Set when the scheduler rejects the item (`logprob_start_len` too large): the non-stream request fails
-    /// with this 400 message, a stream carries an abort chunk for the item.
-    pub abort: Option<String>,
 }
 
 /// Computes expected answers for one server configuration.
@@ -93,8 +90,24 @@ impl Oracle {
     /// the error it answers with.
     pub fn expect(&self, body: &[u8]) -> Result<Expected, ApiError> {
         let plan = self.plan(body)?;
-        let items = self.run_items(&plan);
+        // One run serves both the body and the per-item view; a rejected item fails the request before it.
         let completed = generate::run_all(self.model(), &plan, Instant::now())?;
+        let items = plan
+            .items
+            .iter()
+            .zip(&completed.generations)
+            .filter_map(|(item, generation)| {
+                let generation = generation.as_ref()?;
+                Some(ExpectedItem {
+                    rid: (!item.rid_is_fresh).then(|| item.rid.clone()),
+                    text: generation.text().to_owned(),
+                    output_ids: generation.output_ids().to_vec(),
+                    finish_reason: generation.finish_reason().cloned(),
+                    output_logprobs: generation.output_logprobs().to_vec(),
+                    prompt_tokens: generation.prompt_tokens(),
+                })
+            })
+            .collect();
         let bytes = generate::encode_body(
             self.config(),
             self.model(),
@@ -167,38 +180,6 @@ impl Oracle {
             out.push(value);
         }
         Ok(out)
-    }
-
-    fn run_items(&self, plan: &GeneratePlan) -> Vec<ExpectedItem> {
-        plan.items
-            .iter()
-            .map(|item| {
-                let rid = (!item.rid_is_fresh).then(|| item.rid.clone());
-                if let Some(message) = &item.abort {
-                    return ExpectedItem {
-                        rid,
-                        text: String::new(),
-                        output_ids: Vec::new(),
-                        finish_reason: None,
-                        output_logprobs: Vec::new(),
-                        prompt_tokens: item.request.input_ids.len(),
-                        abort: Some(message.clone()),
-                    };
-                }
-                let mut generation =
-                    Generation::new(Arc::clone(self.model()), item.request.clone());
-                generation.run_to_end();
-                ExpectedItem {
-                    rid,
-                    text: generation.text().to_owned(),
-                    output_ids: generation.output_ids().to_vec(),
-                    finish_reason: generation.finish_reason().cloned(),
-                    output_logprobs: generation.output_logprobs().to_vec(),
-                    prompt_tokens: generation.prompt_tokens(),
-                    abort: None,
-                }
-            })
-            .collect()
     }
 }
 
