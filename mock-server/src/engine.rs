@@ -533,6 +533,12 @@ impl Generation {
         }
     }
 
+    /// Whether the end of the output could be the start of a stop string, so the text holds some of it back:
+    /// SGLang then skips a due stream chunk (`check_match_stop_str_prefix`).
+    pub fn holds_stop_prefix(&self) -> bool {
+        self.final_text.is_none() && self.stable_len < self.decoded.len()
+    }
+
     /// The logprob of each output token (empty unless logprobs were requested).
     pub fn output_logprobs(&self) -> &[f32] {
         &self.output_logprobs

@@ -18,7 +18,7 @@ use crate::engine::Generation;
 use crate::error::ApiError;
 use crate::latency::LatencyConfig;
 use crate::metrics::Metrics;
-use crate::model::{Model, Tokenizer, mix};
+use crate::model::{Model, mix};
 use crate::request::{GeneratePlan, PlannedItem, RidSource};
 use crate::wire::{self, Chunk, EncodeCtx, Finished, OutputMode, Sent, WaitingAbort};
 
@@ -413,25 +413,6 @@ pub fn chunk_due(len: usize, interval: u32) -> bool {
     }
 }
 
-/// SGLang's `check_match_stop_str_prefix`: a due chunk is skipped while the end of the output could be the
-/// start of a stop string. Only the last few tokens are decoded, so the check stays O(1) per chunk.
-fn holds_stop_prefix(generation: &Generation, item: &PlannedItem, tokenizer: &Tokenizer) -> bool {
-    let stops = &item.request.params.stop;
-    let longest = stops.iter().map(String::len).max().unwrap_or(0);
-    if longest < 2 {
-        return false;
-    }
-    // Every ordinary token decodes to at least one byte; the margin covers skipped special tokens.
-    let ids = generation.output_ids();
-    let tail_from = ids.len().saturating_sub(longest + 16);
-    let tail = tokenizer.decode(&ids[tail_from..], item.request.params.skip_special_tokens);
-    stops.iter().any(|stop| {
-        stop.char_indices()
-            .skip(1)
-            .any(|(len, _)| tail.ends_with(&stop[..len]))
-    })
-}
-
 /// The output mode of streamed chunks under this configuration.
 pub fn stream_mode(config: &ServerConfig) -> OutputMode {
     match (config.profile, config.incremental_streaming_output) {
@@ -686,7 +667,7 @@ impl<G> StreamRun<G> {
                             slot.ttft = Some(run.started.elapsed().as_secs_f64());
                         }
                         if chunk_due(generation.output_ids().len(), item.stream_interval)
-                            && !holds_stop_prefix(generation, item, run.model.tokenizer())
+                            && !generation.holds_stop_prefix()
                         {
                             break;
                         }
