@@ -10,9 +10,6 @@ use crate::engine::{FinishReason, Generation, LogprobEntry};
 use crate::model::Tokenizer;
 use crate::request::PlannedItem;
 
-/// The weight version every response reports until weight updates exist.
-pub const WEIGHT_VERSION: &str = "default";
-
 /// How the output fields of one chunk relate to earlier chunks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutputMode {
