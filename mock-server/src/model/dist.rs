@@ -1,16 +1,17 @@
 //! The next-token distribution: a handful of explicit candidates over a uniform tail, with an exact normaliser.
 //!
 //! At every context the model gives [`CANDIDATES`] content tokens and `<|im_end|>` an explicit weight (the
-//! exponential of a logit); every other id in the vocabulary shares one tail logit, [`TAIL_LOGIT`], which lies below
-//! every explicit logit. The normaliser is therefore a closed form, `Z = sum(w_k^(1/T)) + n_tail * exp(l_tail / T)`,
-//! and a step costs the same for a vocabulary of 1,024 or 1,000,000 ids. Because the tail sits below the candidates,
-//! the sorted order of the whole vocabulary is known without sorting it: the candidates in descending weight, then
-//! the tail ids in ascending id order. Every top-k / top-p / min-p filter keeps a prefix of that order, so sampling is
-//! exact too.
+//! exponential of a logit); every other id in the vocabulary shares one tail logit, [`TAIL_LOGIT`]. The normaliser is
+//! therefore a closed form, `Z = sum(exp(l_k / T)) + n_tail * exp(l_tail / T)`, and a step costs the same for a
+//! vocabulary of 1,024 or 1,000,000 ids. Every explicit logit lies at least [`TAIL_MARGIN`] nats above the tail by
+//! construction, so the sorted order of the whole vocabulary is known without sorting it: the explicit entries in
+//! descending weight, then the tail ids in ascending id order. Every top-k / top-p / min-p filter keeps a prefix of
+//! that order, so sampling is exact too. `mock-server/MODEL.md` specifies all of it.
 //!
 //! The model is defined in the weight domain: each candidate's weight is the one before it times a random ratio
 //! below 1. At temperature 1, the default of RL rollouts, a step therefore needs no `exp` for the candidates and
-//! one `ln` for the reported logprob.
+//! one `ln` for the reported logprob. At any other temperature logprobs are computed in log space,
+//! `l / T - log Z`, so they stay finite however far below the top a token lies.
 
 use super::tokenizer::Tokenizer;
 
@@ -20,6 +21,13 @@ pub const CANDIDATES: usize = 8;
 pub const TAIL_LOGIT: f64 = -12.0;
 /// `exp(TAIL_LOGIT)`, the tail's weight at temperature 1.
 const TAIL_WEIGHT: f64 = 6.144_212_353_328_21e-6;
+/// The least gap, in nats, between the lowest explicit logit and the tail: the first weight is at least 50, each of
+/// the seven ratios at least `FLATNESS_MIN * 0.55`, so the lowest candidate's logit is at least
+/// `ln(50) + 7 * ln(0.143) = -9.70`, and `<|im_end|>`'s at least -6.
+pub const TAIL_MARGIN: f64 = 2.0;
+/// The range of a context's flatness, the common factor of its weight ratios.
+const FLATNESS_MIN: f64 = 0.26;
+const FLATNESS_SPAN: f64 = 0.69;
 /// Explicit entries per context: the content candidates and `<|im_end|>`.
 const EXPLICIT: usize = CANDIDATES + 1;
 /// Single-byte tokens the model proposes as punctuation.
@@ -128,11 +136,12 @@ pub(crate) fn logits(
         stream = stream.wrapping_add(GOLDEN);
         splitmix64(stream)
     };
-    // Peakedness varies per context: with `flatness` near 0 the first candidate takes almost all the mass, near 1
+    // Peakedness varies per context: with `flatness` at its least the first candidate takes most of the mass, near 1
     // the eight share it. Each weight is the one before times `flatness` and a jitter in [0.55, 1), so weights
-    // fall strictly and the candidates are generated in sorted order.
+    // fall strictly and the candidates are generated in sorted order; the least flatness keeps the last of them
+    // above the tail (`TAIL_MARGIN`).
     let shape = next();
-    let flatness = 0.05 + 0.9 * unit(shape);
+    let flatness = FLATNESS_MIN + FLATNESS_SPAN * unit(shape);
     let mut weight = 50.0 + 40.0 * ((shape & 0x7FF) as f64 / 2048.0);
     // Eight 21-bit jitters from three draws.
     let jitters = [next(), next(), next()];
@@ -179,7 +188,8 @@ pub(crate) fn count_since_special(tokenizer: &Tokenizer, context: &[u32]) -> usi
 #[derive(Clone, Debug)]
 pub struct Distribution<'m> {
     /// Explicit entries that are not masked, as `(slot, weight)`, sorted by descending weight then ascending id.
-    /// A weight is an unnormalised probability: `exp(logit / T)` up to a common factor.
+    /// A weight is an unnormalised probability: `exp(logit / T)` up to a common factor (which may underflow to 0
+    /// for an entry far below the top; its logprob is computed in log space and stays finite).
     explicit: [(usize, f64); EXPLICIT],
     n_explicit: usize,
     ids: CandidateIds,
@@ -190,6 +200,22 @@ pub struct Distribution<'m> {
     masked: &'m [u32],
     /// Sum of all weights: the normaliser.
     z: f64,
+    /// How logprobs are computed from the weights.
+    log: LogSpace,
+}
+
+/// How a [`Distribution`] turns a weight into a logprob.
+#[derive(Clone, Copy, Debug)]
+enum LogSpace {
+    /// Temperature 1: weights are the model's own and no logprob can underflow, so `ln(w / Z)`.
+    Unit,
+    /// Any other temperature: `l / T - log Z`, from the scaled logits of the explicit entries (in the order of
+    /// `explicit`), the scaled tail logit, and `log Z = shift + ln(Z)`.
+    Scaled {
+        logits: [f64; EXPLICIT],
+        tail_logit: f64,
+        log_z: f64,
+    },
 }
 
 impl<'m> Distribution<'m> {
@@ -227,21 +253,35 @@ impl<'m> Distribution<'m> {
                 at -= 1;
             }
         }
+        let tail_count = u64::from(vocab_size) - n as u64 - masked.len() as u64;
         let mut tail_weight = TAIL_WEIGHT;
+        let mut scaled_logits = None;
         if temperature != 1.0 {
-            // w^(1/T) = exp(ln(w) / T), shifted by the largest scaled logit so nothing overflows at small T.
+            // Scaled logits `ln(w) / T`, shifted by the largest so no weight overflows at small T; a weight that
+            // underflows is below e^-745 of the top and cannot be drawn, and its logprob comes from its logit.
             let inv_t = 1.0 / temperature;
             let tail_logit = TAIL_LOGIT * inv_t;
-            let shift = explicit[..n]
-                .first()
-                .map_or(tail_logit, |e| (e.1.ln() * inv_t).max(tail_logit));
-            for e in &mut explicit[..n] {
-                e.1 = (e.1.ln() * inv_t - shift).exp();
+            let mut scaled = [0.0f64; EXPLICIT];
+            for (x, e) in scaled.iter_mut().zip(&explicit[..n]) {
+                *x = e.1.ln() * inv_t;
+            }
+            let shift = if n > 0 { scaled[0] } else { tail_logit };
+            for (e, &x) in explicit[..n].iter_mut().zip(&scaled) {
+                e.1 = (x - shift).exp();
             }
             tail_weight = (tail_logit - shift).exp();
+            scaled_logits = Some((scaled, tail_logit, shift));
         }
-        let tail_count = u64::from(vocab_size) - n as u64 - masked.len() as u64;
         let z = explicit[..n].iter().map(|e| e.1).sum::<f64>() + tail_count as f64 * tail_weight;
+        let log = match scaled_logits {
+            None => LogSpace::Unit,
+            // The largest weight is exp(0) = 1, so `z >= 1` and its logarithm is finite.
+            Some((logits, tail_logit, shift)) => LogSpace::Scaled {
+                logits,
+                tail_logit,
+                log_z: shift + z.ln(),
+            },
+        };
         Distribution {
             explicit,
             n_explicit: n,
@@ -250,6 +290,15 @@ impl<'m> Distribution<'m> {
             tail_count,
             masked,
             z,
+            log,
+        }
+    }
+
+    /// The log-probability of the explicit entry at `position` of the sorted order.
+    fn explicit_logprob(&self, position: usize) -> f64 {
+        match &self.log {
+            LogSpace::Unit => (self.explicit[position].1 / self.z).ln(),
+            LogSpace::Scaled { logits, log_z, .. } => logits[position] - log_z,
         }
     }
 
@@ -265,7 +314,7 @@ impl<'m> Distribution<'m> {
     /// The natural-log probability of `id` (`-inf` for a masked id or one outside the vocabulary).
     pub fn logprob(&self, id: u32) -> f64 {
         if let Some(position) = (0..self.n_explicit).find(|&p| self.id_at(p) == id) {
-            return (self.explicit[position].1 / self.z).ln();
+            return self.explicit_logprob(position);
         }
         if self.masked.binary_search(&id).is_ok() || u64::from(id) >= self.vocab_size() {
             return f64::NEG_INFINITY;
@@ -279,7 +328,12 @@ impl<'m> Distribution<'m> {
 
     /// The log-probability each tail id has.
     pub fn tail_logprob(&self) -> f64 {
-        (self.tail_weight / self.z).ln()
+        match &self.log {
+            LogSpace::Unit => (self.tail_weight / self.z).ln(),
+            LogSpace::Scaled {
+                tail_logit, log_z, ..
+            } => tail_logit - log_z,
+        }
     }
 
     /// The sum of the probabilities of every id in the vocabulary; 1 up to rounding.
@@ -323,8 +377,8 @@ impl<'m> Distribution<'m> {
     /// The `n` most probable ids with their log-probabilities, in descending order (ties in ascending id order),
     /// appended to `out`. Fewer than `n` only if the vocabulary has fewer unmasked ids.
     pub fn top(&self, n: usize, out: &mut Vec<(u32, f64)>) {
-        for (position, &(_, w)) in self.explicit().iter().enumerate().take(n) {
-            out.push((self.id_at(position), (w / self.z).ln()));
+        for position in 0..n.min(self.n_explicit) {
+            out.push((self.id_at(position), self.explicit_logprob(position)));
         }
         let from_tail = (n.saturating_sub(self.n_explicit) as u64).min(self.tail_count);
         let lp = self.tail_logprob();
@@ -399,8 +453,9 @@ impl<'m> Distribution<'m> {
             }
             target -= w;
         }
-        if from_tail == 0 {
-            // Rounding left a sliver past the last kept explicit id.
+        if from_tail == 0 || self.tail_weight == 0.0 {
+            // Rounding left a sliver past the last kept explicit id, or the kept tail has no weight at all (it lies
+            // more than e^745 below the top at a small temperature).
             let position = from_explicit - 1;
             return Pick {
                 id: self.id_at(position),
@@ -418,7 +473,7 @@ impl<'m> Distribution<'m> {
     /// temperature (the order of the explicit entries is the same at every temperature).
     pub(crate) fn logprob_of(&self, pick: &Pick) -> f64 {
         match pick.position {
-            Some(position) => (self.explicit[position].1 / self.z).ln(),
+            Some(position) => self.explicit_logprob(position),
             None => self.logprob(pick.id),
         }
     }
@@ -453,11 +508,66 @@ mod tests {
     fn probabilities_sum_to_one_at_any_temperature_and_mask() {
         let (t, l) = setup(&[1, 2, 3]);
         let masked = [5, t.im_end_id()];
-        for temp in [0.1, 0.7, 1.0, 2.0, 10.0] {
+        for temp in [1e-5, 0.01, 0.1, 0.7, 1.0, 2.0, 10.0] {
             for m in [&[][..], &masked[..]] {
                 let d = Distribution::new(&l, t.vocab_size(), temp, m);
                 assert!((d.total_probability() - 1.0).abs() < 1e-9, "T={temp}");
             }
+        }
+    }
+
+    #[test]
+    fn every_explicit_logit_lies_above_the_tail_in_every_context() {
+        // The property the sorted order (and so every filter) rests on, over seeds, context lengths and turn
+        // lengths; the issue that found it broken saw it fail in about 8% of contexts.
+        let t = Tokenizer::new(151_936);
+        let mut lowest = f64::INFINITY;
+        for seed in 0..40u64 {
+            for len in 1..60u64 {
+                let context: Vec<u32> = (0..len)
+                    .map(|i| (splitmix64(seed * 1000 + i) % 151_000) as u32)
+                    .collect();
+                let l = logits(seed, &t, &context, count_since_special(&t, &context));
+                for w in l.weights {
+                    lowest = lowest.min(w.ln());
+                }
+            }
+        }
+        assert!(
+            lowest >= TAIL_LOGIT + TAIL_MARGIN,
+            "an explicit logit at {lowest}"
+        );
+    }
+
+    #[test]
+    fn logprobs_stay_finite_at_temperatures_down_to_the_greedy_cut_off() {
+        // Issue: weights computed as exp(l / T - shift) underflowed below about -745, so logprobs became -inf
+        // (null on the wire) at T = 0.01 and below.
+        let (t, l) = setup(&[785, 6722, 315, 9625, 374]);
+        let masked = [t.im_end_id()];
+        for temp in [1.000_001e-6, 1e-5, 1e-3, 0.01, 0.3, 0.7, 1.3, 1e6] {
+            let d = Distribution::new(&l, t.vocab_size(), temp, &masked);
+            let mut top = Vec::new();
+            d.top(EXPLICIT + 3, &mut top);
+            assert_eq!(top.len(), EXPLICIT + 3);
+            for &(id, lp) in &top {
+                assert!(lp.is_finite() && lp <= 0.0, "T={temp} id {id}: {lp}");
+                assert!((lp as f32).is_finite(), "T={temp} id {id}: {lp} as f32");
+                assert_eq!(d.logprob(id), lp);
+            }
+            assert!(top.windows(2).all(|w| w[0].1 >= w[1].1), "T={temp}");
+            // The logprobs are those of l / T: differences are the logit differences scaled by 1/T.
+            let ln_w =
+                |id: u32| l.weights[(0..EXPLICIT).find(|&s| l.ids.id(s) == id).unwrap()].ln();
+            let (a, b) = (top[0], top[1]);
+            let want = (ln_w(a.0) - ln_w(b.0)) / temp;
+            assert!(
+                ((a.1 - b.1) - want).abs() <= 1e-9 * want.abs().max(1.0),
+                "T={temp}: {} vs {want}",
+                a.1 - b.1
+            );
+            let tail_gap = (ln_w(a.0) - TAIL_LOGIT) / temp;
+            assert!(((a.1 - d.tail_logprob()) - tail_gap).abs() <= 1e-9 * tail_gap.max(1.0));
         }
     }
 

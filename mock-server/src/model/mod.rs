@@ -6,7 +6,7 @@
 mod dist;
 mod tokenizer;
 
-pub use dist::{CANDIDATES, Distribution, TAIL_LOGIT};
+pub use dist::{CANDIDATES, Distribution, TAIL_LOGIT, TAIL_MARGIN};
 pub use tokenizer::{MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, Piece, Tokenizer};
 
 pub(crate) use dist::{Logits, Pick, count_since_special, mix, unit};
