@@ -19,6 +19,9 @@ mod golden;
 /// The latency model on tokio's paused clock, and `/metrics`.
 #[path = "areas/latency.rs"]
 mod latency;
+/// The model's documented properties on the wire, and the exact requests of the defects found by the reference.
+#[path = "areas/model.rs"]
+mod model;
 /// Server output equals the oracle, non-streamed and streamed in every output mode.
 #[path = "areas/oracle.rs"]
 mod oracle;

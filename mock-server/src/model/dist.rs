@@ -516,6 +516,61 @@ mod tests {
         }
     }
 
+    /// The worked example of `MODEL.md` section 11, whose numbers were computed from the document, not from this
+    /// code: seed 0, `encode("Hello world")`, T = 0.7.
+    #[test]
+    fn worked_example_of_model_md() {
+        let t = Tokenizer::new(151_936);
+        let context = [72, 101, 108, 343, 422, 114, 108, 100];
+        assert_eq!(t.encode("Hello world"), context);
+        let l = logits(0, &t, &context, count_since_special(&t, &context));
+        let weights = [
+            65.3125,
+            47.15271195642678,
+            24.512487371440127,
+            13.47523155334709,
+            7.86431394865603,
+            4.366604566707059,
+            3.2790600939124657,
+            1.555590041959089,
+            0.003697863716482932,
+        ];
+        let ids = [33, 5794, 37060, 50244, 65720, 93668, 110106, 126853, 151935];
+        for slot in 0..EXPLICIT {
+            let (got, want) = (l.weights[slot], weights[slot]);
+            assert!(
+                (got - want).abs() <= 1e-12 * want,
+                "slot {slot}: {got} vs {want}"
+            );
+            assert_eq!(l.ids.id(slot), ids[slot], "slot {slot}");
+        }
+        let d = Distribution::new(&l, t.vocab_size(), 0.7, &[]);
+        let logprobs = [
+            -0.7264313695585702,
+            -1.1918483939872635,
+            -2.1264324635948126,
+            -2.981188714686926,
+            -3.7505001379167213,
+            -4.590999543967219,
+            -5.000183680361868,
+            -6.065472112837135,
+            -14.696693429785899,
+        ];
+        let mut top = Vec::new();
+        d.top(11, &mut top);
+        for (k, &(id, lp)) in top[..EXPLICIT].iter().enumerate() {
+            assert_eq!(id, ids[k]);
+            assert!(
+                (lp - logprobs[k]).abs() <= 1e-12 * logprobs[k].abs(),
+                "{id}: {lp}"
+            );
+        }
+        assert_eq!((top[9].0, top[10].0), (0, 1));
+        assert!((d.tail_logprob() - -23.83955057264304).abs() <= 1e-12 * 24.0);
+        // u_0 of the single request for this prompt, and the id it draws.
+        assert_eq!(d.sample(None, 1.0, 0.0, 0.9932351963286613), 110106);
+    }
+
     #[test]
     fn every_explicit_logit_lies_above_the_tail_in_every_context() {
         // The property the sorted order (and so every filter) rests on, over seeds, context lengths and turn
