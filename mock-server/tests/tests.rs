@@ -31,6 +31,9 @@ mod properties;
 /// A Python client reading logprobs the way slime does, against the live server.
 #[path = "areas/python_client.rs"]
 mod python_client;
+/// The server against the independent Python reference model written from `MODEL.md`.
+#[path = "areas/reference.rs"]
+mod reference;
 /// Scripted answers: chosen text with true logprobs, matched on decoded prompts, followed by the oracle.
 #[path = "areas/scripted.rs"]
 mod scripted;

@@ -1,7 +1,8 @@
 //! The mock's language model: a tokenizer and a next-token distribution, pure and free of HTTP.
 //!
-//! The server and the oracle both generate through this module (via [`crate::engine`]), so they cannot disagree;
-//! tests recompute what the server must have returned from the same functions.
+//! The server and the oracle both generate through this module (via [`crate::engine`]), so they cannot disagree.
+//! `mock-server/MODEL.md` specifies everything here, and `mock-server/reference/toymodel.py`, an implementation of
+//! that document alone, checks the server from outside its code.
 
 mod dist;
 mod tokenizer;

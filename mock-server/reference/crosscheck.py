@@ -1,0 +1,433 @@
+#!/usr/bin/env python3
+"""Checks a running sglang-mock against the independent reference model (``toymodel.py``, written from MODEL.md).
+
+Two checks, standard library only:
+
+* **Replay.** Random ``/generate`` requests (greedy and T in {0.01, 0.7, 1, 1.3}; top-k, top-p, min-p;
+  ``min_new_tokens``, ``ignore_eos``, stop strings and stop ids; ``logprob_start_len`` 0; ``top_logprobs_num`` up
+  to 20; ``token_ids_logprob``; ``n > 1``; batches; scripted answers; streamed and not) must come back with the
+  reference's ``output_ids``, text and finish reason, and every logprob within ``max(1e-5, 1e-6 * |value|)``.
+* **Frequencies.** For fixed contexts and filters, the first token of 4,000 seeded samples must follow the
+  reference's filtered distribution (chi-square, p > 0.001), and each draw must be the reference's own draw.
+
+Usage: ``crosscheck.py --url http://127.0.0.1:PORT --server-seed 7 --script FILE`` (the server must run with the
+same seed, vocabulary and script file). Exits non-zero with a report of every mismatch.
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import toymodel  # noqa: E402
+
+# The rules of the script file the server is started with contain these phrases; random prompts never do.
+SCRIPTED_PHRASES = ("Judgment", "count to three")
+# Bytes the model proposes as punctuation: frequent enough that stop ids on them end many answers.
+PUNCTUATION_IDS = [10, 33, 44, 46, 58, 59, 63]
+
+
+def post(url, body):
+    """POSTs a JSON body to ``url`` and returns the parsed answer; a stream's last data event (cumulative mode)."""
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=120) as response:
+        raw = response.read().decode()
+    if not body.get("stream"):
+        return json.loads(raw)
+    events = [line[len("data: "):] for line in raw.split("\n\n") if line.startswith("data: ")]
+    if not events or events[-1] != "[DONE]":
+        raise AssertionError(f"stream did not end with [DONE]: {raw[-200:]!r}")
+    return json.loads(events[-2])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Random requests
+
+
+def random_word(rng):
+    consonants, vowels = "bcdfghjklmnprstvwz", "aeiou"
+    return "".join(rng.choice(consonants) + rng.choice(vowels) for _ in range(rng.randint(1, 3)))
+
+
+def random_text(rng):
+    """A prompt mixing the model's word pieces, bytes, multi-byte characters and chat-template markers."""
+    parts = []
+    for _ in range(rng.randint(1, 8)):
+        kind = rng.random()
+        if kind < 0.55:
+            parts.append(" " + random_word(rng))
+        elif kind < 0.7:
+            parts.append(rng.choice(["The", " capital", " of", " France", " is", "2+2=", " Hello", "!"]))
+        elif kind < 0.8:
+            parts.append(rng.choice(["é", "日本", " wörld", "\n", "🙂"]))
+        elif kind < 0.9:
+            parts.append(rng.choice(["<|im_start|>user\n", "<|im_end|>\n", "<|im_start|>assistant\n"]))
+        else:
+            parts.append(rng.choice(["<|im_", "<", "|>", "A1"]))
+    return "".join(parts) or "x"
+
+
+def random_ids(rng, vocab_size):
+    ids = []
+    for _ in range(rng.randint(1, 12)):
+        kind = rng.random()
+        if kind < 0.2:
+            ids.append(rng.randrange(256))
+        elif kind < 0.9:
+            ids.append(rng.randrange(256, vocab_size))
+        else:
+            ids.append(vocab_size - rng.randint(1, 3))
+    return ids
+
+
+def random_sampling(rng, coverage):
+    params = {"max_new_tokens": rng.choice([1, 2, 5, 16, 32, 64, 64, 200])}
+    temperature = rng.choice([0, 0.01, 0.7, 1.0, 1.0, 1.3])
+    if temperature != 1.0 or rng.random() < 0.5:
+        params["temperature"] = temperature
+    coverage.add("greedy" if temperature == 0 else f"T={temperature}")
+    if rng.random() < 0.3:
+        params["top_k"] = rng.choice([1, 3, 8, 9, 20, -1])
+        coverage.add("top_k")
+    if rng.random() < 0.3:
+        params["top_p"] = rng.choice([0.3, 0.8, 0.95, 0.999999])
+        coverage.add("top_p")
+    if rng.random() < 0.3:
+        params["min_p"] = rng.choice([1e-7, 1e-3, 0.05, 0.3])
+        coverage.add("min_p")
+    if rng.random() < 0.2:
+        params["min_new_tokens"] = rng.randint(0, params["max_new_tokens"])
+        coverage.add("min_new_tokens")
+    if rng.random() < 0.2:
+        params["ignore_eos"] = True
+        coverage.add("ignore_eos")
+    if rng.random() < 0.25:
+        params["stop"] = rng.choice(["a", "ka", "e b", ". ", "!"]) if rng.random() < 0.5 else [
+            rng.choice(["zu", "no", "ti"]),
+            rng.choice(["a ", "o", ","]),
+        ]
+        coverage.add("stop")
+    if rng.random() < 0.25:
+        params["stop_token_ids"] = rng.sample(PUNCTUATION_IDS, rng.randint(1, 3))
+        coverage.add("stop_token_ids")
+    if rng.random() < 0.15:
+        params["no_stop_trim"] = True
+    if rng.random() < 0.15:
+        params["skip_special_tokens"] = False
+    if rng.random() < 0.4:
+        params["sampling_seed"] = rng.randint(-(2**40), 2**40)
+        coverage.add("sampling_seed")
+    return params
+
+
+def random_request(rng, vocab_size, coverage):
+    """One random /generate body, and the coverage tags it exercises."""
+    body = {}
+    shape = rng.random()
+    scripted = rng.random() < 0.1
+    if shape < 0.2:
+        prompts = [random_text(rng) for _ in range(rng.randint(2, 3))]
+        body["text"] = prompts
+        coverage.add("batch")
+    elif shape < 0.35:
+        body["input_ids"] = [random_ids(rng, vocab_size) for _ in range(rng.randint(2, 3))]
+        coverage.add("batch")
+    elif shape < 0.65:
+        body["input_ids"] = random_ids(rng, vocab_size)
+    else:
+        body["text"] = random_text(rng)
+    if scripted:
+        phrase = rng.choice(SCRIPTED_PHRASES)
+        if "text" in body:
+            body["text"] = [t + phrase for t in body["text"]] if isinstance(body["text"], list) else (
+                body["text"] + phrase
+            )
+        else:
+            body["text"] = " please " + phrase
+            body.pop("input_ids")
+        coverage.add("scripted")
+    sampling = random_sampling(rng, coverage)
+    if rng.random() < 0.15:
+        sampling["n"] = rng.randint(2, 3)
+        coverage.add("n>1")
+    body["sampling_params"] = sampling
+    if rng.random() < 0.85:
+        body["return_logprob"] = True
+        coverage.add("return_logprob")
+        if rng.random() < 0.4:
+            body["logprob_start_len"] = 0
+            coverage.add("logprob_start_len=0")
+        if rng.random() < 0.4:
+            body["top_logprobs_num"] = rng.randint(1, 20)
+            coverage.add("top_logprobs_num")
+        if rng.random() < 0.3:
+            body["token_ids_logprob"] = rng.sample(range(vocab_size), 2) + [vocab_size - 1]
+            coverage.add("token_ids_logprob")
+        if rng.random() < 0.3:
+            body["return_text_in_logprobs"] = True
+    single = isinstance(body["text"], str) if "text" in body else not isinstance(body["input_ids"][0], list)
+    if single and sampling.get("n", 1) == 1 and rng.random() < 0.2:
+        body["stream"] = True
+        coverage.add("stream")
+    return body
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Comparison
+
+
+def close(got, want):
+    return abs(got - want) <= max(1e-5, 1e-6 * abs(want))
+
+
+def is_triple(entry):
+    """Whether ``entry`` is one ``[logprob, id, text]`` triple rather than a list of them."""
+    return len(entry) == 3 and not isinstance(entry[0], list) and isinstance(entry[1], int)
+
+
+def compare_entries(where, got, want, problems):
+    """Compares logprob lists: triples, lists of triples, or (top lists) lists of those with ``None`` positions."""
+    if got is None or want is None:
+        if got is not want:
+            problems.append(f"{where}: {got!r} vs reference {want!r}")
+    elif is_triple(want):
+        if not isinstance(got, list) or len(got) != 3 or got[1:] != want[1:]:
+            problems.append(f"{where}: {got!r} vs reference {want!r}")
+        elif (got[0] is None) != (want[0] is None):
+            problems.append(f"{where}: logprob {got[0]!r} vs reference {want[0]!r}")
+        elif got[0] is not None and not close(got[0], want[0]):
+            problems.append(f"{where}: logprob {got[0]!r} vs reference {want[0]!r}")
+    elif not isinstance(got, list) or len(got) != len(want):
+        problems.append(f"{where}: {len(got) if isinstance(got, list) else got!r} entries, reference {len(want)}")
+    else:
+        for index, (g, w) in enumerate(zip(got, want)):
+            compare_entries(f"{where}[{index}]", g, w, problems)
+
+
+LOGPROB_KEYS = (
+    "input_token_logprobs",
+    "output_token_logprobs",
+    "input_top_logprobs",
+    "output_top_logprobs",
+    "input_token_ids_logprobs",
+    "output_token_ids_logprobs",
+)
+
+
+def compare(name, got, want, problems):
+    """Compares one server answer item with the reference's; returns the number of logprob values compared."""
+    for key in ("output_ids", "text"):
+        if got.get(key) != want[key]:
+            problems.append(f"{name}: {key} {got.get(key)!r} vs reference {want[key]!r}")
+            return 0
+    meta = got.get("meta_info", {})
+    for key in ("finish_reason", "prompt_tokens", "completion_tokens"):
+        if meta.get(key) != want[key]:
+            problems.append(f"{name}: {key} {meta.get(key)!r} vs reference {want[key]!r}")
+    compared = 0
+    for key in LOGPROB_KEYS:
+        if (key in meta) != (key in want):
+            problems.append(f"{name}: {key} present {key in meta} vs reference {key in want}")
+        elif key in want:
+            compare_entries(f"{name} {key}", meta[key], want[key], problems)
+            compared += sum(1 for _ in flat_values(want[key]))
+    return compared
+
+
+def flat_values(entries):
+    """Every logprob value of a logprob list, however nested."""
+    for entry in entries:
+        if entry is None:
+            continue
+        if is_triple(entry):
+            yield entry[0]
+        else:
+            yield from flat_values(entry)
+
+
+def replay(args, model, problems):
+    rng = random.Random(args.seed)
+    coverage = set()
+    samples = logprobs = 0
+    for number in range(args.requests):
+        body = random_request(rng, args.vocab_size, coverage)
+        want = model.generate(body)
+        got = post(args.url + "/generate", body)
+        items = got if isinstance(got, list) else [got]
+        if len(items) != len(want):
+            problems.append(f"request {number}: {len(items)} items vs reference {len(want)}: {json.dumps(body)}")
+            continue
+        before = len(problems)
+        for index, (g, w) in enumerate(zip(items, want)):
+            logprobs += compare(f"request {number} item {index}", g, w, problems)
+            samples += 1
+            finish = w["finish_reason"]
+            coverage.add(f"finish:{finish['type']}:{type(finish.get('matched', 0)).__name__}")
+        if len(problems) > before:
+            problems.append(f"request {number} was: {json.dumps(body)}")
+    wanted = {
+        "greedy", "T=0.01", "T=0.7", "T=1.0", "T=1.3", "top_k", "top_p", "min_p", "min_new_tokens", "ignore_eos",
+        "stop", "stop_token_ids", "logprob_start_len=0", "top_logprobs_num", "token_ids_logprob", "n>1", "batch",
+        "scripted", "stream", "finish:length:int", "finish:stop:int", "finish:stop:str",
+    }
+    missing = sorted(wanted - coverage)
+    if missing:
+        problems.append(f"the random requests never exercised {missing}; raise --requests or change --seed")
+    print(f"replay: {args.requests} requests, {samples} samples, {logprobs} logprobs compared")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Frequencies
+
+
+def chi_square_p_value(statistic, dof):
+    """P(X >= statistic) for X ~ chi-square(dof): the regularised upper incomplete gamma Q(dof/2, statistic/2)."""
+    a, x = dof / 2.0, statistic / 2.0
+    if x <= 0:
+        return 1.0
+    log_prefactor = a * math.log(x) - x - math.lgamma(a)
+    if x < a + 1:  # the series for P, then Q = 1 - P
+        term = total = 1.0 / a
+        n = a
+        while abs(term) > abs(total) * 1e-15:
+            n += 1
+            term *= x / n
+            total += term
+        return max(0.0, 1.0 - total * math.exp(log_prefactor))
+    # Lentz's continued fraction for Q.
+    tiny = 1e-300
+    b = x + 1 - a
+    c = 1 / tiny
+    d = 1 / b
+    h = d
+    i = 1
+    while True:
+        an = -i * (i - a)
+        b += 2
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1 / d
+        delta = d * c
+        h *= delta
+        if abs(delta - 1) < 1e-15:
+            break
+        i += 1
+    return math.exp(log_prefactor) * h
+
+
+def tail_rank(token_id, excluded):
+    """The rank of a tail id among the tail ids: how many ids below it are in the tail."""
+    return token_id - sum(1 for e in excluded if e < token_id)
+
+
+# Contexts and filters for the frequency test. The first two are the exact cases of the issue that found the
+# vocabulary order broken (server seed 7); top-k at 8 sits at the boundary of the explicit entries.
+FREQUENCY_CASES = [
+    {"name": "issue min-p, T=1.3", "input_ids": [30726, 94818, 48746, 18976],
+     "sampling": {"temperature": 1.3, "min_p": 4.04e-6}},
+    {"name": "issue top list, T=1", "input_ids": [95524, 48769, 111243, 8866, 10, 96964, 72476],
+     "sampling": {"temperature": 1.0}},
+    {"name": "top-k 8, T=0.7", "input_ids": [72, 101, 108, 343, 422, 114, 108, 100],
+     "sampling": {"temperature": 0.7, "top_k": 8}},
+    {"name": "top-p 0.9 into the tail, T=1.3", "input_ids": [151644, 872, 198, 3838, 374],
+     "sampling": {"temperature": 1.3, "top_p": 0.9}},
+    {"name": "min-p 0.05, T=1", "input_ids": [1000, 2000, 3000],
+     "sampling": {"temperature": 1.0, "min_p": 0.05}},
+    {"name": "top-k 3 top-p 0.8 min_new_tokens, T=0.7", "input_ids": [5, 6, 7, 8],
+     "sampling": {"temperature": 0.7, "top_k": 3, "top_p": 0.8, "min_new_tokens": 1}},
+]
+
+
+def frequencies(args, model, problems):
+    for case in FREQUENCY_CASES:
+        sampling = dict(case["sampling"], max_new_tokens=1)
+        ids = case["input_ids"]
+        seeds = range(args.draws)
+        body = {
+            "input_ids": [ids] * args.draws,
+            "sampling_params": [dict(sampling, sampling_seed=seed) for seed in seeds],
+        }
+        answers = post(args.url + "/generate", body)
+        drawn = [answer["output_ids"][0] for answer in answers]
+        replayed = [item["output_ids"][0] for item in model.generate(body)]
+        mismatched = sum(1 for a, b in zip(drawn, replayed) if a != b)
+        if mismatched:
+            problems.append(f"{case['name']}: {mismatched} of {args.draws} draws differ from the reference's")
+
+        masked = sorted({args.vocab_size - 1, args.vocab_size - 3}) if sampling.get("min_new_tokens") else []
+        dist = model.distribution(ids, sampling["temperature"], masked)
+        explicit, kept_tail, tail_p = dist.filtered(sampling.get("top_k"), sampling.get("top_p", 1.0),
+                                                    sampling.get("min_p", 0.0))
+        expected = {token: p * args.draws for token, p in explicit}
+        counts = dict.fromkeys(expected, 0)
+        tail_count = 0
+        excluded = sorted(set(dist_explicit_ids(dist)) | set(masked))
+        for token in drawn:
+            if token in counts:
+                counts[token] += 1
+            elif token not in excluded and kept_tail and tail_rank(token, excluded) < kept_tail:
+                tail_count += 1
+            else:
+                problems.append(f"{case['name']}: drew {token}, which the filters remove")
+                break
+        bins = [(counts[t], expected[t]) for t in expected]
+        if kept_tail:
+            bins.append((tail_count, kept_tail * tail_p * args.draws))
+        # Bins expected fewer than 5 times are pooled, as the chi-square approximation needs.
+        pooled = [b for b in bins if b[1] >= 5]
+        rest = [b for b in bins if b[1] < 5]
+        if rest:
+            pooled.append((sum(b[0] for b in rest), sum(b[1] for b in rest)))
+        if len(pooled) < 2:
+            problems.append(f"{case['name']}: fewer than two bins with enough mass to test")
+            continue
+        statistic = sum((seen - want) ** 2 / want for seen, want in pooled)
+        p = chi_square_p_value(statistic, len(pooled) - 1)
+        tail_note = f", tail {tail_count} (expected {kept_tail * tail_p * args.draws:.1f})" if kept_tail else ""
+        print(f"frequencies: {case['name']}: {len(pooled)} bins, chi2 {statistic:.2f}, p {p:.4f}{tail_note}")
+        if not p > 0.001:
+            problems.append(f"{case['name']}: chi-square {statistic:.2f} on {len(pooled) - 1} dof, p = {p:.2e}")
+
+
+def dist_explicit_ids(dist):
+    """The ids of the unmasked explicit entries: every id of the top 9 above the tail. The tenth id of the sorted
+    order is always a tail id, since there are at most nine explicit entries."""
+    tail_logprob = dist.top(10)[-1][1]
+    return [token for token, logprob in dist.top(9) if logprob > tail_logprob]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", required=True, help="base URL of a running sglang-mock")
+    parser.add_argument("--server-seed", type=int, default=0, help="the server's --seed")
+    parser.add_argument("--vocab-size", type=int, default=151936, help="the server's --vocab-size")
+    parser.add_argument("--script", help="the server's --script file")
+    parser.add_argument("--requests", type=int, default=240, help="random requests to replay")
+    parser.add_argument("--draws", type=int, default=4000, help="seeded draws per frequency case")
+    parser.add_argument("--seed", type=int, default=1976, help="seed of the random requests")
+    args = parser.parse_args()
+    args.url = args.url.rstrip("/")
+    scripts = json.load(open(args.script)) if args.script else None
+    model = toymodel.ToyModel(seed=args.server_seed, vocab_size=args.vocab_size, scripts=scripts)
+    problems = []
+    replay(args, model, problems)
+    frequencies(args, model, problems)
+    for problem in problems[:60]:
+        print("MISMATCH", problem, file=sys.stderr)
+    if problems:
+        print(f"{len(problems)} problems", file=sys.stderr)
+        return 1
+    print("the server agrees with the reference")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

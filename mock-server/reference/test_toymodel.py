@@ -1,0 +1,315 @@
+"""Tests of toymodel.py whose expected values come from MODEL.md itself (sections 2 and 11), plus properties.
+
+Run with: python3 -m unittest discover -s mock-server/reference -p 'test_*.py'
+"""
+
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from toymodel import GOLDEN, TAIL_WEIGHT, ToyModel, mix, splitmix64, unit  # noqa: E402
+
+REL = 1e-12
+HELLO = [72, 101, 108, 343, 422, 114, 108, 100]
+EXAMPLE_REQUEST = {"input_ids": HELLO, "sampling_params": {"temperature": 0.7}}
+
+
+def f32(x):
+    """The nearest binary32 value of x (the wire format of section 8.5)."""
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+class TokenizerTest(unittest.TestCase):
+    """Section 2."""
+
+    def setUp(self):
+        self.model = ToyModel()
+
+    def test_word_pieces(self):
+        for token, text in [(256, " ba"), (257, "ba"), (258, " be"), (436, " baba"), (438, " beba")]:
+            self.assertEqual(self.model.token_text(token), text)
+            self.assertEqual(self.model.decode([token]), text)
+            self.assertEqual(self.model.encode(text), [token])
+
+    def test_syllable_numbers(self):
+        # d = 0 is "ba", d = 1 "be", d = 5 "ca", d = 89 "zu" (one syllable, no space: w = 2d + 1).
+        for d, text in [(0, "ba"), (1, "be"), (5, "ca"), (89, "zu")]:
+            self.assertEqual(self.model.token_text(256 + 2 * d + 1), text)
+
+    def test_hello_world(self):
+        self.assertEqual(self.model.encode("Hello world"), HELLO)
+        self.assertEqual(self.model.token_text(343), "lo")
+        self.assertEqual(self.model.token_text(422), " wo")
+
+    def test_special_tokens(self):
+        v = self.model.vocab_size
+        self.assertEqual(self.model.encode("<|endoftext|><|im_start|><|im_end|>"), [v - 3, v - 2, v - 1])
+        self.assertEqual(self.model.token_text(v - 1), "<|im_end|>")
+        self.assertEqual(self.model.decode([v - 2, 72, v - 1]), "H")
+        self.assertEqual(self.model.decode([v - 2, 72, v - 1], skip_special_tokens=False), "<|im_start|>H<|im_end|>")
+
+    def test_round_trip(self):
+        for text in ["Hello world", "", " ", "  ba", "bababababa", " zuzuzu zu", "é€😀 ça", "<|im_end", "<|im_",
+                     "<|endoftext|", "<<|im_start|>>", "a<|im_end|>b", "BA Ba bA", "\x00\n\t", "日本語 babe"]:
+            self.assertEqual(self.model.decode(self.model.encode(text), skip_special_tokens=False), text)
+
+    def test_bytes(self):
+        self.assertEqual(self.model.token_text(65), "A")
+        self.assertEqual(self.model.token_text(0xE2), "\ufffd")
+        self.assertEqual(self.model.decode([0xE2, 0x82, ord("a")]), "\ufffda")
+        self.assertEqual(self.model.encode("é"), [0xC3, 0xA9])
+
+
+class HashingTest(unittest.TestCase):
+    """Section 3 against the hashes of section 11."""
+
+    def test_context_hash(self):
+        key = 100 | 108 << 21 | 114 << 42
+        self.assertEqual(key, 0x1C8000D800064)
+        h = splitmix64(splitmix64(0 ^ key) ^ 8)
+        self.assertEqual(h, 0x6C9752D8031C4B39)
+        self.assertEqual(splitmix64(h + GOLDEN), 0xD583CDAD62ABDB10)
+        self.assertEqual(unit(0xD583CDAD62ABDB10), 0.8340424106888088)
+
+    def test_mix(self):
+        prompt_hash = 0x50524F4D5054
+        for token in HELLO:
+            prompt_hash = mix(prompt_hash, token)
+        self.assertEqual(prompt_hash, 0x120938F37831A034)
+        key = mix(mix(mix(0, prompt_hash), 0xFFFFFFFFFFFFFFFF), 0)
+        self.assertEqual(key, 0x7E3F4400C9447920)
+        self.assertEqual(unit(mix(key, 0)), 0.9932351963286613)  # a 53-bit fraction: exact
+
+
+class WorkedExampleTest(unittest.TestCase):
+    """Every number of section 11."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.model = ToyModel(seed=0, vocab_size=151936)
+        cls.entries = cls.model.explicit_entries(HELLO)
+        cls.dist = cls.model.distribution(HELLO, 0.7)
+
+    def assertClose(self, actual, expected, rel=REL):
+        self.assertTrue(math.isclose(actual, expected, rel_tol=rel, abs_tol=0.0),
+                        f"{actual!r} != {expected!r} within {rel}")
+
+    def test_hash_and_draws(self):
+        self.assertEqual(self.entries.key, 0x1C8000D800064)
+        self.assertEqual(self.entries.hash, 0x6C9752D8031C4B39)
+        self.assertEqual(self.entries.draws, [
+            0xD583CDAD62ABDB10, 0x1EB658A453D65637, 0x63371504B72A8FDE,
+            0x398662618E014444, 0x1B508D6865A553E7, 0xC8A6B6D9997395D7,
+        ])
+
+    def test_weights(self):
+        self.assertEqual(self.entries.draws[0] & 0x7FF, 784)
+        self.assertClose(self.entries.flatness, 0.8354892633752781)
+        self.assertEqual(self.entries.weights[0], 65.3125)
+        table = [
+            (0.6980242729187012, 0.7219553983759124, 47.15271195642678),
+            (0.1604757308959961, 0.5198531824445602, 24.512487371440127),
+            (0.23993968963623047, 0.5497292604033032, 13.47523155334709),
+            (0.3300619125366211, 0.5836125277344586, 7.86431394865603),
+            (0.2546048164367676, 0.5552429105978518, 4.366604566707059),
+            (0.775118350982666, 0.7509404718974286, 3.2790600939124657),
+            (0.03958320617675781, 0.47440119955319593, 1.555590041959089),
+        ]
+        for k, (jitter, ratio, weight) in enumerate(table):
+            self.assertEqual(self.entries.jitters[k], jitter)  # a 21-bit fraction: exact
+            self.assertClose(self.entries.ratios[k], ratio)
+            self.assertClose(self.entries.weights[k + 1], weight)
+        self.assertEqual(self.entries.turn_length, 8)
+        self.assertClose(self.entries.weights[8], 0.003697863716482932)
+
+    def test_slot_ids(self):
+        self.assertEqual((self.entries.rotation, self.entries.punctuation_pos, self.entries.punctuation), (7, 0, 33))
+        self.assertEqual(self.model.word_count, 151677)
+        self.assertEqual(self.entries.block, 18958)
+        self.assertIsNone(self.entries.word_slots[0])
+        table = [
+            (1254834892, 0, 2769, 5794),
+            (4043493461, 18958, 8923, 37060),
+            (2735209319, 37916, 6036, 50244),
+            (1946350532, 56874, 4295, 65720),
+            (3982803235, 75832, 8790, 93668),
+            (3412099955, 94790, 7530, 110106),
+            (2911049112, 113748, 6424, 126853),
+        ]
+        for k, (r, start, pair, token) in enumerate(table, start=1):
+            self.assertEqual(tuple(self.entries.word_slots[k]), (r, start, pair, token))
+        self.assertEqual(self.entries.word_slots[7].r & 7, 0)
+        self.assertTrue(all(self.entries.word_slots[k].r & 7 != 0 for k in range(1, 7)))
+        self.assertEqual(self.entries.ids, [33, 5794, 37060, 50244, 65720, 93668, 110106, 126853, 151935])
+        self.assertEqual(self.model.token_text(33), "!")
+        self.assertEqual(self.model.token_text(110106), " hasuca")
+        self.assertEqual(self.model.token_text(151935), "<|im_end|>")
+
+    def test_logprobs(self):
+        dist = self.dist
+        self.assertEqual(dist.ids, [33, 5794, 37060, 50244, 65720, 93668, 110106, 126853, 151935])
+        self.assertEqual(dist.tail_count, 151927)
+        self.assertClose(dist.tail_logit, -17.142857142857142)
+        self.assertClose(dist.shift, 5.970262060227329)
+        self.assertClose(dist.normaliser, 2.0676886093491103)
+        self.assertClose(dist.log_normaliser, 6.696693429785898)
+        table = [
+            (33, 5.970262060227329, -0.7264313695585694, 0.4836318),
+            (5794, 5.504845035798635, -1.1918483939872635, 0.3036595),
+            (37060, 4.570260966191086, -2.1264324635948126, 0.1192620),
+            (50244, 3.7155047150989726, -2.9811887146869256, 0.0507325),
+            (65720, 2.9461932918691778, -3.7505001379167204, 0.0235060),
+            (93668, 2.10569388581868, -4.590999543967218, 0.0101427),
+            (110106, 1.6965097494240315, -5.000183680361866, 0.0067367),
+            (126853, 0.6312213169487644, -6.065472112837134, 0.0023217),
+            (151935, -8.0, -14.696693429785899, 4.1429e-07),
+        ]
+        for i, (token, logit, logprob, probability) in enumerate(table):
+            self.assertClose(dist.logits[i], logit)
+            self.assertClose(dist.logprob(token), logprob)
+            self.assertAlmostEqual(math.exp(dist.logprob(token)), probability, delta=0.6 * 10 ** -7)
+        for token in (0, 1, 32, 151934, 151933):
+            self.assertClose(dist.logprob(token), -23.83955057264304)
+        self.assertClose(math.exp(dist.tail_logprob), 4.432e-11, rel=1e-3)
+        self.assertClose(dist.tail_count * math.exp(dist.tail_logprob), 6.7336e-06, rel=1e-4)
+        self.assertEqual(dist.logprob(151936), -math.inf)
+        self.assertEqual(dist.logprob(-1), -math.inf)
+
+    def test_top_list(self):
+        top = self.dist.top(11)
+        self.assertEqual([t for t, _ in top], [33, 5794, 37060, 50244, 65720, 93668, 110106, 126853, 151935, 0, 1])
+        self.assertClose(top[6][1], -5.000183680361866)
+        self.assertClose(top[9][1], -23.83955057264304)
+        self.assertEqual(f32(top[10][1]), f32(-23.83955))
+
+    def test_first_draw(self):
+        u0 = 0.9932351963286613
+        self.assertClose(u0 * self.dist.normaliser, 2.0537011018534)
+        self.assertEqual(self.dist.sample(None, 1.0, 0.0, u0), 110106)
+        [sample] = self.model.generate(dict(EXAMPLE_REQUEST, return_logprob=True, top_logprobs_num=11,
+                                            sampling_params={"temperature": 0.7, "max_new_tokens": 1}))
+        self.assertEqual(sample["output_ids"], [110106])
+        self.assertEqual(sample["text"], " hasuca")
+        self.assertEqual(sample["finish_reason"], {"type": "length", "length": 1})
+        logprob, token, text = sample["output_token_logprobs"][0]
+        self.assertEqual((token, text), (110106, None))
+        self.assertClose(logprob, -5.000183680361866)
+        self.assertEqual(f32(logprob), f32(-5.0001836))
+        top = sample["output_top_logprobs"][0]
+        self.assertEqual([t for _, t, _ in top], [33, 5794, 37060, 50244, 65720, 93668, 110106, 126853, 151935, 0, 1])
+        self.assertEqual(sample["input_token_logprobs"], [])
+
+    def test_text_in_logprobs(self):
+        [sample] = self.model.generate(dict(EXAMPLE_REQUEST, return_logprob=True, return_text_in_logprobs=True))
+        self.assertEqual(sample["output_ids"][0], 110106)
+        self.assertEqual(sample["output_token_logprobs"][0][1:], [110106, " hasuca"])
+        self.assertEqual(sample["prompt_tokens"], 8)
+        self.assertEqual(sample["completion_tokens"], len(sample["output_ids"]))
+
+    def test_command_line(self):
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "toymodel.py")
+        body = json.dumps(dict(EXAMPLE_REQUEST, sampling_params={"temperature": 0.7, "max_new_tokens": 2}))
+        answer = subprocess.run([sys.executable, script, "--seed", "0", body], check=True, capture_output=True,
+                                text=True).stdout
+        [sample] = json.loads(answer)
+        self.assertEqual(sample["output_ids"][0], 110106)
+        self.assertEqual(sample, self.model.generate(json.loads(body))[0])
+
+
+class PropertyTest(unittest.TestCase):
+    """Properties stated by sections 4 to 9."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.model = ToyModel(seed=7)
+        cls.contexts = [HELLO, [5], cls.model.encode("The cat sat on the mat. babe"), [151935, 300, 301]]
+
+    def test_filtered_sums_to_one(self):
+        for context in self.contexts:
+            for temperature in (0.01, 0.7, 1.0, 1.3):
+                dist = self.model.distribution(context, temperature)
+                for top_k, top_p, min_p in [(None, 1.0, 0.0), (3, 1.0, 0.0), (None, 0.9, 0.0), (None, 1.0, 0.05),
+                                            (20, 0.99999, 0.0), (None, 1.0, 1e-9), (1, 0.5, 0.5)]:
+                    explicit, tail, p_tail = dist.filtered(top_k, top_p, min_p)
+                    total = sum(p for _, p in explicit) + tail * p_tail
+                    self.assertAlmostEqual(total, 1.0, delta=1e-9)
+                    self.assertEqual(len(explicit) + tail, dist.kept(top_k, top_p, min_p))
+
+    def test_top_is_descending(self):
+        for context in self.contexts:
+            for temperature in (0.01, 1.0, 1.7):
+                top = self.model.distribution(context, temperature).top(40)
+                self.assertEqual(len(top), 40)
+                logprobs = [lp for _, lp in top]
+                self.assertEqual(logprobs, sorted(logprobs, reverse=True))
+                self.assertEqual(len({t for t, _ in top}), 40)
+
+    def test_small_temperatures_are_finite(self):
+        for temperature in (0.01, 2e-6):
+            dist = self.model.distribution(HELLO, temperature)
+            for token in dist.ids + [0, 1000, 151934]:
+                self.assertTrue(math.isfinite(dist.logprob(token)))
+        self.assertLess(self.model.distribution(HELLO, 0.01).tail_logprob, -1000)
+
+    def test_greedy(self):
+        for context in self.contexts:
+            first = self.model.distribution(context, 1.0).top(1)[0][0]
+            for temperature in (0, 5e-7):
+                [sample] = self.model.generate({"input_ids": context, "sampling_params": {
+                    "temperature": temperature, "max_new_tokens": 1}})
+                self.assertEqual(sample["output_ids"], [first])
+
+    def test_mask(self):
+        # At seed 0 the explicit entries of HELLO are those of section 11: 33 and 151935 are two of them.
+        dist = ToyModel().distribution(HELLO, 1.0, masked=(151935, 151933, 33))
+        self.assertEqual(dist.logprob(151935), -math.inf)
+        self.assertEqual(dist.tail_count, 151936 - 7 - 3)
+        self.assertEqual(dist.tail_id(0), 0)
+        self.assertEqual(dist.tail_id(33), 34)
+        self.assertAlmostEqual(sum(math.exp(lp) for lp in [dist.logprob(t) for t in dist.ids])
+                               + dist.tail_count * math.exp(dist.tail_logprob), 1.0, delta=1e-12)
+
+    def test_tail_weight(self):
+        self.assertTrue(math.isclose(TAIL_WEIGHT, 6.14421235332821e-06, rel_tol=1e-14))
+
+    def test_zero_new_tokens(self):
+        [sample] = self.model.generate({"text": "Hello", "sampling_params": {"max_new_tokens": 0}})
+        self.assertEqual(sample["output_ids"], [])
+        self.assertEqual(sample["text"], "")
+        self.assertEqual(sample["finish_reason"], {"type": "length", "length": 0})
+
+    def test_batch_and_n_positions(self):
+        params = {"n": 2, "max_new_tokens": 6, "temperature": 1.3}
+        batch = self.model.generate({"text": ["Hello", "world"], "sampling_params": params})
+        self.assertEqual(len(batch), 4)
+        # Sample j of prompt b is at position b * n + j (section 8.1), and the key depends on the prompt and the
+        # position only (section 8.3): prompt 0's samples are those of the single prompt with the same n.
+        single = self.model.generate({"text": "Hello", "sampling_params": params})
+        self.assertEqual([s["output_ids"] for s in single], [s["output_ids"] for s in batch[:2]])
+        first = self.model.generate({"input_ids": self.model.encode("Hello"), "sampling_params": dict(params, n=1)})
+        self.assertEqual(first[0]["output_ids"], batch[0]["output_ids"])
+
+    def test_min_new_tokens_masks_end_of_sequence(self):
+        [sample] = self.model.generate({"text": "Hello", "return_logprob": True, "sampling_params": {
+            "max_new_tokens": 30, "min_new_tokens": 30, "temperature": 1.5}})
+        self.assertEqual(len(sample["output_ids"]), 30)
+        self.assertNotIn(151935, sample["output_ids"])
+        self.assertNotIn(151933, sample["output_ids"])
+
+    def test_script(self):
+        model = ToyModel(scripts=[{"prompt_contains": "capital", "answer": "Paris babe", "finish_reason": "stop"}])
+        [sample] = model.generate({"text": "The capital?", "return_logprob": True})
+        self.assertEqual(sample["output_ids"], model.encode("Paris babe") + [151935])
+        self.assertEqual(sample["text"], "Paris babe")
+        self.assertEqual(sample["finish_reason"], {"type": "stop", "matched": 151935})
+        self.assertTrue(all(lp is not None for lp, _, _ in sample["output_token_logprobs"]))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,762 @@
+"""Reference implementation of the toy language model of `sglang-mock`.
+
+This module implements sections 2 to 9 of `mock-server/MODEL.md` (tokenizer, hashing, the distribution at one
+context, temperature and logprobs, the sorted order and filters, sampling, request handling, generation and finish
+checks). It was written from that document alone, in Python 3.11 with the standard library only, and is
+independent of the Rust server's code: the tests compare the server against it.
+
+Use it from Python:
+
+    from toymodel import ToyModel
+    model = ToyModel(seed=0)
+    samples = model.generate({"text": "Hello world", "sampling_params": {"temperature": 0.7}})
+    dist = model.distribution(model.encode("Hello world"), 0.7)
+    dist.logprob(110106), dist.top(5), dist.filtered(top_k=None, top_p=0.9, min_p=0.0)
+
+or from the command line (prints the list of samples as JSON; the body is read from stdin when it is `-` or absent):
+
+    python3 toymodel.py [--seed S] [--vocab-size V] [--context-length L] [--profile latest|mid]
+                        [--return-original-logprob] [--script FILE] [BODY_JSON | -]
+
+Logprobs are returned at full binary64 precision (the server rounds them to binary32 on the wire); `-inf` is
+returned as `None`.
+"""
+
+import argparse
+import codecs
+import json
+import math
+import sys
+from collections import namedtuple
+from types import SimpleNamespace
+
+MASK64 = (1 << 64) - 1
+GOLDEN = 0x9E3779B97F4A7C15
+
+CONSONANTS = "bcdfghjklmnprstvwz"
+VOWELS = "aeiou"
+_CONSONANT_INDEX = {ord(c): i for i, c in enumerate(CONSONANTS)}
+_VOWEL_INDEX = {ord(c): i for i, c in enumerate(VOWELS)}
+SPECIAL_NAMES = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids V-3, V-2, V-1 (section 2.1)
+_SPECIAL_BYTES = tuple(name.encode("ascii") for name in SPECIAL_NAMES)
+FIRST_WORD_ID = 256
+WORD_OFFSETS = (0, 90, 90 + 8100)  # u of the first word piece with one, two, three syllables (section 2.1)
+
+NO_TOKEN = 0x1FFFFF  # back(k) when the context is shorter than k (section 4.1)
+PUNCTUATION = (46, 44, 46, 44, 10, 33, 63, 58, 59)  # section 4.3
+TAIL_LOGIT = -12
+TAIL_WEIGHT = math.exp(TAIL_LOGIT)  # section 4
+GREEDY_BELOW = 1e-6  # section 8.2
+PROMPT_HASH_START = 0x50524F4D5054  # section 8.3
+SEED_SALT = 0x53454544  # section 8.3
+NO_SEED = 0xFFFFFFFFFFFFFFFF  # section 8.3
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Section 3: hashing
+# ---------------------------------------------------------------------------------------------------------------
+
+def splitmix64(z):
+    """SplitMix64's output function on unsigned 64-bit integers (section 3); `z` may be any int, taken mod 2^64."""
+    z = (z + GOLDEN) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+def mix(state, value):
+    """`splitmix64(state ^ splitmix64(value))` (section 3)."""
+    return splitmix64((state & MASK64) ^ splitmix64(value))
+
+
+def unit(h):
+    """The real number `(h >> 11) * 2^-53` in [0, 1) (section 3)."""
+    return (h >> 11) * 2.0 ** -53
+
+
+def _floor_capped(q, cap):
+    """`min(floor(q), cap)` for a non-negative real `q`, without overflowing when `q` is huge or infinite."""
+    return cap if q >= cap else math.floor(q)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Section 4: the explicit entries at one context
+# ---------------------------------------------------------------------------------------------------------------
+
+WordSlot = namedtuple("WordSlot", "r start pair id")
+WordSlot.__doc__ = "A word slot of section 4.3: its 32-bit draw `r`, `start`, `pair` and the resulting id."
+
+
+class ExplicitEntries:
+    """The nine explicit entries of a context (sections 4.1 to 4.3), keeping every intermediate value.
+
+    Attributes: `key`, `hash` (h) and `draws` (draw_1 .. draw_6 at indexes 0 .. 5) of 4.1; `flatness`, `jitters`,
+    `ratios` (k = 0 .. 6), `turn_length` (t) and `weights` (w[0] .. w[8]) of 4.2; `rotation`, `punctuation_pos`,
+    `punctuation`, `block`, `word_slots` (a WordSlot per slot 0 .. 7, None for the punctuation slot) and `ids`
+    (slots 0 .. 8) of 4.3; `entries`, the (id, weight) pairs in slot order.
+    """
+
+    def __init__(self, seed, vocab_size, context):
+        n = len(context)
+        back = [context[n - k] if n >= k else NO_TOKEN for k in (1, 2, 3)]
+        self.key = back[0] | (back[1] << 21) | (back[2] << 42)
+        self.hash = splitmix64(splitmix64(seed ^ self.key) ^ n)
+        self.draws = [splitmix64(self.hash + i * GOLDEN) for i in range(1, 7)]
+        self._weights(vocab_size, context)
+        self._ids(vocab_size)
+        self.entries = list(zip(self.ids, self.weights))
+
+    def _weights(self, vocab_size, context):
+        """Section 4.2: the falling candidate weights and the end-of-turn weight."""
+        shape = self.draws[0]
+        self.flatness = 0.26 + 0.69 * unit(shape)
+        self.jitters = []
+        self.ratios = []
+        self.weights = [50 + 40 * ((shape & 0x7FF) / 2048)]
+        for k in range(7):
+            jitter = ((self.draws[1 + k // 3] >> (21 * (k % 3))) & 0x1FFFFF) / 2 ** 21
+            ratio = self.flatness * (0.55 + 0.45 * jitter)
+            self.jitters.append(jitter)
+            self.ratios.append(ratio)
+            self.weights.append(self.weights[k] * ratio)
+        first_special = vocab_size - len(SPECIAL_NAMES)
+        t = 0
+        while t < len(context) and context[len(context) - 1 - t] < first_special:
+            t += 1
+        self.turn_length = t
+        self.weights.append(math.exp(min(-6 + 0.05 * t, 2)))
+
+    def _ids(self, vocab_size):
+        """Section 4.3: the id of each slot."""
+        layout, stream = self.draws[4], self.draws[5]
+        self.rotation = layout & 7
+        self.punctuation_pos = (layout >> 3) % 10
+        self.punctuation = PUNCTUATION[(layout >> 8) % 9]
+        self.block = ((vocab_size - 259) // 8) & ~1
+        self.word_slots = []
+        self.ids = []
+        for k in range(8):
+            if k == self.punctuation_pos:
+                self.word_slots.append(None)
+                self.ids.append(self.punctuation)
+                continue
+            r = splitmix64(stream + (k + 1) * GOLDEN) >> 32
+            start = ((k + self.rotation) % 8) * self.block
+            pair = (r * (self.block // 2)) >> 32
+            token = FIRST_WORD_ID + start + 2 * pair + (1 if r & 7 == 0 else 0)
+            self.word_slots.append(WordSlot(r, start, pair, token))
+            self.ids.append(token)
+        self.ids.append(vocab_size - 1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sections 4.4 to 7: masks, temperature, logprobs, the sorted order, filters and sampling
+# ---------------------------------------------------------------------------------------------------------------
+
+class Distribution:
+    """The distribution at one context, temperature and mask (sections 4.4, 5, 6 and 7).
+
+    Attributes: `ids` (the unmasked explicit entries in the order of section 5), `weights` (their v at T),
+    `tail_count`, `tail_weight` (v_tail), `normaliser` (Z), `logprobs` (of `ids`) and `tail_logprob`; away from
+    T == 1 also `logits` (x_e), `tail_logit`, `shift` and `log_normaliser` (log Z), which are None at T == 1.
+    """
+
+    def __init__(self, vocab_size, explicit, temperature, masked=()):
+        """`explicit`: the (id, weight) pairs of section 4; `masked`: ids given probability zero (section 4.4)."""
+        if not temperature > 0:
+            raise ValueError("the temperature must be positive")
+        self.vocab_size = vocab_size
+        self.masked = frozenset(token for token in masked if 0 <= token < vocab_size)
+        unmasked = sorted(((token, w) for token, w in explicit if token not in self.masked),
+                          key=lambda entry: (-entry[1], entry[0]))
+        self.ids = [token for token, _ in unmasked]
+        self._index = {token: i for i, token in enumerate(self.ids)}
+        self.tail_count = vocab_size - len(self.ids) - len(self.masked)
+        if not self.ids and self.tail_count == 0:
+            raise ValueError("every id is masked")
+        self._excluded = sorted(self.masked.union(self.ids))
+        if temperature == 1:
+            self.logits = self.tail_logit = self.shift = self.log_normaliser = None
+            self.weights = [w for _, w in unmasked]
+            self.tail_weight = TAIL_WEIGHT
+            self.normaliser = self._sum_weights(len(self.weights)) + self.tail_count * self.tail_weight
+            self.logprobs = [math.log(w / self.normaliser) for w in self.weights]
+            self.tail_logprob = math.log(TAIL_WEIGHT / self.normaliser)
+        else:
+            inverse = 1 / temperature
+            self.logits = [math.log(w) * inverse for _, w in unmasked]
+            self.tail_logit = TAIL_LOGIT * inverse
+            self.shift = self.logits[0] if self.logits else self.tail_logit
+            self.weights = [math.exp(x - self.shift) for x in self.logits]
+            self.tail_weight = math.exp(self.tail_logit - self.shift)
+            self.normaliser = self._sum_weights(len(self.weights)) + self.tail_count * self.tail_weight
+            self.log_normaliser = self.shift + math.log(self.normaliser)
+            self.logprobs = [x - self.log_normaliser for x in self.logits]
+            self.tail_logprob = self.tail_logit - self.log_normaliser
+
+    def _sum_weights(self, count):
+        """The weights of the first `count` explicit entries summed left to right in the order (sections 5, 7)."""
+        total = 0.0
+        for v in self.weights[:count]:
+            total += v
+        return total
+
+    @property
+    def size(self):
+        """N: the number of unmasked ids, explicit and tail (section 6)."""
+        return len(self.ids) + self.tail_count
+
+    def logprob(self, token_id):
+        """The logprob of one id (section 5); -inf for a masked id or one outside 0..V."""
+        if not 0 <= token_id < self.vocab_size or token_id in self.masked:
+            return -math.inf
+        index = self._index.get(token_id)
+        return self.tail_logprob if index is None else self.logprobs[index]
+
+    def tail_id(self, rank):
+        """The rank-th tail id (section 6): the rank-th smallest id that is neither explicit nor masked."""
+        token = rank
+        for excluded in self._excluded:
+            if excluded > token:
+                break
+            token += 1
+        return token
+
+    def _tail_ids(self):
+        """The tail ids in ascending order (section 6)."""
+        excluded = iter(self._excluded)
+        next_excluded = next(excluded, None)
+        for token in range(self.vocab_size):
+            if token == next_excluded:
+                next_excluded = next(excluded, None)
+            else:
+                yield token
+
+    def top(self, k):
+        """The top-k list of section 6: the first min(k, N) ids of the sorted order as (id, logprob) pairs."""
+        count = max(0, min(k, self.size))
+        result = list(zip(self.ids, self.logprobs))[:count]
+        for token in self._tail_ids():
+            if len(result) >= count:
+                break
+            result.append((token, self.tail_logprob))
+        return result
+
+    def _keep_top_p(self, top_p):
+        """keep_p of section 6."""
+        before = 0.0
+        count = 0
+        for v in self.weights:
+            if before > top_p:
+                return count
+            count += 1
+            before += v / self.normaliser
+        tail_probability = self.tail_weight / self.normaliser
+        if before <= top_p and tail_probability > 0 and self.tail_count > 0:
+            count += _floor_capped((top_p - before) / tail_probability, self.tail_count - 1) + 1
+        return count
+
+    def _keep_min_p(self, min_p):
+        """keep_min_p of section 6."""
+        first = self.weights[0] if self.weights else self.tail_weight
+        threshold = min_p * first
+        count = 0
+        for v in self.weights:
+            if not v >= threshold:
+                return count
+            count += 1
+        if self.tail_weight >= threshold:
+            count += self.tail_count
+        return count
+
+    def kept(self, top_k, top_p, min_p):
+        """The size of the kept prefix of the sorted order (section 6); `top_k` None (or -1) means no top-k."""
+        size = self.size
+        keep_k = size if top_k is None or top_k == -1 else min(top_k, size)
+        keep_p = self._keep_top_p(top_p) if top_p < 1 else size
+        keep_min_p = self._keep_min_p(min_p) if min_p > 0 else size
+        return max(1, min(keep_k, keep_p, keep_min_p))
+
+    def _kept_prefix(self, top_k, top_p, min_p):
+        """(kept_explicit, kept_tail, total) of section 7."""
+        kept = self.kept(top_k, top_p, min_p)
+        kept_explicit = min(kept, len(self.ids))
+        kept_tail = kept - kept_explicit
+        if kept == self.size:
+            total = self.normaliser
+        else:
+            total = self._sum_weights(kept_explicit) + kept_tail * self.tail_weight
+        return kept_explicit, kept_tail, total
+
+    def sample(self, top_k, top_p, min_p, u):
+        """Section 7: the id drawn with the uniform number `u` in [0, 1) from the kept prefix."""
+        kept_explicit, kept_tail, total = self._kept_prefix(top_k, top_p, min_p)
+        target = u * total
+        for token, v in zip(self.ids[:kept_explicit], self.weights):
+            if target < v:
+                return token
+            target = target - v
+        if kept_tail == 0 or self.tail_weight == 0:
+            return self.ids[kept_explicit - 1]
+        return self.tail_id(_floor_capped(target / self.tail_weight, kept_tail - 1))
+
+    def filtered(self, top_k, top_p, min_p):
+        """The renormalised distribution that section 7 draws from.
+
+        Returns (kept explicit entries as (id, probability), number of kept tail ids, probability of each kept
+        tail id), each probability being v / total.
+        """
+        kept_explicit, kept_tail, total = self._kept_prefix(top_k, top_p, min_p)
+        explicit = [(token, v / total) for token, v in zip(self.ids[:kept_explicit], self.weights)]
+        return explicit, kept_tail, (self.tail_weight / total if kept_tail else 0.0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Request validation helpers (section 8)
+# ---------------------------------------------------------------------------------------------------------------
+
+def _is_int(value):
+    """Whether `value` is a JSON integer (an int that is not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _integer(value, name, low=None, high=None):
+    """`value` as an int within [low, high], or ValueError."""
+    if not _is_int(value) or (low is not None and value < low) or (high is not None and value > high):
+        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+    return value
+
+
+def _real(value, name):
+    """`value` as a finite float, or ValueError."""
+    if not (_is_int(value) or isinstance(value, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _flag(value, name, default):
+    """A boolean setting; None means the default."""
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be a boolean, got {value!r}")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The model
+# ---------------------------------------------------------------------------------------------------------------
+
+class ToyModel:
+    """The toy model with its server configuration (section 1): tokenizer, distributions and /generate."""
+
+    def __init__(self, seed=0, vocab_size=151936, context_length=32768, profile="latest",
+                 return_original_logprob=False, scripts=None):
+        self.seed = _integer(seed, "seed", 0, MASK64)
+        self.vocab_size = _integer(vocab_size, "vocab_size", 1024, 1_400_000)
+        self.context_length = _integer(context_length, "context_length", 1)
+        if profile not in ("latest", "mid"):
+            raise ValueError(f"profile must be 'latest' or 'mid', got {profile!r}")
+        self.profile = profile
+        self.return_original_logprob = bool(return_original_logprob)
+        self.scripts = [self._script_rule(rule) for rule in (scripts or ())]
+        self.word_count = vocab_size - 259
+        self.first_special = vocab_size - len(SPECIAL_NAMES)
+        self.end_of_sequence_ids = frozenset((vocab_size - 1, vocab_size - 3))
+
+    @staticmethod
+    def _script_rule(rule):
+        """One scripted rule of section 8.4, with its finish_reason defaulting to "stop"."""
+        if not isinstance(rule, dict):
+            raise ValueError("a script rule must be an object")
+        contains, answer = rule.get("prompt_contains"), rule.get("answer")
+        finish = rule.get("finish_reason", "stop")
+        if finish is None:
+            finish = "stop"
+        if not isinstance(contains, str) or not isinstance(answer, str) or finish not in ("stop", "length"):
+            raise ValueError(f"invalid script rule {rule!r}")
+        return {"prompt_contains": contains, "answer": answer, "finish_reason": finish}
+
+    # -- Section 2: tokenizer --------------------------------------------------------------------------------
+
+    def _check_id(self, token_id):
+        """ValueError unless `token_id` is an id of the vocabulary, 0..V (section 2.1)."""
+        if not _is_int(token_id) or not 0 <= token_id < self.vocab_size:
+            raise ValueError(f"token id {token_id!r} is outside 0..{self.vocab_size}")
+
+    def _word_text(self, token_id):
+        """Section 2.1, id to word: the text of a word-piece id."""
+        w = token_id - FIRST_WORD_ID
+        u = w // 2
+        count = 1 if u < WORD_OFFSETS[1] else 2 if u < WORD_OFFSETS[2] else 3
+        index = u - WORD_OFFSETS[count - 1]
+        digits = (index % 90, (index // 90) % 90, (index // 8100) % 90)[:count]
+        syllables = "".join(CONSONANTS[d // 5] + VOWELS[d % 5] for d in digits)
+        return (" " if w % 2 == 0 else "") + syllables
+
+    def _token_bytes(self, token_id, skip_special_tokens):
+        """Section 2.2: the bytes of one id."""
+        self._check_id(token_id)
+        if token_id < FIRST_WORD_ID:
+            return bytes((token_id,))
+        if token_id >= self.first_special:
+            return b"" if skip_special_tokens else _SPECIAL_BYTES[token_id - self.first_special]
+        return self._word_text(token_id).encode("ascii")
+
+    def decode(self, ids, skip_special_tokens=True):
+        """Section 2.2: the text of a sequence of ids, ill-formed UTF-8 replaced by U+FFFD."""
+        return b"".join(self._token_bytes(t, skip_special_tokens) for t in ids).decode("utf-8", "replace")
+
+    def token_text(self, token_id):
+        """Section 2.2: one token's text, as `return_text_in_logprobs` reports it."""
+        self._check_id(token_id)
+        if token_id >= self.first_special:
+            return SPECIAL_NAMES[token_id - self.first_special]
+        if token_id >= FIRST_WORD_ID:
+            return self._word_text(token_id)
+        return chr(token_id) if token_id < 128 else "\ufffd"
+
+    def _match_word(self, data, pos):
+        """Section 2.3, rule 2: (id, bytes consumed) of the longest word piece starting at `pos`, or None."""
+        space = data[pos] == 32
+        start = pos + (1 if space else 0)
+        digits = []
+        while len(digits) < 3 and start + 2 * len(digits) + 1 < len(data):
+            consonant = _CONSONANT_INDEX.get(data[start + 2 * len(digits)])
+            vowel = _VOWEL_INDEX.get(data[start + 2 * len(digits) + 1])
+            if consonant is None or vowel is None:
+                break
+            digits.append(consonant * 5 + vowel)
+        for s in range(len(digits), 0, -1):
+            index = sum(d * 90 ** place for place, d in enumerate(digits[:s]))
+            w = 2 * (WORD_OFFSETS[s - 1] + index) + (0 if space else 1)
+            if w < self.word_count:
+                return FIRST_WORD_ID + w, (1 if space else 0) + 2 * s
+        return None
+
+    def encode(self, text):
+        """Section 2.3: greedy left-to-right encoding of the UTF-8 bytes of `text`."""
+        data = text.encode("utf-8")
+        ids = []
+        pos = 0
+        while pos < len(data):
+            if data[pos] == ord("<"):
+                special = next((i for i, name in enumerate(_SPECIAL_BYTES) if data.startswith(name, pos)), None)
+                if special is not None:
+                    ids.append(self.first_special + special)
+                    pos += len(_SPECIAL_BYTES[special])
+                    continue
+            word = self._match_word(data, pos)
+            if word is not None:
+                ids.append(word[0])
+                pos += word[1]
+                continue
+            ids.append(data[pos])
+            pos += 1
+        return ids
+
+    # -- Sections 4 to 7: the distribution at one context ----------------------------------------------------
+
+    def explicit_entries(self, context):
+        """Sections 4.1 to 4.3 for a context (a non-empty sequence of ids in the vocabulary)."""
+        context = list(context)
+        if not context:
+            raise ValueError("a context is a non-empty sequence of ids")
+        for token in context:
+            self._check_id(token)
+        return ExplicitEntries(self.seed, self.vocab_size, context)
+
+    def distribution(self, context, temperature, masked=()):
+        """The distribution at `context`, temperature T > 0 and the set of masked ids (sections 4 and 5)."""
+        temperature = _real(temperature, "temperature")
+        return Distribution(self.vocab_size, self.explicit_entries(context).entries, temperature, masked)
+
+    # -- Section 8: from a request to samples ----------------------------------------------------------------
+
+    def _prompts(self, body):
+        """Section 8.1: the list of prompts (as ids) of the request."""
+        text, input_ids = body.get("text"), body.get("input_ids")
+        if text is None and input_ids is None:
+            raise ValueError("the request needs text or input_ids")
+        if text is not None:
+            batch = isinstance(text, list)
+            texts = text if batch else [text]
+            if not all(isinstance(t, str) for t in texts):
+                raise ValueError("text must be a string or a list of strings")
+        else:
+            batch = isinstance(input_ids, list) and bool(input_ids) and all(isinstance(p, list) for p in input_ids)
+        if input_ids is None:
+            prompts = [self.encode(t) for t in texts]
+        else:
+            if not isinstance(input_ids, list):
+                raise ValueError("input_ids must be a list")
+            prompts = input_ids if batch else [input_ids]
+            if text is not None and len(prompts) != len(texts):
+                raise ValueError("text and input_ids describe different batches")
+        if not prompts:
+            raise ValueError("the batch is empty")
+        for prompt in prompts:
+            if not isinstance(prompt, list) or not prompt:
+                raise ValueError("every prompt must be a non-empty list of ids")
+            for token in prompt:
+                self._check_id(token)
+        return prompts
+
+    @staticmethod
+    def _per_prompt(value, per_prompt, count, n, name):
+        """Section 8.1: a setting given once for all samples or as a list with one value per prompt."""
+        if not per_prompt:
+            return [value] * count
+        if n > 1:
+            raise ValueError(f"{name} cannot be a list when n > 1")
+        if len(value) != count:
+            raise ValueError(f"{name} must have one value per prompt")
+        return value
+
+    def _sampling_settings(self, params, prompt):
+        """Section 8.2 (and 8.4's max_new_tokens rule): the sampling settings of one prompt."""
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            raise ValueError("sampling_params must be an object")
+
+        def get(name, default):
+            value = params.get(name)
+            return default if value is None else value
+
+        temperature = _real(get("temperature", 1.0), "temperature")
+        if temperature < 0:
+            raise ValueError("temperature must be at least 0")
+        top_k = _integer(get("top_k", -1), "top_k", -1)
+        if top_k == 0:
+            raise ValueError("top_k must be -1 or at least 1")
+        top_p = _real(get("top_p", 1.0), "top_p")
+        if not 0 < top_p <= 1:
+            raise ValueError("top_p must be in (0, 1]")
+        min_p = _real(get("min_p", 0.0), "min_p")
+        if not 0 <= min_p <= 1:
+            raise ValueError("min_p must be in [0, 1]")
+        if temperature < GREEDY_BELOW:
+            temperature, top_k = 1.0, 1
+        if top_k == -1 or top_k >= self.vocab_size:
+            top_k = None
+
+        max_new_tokens = _integer(get("max_new_tokens", 128), "max_new_tokens", 0)
+        room = self.context_length - len(prompt) - 2
+        if room < 0:
+            raise ValueError("the prompt is too long for the context length")
+        max_new_tokens = min(max_new_tokens, room)
+        min_new_tokens = min(_integer(get("min_new_tokens", 0), "min_new_tokens", 0), max_new_tokens)
+
+        stop = get("stop", [])
+        stop = [stop] if isinstance(stop, str) else stop
+        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+            raise ValueError("stop must be a string or a list of strings")
+        stop_token_ids = get("stop_token_ids", [])
+        if not isinstance(stop_token_ids, list) or not all(_is_int(t) for t in stop_token_ids):
+            raise ValueError("stop_token_ids must be a list of integers")
+        sampling_seed = params.get("sampling_seed")
+        if sampling_seed is not None:
+            _integer(sampling_seed, "sampling_seed")
+
+        forced = []
+        if self.scripts:
+            prompt_text = self.decode(prompt, skip_special_tokens=False)
+            rule = next((r for r in self.scripts if r["prompt_contains"] in prompt_text), None)
+            if rule is not None:
+                forced = self.encode(rule["answer"])
+                if rule["finish_reason"] == "stop":
+                    forced.append(self.vocab_size - 1)
+                else:
+                    max_new_tokens = min(max_new_tokens, len(forced))
+
+        return dict(
+            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+            max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
+            stop=[s for s in stop if s],
+            stop_token_ids=[t for t in stop_token_ids if 0 <= t < self.vocab_size],
+            ignore_eos=_flag(params.get("ignore_eos"), "ignore_eos", False),
+            skip_special_tokens=_flag(params.get("skip_special_tokens"), "skip_special_tokens", True),
+            no_stop_trim=_flag(params.get("no_stop_trim"), "no_stop_trim", False),
+            sampling_seed=sampling_seed, forced=forced,
+        )
+
+    def _logprob_settings(self, return_logprob, start, top_num, token_ids, prompt):
+        """Section 8.5: the logprob settings of one prompt."""
+        return_logprob = _flag(return_logprob, "return_logprob", False)
+        start = _integer(-1 if start is None else start, "logprob_start_len", -1)
+        if start == -1:
+            start = len(prompt) if self.profile == "latest" else len(prompt) - 1
+        top_num = min(max(_integer(0 if top_num is None else top_num, "top_logprobs_num"), 0), self.vocab_size)
+        if token_ids is not None and (not isinstance(token_ids, list) or not all(_is_int(t) for t in token_ids)):
+            raise ValueError("token_ids_logprob must be a list of integers")
+        return dict(return_logprob=return_logprob, logprob_start_len=start, top_logprobs_num=top_num,
+                    token_ids_logprob=token_ids or None)
+
+    def _samples(self, body):
+        """Section 8.1: the flattened samples of a request, in position order, each with its settings."""
+        prompts = self._prompts(body)
+        count = len(prompts)
+        params = body.get("sampling_params")
+        params_list = params if isinstance(params, list) else [params] * count
+        if len(params_list) != count:
+            raise ValueError("sampling_params must have one object per prompt")
+        ns = set()
+        for p in params_list:
+            if p is not None and not isinstance(p, dict):
+                raise ValueError("sampling_params must be an object or a list of objects")
+            n = (p or {}).get("n")
+            ns.add(_integer(1 if n is None else n, "n", 1))
+        if len(ns) != 1:
+            raise ValueError("every prompt must ask for the same n")
+        n = ns.pop()
+
+        token_ids = body.get("token_ids_logprob")
+        per_prompt_ids = (isinstance(token_ids, list) and bool(token_ids)
+                          and all(t is None or isinstance(t, list) for t in token_ids))
+        columns = [
+            self._per_prompt(body.get(name), isinstance(body.get(name), list), count, n, name)
+            for name in ("return_logprob", "logprob_start_len", "top_logprobs_num")
+        ]
+        columns.append(self._per_prompt(token_ids, per_prompt_ids, count, n, "token_ids_logprob"))
+
+        samples = []
+        for b, prompt in enumerate(prompts):
+            settings = self._sampling_settings(params_list[b], prompt)
+            settings.update(self._logprob_settings(*(column[b] for column in columns), prompt))
+            for j in range(n):
+                samples.append(SimpleNamespace(prompt=prompt, position=b * n + j, **settings))
+        return samples
+
+    def _sample_key(self, sample):
+        """Section 8.3: the key of a sample's randomness."""
+        prompt_hash = PROMPT_HASH_START
+        for token in sample.prompt:
+            prompt_hash = mix(prompt_hash, token)
+        if sample.sampling_seed is None:
+            seed_part = NO_SEED
+        else:
+            seed_part = mix(SEED_SALT, sample.sampling_seed & MASK64)
+        return mix(mix(mix(self.seed, prompt_hash), seed_part), sample.position)
+
+    # -- Section 9: generation and finish checks -------------------------------------------------------------
+
+    def generate(self, body):
+        """Answer a /generate request body (sections 8 and 9): one dict per flattened sample, in position order."""
+        if not isinstance(body, dict):
+            raise ValueError("the request body must be an object")
+        with_text = _flag(body.get("return_text_in_logprobs"), "return_text_in_logprobs", False)
+        return [self._generate_sample(sample, with_text) for sample in self._samples(body)]
+
+    def _entry(self, token_id, logprob, with_text):
+        """One reported logprob [logprob, id, text] (sections 8.5, 2.2); a logprob of None or -inf is None."""
+        text = None
+        if with_text:
+            if not 0 <= token_id < self.vocab_size:
+                raise ValueError(f"token id {token_id} has no text")
+            text = self.token_text(token_id)
+        return [None if logprob is None or logprob == -math.inf else logprob, token_id, text]
+
+    def _report(self, dist, token, sample, with_text):
+        """The logprob entry of `token`, the top list and the token-id list under `dist` (sections 8.5, 9)."""
+        top = [self._entry(t, lp, with_text) for t, lp in dist.top(sample.top_logprobs_num)]
+        ids = [self._entry(t, dist.logprob(t), with_text) for t in sample.token_ids_logprob or ()]
+        return self._entry(token, dist.logprob(token), with_text), top, ids
+
+    def _generate_sample(self, sample, with_text):
+        """Section 9: generate one sample and build its answer."""
+        prompt = sample.prompt
+        report_temperature = 1.0 if self.return_original_logprob else sample.temperature
+        logprobs = {"input": ([], [], []), "output": ([], [], [])}
+
+        if sample.return_logprob:
+            for p in range(sample.logprob_start_len, len(prompt)):
+                if p == sample.logprob_start_len:
+                    reported = (self._entry(prompt[p], None, with_text), None, None)  # SGLang's [None] + raw[:-1]
+                else:
+                    reported = self._report(self.distribution(prompt[:p], report_temperature), prompt[p],
+                                            sample, with_text)
+                for column, value in zip(logprobs["input"], reported):
+                    column.append(value)
+
+        output = []
+        if sample.max_new_tokens == 0:
+            finish, text = {"type": "length", "length": 0}, ""
+        else:
+            finish, text = self._decode_loop(sample, output, logprobs["output"], report_temperature, with_text)
+
+        result = {
+            "output_ids": output,
+            "text": text,
+            "finish_reason": finish,
+            "prompt_tokens": len(prompt),
+            "completion_tokens": len(output),
+        }
+        if sample.return_logprob:
+            for where in ("input", "output"):
+                entries, tops, ids = logprobs[where]
+                result[f"{where}_token_logprobs"] = entries
+                if sample.top_logprobs_num > 0:
+                    result[f"{where}_top_logprobs"] = tops
+                if sample.token_ids_logprob:
+                    result[f"{where}_token_ids_logprobs"] = ids
+        return result
+
+    def _decode_loop(self, sample, output, reported, report_temperature, with_text):
+        """Section 9, steps 1 to 6 for j = 0, 1, ...: fills `output` and returns (finish_reason, text)."""
+        key = self._sample_key(sample)
+        stop_ids = self.end_of_sequence_ids.union(sample.stop_token_ids)  # the mask M of step 2 and check 6.2
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        complete_text = ""
+        for j in range(sample.max_new_tokens):
+            context = sample.prompt + output
+            masked = stop_ids if j < sample.min_new_tokens else ()
+            dist = self.distribution(context, sample.temperature, masked)
+            if j < len(sample.forced):
+                token = sample.forced[j]
+            else:
+                token = dist.sample(sample.top_k, sample.top_p, sample.min_p, unit(mix(key, j)))
+            if sample.return_logprob:
+                if report_temperature != sample.temperature:
+                    dist = self.distribution(context, report_temperature, masked)
+                for column, value in zip(reported, self._report(dist, token, sample, with_text)):
+                    column.append(value)
+            output.append(token)
+            complete_text += decoder.decode(self._token_bytes(token, sample.skip_special_tokens))
+
+            if len(output) >= sample.max_new_tokens:
+                break
+            if not sample.ignore_eos and token in stop_ids:
+                trimmed = output if sample.no_stop_trim else output[:-1]
+                return {"type": "stop", "matched": token}, self.decode(trimmed, sample.skip_special_tokens)
+            matched = next((s for s in sample.stop if s in complete_text), None)
+            if matched is not None:
+                cut = complete_text.index(matched) + (len(matched) if sample.no_stop_trim else 0)
+                return {"type": "stop", "matched": matched}, complete_text[:cut]
+        return ({"type": "length", "length": sample.max_new_tokens},
+                self.decode(output, sample.skip_special_tokens))
+
+
+def main(argv=None):
+    """Command-line tool: print `json.dumps(model.generate(body))` for one request body."""
+    parser = argparse.ArgumentParser(description="Answer a /generate request with the toy model of MODEL.md.")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--vocab-size", type=int, default=151936)
+    parser.add_argument("--context-length", type=int, default=32768)
+    parser.add_argument("--profile", choices=("latest", "mid"), default="latest")
+    parser.add_argument("--return-original-logprob", action="store_true")
+    parser.add_argument("--script", metavar="FILE", help="JSON list of scripted answers (MODEL.md 8.4)")
+    parser.add_argument("body", nargs="?", default="-", help="request body as JSON, or - for stdin")
+    args = parser.parse_args(argv)
+    scripts = None
+    if args.script:
+        with open(args.script, encoding="utf-8") as f:
+            scripts = json.load(f)
+    model = ToyModel(seed=args.seed, vocab_size=args.vocab_size, context_length=args.context_length,
+                     profile=args.profile, return_original_logprob=args.return_original_logprob, scripts=scripts)
+    body = json.loads(sys.stdin.read() if args.body == "-" else args.body)
+    print(json.dumps(model.generate(body)))
+
+
+if __name__ == "__main__":
+    main()
