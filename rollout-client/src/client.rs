@@ -169,14 +169,25 @@ impl ClientBuilder {
                 stream_mode: self.stream_mode,
                 rng: AtomicU64::new(seed),
             }),
+            ledger: Arc::default(),
         })
     }
 }
 
 /// A cheap-to-clone handle on one connection pool, one concurrency limit and one retry policy.
+///
+/// Every handle also counts the output tokens of the turns it returned (its ledger, shared by its clones), so a
+/// caller can hold the samples it built against what the server generated: see [`Client::scoped`].
 #[derive(Debug, Clone)]
 pub struct Client {
     inner: Arc<Inner>,
+    ledger: Arc<Ledger>,
+}
+
+/// What the server generated in the turns a client handed out.
+#[derive(Debug, Default)]
+struct Ledger {
+    generated_tokens: AtomicU64,
 }
 
 struct Inner {
@@ -247,24 +258,49 @@ impl Client {
         &self.inner.base_url
     }
 
+    /// A handle on the same pool, limit and retry policy with a ledger of its own, starting at zero: a unit of
+    /// work (a group, one run of the multi-agent system) counts the tokens it was given and holds them against
+    /// the samples it built.
+    pub fn scoped(&self) -> Client {
+        Client {
+            inner: Arc::clone(&self.inner),
+            ledger: Arc::default(),
+        }
+    }
+
+    /// The output tokens of every turn this handle and its clones returned (not those of a [`Client::scoped`]
+    /// handle): what the server generated for this caller.
+    pub fn generated_tokens(&self) -> u64 {
+        self.ledger.generated_tokens.load(Ordering::Relaxed)
+    }
+
+    /// Counts the turns handed to the caller.
+    fn deliver(&self, turns: Vec<Turn>) -> Vec<Turn> {
+        let tokens: usize = turns.iter().map(|t| t.output_ids.len()).sum();
+        self.ledger
+            .generated_tokens
+            .fetch_add(tokens as u64, Ordering::Relaxed);
+        turns
+    }
+
     /// One prompt, `n == 1`: one validated turn, streamed or not as `req.stream` says.
     pub async fn generate(&self, req: &GenerateRequest) -> Result<Turn, ClientError> {
         let url = self.url("/generate");
-        let mut turns = self.generate_inner(req, &url, false).await?;
+        let turns = self.generate_inner(req, &url, false).await?;
         if turns.len() != 1 {
             return Err(ClientError::Response {
                 url,
                 source: ResponseError::ExpectedObject { len: turns.len() },
             });
         }
-        Ok(turns.remove(0))
+        Ok(self.deliver(turns).remove(0))
     }
 
     /// Any request, including batches and `n > 1`: one validated turn per item, in the server's
     /// order (prompt-major), whether streamed or not.
     pub async fn generate_many(&self, req: &GenerateRequest) -> Result<Vec<Turn>, ClientError> {
         let url = self.url("/generate");
-        self.generate_inner(req, &url, true).await
+        Ok(self.deliver(self.generate_inner(req, &url, true).await?))
     }
 
     /// `POST /abort_request`. Pending generate calls then finish with an abort finish_reason.

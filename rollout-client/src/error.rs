@@ -163,6 +163,36 @@ pub enum SampleError {
     },
     #[error("sample has {response_length} response tokens but no `rollout_log_probs`")]
     MissingRolloutLogProbs { response_length: usize },
+    #[error(
+        "response token {index} lies outside every generated span (it is an environment token) but has \
+         loss mask {mask} and log prob {log_prob}; environment tokens have mask 0 and log prob 0.0"
+    )]
+    EnvironmentTokenTrained {
+        index: usize,
+        mask: u8,
+        log_prob: f32,
+    },
+    #[error(
+        "{untrained} generated tokens have loss mask 0 but only {policy_masked} were masked by a named \
+         policy: a generated token must be trained unless a policy masks it"
+    )]
+    GeneratedTokenUntrained {
+        untrained: usize,
+        policy_masked: usize,
+    },
+    #[error(
+        "generated span {start}..{end} is out of order or outside the {response_length} response tokens"
+    )]
+    BadGeneratedSpan {
+        start: usize,
+        end: usize,
+        response_length: usize,
+    },
+    #[error(
+        "all {trained} trained log probs are exactly 0.0: placeholder values (a zero-filled list), not \
+         the rollout engine's"
+    )]
+    PlaceholderLogprobs { trained: usize },
 }
 
 /// Why a request to the server failed.

@@ -36,7 +36,7 @@ pub mod wire;
 pub use client::{Client, ClientBuilder, RetryPolicy};
 pub use error::{ClientError, ResponseError, RolloutError, SampleError};
 pub use request::{AbortRequest, GenerateRequest, IdsInput, SamplingParams, TextInput};
-pub use sample::{Prompt, Reward, Sample, SampleStatus, Segment};
+pub use sample::{GeneratedSpan, Prompt, Reward, Sample, SampleStatus, Segment};
 pub use stream::{StreamDecoder, StreamMode};
 pub use turn::Turn;
 pub use wire::{FinishReason, GenerateResponse, MetaInfo, StopMatch, TokenLogprobs};

@@ -80,6 +80,35 @@ pub enum RunError {
     NoSamples,
     #[error("GRPO rejected the rollout")]
     Grpo(#[from] GrpoError),
+    #[error(
+        "group {group_index}: the server generated {generated} tokens for it, but its samples hold {in_samples} \
+         as generated (trained, or masked by a named policy); a generated token was dropped, duplicated or \
+         filed as an environment token"
+    )]
+    UnaccountedTokens {
+        group_index: usize,
+        generated: u64,
+        in_samples: u64,
+    },
+}
+
+/// Holds the samples a group produced against the tokens the server generated for it (its client's ledger):
+/// every generated token must sit in a generated span of exactly one sample, where the sample's own invariants
+/// make it trained or masked by a named policy. Returns the group's generated tokens.
+pub fn account_group(
+    group_index: usize,
+    generated: u64,
+    samples: &[Sample],
+) -> Result<u64, RunError> {
+    let in_samples: u64 = samples.iter().map(|s| s.generated_tokens() as u64).sum();
+    if in_samples != generated {
+        return Err(RunError::UnaccountedTokens {
+            group_index,
+            generated,
+            in_samples,
+        });
+    }
+    Ok(generated)
 }
 
 /// A group that was left out of the batch, and why.
@@ -133,27 +162,37 @@ pub async fn rollout(
         return Err(RunError::ZeroGroupSize);
     }
     let started = Instant::now();
-    let results: Vec<(usize, Result<Vec<Sample>, GroupFailure>)> =
-        stream::iter(prompts.iter().enumerate())
-            .map(|(g, p)| async move {
-                let r = match &config.multi_agent {
-                    None => run_group(client, g, p, config, progress).await,
-                    Some(ma) => Ok(run_multi_agent(client, g, p, config, ma, progress).await),
-                };
-                (g, r)
-            })
-            .buffer_unordered(config.group_concurrency.max(1))
-            .collect()
-            .await;
+    type GroupResult = (Result<Vec<Sample>, GroupFailure>, u64);
+    let results: Vec<(usize, GroupResult)> = stream::iter(prompts.iter().enumerate())
+        .map(|(g, p)| async move {
+            // Each group counts the tokens the server generated for it.
+            let client = client.scoped();
+            let r = match &config.multi_agent {
+                None => run_group(&client, g, p, config, progress).await,
+                Some(ma) => Ok(run_multi_agent(&client, g, p, config, ma, progress).await),
+            };
+            (g, (r, client.generated_tokens()))
+        })
+        .buffer_unordered(config.group_concurrency.max(1))
+        .collect()
+        .await;
     let elapsed = started.elapsed();
 
-    let ordered: BTreeMap<usize, Result<Vec<Sample>, GroupFailure>> = results.into_iter().collect();
+    let ordered: BTreeMap<usize, GroupResult> = results.into_iter().collect();
     let mut samples = Vec::new();
     let mut failed = Vec::new();
-    for (group_index, r) in ordered {
+    let mut left_out_tokens = 0;
+    for (group_index, (r, generated)) in ordered {
         match r {
-            Ok(s) => samples.extend(s),
-            Err(error) => failed.push(FailedGroup { group_index, error }),
+            Ok(s) => {
+                account_group(group_index, generated, &s)?;
+                samples.extend(s);
+            }
+            Err(error) => {
+                // A failed group is left out whole, with every token generated for it.
+                left_out_tokens += generated;
+                failed.push(FailedGroup { group_index, error });
+            }
         }
     }
     if samples.is_empty() {
@@ -171,7 +210,14 @@ pub async fn rollout(
     let ok_groups = prompts.len() - failed.len();
     let options = train::slime_options(n, ok_groups);
     let grpo = train::grpo_advantages(&mut samples, &options, &AdvantageConfig::default(), None)?;
-    let summary = Summary::new(&samples, &grpo, &failed, elapsed, prompts.len());
+    let summary = Summary::new(
+        &samples,
+        &grpo,
+        &failed,
+        left_out_tokens,
+        elapsed,
+        prompts.len(),
+    );
     Ok(RunOutput {
         samples,
         grpo,
@@ -343,7 +389,15 @@ pub struct Summary {
     pub by_status: BTreeMap<&'static str, usize>,
     pub prompt_tokens: usize,
     pub response_tokens: usize,
+    /// Response tokens the server generated (the rest came from environments).
+    pub generated_tokens: usize,
+    /// Generated tokens with loss mask 1.
     pub trained_tokens: usize,
+    /// Generated tokens masked by `--mask-offpolicy-in-partial-rollout`; with `trained_tokens`, every generated
+    /// token.
+    pub policy_masked_tokens: usize,
+    /// Tokens generated for groups that failed and were left out of the batch.
+    pub left_out_tokens: u64,
     pub elapsed: Duration,
     pub rewards: Stats,
     /// Samples with a reward above 0.
@@ -373,6 +427,7 @@ impl Summary {
         samples: &[Sample],
         grpo: &GrpoOutcome,
         failed: &[FailedGroup],
+        left_out_tokens: u64,
         elapsed: Duration,
         prompts: usize,
     ) -> Summary {
@@ -411,7 +466,10 @@ impl Summary {
             by_status,
             prompt_tokens: samples.iter().map(Sample::prompt_len).sum(),
             response_tokens: samples.iter().map(Sample::response_length).sum(),
+            generated_tokens: samples.iter().map(Sample::generated_tokens).sum(),
             trained_tokens: samples.iter().map(Sample::effective_response_length).sum(),
+            policy_masked_tokens: samples.iter().map(Sample::policy_masked_tokens).sum(),
+            left_out_tokens,
             elapsed,
             rewarded: rewards.iter().filter(|r| **r > 0.0).count(),
             correct: samples
@@ -467,9 +525,23 @@ impl fmt::Display for Summary {
         }
         writeln!(
             f,
-            "tokens       {} prompt, {} response, {} trained (loss mask 1)",
-            self.prompt_tokens, self.response_tokens, self.trained_tokens
+            "tokens       {} prompt, {} response, {} from the environment",
+            self.prompt_tokens,
+            self.response_tokens,
+            self.response_tokens - self.generated_tokens
         )?;
+        writeln!(
+            f,
+            "generated    {} = {} trained (loss mask 1) + {} masked by --mask-offpolicy-in-partial-rollout",
+            self.generated_tokens, self.trained_tokens, self.policy_masked_tokens
+        )?;
+        if self.left_out_tokens > 0 {
+            writeln!(
+                f,
+                "left out     {} tokens generated for the failed groups",
+                self.left_out_tokens
+            )?;
+        }
         writeln!(
             f,
             "time         {:.2} s, {:.0} response tokens/s",

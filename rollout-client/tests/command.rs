@@ -9,7 +9,7 @@ use rollout_client::rollout::RolloutConfig;
 use rollout_client::run::{self, RunConfig};
 use rollout_client::sample::read_jsonl;
 use rollout_client::tokenize::PromptTokenizer;
-use rollout_client::{Client, SamplingParams};
+use rollout_client::{Client, GenerateRequest, Sample, SamplingParams};
 use tokio::net::TcpListener;
 
 async fn start(config: ServerConfig) -> String {
@@ -95,6 +95,62 @@ async fn multi_agent_command_shapes_rewards() {
     // The shaped values of a 0/1 reward model: 0, 0.8 and 1.2.
     assert!((s.rewards.max - 1.2).abs() < 1e-12, "{:?}", s.rewards);
     assert!(s.nonzero_advantages > 0);
+    // Every token an agent generated is trained on (issue #1976 filed them untrained or dropped them): the run
+    // itself holds each group's samples against the tokens the server generated for it.
+    assert!(s.generated_tokens > 0);
+    assert_eq!(s.trained_tokens, s.generated_tokens);
+    assert_eq!(
+        s.response_tokens, s.generated_tokens,
+        "agents have no environment turns"
+    );
+    assert_eq!((s.policy_masked_tokens, s.left_out_tokens), (0, 0));
+    let text = report.to_string();
+    let line = format!(
+        "generated    {} = {} trained (loss mask 1) + 0 masked",
+        s.generated_tokens, s.trained_tokens
+    );
+    assert!(text.contains(&line), "{text}");
+}
+
+/// Samples that do not hold every token the server generated for their group are refused with the counts:
+/// here the model's answer filed as environment output, the quiet form of #1976.
+#[tokio::test]
+async fn generated_tokens_filed_as_environment_fail_the_group() {
+    let client = Client::builder(start(ServerConfig::default()).await)
+        .build()
+        .unwrap()
+        .scoped();
+    let turn = client
+        .generate(&GenerateRequest::from_ids(
+            vec![300, 301, 302],
+            SamplingParams {
+                max_new_tokens: Some(6),
+                ..SamplingParams::default()
+            },
+        ))
+        .await
+        .unwrap();
+    let generated = client.generated_tokens();
+    assert_eq!(generated, turn.output_ids.len() as u64);
+    let mut filed = Sample::new("p", vec![300, 301, 302]);
+    filed
+        .append_environment(&turn.output_ids, &turn.text)
+        .unwrap();
+    let err = run::account_group(3, generated, &[filed]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "group 3: the server generated {generated} tokens for it, but its samples hold 0 as generated \
+             (trained, or masked by a named policy); a generated token was dropped, duplicated or filed as an \
+             environment token"
+        )
+    );
+    let mut trained = Sample::new("p", vec![300, 301, 302]);
+    trained.apply_turn(&turn).unwrap();
+    assert_eq!(
+        run::account_group(3, generated, &[trained]).unwrap(),
+        generated
+    );
 }
 
 #[tokio::test]
@@ -213,7 +269,15 @@ async fn aborted_samples_are_resumed_by_the_run() {
             [0, 0],
             "the off-policy prefix is masked"
         );
+        assert_eq!(s.policy_masked_tokens(), 2);
     }
+    // Those two tokens of each resumed sample are the only generated tokens not trained on.
+    let summary = &out.summary;
+    assert_eq!(summary.policy_masked_tokens, 16);
+    assert_eq!(
+        summary.trained_tokens + summary.policy_masked_tokens,
+        summary.generated_tokens
+    );
 }
 
 #[tokio::test]

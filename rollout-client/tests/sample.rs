@@ -35,6 +35,99 @@ fn trainable_and_environment_tokens() {
     assert_eq!(s.rollout_log_probs(), [-0.5, -0.25, 0.0, 0.0, 0.0, 0.0]);
     assert_eq!(s.effective_response_length(), 3);
     assert_eq!(s.response, "<tool>");
+    // Each generation is a span; the environment output between them is not.
+    let spans: Vec<(usize, usize)> = s
+        .generated_spans()
+        .iter()
+        .map(|g| (g.start, g.len))
+        .collect();
+    assert_eq!(spans, [(0, 2), (5, 1)]);
+    assert_eq!((s.generated_tokens(), s.policy_masked_tokens()), (3, 0));
+}
+
+/// The record a sample keeps of its generated tokens survives JSON, and a record that contradicts its masks or
+/// logprobs is refused with the reason.
+#[test]
+fn generated_spans_account_for_every_response_token() {
+    let mut s = sample();
+    s.append_response_tokens(Segment::Generated {
+        tokens: &[1, 2],
+        log_probs: &[-0.5, -0.25],
+    })
+    .unwrap();
+    s.append_environment(&[9], "<tool>").unwrap();
+    s.mask_offpolicy_prefix();
+    s.append_response_tokens(Segment::Generated {
+        tokens: &[3],
+        log_probs: &[-2.0],
+    })
+    .unwrap();
+    assert_eq!(
+        (
+            s.generated_tokens(),
+            s.effective_response_length(),
+            s.policy_masked_tokens()
+        ),
+        (3, 1, 2)
+    );
+    let line = s.to_json().unwrap();
+    assert_eq!(Sample::from_json(&line).unwrap(), s);
+
+    let edit = |from: &str, to: &str| {
+        assert!(line.contains(from), "{line}");
+        Sample::from_json(&line.replace(from, to))
+            .unwrap_err()
+            .to_string()
+    };
+    // A generated token left untrained without a policy: the #1976 class in its quiet form.
+    let err = edit(r#""policy_masked_tokens":2"#, r#""policy_masked_tokens":0"#);
+    assert!(
+        err.contains("2 generated tokens have loss mask 0 but only 0 were masked"),
+        "{err}"
+    );
+    // The environment token trained on.
+    let err = edit(r#""loss_mask":[0,0,0,1]"#, r#""loss_mask":[0,0,1,1]"#);
+    assert!(
+        err.contains("response token 2 lies outside every generated span"),
+        "{err}"
+    );
+    // Spans that overlap or run past the response.
+    let err = edit(r#"{"start":3,"len":1}"#, r#"{"start":3,"len":2}"#);
+    assert!(
+        err.contains("generated span 3..5 is out of order or outside"),
+        "{err}"
+    );
+}
+
+/// slime writes no spans: they are inferred, a mask-0 token with a real logprob counting as generated and
+/// masked by a policy.
+#[test]
+fn spans_are_inferred_for_records_written_by_slime() {
+    let line = r#"{"prompt":"p","tokens":[1,2,3,4,5,6],"response_length":5,"loss_mask":[0,1,0,0,1],"rollout_log_probs":[-0.5,-0.25,0.0,0.0,-1.0],"status":"completed"}"#;
+    let s = Sample::from_json(line).unwrap();
+    let spans: Vec<(usize, usize)> = s
+        .generated_spans()
+        .iter()
+        .map(|g| (g.start, g.len))
+        .collect();
+    assert_eq!(spans, [(0, 2), (4, 1)]);
+    assert_eq!((s.generated_tokens(), s.policy_masked_tokens()), (3, 1));
+}
+
+/// A zero-filled logprob list (what a fallback writes once the engine's values are lost) is refused; one trained
+/// token with probability 1 is not.
+#[test]
+fn placeholder_logprobs_are_refused() {
+    let zeros = r#"{"prompt":"p","tokens":[1,2,3,4],"response_length":3,"loss_mask":[1,1,1],"rollout_log_probs":[0.0,0.0,0.0]}"#;
+    assert_eq!(
+        Sample::from_json(zeros).unwrap_err().to_string(),
+        "all 3 trained log probs are exactly 0.0: placeholder values (a zero-filled list), not the rollout \
+         engine's"
+    );
+    let one = r#"{"prompt":"p","tokens":[1,2],"response_length":1,"loss_mask":[1],"rollout_log_probs":[0.0]}"#;
+    assert!(Sample::from_json(one).is_ok());
+    let mixed = zeros.replace("[0.0,0.0,0.0]", "[0.0,-0.1,0.0]");
+    assert!(Sample::from_json(&mixed).is_ok());
 }
 
 #[test]
