@@ -11,7 +11,9 @@ use rollout_client::{
     SamplingParams,
 };
 
-use crate::common::{Mock, assert_aligned, block_on, runner, runtime};
+use crate::common::{
+    Mock, Provenance, assert_aligned, assert_oracle_replay, block_on, runner, runtime,
+};
 
 fn config(max_new: u32, seed: u64, stream: bool, mask: bool) -> RolloutConfig {
     RolloutConfig {
@@ -84,6 +86,14 @@ fn a_running_abort_keeps_the_partial_output_and_resumes() {
                 return Ok(());
             }
             // The partial output is the oracle's generation cut after `after` tokens, logprobs kept.
+            let budget_at = |p: usize| max_new - p as u32;
+            assert_oracle_replay(
+                &mock.oracle,
+                &s,
+                &cfg.sampling_params,
+                Provenance::default(),
+                budget_at,
+            );
             prop_assert_eq!(k, (after as usize).min(full_ids.len()));
             prop_assert_eq!(s.response_tokens(), &full_ids[..k]);
             prop_assert_eq!(s.rollout_log_probs(), &full_lps[..k]);
@@ -105,6 +115,18 @@ fn a_running_abort_keeps_the_partial_output_and_resumes() {
                 .map(|i| u8::from(!(mask && i < k)))
                 .collect();
             prop_assert_eq!(s.loss_mask(), want_mask.as_slice());
+            // The same through the replay of each generation: two spans, the first cut where it was aborted.
+            let provenance = Provenance {
+                environment_tokens: 0,
+                policy_masked_tokens: if mask { k } else { 0 },
+            };
+            assert_oracle_replay(
+                &mock.oracle,
+                &s,
+                &cfg.sampling_params,
+                provenance,
+                budget_at,
+            );
 
             // The resumed sample is a valid GRPO input, masked prefix and all.
             s.reward = Some(Reward::Scalar(1.0));

@@ -11,7 +11,7 @@ use rollout_client::train;
 use rollout_client::{Reward, Sample, SamplingParams};
 use serde_json::Value;
 
-use crate::common::{Mock, assert_aligned, assert_oracle_replay, block_on, runtime};
+use crate::common::{Mock, Provenance, assert_aligned, assert_oracle_replay, block_on, runtime};
 
 fn prompts() -> Vec<LabeledPrompt> {
     [
@@ -132,7 +132,7 @@ fn every_branch_of_the_reward_shaping_with_oracle_logprobs() {
                 ..cfg.sampling_params.clone()
             };
             let budget = 96.min(4096 - s.prompt_len()) as u32;
-            assert_oracle_replay(&mock.oracle, s, &sp, |_| budget);
+            assert_oracle_replay(&mock.oracle, s, &sp, Provenance::default(), |_| budget);
         }
     }
     // Scripted solvers expose their reasoning and answer as the example's ad-hoc attributes.

@@ -94,29 +94,46 @@ pub(crate) fn assert_aligned(s: &Sample) {
     }
 }
 
-/// Replays every generated run of `s` (maximal runs of loss mask 1, each one generation that
-/// started at that response offset) through the oracle and asserts the tokens and logprobs are
-/// the oracle's, token for token, and that environment tokens have logprob 0.
+/// What a test knows about a sample's response independently of the sample: how many tokens came from the
+/// environment, and how many generated tokens a named policy was expected to mask.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Provenance {
+    pub(crate) environment_tokens: usize,
+    pub(crate) policy_masked_tokens: usize,
+}
+
+/// Replays every generation of `s` (each generated span, one request made at that response offset) through
+/// the oracle, with no gap and no early exit:
 ///
-/// `params` are the rollout's sampling parameters with `max_new_tokens` the whole budget;
-/// `budget_at(offset)` gives the `max_new_tokens` of the request made at that response offset.
+/// - the response holds exactly `provenance.environment_tokens` tokens outside the spans, each with mask 0 and
+///   logprob 0.0 (a generated token filed as environment output fails here);
+/// - every span's ids and logprobs are the oracle's, token for token and bit for bit; a span may stop short of
+///   the oracle's answer only where the server aborted it (the sample is ABORTED there, or the next span
+///   resumes right after it);
+/// - every generated token has mask 1, except exactly `provenance.policy_masked_tokens` of them.
+///
+/// `params` are the rollout's sampling parameters; `budget_at(offset)` gives the `max_new_tokens` of the
+/// request made at that response offset.
 pub(crate) fn assert_oracle_replay(
     oracle: &Oracle,
     s: &Sample,
     params: &SamplingParams,
+    provenance: Provenance,
     budget_at: impl Fn(usize) -> u32,
 ) {
     let prompt_len = s.prompt_len();
-    let mask = s.loss_mask();
-    let lps = s.rollout_log_probs();
-    let resp = s.response_tokens();
-    let mut p = 0;
-    while p < mask.len() {
-        if mask[p] == 0 {
-            assert_eq!(lps[p], 0.0, "environment token {p} has a logprob");
-            p += 1;
-            continue;
-        }
+    let (mask, lps, resp) = (s.loss_mask(), s.rollout_log_probs(), s.response_tokens());
+    let spans = s.generated_spans();
+    assert_eq!(
+        s.response_length() - s.generated_tokens(),
+        provenance.environment_tokens,
+        "environment tokens: generated tokens filed as environment output, or the reverse"
+    );
+    let mut environment = vec![true; resp.len()];
+    let mut untrained = 0;
+    for (k, span) in spans.iter().enumerate() {
+        let (p, end) = (span.start, span.end());
+        environment[p..end].iter_mut().for_each(|e| *e = false);
         let mut req_params = params.clone();
         req_params.max_new_tokens = Some(budget_at(p));
         let req = GenerateRequest {
@@ -130,26 +147,45 @@ pub(crate) fn assert_oracle_replay(
             .expect(&body)
             .expect("the oracle accepts the request");
         let item = &expected.items[0];
-        let end = p + item.output_ids.len();
+        let cut_short = span.len < item.output_ids.len();
+        let aborted_here = if k + 1 < spans.len() {
+            spans[k + 1].start == end
+        } else {
+            s.status == rollout_client::SampleStatus::Aborted
+        };
         assert!(
-            end <= mask.len(),
-            "oracle output runs past the sample at {p}"
+            span.len <= item.output_ids.len() && (!cut_short || aborted_here),
+            "span {k} at offset {p} has {} tokens, the oracle's answer {}",
+            span.len,
+            item.output_ids.len()
         );
         assert_eq!(
             &resp[p..end],
-            item.output_ids.as_slice(),
-            "ids at offset {p}"
+            &item.output_ids[..span.len],
+            "ids of span {k} at offset {p}"
         );
         assert_eq!(
-            &lps[p..end],
-            item.output_logprobs.as_slice(),
-            "logprobs at offset {p}, token for token"
+            lps[p..end]
+                .iter()
+                .map(|lp| lp.to_bits())
+                .collect::<Vec<_>>(),
+            item.output_logprobs[..span.len]
+                .iter()
+                .map(|lp| lp.to_bits())
+                .collect::<Vec<_>>(),
+            "logprobs of span {k} at offset {p}, bit for bit"
         );
-        assert!(mask[p..end].iter().all(|&m| m == 1));
-        p = end;
-        // A zero-length generation cannot occur with a positive budget; guard against looping.
-        if item.output_ids.is_empty() {
-            break;
-        }
+        untrained += mask[p..end].iter().filter(|&&m| m == 0).count();
+    }
+    assert_eq!(
+        untrained, provenance.policy_masked_tokens,
+        "generated tokens with loss mask 0"
+    );
+    for (i, _) in environment.iter().enumerate().filter(|(_, e)| **e) {
+        assert_eq!(
+            (mask[i], lps[i]),
+            (0, 0.0),
+            "environment token {i}: mask and logprob"
+        );
     }
 }

@@ -235,13 +235,56 @@ fn shuffled_multi_agent_samples_with_dropped_logprobs_are_named() {
         .unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// The error a caller sees is a typed chain, not a string: a rollout step that fails keeps its cause.
+/// The error a caller sees is a typed chain, not a string: a real group rollout against a server that drops
+/// `output_token_logprobs` (the response shape behind #1976) fails with the member, the URL and the missing
+/// field, each a link of the source chain.
 #[test]
 fn rollout_errors_keep_their_cause() {
-    let err: RolloutError = SampleError::TrainableWithoutLogprobs { tokens: 3 }.into();
-    let source = std::error::Error::source(&err).expect("source");
-    assert_eq!(
-        source.to_string(),
-        "trainable response tokens require rollout log probabilities (3 tokens, none given)"
+    let rt = runtime();
+    let mock = Mock::start(&rt, ServerConfig::default());
+    let client = rollout_client::Client::builder(&mock.url)
+        .header("X-Mock-Fault", "missing-logprobs")
+        .retry(rollout_client::RetryPolicy {
+            max_retries: 0,
+            ..rollout_client::RetryPolicy::default()
+        })
+        .build()
+        .expect("client");
+    let config = rollout_client::rollout::RolloutConfig {
+        sampling_params: params(),
+        ..Default::default()
+    };
+    let template = Sample::new("p", vec![151_934, 872, 198]);
+    let err = block_on(
+        &rt,
+        rollout_client::rollout::generate_group(&client, &template, 4, 2, &config, Some(9)),
+    )
+    .unwrap_err();
+    let mut chain = vec![err.to_string()];
+    let mut source = std::error::Error::source(&err);
+    while let Some(e) = source {
+        chain.push(e.to_string());
+        source = e.source();
+    }
+    assert!(
+        chain[0].starts_with("sample ") && chain[0].ends_with(" of group 4 failed"),
+        "{chain:?}"
     );
+    assert_eq!(chain[1], "generation request failed");
+    assert_eq!(
+        chain[2],
+        format!("invalid response from {}/generate", mock.url)
+    );
+    assert!(chain[3].contains("output_token_logprobs"), "{chain:?}");
+    assert_eq!(chain.len(), 4, "{chain:?}");
+    let RolloutError::GroupMember { source, .. } = &err else {
+        panic!("not a group member error: {err:?}");
+    };
+    let RolloutError::Client(client_error) = source.as_ref() else {
+        panic!("not a client error: {source:?}");
+    };
+    assert!(matches!(
+        client_error.response_error(),
+        Some(rollout_client::ResponseError::MissingOutputLogprobs { .. })
+    ));
 }

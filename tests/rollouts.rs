@@ -2,17 +2,20 @@
 //! non-positive and equal to the oracle token for token, and GRPO accepts the batch.
 
 use futures_util::future::join_all;
-use grpo::{AdvantageConfig, LogProbs, PolicyLossConfig};
+use grpo::{AdvantageConfig, Aggregation, LogProbs, PolicyLossConfig, RatioLevel};
 use mock_server::ServerConfig;
 use mock_server::config::{ScriptFinish, ScriptRule};
 use proptest::prelude::*;
 use rollout_client::multi_agent::{self, MultiAgentConfig};
+use rollout_client::request::IdsInput;
 use rollout_client::rollout::{self, EnvTurn, Environment, RolloutConfig};
 use rollout_client::tokenize::PromptTokenizer;
 use rollout_client::train::{self, sample_parts};
-use rollout_client::{Reward, Sample, SamplingParams};
+use rollout_client::{GenerateRequest, Reward, Sample, SamplingParams};
 
-use crate::common::{Mock, assert_aligned, assert_oracle_replay, block_on, runner, runtime};
+use crate::common::{
+    Mock, Provenance, assert_aligned, assert_oracle_replay, block_on, runner, runtime,
+};
 
 /// A random valid rollout configuration.
 #[derive(Debug, Clone)]
@@ -144,13 +147,17 @@ async fn grouped(mock: &Mock, c: &Case) -> Vec<Sample> {
                 rollout::multi_turn(client, &mut s, &cfg, &mut tool, c.env_turns + 1)
                     .await
                     .expect("a valid rollout succeeds");
-                (s, cfg.sampling_params)
+                let provenance = Provenance {
+                    environment_tokens: (c.env_turns - tool.turns) * c.env_tokens.len(),
+                    policy_masked_tokens: 0,
+                };
+                (s, cfg.sampling_params, provenance)
             }
         });
-        for (s, sp) in join_all(members).await {
+        for (s, sp, provenance) in join_all(members).await {
             assert_aligned(&s);
             let budget = c.max_new_tokens as usize;
-            assert_oracle_replay(&mock.oracle, &s, &sp, |p| (budget - p) as u32);
+            assert_oracle_replay(&mock.oracle, &s, &sp, provenance, |p| (budget - p) as u32);
             out.push(s);
         }
     }
@@ -202,7 +209,10 @@ async fn agents(mock: &Mock, c: &Case) -> Vec<Sample> {
                 budget > 0,
                 "a sample is only recorded with a positive budget"
             );
-            assert_oracle_replay(&mock.oracle, s, &sp, |_| budget as u32);
+            // Agents have no environment turns: every response token is the model's and trained.
+            assert_oracle_replay(&mock.oracle, s, &sp, Provenance::default(), |_| {
+                budget as u32
+            });
         }
         out.extend(samples);
     }
@@ -310,6 +320,126 @@ fn check_random_rollouts(server: ServerConfig, force_stream: bool, default_cases
                 .expect("loss");
             prop_assert!(out.loss.is_finite() && out.ppo_kl.is_finite());
             prop_assert!((0.0..=1.0).contains(&out.pg_clipfrac));
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// What the policy itself assigns to each response token of `s`, recomputed the way a trainer does it (one
+/// forward pass over the whole sequence: the server's input logprobs at `temperature`), independently of the
+/// logprobs the client stored. Environment tokens get 0.0, as the rollout stored for them.
+fn recomputed_log_probs(mock: &Mock, s: &Sample, temperature: f32) -> Vec<f32> {
+    let req = GenerateRequest {
+        input_ids: Some(IdsInput::One(s.tokens().to_vec())),
+        sampling_params: SamplingParams {
+            max_new_tokens: Some(0),
+            temperature: Some(temperature),
+            ..SamplingParams::default()
+        },
+        return_logprob: true,
+        // The first covered position reports null ([None] + raw[:-1]), so start one before the response.
+        logprob_start_len: Some(s.prompt_len() as i64 - 1),
+        ..GenerateRequest::default()
+    };
+    let expected = mock
+        .oracle
+        .expect(&serde_json::to_vec(&req).expect("encode"))
+        .expect("the oracle accepts the request");
+    let entries = expected.body["meta_info"]["input_token_logprobs"]
+        .as_array()
+        .expect("input logprobs")
+        .clone();
+    assert_eq!(entries.len(), s.response_length() + 1);
+    entries[1..]
+        .iter()
+        .zip(s.loss_mask())
+        .zip(s.response_tokens())
+        .map(|((e, &m), &id)| {
+            assert_eq!(e[1].as_u64(), Some(u64::from(id)), "the entry's token");
+            if m == 1 {
+                e[0].as_f64().expect("a logprob") as f32
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}
+
+/// `--use-rollout-logprobs` with samples the client built: the old policy is the rollout's stored logprobs and
+/// the current policy is the same model recomputed by a forward pass, so every ratio is exactly 1, nothing is
+/// clipped, and the loss is minus the aggregated advantage in every aggregation mode. A logprob dropped,
+/// zero-filled or shifted by one position on the way makes some ratio differ from 1.
+#[test]
+fn rollout_logprobs_are_the_policys_own_so_every_ratio_is_one() {
+    let rt = runtime();
+    let mock = Mock::start(&rt, ServerConfig::default());
+    runner(8)
+        .run(&case(), |c| {
+            let mut samples = block_on(&rt, async {
+                if c.multi_agent {
+                    agents(&mock, &c).await
+                } else {
+                    grouped(&mock, &c).await
+                }
+            });
+            if samples.is_empty() {
+                return Ok(());
+            }
+            for (s, &r) in samples.iter_mut().zip(c.rewards.iter().cycle()) {
+                s.reward = Some(Reward::Scalar(if r { 1.0 } else { 0.0 }));
+            }
+            let options = train::slime_options(c.n, c.prompts.len());
+            let outcome =
+                train::grpo_advantages(&mut samples, &options, &AdvantageConfig::default(), None)
+                    .expect("GRPO accepts every sample the client built");
+            let (batch, advantages) = (&outcome.batch, &outcome.advantages);
+            let current: Vec<f32> = samples
+                .iter()
+                .flat_map(|s| recomputed_log_probs(&mock, s, c.temperature))
+                .collect();
+            let lp = LogProbs::new(&current);
+            let ratios = batch.ratios(&lp, true, RatioLevel::Token).expect("ratios");
+            for i in 0..batch.len() {
+                let mask = &batch.loss_mask()[batch.range(i)];
+                for (t, (&r, &m)) in ratios.sample(i).iter().zip(mask).enumerate() {
+                    prop_assert!(m == 0 || r == 1.0, "sample {i} token {t}: ratio {r}");
+                }
+            }
+            let per_token: Vec<f32> = (0..batch.len())
+                .flat_map(|i| advantages.tokens(i).into_owned())
+                .collect();
+            for aggregation in [
+                Aggregation::TokenMean,
+                Aggregation::SeqMeanTokenMean,
+                Aggregation::SeqMeanTokenSum,
+                Aggregation::SeqMeanTokenSumNorm { length: None },
+                Aggregation::DrGrpo {
+                    max_len: Some(64.0),
+                },
+            ] {
+                let out = batch
+                    .policy_loss(
+                        advantages,
+                        &lp,
+                        &PolicyLossConfig {
+                            use_rollout_log_probs: true,
+                            eps_clip_high: 0.28,
+                            aggregation,
+                            ..PolicyLossConfig::default()
+                        },
+                    )
+                    .expect("loss");
+                let want = -batch.aggregate(&per_token, aggregation);
+                prop_assert_eq!(out.pg_clipfrac, 0.0, "{:?}", aggregation);
+                prop_assert_eq!(out.ppo_kl, 0.0, "{:?}", aggregation);
+                prop_assert!(
+                    (out.loss - want).abs() <= 1e-6 * want.abs().max(1e-6),
+                    "{:?}: loss {} vs -aggregated advantage {}",
+                    aggregation,
+                    out.loss,
+                    want
+                );
+            }
             Ok(())
         })
         .unwrap_or_else(|e| panic!("{e}"));
