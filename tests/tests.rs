@@ -9,6 +9,8 @@ mod aborts;
 mod agents;
 /// Shared helpers: the per-test runtime and server, the oracle replay of a sample, proptest config.
 mod common;
+/// Every fault kind of the catalogue against every kind of rollout, streamed or not, with retries off and on.
+mod fault_matrix;
 /// Faulted server responses become typed client errors, never samples.
 mod faults;
 /// The #1976 path itself: dropped logprobs cannot become a sample, and GRPO names the sample without them.
