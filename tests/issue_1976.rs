@@ -1,6 +1,7 @@
 //! The #1976 path: what slime v0.3.0's multi-agent example did (kept `item[1]`, dropped `item[0]`) cannot
-//! produce a sample here, and a hand-assembled GRPO input without rollout logprobs is a typed error that names
-//! the sample, never a panic or NaN.
+//! produce a sample here, run for real in Python against the mock it is refused with the sample named, the
+//! fixed code's empty-list fallback is shown to lose a response that our client refuses, and a hand-assembled
+//! GRPO input without rollout logprobs is a typed error that names the sample, never a panic or NaN.
 
 use grpo::{
     AdvantageConfig, Batch, BatchError, BatchOptions, Grouping, LogProbs, LossError,
@@ -233,6 +234,152 @@ fn shuffled_multi_agent_samples_with_dropped_logprobs_are_named() {
             },
         )
         .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Runs `tests/python/slime_extraction.py` (slime's own extraction code, in Python) and returns its output.
+fn slime_extraction(args: &[String]) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/slime_extraction.py");
+    let output = std::process::Command::new("python3")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        output.status.success(),
+        "slime_extraction.py failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("UTF-8 output")
+}
+
+/// What slime's trainer takes from a `Sample.to_dict()` record, read without our `Sample` (which would refuse
+/// it): the record goes straight into `grpo`, as slime's `_convert_samples_to_train_data` hands it on.
+fn parts_from_slime_record(record: &serde_json::Value) -> SampleParts {
+    SampleParts {
+        reward: record["reward"].as_f64(),
+        response_length: record["response_length"].as_u64().expect("response_length") as usize,
+        loss_mask: serde_json::from_value(record["loss_mask"].clone()).expect("a mask or null"),
+        rollout_log_probs: serde_json::from_value(record["rollout_log_probs"].clone())
+            .expect("logprobs or null"),
+        group_index: None,
+        rollout_id: record["rollout_id"].as_u64(),
+    }
+}
+
+/// The bug for real: slime v0.3.0's multi-agent extraction (`item[1]` kept, `item[0]` dropped), run in Python
+/// against the mock, writes samples with tokens and no logprobs. Our reader refuses the file at its first line,
+/// and `grpo` refuses the records, naming the first sample without logprobs, also when a correct sample is
+/// shuffled in front of it (slime only ever looked at `samples[0]`).
+#[test]
+fn the_pre_fix_extractor_run_against_the_mock_is_refused_naming_the_sample() {
+    let rt = runtime();
+    let mock = Mock::start(&rt, ServerConfig::default());
+    let prompt = [151_934u32, 872, 198, 3838];
+    let out = slime_extraction(&[
+        "prefix".into(),
+        mock.url.clone(),
+        serde_json::to_string(&prompt).expect("json"),
+        "4".into(),
+    ]);
+    let records: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(records.len(), 4);
+    for r in &records {
+        assert!(r["response_length"].as_u64() > Some(0), "{r}");
+        assert!(r["rollout_log_probs"].is_null(), "{r}");
+    }
+
+    let err = read_jsonl(out.as_bytes()).unwrap_err();
+    assert_eq!(err.to_string(), "line 1 is not a valid sample");
+    let cause = std::error::Error::source(&err)
+        .expect("a cause")
+        .to_string();
+    assert!(
+        cause.contains("response tokens but no `rollout_log_probs`"),
+        "{cause}"
+    );
+
+    let options = train::slime_options(4, 1);
+    let mut parts: Vec<SampleParts> = records.iter().map(parts_from_slime_record).collect();
+    let err = Batch::new(&parts, &options).unwrap_err();
+    assert_eq!(err, BatchError::MissingRolloutLogProbs { sample: 0 });
+    assert_eq!(
+        err.to_string(),
+        "sample 0: rollout_log_probs is missing but the batch requires rollout logprobs"
+    );
+
+    // Sample 0 done right (its real logprobs, from our client): the error moves to sample 1.
+    let client = mock.client();
+    let turn = block_on(
+        &rt,
+        client.generate(&GenerateRequest::from_ids(
+            prompt.to_vec(),
+            SamplingParams {
+                max_new_tokens: Some(16),
+                temperature: Some(1.0),
+                sampling_seed: Some(0),
+                ..SamplingParams::default()
+            },
+        )),
+    )
+    .expect("generate");
+    assert_eq!(turn.output_ids.len(), parts[0].response_length);
+    parts[0].rollout_log_probs = turn.logprobs;
+    assert_eq!(
+        Batch::new(&parts, &options).unwrap_err(),
+        BatchError::MissingRolloutLogProbs { sample: 1 }
+    );
+}
+
+/// The fixed rollout path's fallback turns a `meta_info` without `output_token_logprobs` into two empty lists: the
+/// server generated a whole answer and the sample receives none of it. Our client refuses that response instead.
+#[test]
+fn the_fixed_fallback_loses_a_response_that_our_client_refuses() {
+    let rt = runtime();
+    let mock = Mock::start(&rt, ServerConfig::default());
+    let prompt = vec![151_934u32, 872, 198];
+    let out = slime_extraction(&[
+        "fallback".into(),
+        mock.url.clone(),
+        serde_json::to_string(&prompt).expect("json"),
+        "missing-logprobs".into(),
+    ]);
+    let seen: serde_json::Value = serde_json::from_str(out.trim()).expect("a JSON line");
+    assert!(seen["server_output_ids"].as_u64() > Some(0), "{seen}");
+    assert_ne!(seen["server_text"], "", "{seen}");
+    assert_ne!(seen["finish_reason"]["type"], "abort", "{seen}");
+    assert_eq!(
+        seen["sample_tokens_added"], 0,
+        "slime's fallback loses the response"
+    );
+    assert_eq!(seen["sample_log_probs_added"], 0);
+
+    let faulty = rollout_client::Client::builder(&mock.url)
+        .header("X-Mock-Fault", "missing-logprobs")
+        .build()
+        .expect("client");
+    let err = block_on(
+        &rt,
+        faulty.generate(&GenerateRequest::from_ids(
+            prompt,
+            SamplingParams {
+                max_new_tokens: Some(16),
+                temperature: Some(1.0),
+                sampling_seed: Some(1),
+                ..SamplingParams::default()
+            },
+        )),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err.response_error(),
+            Some(rollout_client::ResponseError::MissingOutputLogprobs { .. })
+        ),
+        "{err:?}"
+    );
 }
 
 /// The error a caller sees is a typed chain, not a string: a real group rollout against a server that drops
