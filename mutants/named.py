@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Applies the named mutants of issue #1976 one at a time and requires each to fail a named test.
+
+Each mutant is one way the bug class of slime issue #1976 can come back: a logprob dropped, zero-filled or
+shifted on its way from SGLang's `output_token_logprobs` to a training sample, the model's answer filed as
+untrained tokens, a request that forgets to ask for logprobs, a sample that stops checking lengths, or a mock
+whose temperature no longer matters. For each, the script edits one line of the source, runs the named tests,
+requires at least one of them to fail (a test failure, not a build failure), and restores the file.
+
+Usage: python3 mutants/named.py            (from anywhere; about one incremental build per mutant)
+"""
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Mutant:
+    name: str
+    path: str
+    original: str
+    mutated: str
+    # (package, test binary, exact test name): at least one must fail.
+    tests: list
+
+
+MUTANTS = [
+    Mutant(
+        "dropping item[0] in decoding",
+        "rollout-client/src/fast.rs",
+        "out.logprobs.push(self.number()? as f32);",
+        "self.number()?;",
+        [("regression-tests", "regression", "rollouts::random_rollouts_reach_grpo_aligned_and_equal_to_the_oracle")],
+    ),
+    Mutant(
+        "filing generated tokens as environment",
+        "rollout-client/src/multi_agent.rs",
+        "sample.apply_turn(&turn)?;",
+        "sample.append_environment(&turn.output_ids, &turn.text)?;",
+        [
+            ("regression-tests", "regression", "agents::every_branch_of_the_reward_shaping_with_oracle_logprobs"),
+            ("rollout-client", "tests", "command::multi_agent_command_shapes_rewards"),
+        ],
+    ),
+    Mutant(
+        "multi-agent requests without return_logprob",
+        "rollout-client/src/multi_agent.rs",
+        "        return_logprob: true,",
+        "        return_logprob: false,",
+        [("regression-tests", "regression", "agents::every_branch_of_the_reward_shaping_with_oracle_logprobs")],
+    ),
+    Mutant(
+        "0.0 placeholder logprobs",
+        "rollout-client/src/fast.rs",
+        "out.logprobs.push(self.number()? as f32);",
+        "{ self.number()?; out.logprobs.push(0.0); }",
+        [("regression-tests", "regression", "rollouts::random_rollouts_reach_grpo_aligned_and_equal_to_the_oracle")],
+    ),
+    Mutant(
+        "logprobs shifted by one position",
+        "rollout-client/src/sample.rs",
+        "self.rollout_log_probs.extend_from_slice(log_probs);",
+        "self.rollout_log_probs.extend(log_probs.iter().skip(1).chain(log_probs.last()));",
+        [("regression-tests", "regression", "rollouts::rollout_logprobs_are_the_policys_own_so_every_ratio_is_one")],
+    ),
+    Mutant(
+        "skipping the length check on append",
+        "rollout-client/src/sample.rs",
+        "if tokens.len() != log_probs.len() {",
+        "if false && tokens.len() != log_probs.len() {",
+        [("regression-tests", "regression", "issue_1976::ids_without_logprobs_cannot_become_a_sample")],
+    ),
+    Mutant(
+        "removing the temperature division in the model",
+        "mock-server/src/model/dist.rs",
+        "let inv_t = 1.0 / temperature;",
+        "let inv_t = 1.0;",
+        [("mock-server", "tests", "reference::server_agrees_with_the_python_reference")],
+    ),
+]
+
+
+def run_test(package, binary, test):
+    """Runs one test; returns 'failed', 'passed' or 'build error' with the output's tail."""
+    command = ["cargo", "test", "-q", "-p", package, "--test", binary, "--", "--exact", test]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    output = result.stdout + result.stderr
+    if "test result: FAILED" in output:
+        return "failed", output
+    if result.returncode == 0 and "1 passed" in output:
+        return "passed", output
+    return "build error", output
+
+
+def main():
+    survived = []
+    for mutant in MUTANTS:
+        path = ROOT / mutant.path
+        source = path.read_text()
+        if source.count(mutant.original) != 1:
+            print(f"ERROR {mutant.name}: {mutant.original!r} occurs {source.count(mutant.original)} times "
+                  f"in {mutant.path}, not once")
+            return 2
+        path.write_text(source.replace(mutant.original, mutant.mutated))
+        try:
+            outcomes = [(test, *run_test(*test)) for test in mutant.tests]
+        finally:
+            path.write_text(source)
+        caught = [test for test, outcome, _ in outcomes if outcome == "failed"]
+        broken = [(test, output) for test, outcome, output in outcomes if outcome == "build error"]
+        if broken:
+            test, output = broken[0]
+            print(f"ERROR {mutant.name}: {test[2]} did not build or run:\n{output[-3000:]}")
+            return 2
+        if caught:
+            print(f"caught    {mutant.name}: {', '.join(t[2] for t in caught)}")
+        else:
+            print(f"SURVIVED  {mutant.name}: {', '.join(t[2] for t in mutant.tests)} all passed")
+            survived.append(mutant.name)
+    # Each mutant is a test of the suite: caught passes, survived fails.
+    print(f"named-mutants: {len(MUTANTS) - len(survived)} passed, {len(survived)} failed")
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
