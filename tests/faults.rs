@@ -140,15 +140,23 @@ fn faulted_responses_are_typed_errors_and_never_samples() {
             };
             let mut sample = Sample::new("p", prompt);
             let before = sample.clone();
+            // The normal answer, from the oracle: one stream chunk per token.
+            let request = rollout::next_request(&sample, &cfg).expect("a budget");
+            let normal = mock
+                .oracle
+                .expect(&serde_json::to_vec(&request).expect("encode"))
+                .expect("a valid request")
+                .items
+                .remove(0);
             let result = block_on(&rt, rollout::generate(&client, &mut sample, &cfg));
-            // Stream faults that cut after more chunks than the generation has leave it intact; the
-            // answer must then be exactly the normal one.
+            // A stream fault placed at or after the last chunk (whose finish_reason completes the answer)
+            // loses nothing; the answer must then be exactly the normal one.
             let beyond_stream = stream
                 && matches!(
                     spec.split(';').next(),
                     Some("truncate-stream" | "cut-stream" | "malformed-chunk" | "error-event")
                 )
-                && at >= u64::from(max_new);
+                && at >= normal.output_ids.len() as u64;
             match result {
                 Err(e) => {
                     let k = kind(&e);
@@ -170,6 +178,11 @@ fn faulted_responses_are_typed_errors_and_never_samples() {
                         stream
                     );
                     crate::common::assert_aligned(&sample);
+                    prop_assert_eq!(sample.response_tokens(), normal.output_ids.as_slice());
+                    prop_assert_eq!(
+                        sample.rollout_log_probs(),
+                        normal.output_logprobs.as_slice()
+                    );
                 }
             }
             Ok(())

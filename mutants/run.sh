@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Mutation testing of the code that stands between SGLang's logprobs and a training batch: installs
+# cargo-mutants if it is missing, then mutates each area with the tests that guard it. Results go to
+# mutants.out/<area>/mutants.out/ (outcomes.json, caught.txt, missed.txt, ...); survivors are explained in
+# mutants/survivors.md.
+#
+#   mutants/run.sh                 every area
+#   mutants/run.sh decoding        one area: decoding, samples, grpo, model
+#   mutants/run.sh samples --shard 0/4 ...   extra arguments go to cargo mutants
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VERSION=27.1.0
+if ! cargo mutants --version 2>/dev/null | grep -q "$VERSION"; then
+    cargo install cargo-mutants --locked --version "$VERSION"
+fi
+
+# area: files to mutate, and the test packages whose tests must catch the mutants. The regression suite
+# (tests/) runs for every area that feeds it.
+run_area() {
+    local area=$1
+    shift
+    local files=() packages=()
+    case "$area" in
+        decoding)
+            files=(rollout-client/src/wire.rs rollout-client/src/fast.rs rollout-client/src/turn.rs
+                rollout-client/src/stream.rs)
+            packages=(rollout-client regression-tests) ;;
+        samples)
+            files=(rollout-client/src/sample.rs rollout-client/src/rollout.rs rollout-client/src/multi_agent.rs
+                rollout-client/src/train.rs)
+            packages=(rollout-client regression-tests) ;;
+        grpo)
+            files=(grpo/src/batch.rs grpo/src/advantage.rs)
+            packages=(grpo regression-tests) ;;
+        model)
+            files=('mock-server/src/model/*.rs' mock-server/src/engine.rs mock-server/src/wire.rs)
+            packages=(mock-server) ;;
+        *)
+            echo "unknown area $area (decoding, samples, grpo, model)" >&2
+            return 2 ;;
+    esac
+    local args=()
+    for f in "${files[@]}"; do args+=(--file "$f"); done
+    for p in "${packages[@]}"; do args+=(--test-package "$p"); done
+    cargo mutants --no-shuffle --output "mutants.out/$area" "${args[@]}" "$@"
+}
+
+if [ $# -eq 0 ]; then
+    status=0
+    for area in decoding samples grpo model; do
+        run_area "$area" || status=1
+    done
+    exit $status
+fi
+area=$1
+shift
+run_area "$area" "$@"
