@@ -43,7 +43,9 @@ run_area() {
     local args=()
     for f in "${files[@]}"; do args+=(--file "$f"); done
     for p in "${packages[@]}"; do args+=(--test-package "$p"); done
-    cargo mutants --no-shuffle --output "mutants.out/$area" "${args[@]}" "$@"
+    mkdir -p "mutants.out/$area"
+    # The baseline runs only the mutated package's tests, so its auto timeout is too short for the suite.
+    cargo mutants --no-shuffle --timeout 60 --output "mutants.out/$area" "${args[@]}" "$@"
 }
 
 if [ $# -eq 0 ]; then

@@ -502,6 +502,55 @@ mod tests {
     }
 
     #[test]
+    fn retries_per_role_are_the_examples() {
+        // rl-reference.md section 3.3: solver max_retries=3, rewriter 1, selector 10.
+        assert_eq!(Role::Solver.max_retries(), 3);
+        assert_eq!(Role::Rewriter.max_retries(), 1);
+        assert_eq!(Role::Selector.max_retries(), 10);
+    }
+
+    #[test]
+    fn call_seeds_by_hand() {
+        // base * 4096 + role * 1024 + worker * 16 + attempt, wrapped, then kept below 2^63.
+        assert_eq!(call_seed(None, Role::Solver, 3, 1), None);
+        assert_eq!(call_seed(Some(7), Role::Rewriter, 0, 1), Some(29_697));
+        assert_eq!(call_seed(Some(1), Role::Selector, 3, 2), Some(6_194));
+        assert_eq!(call_seed(Some(0), Role::Solver, 4, 3), Some(67));
+        // 2^51 * 4096 = 2^63, which the int64 mask removes.
+        assert_eq!(call_seed(Some(1 << 51), Role::Selector, 3, 2), Some(2_098));
+        // 2^52 * 4096 wraps to 0 in 64 bits.
+        assert_eq!(call_seed(Some(1 << 52), Role::Rewriter, 1, 1), Some(1_041));
+    }
+
+    #[test]
+    fn candidate_solutions_are_numbered_from_one_without_chat_tokens() {
+        let solutions = [
+            "<|im_start|>assistant\nfour<|im_end|>".to_owned(),
+            "4".to_owned(),
+        ];
+        let want = format!(
+            "<|im_start|>user\n{REWRITER_MARKER}2+2?\n\nSolution 1:\nfour\n\nSolution 2:\n4<|im_end|>\n<|im_start|>assistant\n"
+        );
+        assert_eq!(rewriter_prompt("2+2?", &solutions), want);
+        let want = format!(
+            "<|im_start|>user\n{SELECTOR_MARKER}2+2?\n\nSolution 1:\nfour\n\nSolution 2:\n4<|im_end|>\n<|im_start|>assistant\n"
+        );
+        assert_eq!(selector_prompt("2+2?", &solutions), want);
+    }
+
+    #[test]
+    fn shuffle_matches_an_independent_splitmix64_fisher_yates() {
+        // From a few lines of Python written separately (SplitMix64 checked against its published
+        // first output for seed 0, 0xe220a8397b1dcdaf), for i from n-1 down to 1: j = next() % (i+1).
+        let mut v: Vec<u32> = (0..11).collect();
+        shuffle(&mut v, 7);
+        assert_eq!(v, [8, 1, 9, 10, 6, 7, 5, 3, 0, 4, 2]);
+        let mut v: Vec<u32> = (0..11).collect();
+        shuffle(&mut v, 0);
+        assert_eq!(v, [8, 7, 6, 5, 3, 9, 2, 4, 10, 0, 1]);
+    }
+
+    #[test]
     fn shuffle_is_a_seeded_permutation() {
         let mut v: Vec<u32> = (0..11).collect();
         shuffle(&mut v, 7);

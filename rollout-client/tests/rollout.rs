@@ -249,3 +249,48 @@ async fn a_failing_member_fails_the_group_and_is_named() {
         "{e:?}"
     );
 }
+
+/// A multi-agent call as the wire sees it: every attempt asks for logprobs, streams when configured,
+/// carries its own seed, and a role gets exactly as many attempts as the example allows.
+#[tokio::test]
+async fn agent_calls_stream_when_asked_and_retry_as_the_example_does() {
+    use rollout_client::multi_agent::{MultiAgentConfig, Role, run_agent};
+    use rollout_client::tokenize::PromptTokenizer;
+
+    let config = MultiAgentConfig {
+        stream: true,
+        sampling_params: SamplingParams {
+            max_new_tokens: Some(8),
+            sampling_seed: Some(7),
+            ..SamplingParams::default()
+        },
+        tokenizer: PromptTokenizer::local(|text| text.bytes().map(u32::from).collect()),
+        ..MultiAgentConfig::default()
+    };
+    let template = Sample::new("p", vec![]);
+    // (role, worker, seeds the attempts carry: 7 * 4096 + role * 1024 + worker * 16 + attempt)
+    let cases = [
+        (Role::Solver, 2, vec![28_705, 28_706, 28_707]),
+        (Role::Rewriter, 0, vec![29_697]),
+        (Role::Selector, 0, (1..=10).map(|a| 30_720 + a).collect()),
+    ];
+    for (role, worker, seeds) in cases {
+        let server =
+            Server::start(|_, _| Reply::json(500, r#"{"error":{"message":"down","code":500}}"#))
+                .await;
+        let r = run_agent(&client(&server), &config, &template, "hi", role, worker).await;
+        assert!(r.sample.is_none() && r.content.is_none(), "{role:?}");
+        assert_eq!(server.count(), seeds.len(), "{role:?} attempts");
+        for (i, seed) in seeds.iter().enumerate() {
+            let body = server.request(i).json();
+            assert_eq!(body["input_ids"], json!([104, 105]), "{role:?}");
+            assert_eq!(body["return_logprob"], true, "{role:?}");
+            assert_eq!(body["stream"], true, "{role:?}");
+            assert_eq!(
+                body["sampling_params"]["sampling_seed"], *seed,
+                "{role:?} attempt {i}"
+            );
+            assert_eq!(body["sampling_params"]["max_new_tokens"], 8, "{role:?}");
+        }
+    }
+}

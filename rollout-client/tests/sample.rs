@@ -456,3 +456,113 @@ proptest! {
         prop_assert_eq!(back.loss_mask(), s.loss_mask());
     }
 }
+
+/// A non-stream body with `n` generated tokens (logprob -0.5 each) and the given counters.
+fn turn_body(n: u32, prompt: u32, cached: u32, verify: Option<u32>) -> Vec<u8> {
+    let ids: Vec<u32> = (100..100 + n).collect();
+    let lps: Vec<_> = ids
+        .iter()
+        .map(|i| serde_json::json!([-0.5, i, null]))
+        .collect();
+    let mut meta = serde_json::json!({
+        "id": "t", "finish_reason": {"type": "length", "length": n}, "prompt_tokens": prompt,
+        "completion_tokens": n, "cached_tokens": cached, "output_token_logprobs": lps,
+    });
+    if let Some(v) = verify {
+        meta["spec_verify_ct"] = v.into();
+    }
+    serde_json::json!({"text": "x", "output_ids": ids, "meta_info": meta})
+        .to_string()
+        .into_bytes()
+}
+
+#[test]
+fn apply_turn_adds_up_the_engine_counters_over_turns() {
+    let mut s = sample();
+    s.apply_turn(&parse_single(&turn_body(5, 5, 3, Some(2)), true).unwrap())
+        .unwrap();
+    s.apply_turn(&parse_single(&turn_body(2, 9, 4, Some(1)), true).unwrap())
+        .unwrap();
+    s.apply_turn(&parse_single(&turn_body(1, 12, 0, None), true).unwrap())
+        .unwrap();
+    assert_eq!(s.prefix_cache_info.cached_tokens, 3 + 4);
+    assert_eq!(s.prefix_cache_info.total_prompt_tokens, 5 + 9 + 12);
+    // Verify steps 2 + 1 over 5 + 2 tokens: the other 3 + 1 were accepted drafts. The third turn
+    // reports no speculative decoding and adds nothing.
+    assert_eq!(s.spec_info.spec_verify_ct, 3);
+    assert_eq!(s.spec_info.completion_token_num, 7);
+    assert_eq!(s.spec_info.spec_accept_token_num, 4);
+    assert_eq!(s.response_length(), 8);
+}
+
+#[test]
+fn an_empty_turn_needs_no_logprobs() {
+    let body = br#"{"text":"","output_ids":[],"meta_info":{"id":"a","finish_reason":{"type":"abort","message":"Abort before prefill"},"prompt_tokens":5,"completion_tokens":0,"cached_tokens":0}}"#;
+    let mut s = sample();
+    let t = parse_single(body, false).unwrap();
+    assert!(t.logprobs.is_none());
+    s.apply_turn(&t).unwrap();
+    assert_eq!(s.status, SampleStatus::Aborted);
+    assert_eq!(s.response_length(), 0);
+}
+
+#[test]
+fn derive_keeps_identity_and_bookkeeping_and_nothing_else() {
+    let mut t = sample();
+    t.group_index = Some(2);
+    t.index = Some(9);
+    t.rollout_id = Some(4);
+    t.label = Some("42".into());
+    t.metadata.insert("k".into(), "v".into());
+    t.session_id = Some("s".into());
+    t.generate_function_path = Some("gen.py".into());
+    t.custom_rm_path = Some("rm.py".into());
+    t.train_metadata = serde_json::json!({"w": 1}).as_object().cloned();
+    t.apply_turn(&parse_single(&data("7_1_single_mid.json"), true).unwrap())
+        .unwrap();
+    let d = t.derive("other", vec![7, 8]);
+    assert_eq!(
+        (d.group_index, d.index, d.rollout_id, d.label.as_deref()),
+        (Some(2), Some(9), Some(4), Some("42"))
+    );
+    assert_eq!(d.metadata, t.metadata);
+    assert_eq!(d.session_id.as_deref(), Some("s"));
+    assert_eq!(d.generate_function_path.as_deref(), Some("gen.py"));
+    assert_eq!(d.custom_rm_path.as_deref(), Some("rm.py"));
+    assert_eq!(d.train_metadata, t.train_metadata);
+    assert_eq!(d.prompt, rollout_client::Prompt::from("other"));
+    assert_eq!(d.prompt, rollout_client::Prompt::Text("other".into()));
+    assert_eq!(d.prompt_tokens(), [7, 8]);
+    assert_eq!((d.response_length(), d.status), (0, SampleStatus::Pending));
+    assert!(d.response.is_empty() && d.weight_versions.is_empty());
+}
+
+#[test]
+fn prompt_and_response_tokens_split_at_the_response_length() {
+    let mut s = sample();
+    s.apply_turn(&parse_single(&data("7_1_single_mid.json"), true).unwrap())
+        .unwrap();
+    assert_eq!(s.prompt_tokens(), [151644, 872, 198, 3838, 374]);
+    assert_eq!(s.response_tokens().len(), 3);
+    assert_eq!(s.tokens().len(), 8);
+}
+
+#[test]
+fn a_pending_record_needs_no_logprobs() {
+    // slime writes `rollout_log_probs: None` until something was generated.
+    let s = Sample::from_json(r#"{"prompt":"p","tokens":[1,2],"response_length":0,"rollout_log_probs":null,"status":"pending"}"#)
+        .unwrap();
+    assert_eq!(
+        (s.response_length(), s.prompt_tokens()),
+        (0, &[1u32, 2][..])
+    );
+}
+
+#[test]
+fn unreadable_lines_are_named() {
+    let ok = sample().to_json().unwrap();
+    let mut input = format!("{ok}\n").into_bytes();
+    input.extend(b"\xff\xfe\n");
+    let e = read_jsonl(input.as_slice()).unwrap_err();
+    assert_eq!(e.to_string(), "could not read line 2");
+}
