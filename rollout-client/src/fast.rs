@@ -487,3 +487,27 @@ const POW10: [f64; 23] = [
     1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
     1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::eight_digits;
+
+    #[test]
+    fn eight_digits_reads_digits_and_nothing_else() {
+        assert_eq!(eight_digits(b"00000000"), Some(0));
+        assert_eq!(eight_digits(b"12345678"), Some(12_345_678));
+        assert_eq!(eight_digits(b"99999999"), Some(99_999_999));
+        assert_eq!(eight_digits(b"90000001"), Some(90_000_001));
+        // The bytes just below '0' and just above '9', in every position, and the usual neighbours.
+        for bad in [
+            b'/', b':', b'.', b'-', b'e', b',', b']', b' ', 0x00, 0xB0, 0xFF,
+        ] {
+            for at in 0..8 {
+                let mut b = *b"12345678";
+                b[at] = bad;
+                assert_eq!(eight_digits(&b), None, "{:?}", String::from_utf8_lossy(&b));
+            }
+        }
+        assert_eq!(eight_digits(b"1234567"), None);
+    }
+}

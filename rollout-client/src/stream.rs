@@ -104,7 +104,6 @@ impl SseParser {
 
 #[derive(Debug, Default)]
 struct Item {
-    chunks: usize,
     mode: Option<StreamMode>,
     text: String,
     ids: Vec<u32>,
@@ -131,16 +130,23 @@ impl Item {
         d: Delta,
     ) -> Result<(), ResponseError> {
         let prev = self.ids.len();
+        // Tokens that arrived before this chunk: the ids, or, from a server that sends no
+        // `output_ids`, the logprobs.
+        let arrived = if self.saw_ids {
+            prev
+        } else {
+            self.lps.as_ref().map_or(0, TokenLogprobs::len)
+        };
         let mismatch = |mode: StreamMode, detail: String| ResponseError::StreamModeMismatch {
             index,
             chunk,
             mode,
             detail,
         };
-        if self.mode.is_none() && prev > 0 {
+        if self.mode.is_none() && arrived > 0 {
             self.mode = Some(match configured {
                 StreamMode::Auto => detect(
-                    prev,
+                    arrived,
                     &self.text,
                     d.completion_tokens,
                     d.ids.as_ref().map(Vec::len),
@@ -307,7 +313,6 @@ impl StreamAssembler {
         } else {
             item.apply(self.mode, at, delta)?;
         }
-        item.chunks += 1;
         item.finished = meta.finish_reason.is_some();
         item.meta = Some(meta);
         Ok(())

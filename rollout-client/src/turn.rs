@@ -119,11 +119,7 @@ impl Turn {
         Ok(Turn {
             text,
             output_ids,
-            logprobs: if logprobs_requested || logprobs.is_some() {
-                logprobs
-            } else {
-                None
-            },
+            logprobs,
             finish_reason,
             meta_info: meta,
         })

@@ -271,20 +271,6 @@ impl TokenLogprobs {
         self.logprobs.extend_from_slice(&other.logprobs);
         self.nulls.extend(other.nulls.iter().map(|i| i + base));
     }
-
-    /// Keeps only the entries from `start` on (used to slice a cumulative list to its delta).
-    pub fn tail(&self, start: usize) -> TokenLogprobs {
-        TokenLogprobs {
-            ids: self.ids[start..].to_vec(),
-            logprobs: self.logprobs[start..].to_vec(),
-            nulls: self
-                .nulls
-                .iter()
-                .filter(|&&i| i >= start)
-                .map(|i| i - start)
-                .collect(),
-        }
-    }
 }
 
 impl<'de> Deserialize<'de> for TokenLogprobs {
@@ -415,6 +401,12 @@ pub fn decode_response_fast(body: &[u8]) -> Option<GenerateResponse> {
     fast::response(body)
 }
 
+/// The hand-written fast path alone for an array body (a batch or `n > 1`); `None` means
+/// [`decode_body`] would use serde_json.
+pub fn decode_array_fast(body: &[u8]) -> Option<Vec<GenerateResponse>> {
+    fast::responses(body)
+}
+
 /// The serde_json path alone (the derived impls plus the logprob visitor); the reference the fast
 /// path is tested against.
 pub fn decode_response_serde(body: &[u8]) -> Result<GenerateResponse, ResponseError> {
@@ -452,7 +444,7 @@ fn non_finite_literal_at(body: &[u8], line: usize, column: usize) -> Option<&'st
     }
     // serde_json reports the peeked byte, 1-based, sometimes one past it; look a little around.
     let at = start + column.saturating_sub(1);
-    for off in [at, at.saturating_sub(1), at.saturating_sub(2), at + 1] {
+    for off in [at, at.saturating_sub(1), at.saturating_sub(2)] {
         let rest = body.get(off..)?;
         if rest.starts_with(b"NaN") {
             return Some("NaN");

@@ -126,11 +126,19 @@ fn statuses_follow_finish_reason() {
         ("7_5_abort_running.json", Some(Aborted)),
         ("unknown_finish_type.json", None),
     ] {
-        assert_eq!(
-            parse_single(&data(name), true).unwrap().status(),
-            want,
-            "{name}"
-        );
+        let turn = parse_single(&data(name), true).unwrap();
+        assert_eq!(turn.status(), want, "{name}");
+        assert_eq!(turn.is_abort(), want == Some(Aborted), "{name}");
+    }
+    // The wire `type` string, whatever the finish.
+    for (name, kind) in [
+        ("7_1_single_mid.json", "stop"),
+        ("7_3_nonstream.json", "length"),
+        ("7_5_abort_running.json", "abort"),
+        ("unknown_finish_type.json", "timeout"),
+    ] {
+        let turn = parse_single(&data(name), true).unwrap();
+        assert_eq!(turn.finish_reason.kind(), kind, "{name}");
     }
 }
 
@@ -324,6 +332,84 @@ fn error_messages_say_what_and_which_value() {
     assert!(source.to_string().contains("line 6"), "{source}");
 }
 
+/// A bare `NaN`/`Infinity`/`-Infinity` (what Python's json writes for a non-finite float) is
+/// named, on any line, at any position, even as the whole body.
+#[test]
+fn non_finite_literals_are_named_wherever_they_are() {
+    for (body, want) in [
+        (
+            "NaN",
+            r#"NonFiniteLiteral { literal: "NaN", line: 1, column: 1"#,
+        ),
+        (
+            "Infinity",
+            r#"NonFiniteLiteral { literal: "Infinity", line: 1, column: 1"#,
+        ),
+        (
+            "-Infinity",
+            r#"NonFiniteLiteral { literal: "-Infinity", line: 1, column: 2"#,
+        ),
+        (
+            r#"{"text":"a","output_ids":[1],"meta_info":{"output_token_logprobs":[[NaN,1,null]]}}"#,
+            r#"NonFiniteLiteral { literal: "NaN", line: 1"#,
+        ),
+        (
+            "{\"text\":\"a\",\n\"output_ids\":[1],\n\"meta_info\":{\"output_token_logprobs\":[[ -Infinity,1,null]]}}",
+            r#"NonFiniteLiteral { literal: "-Infinity", line: 3"#,
+        ),
+        (
+            "{\"text\":\"a\",\n\"output_ids\":[1],\n\n\"meta_info\":{\"output_token_logprobs\":[[\tInfinity ,1,null]]}}",
+            r#"NonFiniteLiteral { literal: "Infinity", line: 4"#,
+        ),
+    ] {
+        check(parse_single(body.as_bytes(), true).map(|t| vec![t]), want);
+    }
+    // Not a literal the encoder writes: plain JSON error.
+    check(parse_single(b"[[Nope]]", true).map(|t| vec![t]), "Json(");
+}
+
+/// A zero logprob is fine; the error names the first bad entry after it.
+#[test]
+fn the_first_bad_logprob_is_named() {
+    let body = |lps: &str| {
+        format!(
+            r#"{{"text":"ab","output_ids":[1,2],"meta_info":{{"finish_reason":{{"type":"length","length":2}},"output_token_logprobs":{lps},"completion_tokens":2}}}}"#
+        )
+    };
+    for (lps, want) in [
+        (
+            "[[0.0,1,null],[null,2,null]]",
+            "NullLogprob { index: 1, token_id: 2 }",
+        ),
+        (
+            "[[0,1,null],[0.5,2,null]]",
+            "PositiveLogprob { index: 1, token_id: 2, value: 0.5 }",
+        ),
+        (
+            "[[-0.0,1,null],[-1e39,2,null]]",
+            "NonFiniteLogprob { index: 1, token_id: 2, value: -inf }",
+        ),
+        (
+            "[[0.0,1,null],[0.0,2,null]]",
+            "length (2) ids=[1, 2] lps=Some([0.0, 0.0])",
+        ),
+    ] {
+        check(
+            parse_single(body(lps).as_bytes(), true).map(|t| vec![t]),
+            want,
+        );
+    }
+    // A wrong type names what was expected.
+    let e = parse_single(body("5").as_bytes(), true).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("expected a list of [logprob, token_id, token_text] triples")
+            || format!("{e:?}")
+                .contains("expected a list of [logprob, token_id, token_text] triples"),
+        "{e:?}"
+    );
+}
+
 #[test]
 fn logprobs_missing_when_not_requested_is_fine_but_ids_are_needed() {
     let body = br#"{"text":"a","meta_info":{"finish_reason":{"type":"stop","matched":2},"completion_tokens":1}}"#;
@@ -411,6 +497,162 @@ fn fast_path_agrees_with_serde_on_every_fixture() {
         assert_paths_agree(&synth),
         "the benchmark body must take the fast path"
     );
+}
+
+#[test]
+fn batch_and_n_arrays_take_the_fast_path() {
+    for name in ["7_4_batch.json", "n2_logprobs.json"] {
+        let body = data(name);
+        let fast = wire::decode_array_fast(&body)
+            .unwrap_or_else(|| panic!("{name} did not take the fast path"));
+        let serde: Vec<wire::GenerateResponse> = serde_json::from_slice(&body).unwrap();
+        assert_eq!(fast.len(), 2, "{name}");
+        assert_eq!(format!("{fast:?}"), format!("{serde:?}"), "{name}");
+    }
+    assert_eq!(wire::decode_array_fast(b" [ ] "), Some(Vec::new()));
+
+    // Not arrays of responses: the fast path leaves them to serde, which names the error.
+    let plain = String::from_utf8(data("n2_logprobs.json")).unwrap();
+    assert!(plain.contains("}},{\"text\""));
+    for broken in [
+        format!("{plain} x"),
+        plain.replacen("}},{\"text\"", "}} {\"text\"", 1),
+        plain.replacen("}},{\"text\"", "}},,{\"text\"", 1),
+        format!("{}}}]", plain.trim_end().trim_end_matches(']')),
+    ] {
+        assert_eq!(wire::decode_array_fast(broken.as_bytes()), None, "{broken}");
+        assert!(wire::decode_body(broken.as_bytes()).is_err(), "{broken}");
+    }
+}
+
+/// Escaped keys, escapes and non-ASCII characters in token texts, and brackets inside strings:
+/// the plain valid cases take the fast path, the rest go to serde, and the result is serde's.
+#[test]
+fn escapes_and_brackets_meet_the_fast_path() {
+    let plain = String::from_utf8(data("7_2_text_in_logprobs.json")).unwrap();
+    let decoded = |body: &str| format!("{:?}", wire::decode_response(body.as_bytes()).unwrap());
+    let want = decoded(&plain);
+
+    // A key spelled with an escape is the same key to serde; the fast path must not miss it.
+    for key in ["output_ids", "meta_info", "output_token_logprobs"] {
+        let escaped = key.replacen('_', "\\u005f", 1);
+        let body = plain.replacen(&format!("\"{key}\""), &format!("\"{escaped}\""), 1);
+        assert_ne!(body, plain);
+        assert_eq!(decoded(&body), want, "{key} written as {escaped}");
+        assert_paths_agree(body.as_bytes());
+    }
+
+    // Valid token texts the fast path reads itself.
+    for text in [r#""Parisé""#, r#""巴黎""#, r#""a\"\\\/\b\f\n\r\tb""#] {
+        let body = plain.replacen(r#"" Paris""#, text, 1);
+        assert!(
+            assert_paths_agree(body.as_bytes()),
+            "{text} did not take the fast path"
+        );
+    }
+    // An invalid escape is serde's to report, wherever it sits in the text.
+    for text in [r#""n\x""#, r#""\x""#, r#""t\q""#] {
+        let body = plain.replacen(r#"" Paris""#, text, 1);
+        assert_eq!(wire::decode_response_fast(body.as_bytes()), None, "{text}");
+        assert!(wire::decode_response(body.as_bytes()).is_err(), "{text}");
+    }
+
+    // Brackets and escaped quotes inside a string nested in a value the fast path skips.
+    let body = plain.replacen(
+        r#""matched":151645"#,
+        r#""matched":"]}\"[{","extra":[{"a":"}\\"},"]"]"#,
+        1,
+    );
+    assert!(
+        assert_paths_agree(body.as_bytes()),
+        "nested strings did not take the fast path"
+    );
+    let r = wire::decode_response(body.as_bytes()).unwrap();
+    assert!(format!("{r:?}").contains(r#"]}\"[{"#), "{r:?}");
+}
+
+/// A key given twice is serde's duplicate-field error, never the fast path's last value.
+#[test]
+fn duplicate_keys_are_left_to_serde() {
+    let plain = String::from_utf8(data("7_2_text_in_logprobs.json")).unwrap();
+    for (key, value) in [
+        ("output_ids", "[1,2]"),
+        ("meta_info", r#"{"id":"y"}"#),
+        ("output_token_logprobs", "[[-1.0,1,null]]"),
+        ("input_token_logprobs", "[]"),
+    ] {
+        let at = plain.find(&format!("\"{key}\"")).unwrap();
+        let body = format!("{}\"{key}\":{value},{}", &plain[..at], &plain[at..]);
+        assert_eq!(wire::decode_response_fast(body.as_bytes()), None, "{key}");
+        let err = wire::decode_response(body.as_bytes()).unwrap_err();
+        assert!(
+            format!("{err:?}").contains("duplicate field"),
+            "{key}: {err:?}"
+        );
+    }
+}
+
+fn one_triple_body(logprob: &str, id: &str) -> String {
+    format!(
+        r#"{{"text":"t","output_ids":[{id}],"meta_info":{{"id":"x","finish_reason":{{"type":"length","length":1}},"output_token_logprobs":[[{logprob},{id},null]],"completion_tokens":1}}}}"#
+    )
+}
+
+/// Every way an encoder writes a plain number or token id is read by the fast path itself, to
+/// serde's value; the expected values here are written out by hand.
+#[test]
+fn plain_numbers_and_ids_take_the_fast_path() {
+    let exact = [
+        ("-0.5", -0.5f32),
+        ("0", 0.0),
+        ("-7", -7.0),
+        ("-2.5e1", -25.0),
+        ("-2.5E1", -25.0),
+        ("-2.5e+1", -25.0),
+        ("-25e-1", -2.5),
+        ("-250E-2", -2.5),
+        ("-1.5e0", -1.5),
+        ("-0.75E+0", -0.75),
+    ];
+    for (text, value) in exact {
+        let body = one_triple_body(text, "42");
+        assert!(
+            assert_paths_agree(body.as_bytes()),
+            "{text} did not take the fast path"
+        );
+        let r = wire::decode_response_fast(body.as_bytes()).unwrap();
+        let lps = r.meta_info.unwrap().output_token_logprobs.unwrap();
+        assert_eq!(lps.logprobs, [value], "{text}");
+    }
+    // The edges of the exact conversion: 19 significant digits and exponents of ±22.
+    for text in [
+        "-1234567890.123456789",
+        "-1e-22",
+        "-1e22",
+        "-12.089723587036133",
+        "-0.0",
+    ] {
+        let body = one_triple_body(text, "42");
+        assert!(
+            assert_paths_agree(body.as_bytes()),
+            "{text} did not take the fast path"
+        );
+    }
+
+    for id in ["0", "7", "151645", "4294967295"] {
+        let body = one_triple_body("-1.0", id);
+        assert!(
+            assert_paths_agree(body.as_bytes()),
+            "id {id} did not take the fast path"
+        );
+        let r = wire::decode_response_fast(body.as_bytes()).unwrap();
+        assert_eq!(r.output_ids.unwrap(), [id.parse::<u32>().unwrap()]);
+    }
+    for id in ["4294967296", "007", "-1", "1.0"] {
+        let body = one_triple_body("-1.0", id);
+        assert_eq!(wire::decode_response_fast(body.as_bytes()), None, "id {id}");
+        assert!(wire::decode_response(body.as_bytes()).is_err(), "id {id}");
+    }
 }
 
 mod fast_vs_serde {

@@ -68,6 +68,132 @@ fn frames_split_anywhere_give_the_same_result() {
     }
 }
 
+/// The fixture with every `"key": [...]` entry removed from every frame.
+fn without(name: &str, key: &str) -> String {
+    let mut body = String::from_utf8(data(name)).unwrap();
+    let pattern = format!("\"{key}\":[");
+    while let Some(at) = body.find(&pattern) {
+        let open = at + pattern.len() - 1;
+        let mut depth = 0;
+        let mut end = open;
+        for (i, c) in body[open..].char_indices() {
+            match c {
+                '[' => depth += 1,
+                ']' => depth -= 1,
+                _ => {}
+            }
+            if depth == 0 {
+                end = open + i + 1;
+                break;
+            }
+        }
+        let end = if body[end..].starts_with(',') {
+            end + 1
+        } else {
+            end
+        };
+        body.replace_range(at..end, "");
+    }
+    body
+}
+
+#[test]
+fn auto_detects_the_mode_from_whatever_the_chunks_carry() {
+    // No output_ids (very old servers): the logprobs alone tell cumulative from incremental,
+    // and the ids come from the triples.
+    for file in ["7_3_stream_cumulative.sse", "7_3_stream_incremental.sse"] {
+        let body = without(file, "output_ids");
+        assert!(!body.contains("output_ids"));
+        check(
+            decode_stream([body.as_bytes()], StreamMode::Auto, true, Some(1)),
+            PARIS_IT,
+        );
+    }
+    // No logprobs (not requested): delta ids with cumulative text is MID, with delta text it is
+    // incremental.
+    for file in [
+        "7_3_stream_cumulative.sse",
+        "7_3_stream_mid.sse",
+        "7_3_stream_incremental.sse",
+    ] {
+        let body = without(file, "output_token_logprobs");
+        assert!(!body.contains("output_token_logprobs"));
+        check(
+            decode_stream([body.as_bytes()], StreamMode::Auto, false, Some(1)),
+            r#"length (3) ids=[12095, 13, 1084] lps=None text=" Paris. It""#,
+        );
+    }
+}
+
+#[test]
+fn cumulative_ids_must_extend_the_previous_chunk() {
+    let body = String::from_utf8(data("7_3_stream_cumulative.sse")).unwrap();
+    for mode in [StreamMode::Cumulative, StreamMode::Auto] {
+        // An earlier token rewritten.
+        let rewritten = body.replacen(
+            r#""output_ids":[12095,13],"#,
+            r#""output_ids":[999,13],"#,
+            1,
+        );
+        assert_ne!(rewritten, body);
+        check(
+            decode_stream([rewritten.as_bytes()], mode, true, Some(1)),
+            "StreamModeMismatch { index: 0, chunk: 1, mode: Cumulative, detail: \"cumulative output_ids do not extend the previous chunk\"",
+        );
+    }
+    // A chunk with fewer tokens than before, consistent with its own completion_tokens.
+    let frames: Vec<&str> = body.split("\n\n").collect();
+    let shrunk = [frames[0], frames[1], frames[0], frames[2], frames[3]].join("\n\n") + "\n\n";
+    check(
+        decode_stream([shrunk.as_bytes()], StreamMode::Cumulative, true, Some(1)),
+        "StreamModeMismatch { index: 0, chunk: 2, mode: Cumulative, detail: \"cumulative output_ids do not extend the previous chunk\"",
+    );
+    // A chunk that repeats the previous one adds nothing and is fine.
+    let repeated = [frames[0], frames[1], frames[1], frames[2], frames[3]].join("\n\n") + "\n\n";
+    check(
+        decode_stream([repeated.as_bytes()], StreamMode::Cumulative, true, Some(1)),
+        PARIS_IT,
+    );
+}
+
+#[test]
+fn a_null_in_a_later_incremental_chunk_is_named_at_its_place_in_the_whole() {
+    let body = String::from_utf8(data("7_3_stream_incremental.sse")).unwrap();
+    for (from, to, want) in [
+        (
+            "[-0.5522,13,null]",
+            "[null,13,null]",
+            "Item { index: 0, source: NullLogprob { index: 1, token_id: 13 } }",
+        ),
+        (
+            "[-1.311,1084,null]",
+            "[null,1084,null]",
+            "Item { index: 0, source: NullLogprob { index: 2, token_id: 1084 } }",
+        ),
+    ] {
+        let nulled = body.replacen(from, to, 1);
+        assert_ne!(nulled, body);
+        for mode in [StreamMode::Incremental, StreamMode::Auto] {
+            check(
+                decode_stream([nulled.as_bytes()], mode, true, Some(1)),
+                want,
+            );
+        }
+    }
+}
+
+#[test]
+fn the_decoder_knows_when_the_stream_is_done() {
+    let body = data("7_3_stream_incremental.sse");
+    let at = body.windows(12).position(|w| w == b"data: [DONE]").unwrap();
+    let mut d = rollout_client::stream::StreamDecoder::new(StreamMode::Auto, true);
+    d.push(&body[..at]).unwrap();
+    assert_eq!((d.chunks(), d.is_done()), (3, false));
+    d.push(&body[at..]).unwrap();
+    assert_eq!((d.chunks(), d.is_done()), (3, true));
+    check(d.finish(Some(1)), PARIS_IT);
+}
+
 #[test]
 fn wrong_explicit_mode_is_an_error_not_a_shifted_sample() {
     check(
@@ -188,6 +314,23 @@ fn waiting_queue_abort_chunk_with_a_stray_id_keeps_the_consistent_prefix() {
             Some(1),
         ),
         r#"abort ("Abort in waiting queue") ids=[] lps=Some([]) text="""#,
+    );
+    let empty = whole(
+        "stream_abort_waiting_queue_first.sse",
+        StreamMode::Auto,
+        Some(1),
+    )
+    .unwrap();
+    let kept = whole(
+        "stream_abort_waiting_queue_last_id.sse",
+        StreamMode::Auto,
+        Some(1),
+    )
+    .unwrap();
+    let is_empty = |t: &[Turn]| t[0].logprobs.as_ref().map(|l| (l.is_empty(), l.len()));
+    assert_eq!(
+        (is_empty(&empty), is_empty(&kept)),
+        (Some((true, 0)), Some((false, 2)))
     );
 }
 
