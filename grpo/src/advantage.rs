@@ -265,9 +265,9 @@ pub fn normalize_rewards(
                 StdScale::None => f64::NAN,
             };
             match convention {
-                // n = 1 forces std normalisation off in slime, and r - mean is then exactly 0.
-                Convention::Slime if singleton => 0.0,
                 Convention::Slime => {
+                    // A group of one is its own mean, so its advantage is exactly 0 whatever the
+                    // scale (slime also turns std normalisation off for n = 1).
                     let centred = r - mean[gi];
                     // A batch std of a one-sample batch is undefined; leave the centred value undivided.
                     if scale == StdScale::None || std.is_nan() {

@@ -596,3 +596,96 @@ fn reinforce_plus_plus_returns() {
         "[0.47965, 0.5885, 0.765, 0.85]",
     );
 }
+
+/// REINFORCE++-baseline: the group-centred reward minus `kl_coef` times each token's KL; with no KL
+/// given, or a zero coefficient, the centred reward alone, broadcast over the tokens.
+#[test]
+fn reinforce_plus_plus_baseline_subtracts_the_kl_per_token() {
+    // One group of two: rewards 1 and 0 centre to 0.5 and -0.5 (no std scaling for this estimator).
+    let options = BatchOptions {
+        require_rollout_log_probs: false,
+        grouping: Grouping::Blocks(2),
+    };
+    let batch = Batch::new(&[sample(1.0, 2), sample(0.0, 3)], &options).expect("valid");
+    let kl = [0.1f32, 0.2, 0.0, 0.4, 1.0];
+    let config = AdvantageConfig {
+        estimator: Estimator::ReinforcePlusPlusBaseline,
+        kl_coef: 0.5,
+        ..Default::default()
+    };
+    let adv = batch.advantages_with_kl(&config, &kl).expect("advantages");
+    assert!(!adv.is_broadcast());
+    check("sample 0", &f64s(&adv.tokens(0)), "[0.45, 0.4]");
+    check("sample 1", &f64s(&adv.tokens(1)), "[−0.5, −0.7, −1.0]");
+
+    let unshaped = [
+        batch.advantages(&config),
+        batch
+            .advantages_with_kl(
+                &AdvantageConfig {
+                    kl_coef: 0.0,
+                    ..config
+                },
+                &kl,
+            )
+            .expect("advantages"),
+    ];
+    for adv in unshaped {
+        assert!(adv.is_broadcast());
+        check("sample 0", &f64s(&adv.tokens(0)), "[0.5, 0.5]");
+        check("sample 1", &f64s(&adv.tokens(1)), "[−0.5 ×3]");
+    }
+
+    // Whitened without a KL: the same tokens as Dr. GRPO's (also centred, unscaled), whitened.
+    let whiten = |estimator| {
+        batch
+            .advantages(&AdvantageConfig {
+                estimator,
+                whiten: true,
+                ..config
+            })
+            .per_token()
+            .into_owned()
+    };
+    let whitened = whiten(Estimator::ReinforcePlusPlusBaseline);
+    assert_eq!(whitened, whiten(Estimator::DrGrpo));
+    // Mean -0.1 and unbiased std sqrt(0.3) over the five tokens.
+    check(
+        "whitened",
+        &f64s(whitened.values()),
+        "[1.095445 ×2, −0.730297 ×3]",
+    );
+}
+
+#[test]
+fn groups_from_labels_count_their_members() {
+    let groups = grpo::Groups::from_labels(["b", "a", "b", "c", "b"]);
+    assert_eq!(groups.of_sample(), [0, 1, 0, 2, 0]);
+    assert_eq!(groups.sizes(), [3, 1, 1]);
+    assert_eq!(groups.count(), 3);
+    // verl treats a group of one differently from slime: r / (1 + eps) against 0.
+    let rewards = [1.0, 2.0, 0.0, 4.0, 2.0];
+    let verl = grpo::normalize_rewards(&rewards, &groups, Convention::Verl, StdScale::Group);
+    check("verl", &verl, "[0, 1.999998, −1.0, 3.999996, 1.0]");
+    let slime = grpo::normalize_rewards(&rewards, &groups, Convention::Slime, StdScale::Group);
+    check("slime", &slime, "[0, 0, −1.0, 0, 1.0]");
+}
+
+#[test]
+fn ragged_arrays_hold_each_sample_in_order() {
+    let mut r = grpo::Ragged::from_parts(vec![0, 2, 2, 5], vec![1, 2, 3, 4, 5]);
+    assert_eq!((r.len(), r.is_empty()), (3, false));
+    assert_eq!(r.iter().collect::<Vec<_>>(), [&[1, 2][..], &[], &[3, 4, 5]]);
+    assert_eq!(r.sample(2), [3, 4, 5]);
+    r.values_mut()[2] = 30;
+    assert_eq!(r.offsets(), [0, 2, 2, 5]);
+    assert_eq!(r.into_values(), [1, 2, 30, 4, 5]);
+    let empty = grpo::Ragged::<f32>::from_parts(vec![0], Vec::new());
+    assert_eq!(
+        (empty.len(), empty.is_empty(), empty.iter().count()),
+        (0, true, 0)
+    );
+
+    let batch = reward_batch(&[1.0, 0.0], Grouping::Single);
+    assert_eq!((batch.len(), batch.is_empty()), (2, false));
+}
