@@ -1017,6 +1017,30 @@ mod tests {
     }
 
     #[test]
+    fn stop_strings_are_found_after_multibyte_characters() {
+        // Byte tokens: "x", "é" as its two bytes, then "abcd". When "c" is checked, the search window (the
+        // last `max_stop_len - 1` bytes before the newest token) would start inside "é".
+        let forced: Vec<u32> = "xéabcd".bytes().map(u32::from).collect();
+        let g = generate(
+            model(),
+            item("Go", |i| {
+                i.params.max_new_tokens = 20;
+                i.params.ignore_eos = true;
+                i.params.stop = vec!["abcd".into()];
+                i.forced_output = forced.clone();
+            }),
+        );
+        assert_eq!(
+            g.finish_reason(),
+            Some(&FinishReason::StopStr {
+                matched: "abcd".into()
+            })
+        );
+        assert_eq!(g.output_ids(), &forced[..]);
+        assert_eq!(g.text(), "xé");
+    }
+
+    #[test]
     fn incomplete_utf8_is_held_back_until_complete() {
         let mut decoded = String::new();
         let mut pending = "é".as_bytes()[..1].to_vec();

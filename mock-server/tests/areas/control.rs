@@ -473,3 +473,37 @@ async fn a_client_that_gives_up_while_queued_leaves_the_queue() {
         (json!(0), json!(0))
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_abort_keeps_every_requested_logprob_key_empty() {
+    let server = InProcess::new(ServerConfig {
+        max_running_requests: Some(1),
+        ..slow()
+    });
+    let running = spawn_generate(&server, request("run", 5, false));
+    advance_ms(10).await;
+    let mut body = request("queued", 5, false);
+    body["top_logprobs_num"] = json!(2);
+    body["token_ids_logprob"] = json!([5]);
+    let queued = spawn_generate(&server, body);
+    advance_ms(10).await;
+    post(&server, "/abort_request", json!({"rid": "queued"})).await;
+    let reply = queued.await.unwrap();
+    assert_eq!(reply.status, 200);
+    let mut want = WAITING_ABORT_META_KEYS.to_vec();
+    let tail = want.split_off(want.len() - 1);
+    want.extend([
+        "input_top_logprobs",
+        "output_top_logprobs",
+        "input_token_ids_logprobs",
+        "output_token_ids_logprobs",
+    ]);
+    want.extend(tail);
+    let node = Node::parse(&reply.body);
+    assert_eq!(node.get("meta_info").unwrap().keys(), want);
+    let meta = &reply.json()["meta_info"];
+    for key in &want[4..want.len() - 1] {
+        assert_eq!(meta[key], json!([]), "{key}");
+    }
+    assert_eq!(running.await.unwrap().status, 200);
+}

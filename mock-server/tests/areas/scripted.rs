@@ -155,3 +155,31 @@ fn rules_files_load_and_bad_ones_name_the_file() {
     let err = load_rules("/nonexistent/rules.json").unwrap_err();
     assert!(err.to_string().contains("/nonexistent/rules.json"), "{err}");
 }
+
+#[tokio::test]
+async fn a_scripted_stop_inside_min_new_tokens_has_a_masked_logprob() {
+    // The script ends its answer with EOS, which `min_new_tokens` masks: the true logprob of that token is
+    // -inf, which LATEST writes as null and which fails MID's whole non-stream body with a 500.
+    let body = json!({"text": "Judgment please", "return_logprob": true,
+                      "sampling_params": {"max_new_tokens": 30, "min_new_tokens": 20}});
+    let latest = InProcess::new(scripted());
+    let reply = latest.generate(&body).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let v = reply.json();
+    let lps = v["meta_info"]["output_token_logprobs"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let eos = latest.oracle.model().tokenizer().im_end_id();
+    let last = lps.last().unwrap();
+    assert_eq!((&last[0], &last[1]), (&Value::Null, &json!(eos)));
+    assert!(lps[..lps.len() - 1].iter().all(|t| t[0].is_f64()));
+
+    let mid = InProcess::new(ServerConfig {
+        profile: mock_server::Profile::Mid,
+        ..scripted()
+    });
+    let reply = mid.generate(&body).await;
+    assert_eq!(reply.status, 500);
+    assert_eq!(reply.text(), "Internal Server Error");
+}

@@ -350,3 +350,59 @@ async fn hostile_bodies_get_answers_not_crashes() {
     // The server still answers afterwards.
     assert_eq!(server.get("/health").await.status, 200);
 }
+
+/// An item the scheduler aborts before running it (`logprob_start_len` past the prompt) streams one abort chunk
+/// with the meta_info keys of a normal final chunk of the same request, in each profile, and empty lists.
+#[tokio::test]
+async fn a_scheduler_abort_chunk_has_the_keys_of_a_normal_chunk() {
+    for profile in [mock_server::Profile::Latest, mock_server::Profile::Mid] {
+        let server = InProcess::new(ServerConfig {
+            profile,
+            ..ServerConfig::default()
+        });
+        for extra in [
+            json!({}),
+            json!({"top_logprobs_num": 2}),
+            json!({"token_ids_logprob": [5, 7]}),
+            json!({"top_logprobs_num": 1, "token_ids_logprob": [5]}),
+        ] {
+            let mut body = json!({"input_ids": [1, 2, 3], "return_logprob": true, "stream": true,
+                                  "sampling_params": {"max_new_tokens": 2}});
+            for (k, v) in extra.as_object().unwrap() {
+                body[k] = v.clone();
+            }
+            let mut normal = body.clone();
+            normal["logprob_start_len"] = json!(2);
+            body["logprob_start_len"] = json!(3);
+            let what = format!("{profile:?} {extra}");
+            let aborted = sse_json(&server.generate(&body).await.body);
+            let normal = sse_json(&server.generate(&normal).await.body);
+            assert_eq!(aborted.len(), 1, "{what}");
+            let (a, n) = (&aborted[0], normal.last().unwrap());
+            let keys = |v: &Value| {
+                let mut k: Vec<String> = v["meta_info"]
+                    .as_object()
+                    .unwrap()
+                    .keys()
+                    .cloned()
+                    .collect();
+                k.sort();
+                k
+            };
+            assert_eq!(keys(a), keys(n), "{what}");
+            assert_eq!(a["meta_info"]["finish_reason"]["type"], "abort", "{what}");
+            assert_eq!(
+                (&a["text"], &a["output_ids"]),
+                (&json!(""), &json!([])),
+                "{what}"
+            );
+            for (key, value) in a["meta_info"].as_object().unwrap() {
+                if key.ends_with("logprobs") {
+                    assert_eq!(value, &json!([]), "{what} {key}");
+                }
+            }
+            assert_eq!(a["meta_info"]["prompt_tokens"], 3, "{what}");
+            assert_eq!(a["meta_info"]["completion_tokens"], 0, "{what}");
+        }
+    }
+}
