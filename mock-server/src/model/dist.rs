@@ -336,12 +336,6 @@ impl<'m> Distribution<'m> {
         }
     }
 
-    /// The sum of the probabilities of every id in the vocabulary; 1 up to rounding.
-    pub fn total_probability(&self) -> f64 {
-        let explicit: f64 = self.explicit().iter().map(|e| e.1 / self.z).sum();
-        explicit + self.tail_count as f64 * (self.tail_weight / self.z)
-    }
-
     /// The `rank`-th id of the tail in ascending id order.
     fn tail_id(&self, rank: u64) -> u32 {
         // The ids that are not in the tail, sorted: the explicit ones and the masked ones.
@@ -511,7 +505,13 @@ mod tests {
         for temp in [1e-5, 0.01, 0.1, 0.7, 1.0, 2.0, 10.0] {
             for m in [&[][..], &masked[..]] {
                 let d = Distribution::new(&l, t.vocab_size(), temp, m);
-                assert!((d.total_probability() - 1.0).abs() < 1e-9, "T={temp}");
+                // Id by id, through the same `logprob` that the server reports.
+                let total: f64 = (0..t.vocab_size()).map(|id| d.logprob(id).exp()).sum();
+                assert!((total - 1.0).abs() < 1e-9, "T={temp}: {total}");
+                for &id in m {
+                    assert_eq!(d.logprob(id), f64::NEG_INFINITY);
+                }
+                assert_eq!(d.logprob(t.vocab_size()), f64::NEG_INFINITY);
             }
         }
     }
@@ -617,6 +617,67 @@ mod tests {
             let tail_gap = (ln_w(a.0) - TAIL_LOGIT) / temp;
             assert!(((a.1 - d.tail_logprob()) - tail_gap).abs() <= 1e-9 * tail_gap.max(1.0));
         }
+    }
+
+    /// The filters keep the prefix their rules give, computed here from the probabilities themselves.
+    #[test]
+    fn filters_keep_the_prefix_their_rules_give() {
+        let (t, l) = setup(&[11, 12]);
+        let d = Distribution::new(&l, t.vocab_size(), 1.0, &[]);
+        let total = d.n_explicit as u64 + d.tail_count;
+        let probs: Vec<f64> = d.explicit().iter().map(|e| e.1 / d.z).collect();
+        assert!(probs.windows(2).all(|w| w[0] >= w[1]));
+        for i in 0..probs.len() {
+            // top_p: an id is kept when the probability before it is at most top_p.
+            let before: f64 = probs[..i].iter().sum();
+            let top_p = before + 0.25 * probs[i];
+            assert_eq!(d.kept(None, top_p, 0.0), i as u64 + 1, "top_p {top_p}");
+            // min_p: an id is kept when its probability is at least min_p times the largest.
+            let next = probs.get(i + 1).copied().unwrap_or(d.tail_weight / d.z);
+            let min_p = (probs[i] + next) / 2.0 / probs[0];
+            assert_eq!(d.kept(None, 1.0, min_p), i as u64 + 1, "min_p {min_p}");
+            assert_eq!(d.kept(Some(i as u32 + 1), 1.0, 0.0), i as u64 + 1);
+        }
+        assert_eq!(d.kept(None, 1.0, 0.0), total);
+        assert_eq!(d.kept(Some(u32::MAX), 1.0, 0.0), total);
+    }
+
+    /// Sampling restricted by top_k renormalises over the kept ids: a fine grid of `u` splits between them in
+    /// proportion to their probabilities.
+    #[test]
+    fn filtered_sampling_renormalises_over_the_kept_ids() {
+        let (t, l) = setup(&[11, 12]);
+        let d = Distribution::new(&l, t.vocab_size(), 1.0, &[]);
+        let (p0, p1) = (d.explicit()[0].1, d.explicit()[1].1);
+        let n = 100_000;
+        let first = (0..n)
+            .filter(|&i| {
+                let u = (f64::from(i) + 0.5) / f64::from(n);
+                d.sample(Some(2), 1.0, 0.0, u) == d.id_at(0)
+            })
+            .count();
+        let want = f64::from(n) * p0 / (p0 + p1);
+        assert!(
+            (first as f64 - want).abs() <= 1.0,
+            "{first} of {n}, want {want}"
+        );
+    }
+
+    /// Rounding can leave the scaled uniform just past the last kept weight; `u = 1` lands there exactly. The draw
+    /// then stays inside what the filters keep.
+    #[test]
+    fn a_draw_past_the_last_weight_stays_among_the_kept_ids() {
+        let (t, l) = setup(&[11, 12]);
+        let d = Distribution::new(&l, t.vocab_size(), 1.0, &[5]);
+        assert_eq!(d.sample(Some(2), 1.0, 0.0, 1.0), d.id_at(1));
+        assert_eq!(d.sample(Some(1), 1.0, 0.0, 1.0), d.id_at(0));
+        // Unfiltered, the last id is the largest tail id: neither explicit nor masked.
+        let explicit: Vec<u32> = (0..d.n_explicit).map(|p| d.id_at(p)).collect();
+        let largest_tail = (0..t.vocab_size())
+            .rev()
+            .find(|id| !explicit.contains(id) && *id != 5)
+            .unwrap();
+        assert_eq!(d.sample(None, 1.0, 0.0, 1.0), largest_tail);
     }
 
     #[test]

@@ -135,8 +135,8 @@ fn check_item(
     Ok(())
 }
 
-/// The reported output logprobs are the model's log-probabilities at each context, and each distribution
-/// sums to one.
+/// The reported output logprobs are the model's log-probabilities at each context (that each distribution
+/// sums to one is checked id by id in `model::dist`).
 fn check_against_model(
     model: &Model,
     prompt: &[u32],
@@ -151,13 +151,6 @@ fn check_against_model(
     let mut context = prompt.to_vec();
     for (i, (&id, &lp)) in ids.iter().zip(lps).enumerate() {
         let dist = model.distribution(&context, report_t, &[]);
-        let total = dist.total_probability();
-        prop_assert!(
-            (total - 1.0).abs() < 1e-9,
-            "position {}: probabilities sum to {}",
-            i,
-            total
-        );
         let want = dist.logprob(id) as f32;
         prop_assert_eq!(lp as f32, want, "position {} token {}", i, id);
         context.push(id);
