@@ -294,6 +294,27 @@ mod tests {
         Tokenizer::new(151_936)
     }
 
+    /// The examples of `MODEL.md` section on word pieces, as the document writes them.
+    #[test]
+    fn model_md_word_piece_examples() {
+        let t = Tokenizer::new(151_936);
+        for (id, text) in [
+            (256, " ba"),
+            (257, "ba"),
+            (258, " be"),
+            (436, " baba"),
+            (438, " beba"),
+        ] {
+            assert_eq!(t.decode(&[id], false), text, "id {id}");
+        }
+        // The last one-syllable piece (u = 89) and the first three-syllable one (u = 8190).
+        assert_eq!(t.decode(&[256 + 2 * 89], false).len(), 3);
+        assert_eq!(t.decode(&[256 + 2 * 8190], false), " bababa");
+        let specials = t.vocab_size() - 3;
+        assert!(!t.is_special(specials - 1) && t.is_special(specials));
+        assert!(t.is_special(t.vocab_size() - 1) && !t.is_special(t.vocab_size()));
+    }
+
     #[test]
     fn round_trips_arbitrary_text() {
         let t = tok();
