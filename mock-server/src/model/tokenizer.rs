@@ -313,6 +313,16 @@ mod tests {
         let specials = t.vocab_size() - 3;
         assert!(!t.is_special(specials - 1) && t.is_special(specials));
         assert!(t.is_special(t.vocab_size() - 1) && !t.is_special(t.vocab_size()));
+        // The last word id is a spaced word; the same word without its space would be the next id, which is the
+        // first special token, so it must be spelled with shorter pieces.
+        let last_word = t.decode(&[specials - 1], false);
+        let bare = last_word.strip_prefix(' ').unwrap();
+        let ids = t.encode(bare);
+        assert!(
+            ids.len() > 1 && ids.iter().all(|&id| !t.is_special(id)),
+            "{ids:?}"
+        );
+        assert_eq!(t.decode(&ids, false), bare);
     }
 
     #[test]
