@@ -623,7 +623,12 @@ fn plain_numbers_and_ids_take_the_fast_path() {
         let r = wire::decode_response_fast(body.as_bytes()).unwrap();
         let lps = r.meta_info.unwrap().output_token_logprobs.unwrap();
         assert_eq!(lps.logprobs, [value], "{text}");
+        assert_eq!((lps.len(), lps.is_empty()), (1, false));
     }
+    let empty = one_triple_body("-1.0", "42").replace("[[-1.0,42,null]]", "[]");
+    let r = wire::decode_response(empty.as_bytes()).unwrap();
+    let lps = r.meta_info.unwrap().output_token_logprobs.unwrap();
+    assert_eq!((lps.len(), lps.is_empty()), (0, true));
     // The edges of the exact conversion: 19 significant digits and exponents of ±22.
     for text in [
         "-1234567890.123456789",
