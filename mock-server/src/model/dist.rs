@@ -647,8 +647,10 @@ mod tests {
     #[test]
     fn filtered_sampling_renormalises_over_the_kept_ids() {
         let (t, l) = setup(&[11, 12]);
-        let d = Distribution::new(&l, t.vocab_size(), 1.0, &[]);
+        let d = Distribution::new(&l, t.vocab_size(), 5.0, &[]);
         let (p0, p1) = (d.explicit()[0].1, d.explicit()[1].1);
+        // Renormalising must matter: the two kept ids hold well under all of the mass.
+        assert!((p0 + p1) / d.z < 0.9, "{}", (p0 + p1) / d.z);
         let n = 100_000;
         let first = (0..n)
             .filter(|&i| {
