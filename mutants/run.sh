@@ -44,8 +44,10 @@ run_area() {
     for f in "${files[@]}"; do args+=(--file "$f"); done
     for p in "${packages[@]}"; do args+=(--test-package "$p"); done
     mkdir -p "mutants.out/$area"
+    # Debug info makes every mutant's link slower and is not needed to see a test fail.
+    export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-none}"
     # The baseline runs only the mutated package's tests, so its auto timeout is too short for the suite.
-    cargo mutants --no-shuffle --timeout 60 --output "mutants.out/$area" "${args[@]}" "$@"
+    cargo mutants --no-shuffle --timeout 30 --output "mutants.out/$area" "${args[@]}" "$@"
 }
 
 if [ $# -eq 0 ]; then
