@@ -22,6 +22,10 @@ pub enum ApiError {
     /// HTTP 500 with the plain-text body `Internal Server Error`. The detail is only logged.
     #[error("internal server error: {0}")]
     Internal(String),
+    /// A `ValueError` of the OpenAI layer (`create_error_response`): HTTP 400 with
+    /// `{"object":"error","message":...,"type":"BadRequestError","param":null,"code":400}`.
+    #[error("{0}")]
+    OpenAiBadRequest(String),
     /// The API-key middleware: HTTP 401 with `{"error":"Unauthorized"}`.
     #[error("unauthorized")]
     Unauthorized,
@@ -32,6 +36,10 @@ impl ApiError {
         ApiError::Value(message.into())
     }
 
+    pub fn openai_bad_request(message: impl Into<String>) -> Self {
+        ApiError::OpenAiBadRequest(message.into())
+    }
+
     pub fn internal(detail: impl Into<String>) -> Self {
         ApiError::Internal(detail.into())
     }
@@ -39,7 +47,9 @@ impl ApiError {
     /// The status this error is answered with outside a stream.
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::Value(_) | ApiError::Validation(_) => StatusCode::BAD_REQUEST,
+            ApiError::Value(_) | ApiError::Validation(_) | ApiError::OpenAiBadRequest(_) => {
+                StatusCode::BAD_REQUEST
+            }
             ApiError::Http { status, .. } => {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
             }
@@ -61,6 +71,13 @@ impl ApiError {
                 param: None,
                 code: 400,
             }),
+            ApiError::OpenAiBadRequest(message) => serde_json::to_vec(&ErrorResponse {
+                object: "error",
+                message,
+                r#type: "BadRequestError",
+                param: None,
+                code: 400,
+            }),
             ApiError::Http { status, message } => serde_json::to_vec(&ErrorResponse {
                 object: "error",
                 message,
@@ -79,7 +96,9 @@ impl ApiError {
     /// `stream_results` does for a `ValueError`.
     pub fn stream_event_json(&self) -> Vec<u8> {
         let message = match self {
-            ApiError::Value(m) | ApiError::Validation(m) => m.as_str(),
+            ApiError::Value(m) | ApiError::Validation(m) | ApiError::OpenAiBadRequest(m) => {
+                m.as_str()
+            }
             ApiError::Http { message, .. } => message.as_str(),
             ApiError::Internal(_) => "Internal Server Error",
             ApiError::Unauthorized => "Unauthorized",

@@ -99,6 +99,16 @@ impl FaultKind {
     }
 }
 
+/// The endpoints that generate, where body, stream and abort faults apply (HTTP-level faults apply anywhere).
+const GENERATING_ENDPOINTS: &str = "/generate, /v1/completions and /v1/chat/completions";
+
+fn generates(endpoint: &str) -> bool {
+    matches!(
+        endpoint,
+        "/generate" | "/v1/completions" | "/v1/chat/completions"
+    )
+}
+
 /// Why a fault spec was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FaultError {
@@ -312,9 +322,9 @@ impl FaultConfig {
             if !endpoint.starts_with('/') {
                 return bad(format!("endpoint {endpoint:?} does not start with /"));
             }
-            if endpoint != "/generate" && !rule.fault.kind.is_http_level() {
+            if !generates(endpoint) && !rule.fault.kind.is_http_level() {
                 return bad(format!(
-                    "{} only applies to /generate, not {endpoint}",
+                    "{} only applies to {GENERATING_ENDPOINTS}, not {endpoint}",
                     rule.fault.kind
                 ));
             }
@@ -409,10 +419,13 @@ impl Faults {
         }
         if let Some(spec) = header {
             let fault: Fault = spec.parse()?;
-            if endpoint != "/generate" && !fault.kind.is_http_level() {
+            if !generates(endpoint) && !fault.kind.is_http_level() {
                 return Err(FaultError::BadRule {
                     index: 0,
-                    reason: format!("{} only applies to /generate, not {endpoint}", fault.kind),
+                    reason: format!(
+                        "{} only applies to {GENERATING_ENDPOINTS}, not {endpoint}",
+                        fault.kind
+                    ),
                 });
             }
             return Ok(Some(fault));

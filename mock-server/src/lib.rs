@@ -20,6 +20,7 @@ pub mod generate;
 pub mod latency;
 pub mod metrics;
 pub mod model;
+pub mod openai;
 pub mod oracle;
 pub mod pyfmt;
 pub mod request;

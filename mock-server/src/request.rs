@@ -203,7 +203,7 @@ pub fn parse_generate(body: &[u8]) -> Result<GenerateReqInput, ApiError> {
     }
 }
 
-fn validation_error(kind: &str, field_loc: &str, msg: &str) -> ApiError {
+pub(crate) fn validation_error(kind: &str, field_loc: &str, msg: &str) -> ApiError {
     let loc = if field_loc == "()" {
         "('body',)".to_owned()
     } else {
@@ -216,7 +216,7 @@ fn validation_error(kind: &str, field_loc: &str, msg: &str) -> ApiError {
     ApiError::Validation(format!("1 validation error:\n  {err}\n [{err}]"))
 }
 
-fn json_decode_message(err: &serde_json::Error) -> String {
+pub(crate) fn json_decode_message(err: &serde_json::Error) -> String {
     let err_text = format!("{err}");
     let e = format!(
         "{{'type': 'json_invalid', 'loc': ('body', {}), 'msg': 'JSON decode error', 'input': {{}}, 'ctx': {{'error': {}}}}}",

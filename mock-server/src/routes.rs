@@ -26,6 +26,7 @@ use crate::generate::stream_faults;
 use crate::generate::{self, UuidRids};
 use crate::metrics::Metrics;
 use crate::model::Model;
+use crate::openai;
 use crate::request;
 use crate::wire::{self, WaitingAbort};
 
@@ -176,6 +177,8 @@ pub fn router(state: AppState) -> Router {
     let get_or_post = MethodFilter::GET.or(MethodFilter::POST);
     let mut app = Router::new()
         .route("/generate", on(generate_methods, generate_handler))
+        .route("/v1/completions", post(openai::completions))
+        .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/health", get(health))
         .route("/health_generate", get(health_generate))
         .route("/server_info", get(server_info))
@@ -308,7 +311,7 @@ fn empty_ok() -> Response {
 }
 
 /// Read the whole body, refusing more than `limit` bytes with a 413 in SGLang's HTTPException shape.
-async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
+pub(crate) async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
     let too_large = || ApiError::Http {
         status: 413,
         message: format!("Request body is larger than the limit of {limit} bytes."),
@@ -339,7 +342,7 @@ fn fault_header(headers: &axum::http::HeaderMap) -> Result<Option<&str>, ApiErro
 }
 
 /// Pick the fault of a request, answering a bad `X-Mock-Fault` header with a 400 that names the problem.
-fn decide_fault(
+pub(crate) fn decide_fault(
     state: &AppState,
     endpoint: &str,
     stream: bool,
@@ -361,7 +364,7 @@ fn decide_fault(
 }
 
 /// An HTTP-level fault: `Some(response)` ends the request here, `None` lets it go on (after a `delay`).
-async fn http_fault(
+pub(crate) async fn http_fault(
     state: &AppState,
     fault: &Fault,
     conn: Option<&ConnHandle>,
@@ -436,7 +439,13 @@ fn status_fault(fault: &Fault) -> Response {
 /// endpoints and `/metrics`.
 async fn http_faults(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_owned();
-    if path == "/generate" || path.starts_with("/admin/") || path == "/metrics" {
+    // `/generate` and the OpenAI routes decide their own, knowing `stream`.
+    if path == "/generate"
+        || path == openai::Api::Completions.path()
+        || path == openai::Api::Chat.path()
+        || path.starts_with("/admin/")
+        || path == "/metrics"
+    {
         return next.run(req).await;
     }
     let fault = match decide_fault(&state, &path, false, req.headers()) {
@@ -496,6 +505,19 @@ async fn generate_handler(State(state): State<AppState>, req: Request) -> Respon
             return err.into_response();
         }
     };
+    execute(&state, plan, fault, started).await
+}
+
+/// Run a validated plan: abort shapes that never reach the scheduler, admission, the engine, and the
+/// stream, body and abort faults of `fault` (HTTP-level faults were applied before planning). The OpenAI
+/// routes call this too, with only the abort faults, and translate what it answers.
+pub(crate) async fn execute(
+    state: &AppState,
+    plan: request::GeneratePlan,
+    fault: Option<Fault>,
+    started: Instant,
+) -> Response {
+    let config = state.config();
     let span = tracing::info_span!(
         "generate",
         rid = %plan.items.first().map(|i| i.rid.as_str()).unwrap_or(""),
@@ -794,7 +816,7 @@ async fn weight_version(State(state): State<AppState>) -> Response {
     }
 }
 
-fn unix_seconds() -> u64 {
+pub(crate) fn unix_seconds() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())

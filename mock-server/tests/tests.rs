@@ -22,6 +22,9 @@ mod latency;
 /// The model's documented properties on the wire, and the exact requests of the defects found by the reference.
 #[path = "areas/model.rs"]
 mod model;
+/// The OpenAI-compatible routes: logprobs equal `/generate`'s, streams, errors, faults, the control plane.
+#[path = "areas/openai.rs"]
+mod openai;
 /// Server output equals the oracle, non-streamed and streamed in every output mode.
 #[path = "areas/oracle.rs"]
 mod oracle;

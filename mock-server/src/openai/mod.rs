@@ -1,0 +1,290 @@
+//! SGLang's OpenAI-compatible routes, `/v1/completions` and `/v1/chat/completions`, streamed and not.
+//!
+//! As in SGLang, each request becomes a native `/generate` request ([`request::translate`]) that runs
+//! through the same planner, engine, control plane and abort faults as `/generate` itself
+//! ([`crate::routes::execute`]); its answer is then rewritten in OpenAI's shape ([`response`]). Logprobs are
+//! therefore those of `/generate` for the same tokens, bit for bit. HTTP faults apply before the request
+//! runs, and body and stream faults to the OpenAI answer ([`faults`]).
+
+pub mod faults;
+pub mod request;
+pub mod response;
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::time::Instant;
+
+use axum::body::{Body, BodyDataStream};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use serde_json::Value;
+
+use crate::conn::ConnHandle;
+use crate::error::ApiError;
+use crate::fault::{self, Fault, FaultKind};
+use crate::generate::{self, DONE_EVENT, UuidRids, stream_faults};
+use crate::request as native;
+use crate::routes::{self, AppState};
+pub use request::{Api, ChatMessage, OpenAiRequest, render_chatml};
+use response::{ChunkTranslator, Translated};
+
+/// `POST /v1/completions`.
+pub async fn completions(State(state): State<AppState>, req: Request) -> Response {
+    handle(state, req, Api::Completions).await
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn chat_completions(State(state): State<AppState>, req: Request) -> Response {
+    handle(state, req, Api::Chat).await
+}
+
+async fn handle(state: AppState, req: Request, api: Api) -> Response {
+    let started = Instant::now();
+    let (parts, body) = req.into_parts();
+    if let Err(err) = check_content_type(&parts.headers) {
+        return err.into_response();
+    }
+    let conn = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<ConnHandle>>()
+        .map(|c| c.0.clone());
+    let config = state.config();
+    let bytes = match routes::read_body(body, config.max_body_bytes).await {
+        Ok(bytes) => bytes,
+        Err(err) => return err.into_response(),
+    };
+    let openai = match serde_json::from_slice::<Value>(&bytes)
+        .map_err(|err| ApiError::Validation(native::json_decode_message(&err)))
+        .and_then(|body| request::translate(api, &body, config, state.model().tokenizer()))
+    {
+        Ok(openai) => openai,
+        Err(err) => {
+            tracing::info!(error = %err, path = api.path(), "rejected OpenAI request");
+            return err.into_response();
+        }
+    };
+    let fault = match routes::decide_fault(&state, api.path(), openai.stream, &parts.headers) {
+        Ok(fault) => fault,
+        Err(err) => return err.into_response(),
+    };
+    if let Some(fault) = &fault
+        && let Some(response) = routes::http_fault(&state, fault, conn.as_ref()).await
+    {
+        return response;
+    }
+    // The native body is ours, so it always parses; SGLang's planner then checks the values.
+    let native_body = serde_json::to_vec(&openai.native).unwrap_or_default();
+    let plan = native::parse_generate(&native_body).and_then(|parsed| {
+        native::plan_generate(&parsed, config, state.model().tokenizer(), &mut UuidRids)
+    });
+    let plan = match plan {
+        Ok(plan) => plan,
+        Err(err) => return openai_error(err).into_response(),
+    };
+    let engine_fault = fault.clone().filter(|f| {
+        matches!(
+            f.kind,
+            FaultKind::AbortWaiting | FaultKind::AbortRunning | FaultKind::AbortBeforePrefill
+        )
+    });
+    let answer = routes::execute(&state, plan, engine_fault, started).await;
+    if answer.status() != StatusCode::OK {
+        return error_answer(answer).await;
+    }
+    let incremental = config.incremental_streaming_output;
+    let created = routes::unix_seconds();
+    let output_fault = fault.filter(|f| !f.kind.is_http_level() && !is_engine_fault(f.kind));
+    if openai.stream {
+        let translator = ChunkTranslator::new(openai, incremental, created);
+        let events = translate_stream(
+            answer.into_body().into_data_stream(),
+            translator,
+            output_fault.clone(),
+        );
+        let body = match output_fault {
+            Some(fault) if !fault::is_body_fault(fault.kind) => {
+                Body::from_stream(stream_faults::apply(events, fault))
+            }
+            _ => Body::from_stream(events),
+        };
+        return (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")],
+            body,
+        )
+            .into_response();
+    }
+    non_stream_answer(&openai, answer.into_body(), created, output_fault).await
+}
+
+fn is_engine_fault(kind: FaultKind) -> bool {
+    matches!(
+        kind,
+        FaultKind::AbortWaiting | FaultKind::AbortRunning | FaultKind::AbortBeforePrefill
+    )
+}
+
+/// `validate_json_request`: the OpenAI routes take `application/json` only.
+fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let media_type = content_type.split(';').next().unwrap_or("").trim();
+    if media_type == "application/json" {
+        Ok(())
+    } else {
+        Err(ApiError::Validation(
+            "Unsupported Media Type: Only 'application/json' is allowed".to_owned(),
+        ))
+    }
+}
+
+/// A native `ValueError` is the OpenAI layer's `BadRequestError`; other errors keep their shape.
+fn openai_error(err: ApiError) -> ApiError {
+    match err {
+        ApiError::Value(message) => ApiError::OpenAiBadRequest(message),
+        other => other,
+    }
+}
+
+/// A native error answer in the OpenAI layer's shape: a `{"error":{"message"}}` 400 becomes a
+/// `BadRequestError`; HTTP errors (a full queue's 503) and the plain 500 pass unchanged.
+async fn error_answer(answer: Response) -> Response {
+    let (parts, body) = answer.into_parts();
+    let bytes = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .unwrap_or_default();
+    if parts.status == StatusCode::BAD_REQUEST
+        && let Ok(value) = serde_json::from_slice::<Value>(&bytes)
+        && let Some(message) = value["error"]["message"].as_str()
+    {
+        return ApiError::openai_bad_request(message).into_response();
+    }
+    Response::from_parts(parts, Body::from(bytes))
+}
+
+async fn non_stream_answer(
+    openai: &OpenAiRequest,
+    body: Body,
+    created: u64,
+    fault: Option<Fault>,
+) -> Response {
+    let bytes = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(bytes) => bytes,
+        Err(err) => {
+            return ApiError::internal(format!("native answer unreadable: {err}")).into_response();
+        }
+    };
+    let ret = match serde_json::from_slice::<Value>(&bytes) {
+        Ok(Value::Array(items)) => items,
+        Ok(item) => vec![item],
+        Err(err) => {
+            return ApiError::internal(format!("native answer is not JSON: {err}")).into_response();
+        }
+    };
+    let mut value = response::body(openai, &ret, created);
+    if let Some(fault) = &fault {
+        faults::mutate(fault, &mut value);
+    }
+    let mut out = faults::write(&value);
+    if let Some(fault) = fault.filter(|f| !fault::is_body_fault(f.kind)) {
+        out = match stream_faults::non_stream_body(&fault, out).await {
+            Ok(out) => out,
+            Err(response) => return response,
+        };
+    }
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        out,
+    )
+        .into_response()
+}
+
+/// State of a translated stream: the native events not yet read, and OpenAI events not yet sent.
+struct StreamState {
+    native: BodyDataStream,
+    buf: Vec<u8>,
+    translator: ChunkTranslator,
+    pending: VecDeque<Bytes>,
+    fault: Option<Fault>,
+    done: bool,
+}
+
+impl StreamState {
+    fn push(&mut self, mut chunk: Value) {
+        if let Some(fault) = self.fault.as_ref().filter(|f| fault::is_body_fault(f.kind)) {
+            faults::mutate(fault, &mut chunk);
+        }
+        self.pending
+            .push_back(generate::sse_event(&faults::write(&chunk)));
+    }
+
+    /// Translate one complete native event.
+    fn native_event(&mut self, json: &[u8]) {
+        if json == b"[DONE]" {
+            for chunk in self.translator.finish() {
+                self.push(chunk);
+            }
+            self.pending.push_back(Bytes::from_static(DONE_EVENT));
+            self.done = true;
+            return;
+        }
+        // The native stream is the server's own output; an event that does not parse cannot occur.
+        let Ok(event) = serde_json::from_slice::<Value>(json) else {
+            return;
+        };
+        match self.translator.event(&event) {
+            Translated::Chunks(chunks) => chunks.into_iter().for_each(|c| self.push(c)),
+            Translated::Error(error) => {
+                self.pending
+                    .push_back(generate::sse_event(&faults::write(&error)));
+                self.pending.push_back(Bytes::from_static(DONE_EVENT));
+                self.done = true;
+            }
+        }
+    }
+}
+
+/// The OpenAI events of a native SSE stream, one event per item.
+fn translate_stream(
+    native: BodyDataStream,
+    translator: ChunkTranslator,
+    fault: Option<Fault>,
+) -> impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
+    let state = StreamState {
+        native,
+        buf: Vec::new(),
+        translator,
+        pending: VecDeque::new(),
+        fault,
+        done: false,
+    };
+    futures_util::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(event) = st.pending.pop_front() {
+                return Some((Ok(event), st));
+            }
+            if st.done {
+                return None;
+            }
+            if let Some(end) = st.buf.windows(2).position(|w| w == b"\n\n") {
+                let event: Vec<u8> = st.buf.drain(..end + 2).collect();
+                if let Some(json) = event.strip_prefix(b"data: ") {
+                    st.native_event(&json[..json.len() - 2]);
+                }
+                continue;
+            }
+            match st.native.next().await {
+                Some(Ok(bytes)) => st.buf.extend_from_slice(&bytes),
+                // The native stream ended without `[DONE]` (the server is shutting down): end here too.
+                _ => st.done = true,
+            }
+        }
+    })
+}

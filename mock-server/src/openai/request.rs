@@ -1,0 +1,538 @@
+//! An OpenAI `/v1/completions` or `/v1/chat/completions` body turned into the native `/generate` body SGLang
+//! builds from it (`_convert_to_internal_request` in `serving_completions.py` and `serving_chat.py`), plus
+//! what the answer needs to know about the request (echo, `n`, logprobs, usage options).
+
+use serde_json::{Map, Value, json};
+
+use crate::config::ServerConfig;
+use crate::error::ApiError;
+use crate::model::Tokenizer;
+use crate::request::validation_error;
+
+/// Which OpenAI route a request came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    Completions,
+    Chat,
+}
+
+impl Api {
+    pub fn path(self) -> &'static str {
+        match self {
+            Api::Completions => "/v1/completions",
+            Api::Chat => "/v1/chat/completions",
+        }
+    }
+}
+
+/// An OpenAI request as the answer needs it, and the native body that runs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenAiRequest {
+    pub api: Api,
+    /// Echoed in every answer, as SGLang does (`model=request.model`).
+    pub model: String,
+    /// Samples per prompt.
+    pub n: usize,
+    pub stream: bool,
+    /// `stream_options.include_usage`: a last chunk with `usage` and no choices.
+    pub include_usage: bool,
+    /// `stream_options.continuous_usage_stats`: `usage` on every chunk too.
+    pub continuous_usage: bool,
+    /// Completions: `Some(k)` when `logprobs` is an integer. Chat: `Some(top_logprobs)` when `logprobs` is
+    /// true. `None`: no logprobs in the answer.
+    pub logprobs: Option<u32>,
+    /// Completions with `echo`: the text put before each prompt's answers, one per prompt.
+    pub echo: Option<Vec<String>>,
+    /// The `/generate` body SGLang builds from the request.
+    pub native: Value,
+}
+
+/// Sampling fields passed to `sampling_params` under the same name.
+const SAME_NAME: &[&str] = &[
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "stop",
+    "stop_token_ids",
+    "n",
+    "no_stop_trim",
+    "ignore_eos",
+    "skip_special_tokens",
+    "logit_bias",
+    "regex",
+    "ebnf",
+];
+
+/// Translate a parsed body. Type errors are Pydantic's 400s; the OpenAI layer's own checks ("Prompt cannot
+/// be empty", messages that do not fit the template) are `BadRequestError`s. Sampling values are checked by
+/// the native planner, as in SGLang.
+pub fn translate(
+    api: Api,
+    body: &Value,
+    config: &ServerConfig,
+    tokenizer: &Tokenizer,
+) -> Result<OpenAiRequest, ApiError> {
+    let obj = body.as_object().ok_or_else(|| {
+        validation_error(
+            "model_attributes_type",
+            "()",
+            "Input should be a valid dictionary or object to extract fields from",
+        )
+    })?;
+    let model = match present(obj, "model") {
+        None => config.served_model_name().to_owned(),
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err(type_error("model", "string_type", "a valid string")),
+    };
+    let stream = bool_field(obj, "stream")?.unwrap_or(false);
+    let n = match int_field(obj, "n")? {
+        None => 1,
+        Some(n) if n >= 1 => n as usize,
+        Some(_) => return Err(ApiError::openai_bad_request("n must be at least 1.")),
+    };
+    let (include_usage, continuous_usage) = stream_options(obj, stream)?;
+    let mut sampling = Map::new();
+    for key in SAME_NAME {
+        if let Some(value) = present(obj, key) {
+            sampling.insert((*key).to_owned(), value.clone());
+        }
+    }
+    if let Some(seed) = present(obj, "seed") {
+        sampling.insert("sampling_seed".to_owned(), seed.clone());
+    }
+    if let Some(min) = present(obj, "min_tokens") {
+        sampling.insert("min_new_tokens".to_owned(), min.clone());
+    }
+    let mut native = Map::new();
+    let (logprobs, echo) = match api {
+        Api::Completions => completions_prompt(obj, tokenizer, &mut native, &mut sampling)?,
+        Api::Chat => chat_prompt(obj, &mut native, &mut sampling)?,
+    };
+    native.insert("sampling_params".to_owned(), Value::Object(sampling));
+    native.insert("return_logprob".to_owned(), json!(logprobs.is_some()));
+    native.insert("top_logprobs_num".to_owned(), json!(logprobs.unwrap_or(0)));
+    let logprob_start_len: i64 = if echo.is_some() && logprobs.is_some() {
+        0
+    } else {
+        -1
+    };
+    native.insert("logprob_start_len".to_owned(), json!(logprob_start_len));
+    native.insert("return_text_in_logprobs".to_owned(), json!(true));
+    native.insert("stream".to_owned(), json!(stream));
+    if let Some(rid) = present(obj, "rid") {
+        native.insert("rid".to_owned(), rid.clone());
+    }
+    Ok(OpenAiRequest {
+        api,
+        model,
+        n,
+        stream,
+        include_usage,
+        continuous_usage,
+        logprobs,
+        echo,
+        native: Value::Object(native),
+    })
+}
+
+type PromptParts = (Option<u32>, Option<Vec<String>>);
+
+/// `prompt` (a string, token ids, or a list of either), `max_tokens` (16 by default), `logprobs` and `echo`.
+fn completions_prompt(
+    obj: &Map<String, Value>,
+    tokenizer: &Tokenizer,
+    native: &mut Map<String, Value>,
+    sampling: &mut Map<String, Value>,
+) -> Result<PromptParts, ApiError> {
+    let prompt = obj
+        .get("prompt")
+        .ok_or_else(|| validation_error("missing", "'prompt'", "Field required"))?;
+    let prompts = Prompts::parse(prompt)?;
+    if prompts.is_empty() {
+        return Err(ApiError::openai_bad_request("Prompt cannot be empty"));
+    }
+    let max_tokens = int_field(obj, "max_tokens")?.unwrap_or(16);
+    sampling.insert("max_new_tokens".to_owned(), json!(max_tokens));
+    let logprobs = match int_field(obj, "logprobs")? {
+        None => None,
+        Some(k) if (0..=i64::from(u32::MAX)).contains(&k) => Some(k as u32),
+        Some(_) => {
+            return Err(ApiError::openai_bad_request(
+                "logprobs must be a non-negative integer.",
+            ));
+        }
+    };
+    let echo = bool_field(obj, "echo")?
+        .unwrap_or(false)
+        .then(|| prompts.echo_texts(tokenizer));
+    match prompts {
+        Prompts::Text(text) => native.insert("text".to_owned(), json!(text)),
+        Prompts::Texts(texts) => native.insert("text".to_owned(), json!(texts)),
+        Prompts::Ids(ids) => native.insert("input_ids".to_owned(), json!(ids)),
+        Prompts::IdLists(lists) => native.insert("input_ids".to_owned(), json!(lists)),
+    };
+    Ok((logprobs, echo))
+}
+
+/// The four prompt forms of `CompletionRequest.prompt`.
+#[derive(Debug)]
+enum Prompts {
+    Text(String),
+    Texts(Vec<String>),
+    Ids(Vec<u32>),
+    IdLists(Vec<Vec<u32>>),
+}
+
+impl Prompts {
+    fn parse(prompt: &Value) -> Result<Prompts, ApiError> {
+        let wrong = || {
+            validation_error(
+                "union_type",
+                "'prompt'",
+                "Input should be a valid string, a list of strings, a list of integers or a list of lists \
+                 of integers",
+            )
+        };
+        let ids = |items: &[Value]| -> Option<Vec<u32>> {
+            items
+                .iter()
+                .map(|v| v.as_u64().and_then(|x| u32::try_from(x).ok()))
+                .collect()
+        };
+        match prompt {
+            Value::String(s) => Ok(Prompts::Text(s.clone())),
+            Value::Array(items) => match items.first() {
+                None => Ok(Prompts::Texts(Vec::new())),
+                Some(Value::String(_)) => items
+                    .iter()
+                    .map(|v| v.as_str().map(str::to_owned))
+                    .collect::<Option<Vec<_>>>()
+                    .map(Prompts::Texts)
+                    .ok_or_else(wrong),
+                Some(Value::Number(_)) => ids(items).map(Prompts::Ids).ok_or_else(wrong),
+                Some(Value::Array(_)) => items
+                    .iter()
+                    .map(|v| v.as_array().and_then(|a| ids(a)))
+                    .collect::<Option<Vec<_>>>()
+                    .map(Prompts::IdLists)
+                    .ok_or_else(wrong),
+                Some(_) => Err(wrong()),
+            },
+            _ => Err(wrong()),
+        }
+    }
+
+    /// `_validate_request`: an empty prompt, or a list whose prompts are all empty.
+    fn is_empty(&self) -> bool {
+        match self {
+            Prompts::Text(s) => s.is_empty(),
+            Prompts::Texts(v) => v.iter().all(String::is_empty),
+            Prompts::Ids(v) => v.is_empty(),
+            Prompts::IdLists(v) => v.iter().all(Vec::is_empty),
+        }
+    }
+
+    /// The echoed text of each prompt: the string itself, or the ids decoded without special tokens.
+    fn echo_texts(&self, tokenizer: &Tokenizer) -> Vec<String> {
+        match self {
+            Prompts::Text(s) => vec![s.clone()],
+            Prompts::Texts(v) => v.clone(),
+            Prompts::Ids(ids) => vec![tokenizer.decode(ids, true)],
+            Prompts::IdLists(lists) => lists
+                .iter()
+                .map(|ids| tokenizer.decode(ids, true))
+                .collect(),
+        }
+    }
+}
+
+/// `messages` rendered with the toy model's ChatML template, `max_completion_tokens` (or `max_tokens`),
+/// `logprobs` and `top_logprobs`.
+fn chat_prompt(
+    obj: &Map<String, Value>,
+    native: &mut Map<String, Value>,
+    sampling: &mut Map<String, Value>,
+) -> Result<PromptParts, ApiError> {
+    let messages = obj
+        .get("messages")
+        .ok_or_else(|| validation_error("missing", "'messages'", "Field required"))?
+        .as_array()
+        .ok_or_else(|| type_error("messages", "list_type", "a valid list"))?;
+    let mut rendered = Vec::with_capacity(messages.len());
+    for (i, message) in messages.iter().enumerate() {
+        rendered.push(ChatMessage::parse(i, message)?);
+    }
+    if rendered.is_empty() {
+        return Err(ApiError::openai_bad_request("Messages cannot be empty."));
+    }
+    native.insert("text".to_owned(), json!(render_chatml(&rendered)));
+    let max = match int_field(obj, "max_completion_tokens")? {
+        Some(max) => Some(max),
+        None => int_field(obj, "max_tokens")?,
+    };
+    if let Some(max) = max {
+        sampling.insert("max_new_tokens".to_owned(), json!(max));
+    }
+    let logprobs = bool_field(obj, "logprobs")?.unwrap_or(false);
+    let top = int_field(obj, "top_logprobs")?;
+    let logprobs = match (logprobs, top) {
+        (false, Some(_)) => {
+            return Err(ApiError::openai_bad_request(
+                "top_logprobs is only allowed when logprobs is true.",
+            ));
+        }
+        (false, None) => None,
+        (true, None) => Some(0),
+        (true, Some(k)) if (0..=20).contains(&k) => Some(k as u32),
+        (true, Some(_)) => {
+            return Err(ApiError::openai_bad_request(
+                "top_logprobs must be between 0 and 20.",
+            ));
+        }
+    };
+    Ok((logprobs, None))
+}
+
+/// One chat message: a role and its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// `{"role", "content"}` where content is a string, `null`, or a list of `{"type": "text", "text"}` parts
+    /// (joined with spaces, as SGLang flattens parts for string templates).
+    fn parse(i: usize, message: &Value) -> Result<ChatMessage, ApiError> {
+        let loc = |field: &str| format!("'messages', {i}, '{field}'");
+        let obj = message.as_object().ok_or_else(|| {
+            validation_error(
+                "model_attributes_type",
+                &format!("'messages', {i}"),
+                "Input should be a valid dictionary or object to extract fields from",
+            )
+        })?;
+        let role = match obj.get("role") {
+            Some(Value::String(role)) => role.clone(),
+            Some(_) => {
+                return Err(validation_error(
+                    "string_type",
+                    &loc("role"),
+                    "Input should be a valid string",
+                ));
+            }
+            None => return Err(validation_error("missing", &loc("role"), "Field required")),
+        };
+        if !matches!(
+            role.as_str(),
+            "system" | "developer" | "user" | "assistant" | "tool"
+        ) {
+            return Err(validation_error(
+                "literal_error",
+                &loc("role"),
+                "Input should be 'system', 'developer', 'user', 'assistant' or 'tool'",
+            ));
+        }
+        let content = match obj.get("content") {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Array(parts)) => {
+                let mut texts = Vec::with_capacity(parts.len());
+                for part in parts {
+                    match (part.get("type").and_then(Value::as_str), part.get("text")) {
+                        (Some("text"), Some(Value::String(text))) => texts.push(text.as_str()),
+                        (Some(kind), _) if kind != "text" => {
+                            return Err(ApiError::openai_bad_request(format!(
+                                "The toy model reads text only; message {i} has a {kind:?} part."
+                            )));
+                        }
+                        _ => {
+                            return Err(validation_error(
+                                "model_type",
+                                &loc("content"),
+                                "Input should be a valid text content part",
+                            ));
+                        }
+                    }
+                }
+                texts.join(" ")
+            }
+            Some(_) => {
+                return Err(validation_error(
+                    "union_type",
+                    &loc("content"),
+                    "Input should be a valid string or a list of content parts",
+                ));
+            }
+        };
+        Ok(ChatMessage { role, content })
+    }
+}
+
+/// The toy model's chat template, ChatML: each message as `<|im_start|>{role}\n{content}<|im_end|>\n`, then
+/// the generation prompt `<|im_start|>assistant\n`. No default system message is added.
+pub fn render_chatml(messages: &[ChatMessage]) -> String {
+    let mut out = String::new();
+    for message in messages {
+        out.push_str("<|im_start|>");
+        out.push_str(&message.role);
+        out.push('\n');
+        out.push_str(&message.content);
+        out.push_str("<|im_end|>\n");
+    }
+    out.push_str("<|im_start|>assistant\n");
+    out
+}
+
+/// `stream_options` is only allowed with `stream`; it carries `include_usage` and `continuous_usage_stats`.
+fn stream_options(obj: &Map<String, Value>, stream: bool) -> Result<(bool, bool), ApiError> {
+    let Some(options) = present(obj, "stream_options") else {
+        return Ok((false, false));
+    };
+    let options = options
+        .as_object()
+        .ok_or_else(|| type_error("stream_options", "model_type", "a valid dictionary"))?;
+    if !stream {
+        return Err(ApiError::openai_bad_request(
+            "Stream options can only be defined when `stream=True`.",
+        ));
+    }
+    Ok((
+        bool_field(options, "include_usage")?.unwrap_or(false),
+        bool_field(options, "continuous_usage_stats")?.unwrap_or(false),
+    ))
+}
+
+/// A field's value unless absent or `null` (Pydantic's `Optional` with a default).
+fn present<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    obj.get(key).filter(|v| !v.is_null())
+}
+
+fn type_error(field: &str, kind: &str, what: &str) -> ApiError {
+    validation_error(
+        kind,
+        &format!("'{field}'"),
+        &format!("Input should be {what}"),
+    )
+}
+
+fn int_field(obj: &Map<String, Value>, key: &str) -> Result<Option<i64>, ApiError> {
+    match present(obj, key) {
+        None => Ok(None),
+        Some(v) => v
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| type_error(key, "int_type", "a valid integer")),
+    }
+}
+
+fn bool_field(obj: &Map<String, Value>, key: &str) -> Result<Option<bool>, ApiError> {
+    match present(obj, key) {
+        None => Ok(None),
+        Some(v) => v
+            .as_bool()
+            .map(Some)
+            .ok_or_else(|| type_error(key, "bool_type", "a valid boolean")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokenizer() -> Tokenizer {
+        Tokenizer::new(151_936)
+    }
+
+    #[test]
+    fn chatml_renders_every_message_then_the_generation_prompt() {
+        let messages = [
+            ChatMessage {
+                role: "system".into(),
+                content: "Be brief.".into(),
+            },
+            ChatMessage {
+                role: "user".into(),
+                content: "Hi".into(),
+            },
+        ];
+        assert_eq!(
+            render_chatml(&messages),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        );
+    }
+
+    #[test]
+    fn completions_map_to_sglangs_native_body() {
+        let body = json!({"model": "m", "prompt": "Hello", "max_tokens": 5, "logprobs": 2, "echo": true,
+                          "seed": 9, "stop": ["\n"], "temperature": 0.5});
+        let req = translate(
+            Api::Completions,
+            &body,
+            &ServerConfig::default(),
+            &tokenizer(),
+        )
+        .unwrap();
+        assert_eq!(req.logprobs, Some(2));
+        assert_eq!(req.echo, Some(vec!["Hello".to_owned()]));
+        assert_eq!(
+            req.native,
+            json!({"text": "Hello", "return_logprob": true, "top_logprobs_num": 2, "logprob_start_len": 0,
+                   "return_text_in_logprobs": true, "stream": false,
+                   "sampling_params": {"max_new_tokens": 5, "sampling_seed": 9, "stop": ["\n"],
+                                       "temperature": 0.5}})
+        );
+    }
+
+    #[test]
+    fn chat_prefers_max_completion_tokens_and_needs_logprobs_for_top_logprobs() {
+        let config = ServerConfig::default();
+        let body = json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                                   {"type": "text", "text": "b"}]}],
+                          "max_tokens": 3, "max_completion_tokens": 7, "logprobs": true, "top_logprobs": 4});
+        let req = translate(Api::Chat, &body, &config, &tokenizer()).unwrap();
+        assert_eq!(req.native["sampling_params"]["max_new_tokens"], 7);
+        assert_eq!(
+            req.native["text"],
+            "<|im_start|>user\na b<|im_end|>\n<|im_start|>assistant\n"
+        );
+        assert_eq!(req.logprobs, Some(4));
+        assert_eq!(req.native["logprob_start_len"], -1);
+        let body = json!({"messages": [{"role": "user", "content": "a"}], "top_logprobs": 4});
+        let err = translate(Api::Chat, &body, &config, &tokenizer()).unwrap_err();
+        assert_eq!(err.status(), 400);
+    }
+
+    #[test]
+    fn empty_and_mistyped_prompts_are_refused() {
+        let config = ServerConfig::default();
+        for (prompt, kind) in [
+            (json!(""), "BadRequestError"),
+            (json!(["", ""]), "BadRequestError"),
+            (json!([]), "BadRequestError"),
+            (json!(3), "Bad Request"),
+            (json!([1, "a"]), "Bad Request"),
+        ] {
+            let body = json!({"prompt": prompt});
+            let err = translate(Api::Completions, &body, &config, &tokenizer()).unwrap_err();
+            let json: Value = serde_json::from_slice(&err.json_body().unwrap()).unwrap();
+            assert_eq!(json["type"], kind, "{prompt}");
+            assert_eq!(json["code"], 400);
+        }
+    }
+
+    #[test]
+    fn token_id_prompts_echo_their_decoded_text() {
+        let tok = tokenizer();
+        let ids = tok.encode("Hello world");
+        let body = json!({"prompt": ids, "echo": true});
+        let req = translate(Api::Completions, &body, &ServerConfig::default(), &tok).unwrap();
+        assert_eq!(req.echo, Some(vec!["Hello world".to_owned()]));
+        assert_eq!(req.native["input_ids"], json!(ids));
+        assert_eq!(req.native["sampling_params"]["max_new_tokens"], 16);
+    }
+}

@@ -1,0 +1,528 @@
+//! `/v1/completions` and `/v1/chat/completions`: the logprobs are those of `/generate` for the same tokens
+//! (native bodies written here by hand, the ChatML prompt included, and answered by the oracle), streams
+//! reassemble to the non-stream answer, errors have the OpenAI layer's shapes, and the fault catalogue and
+//! the control plane reach these routes.
+
+use std::time::Duration;
+
+use axum::http::Method;
+use mock_server::{LatencyConfig, ServerConfig};
+use serde_json::{Value, json};
+
+use crate::common::{InProcess, Reply, sse_json};
+
+async fn post(server: &InProcess, path: &str, body: &Value) -> Reply {
+    server
+        .post(path, serde_json::to_vec(body).expect("serialisable"))
+        .await
+}
+
+async fn post_with_fault(server: &InProcess, path: &str, body: &Value, fault: &str) -> Reply {
+    let headers = [
+        ("content-type", "application/json"),
+        ("x-mock-fault", fault),
+    ];
+    server
+        .request(
+            Method::POST,
+            path,
+            serde_json::to_vec(body).unwrap(),
+            &headers,
+        )
+        .await
+}
+
+/// A JSON number as the f32 it was written from.
+fn f32_of(v: &Value) -> f32 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}")) as f32
+}
+
+fn texts(server: &InProcess, ids: &[u32]) -> Vec<String> {
+    let tokenizer = server.oracle.model().tokenizer();
+    ids.iter()
+        .map(|&id| tokenizer.token_text(id).into_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn completion_logprobs_with_echo_are_the_generate_logprobs_of_the_same_tokens() {
+    let server = InProcess::new(ServerConfig::default());
+    let prompt = "The capital of France is";
+    let reply = post(
+        &server,
+        "/v1/completions",
+        &json!({"model": "toy", "prompt": prompt, "max_tokens": 8, "temperature": 0.7, "seed": 5,
+                "logprobs": 3, "echo": true}),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let body = reply.json();
+    let native = json!({"text": prompt, "return_logprob": true, "top_logprobs_num": 3, "logprob_start_len": 0,
+                        "return_text_in_logprobs": true,
+                        "sampling_params": {"max_new_tokens": 8, "temperature": 0.7, "sampling_seed": 5}});
+    let expected = server
+        .oracle
+        .expect(&serde_json::to_vec(&native).unwrap())
+        .unwrap();
+    let want = &expected.items[0];
+    let meta = &expected.body["meta_info"];
+
+    assert_eq!(body["object"], "text_completion");
+    assert_eq!(body["model"], "toy");
+    let choice = &body["choices"][0];
+    assert_eq!(choice["text"], format!("{prompt}{}", want.text));
+    assert_eq!(choice["finish_reason"], "length");
+    let lp = &choice["logprobs"];
+    let n_prompt = want.prompt_tokens;
+    let tokens: Vec<&str> = lp["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(tokens.len(), n_prompt + want.output_ids.len());
+    assert_eq!(tokens[n_prompt..], texts(&server, &want.output_ids));
+    let token_logprobs = lp["token_logprobs"].as_array().unwrap();
+    let output: Vec<f32> = token_logprobs[n_prompt..].iter().map(f32_of).collect();
+    assert_eq!(output, want.output_logprobs, "output logprobs, bit for bit");
+    // The prompt's entries are `/generate`'s input logprobs: the first has none.
+    let input = meta["input_token_logprobs"].as_array().unwrap();
+    assert_eq!(input.len(), n_prompt);
+    for (i, entry) in input.iter().enumerate() {
+        assert_eq!(token_logprobs[i], entry[0], "input position {i}");
+        assert_eq!(tokens[i], entry[2], "input token text {i}");
+    }
+    assert!(token_logprobs[0].is_null());
+    assert_eq!(lp["text_offset"], json!(vec![-1; tokens.len()]));
+    // Top lists: the prompt's then the output's, each a {text: logprob} dict of three.
+    let tops = lp["top_logprobs"].as_array().unwrap();
+    assert_eq!(tops.len(), tokens.len());
+    let native_tops = meta["output_top_logprobs"].as_array().unwrap();
+    for (i, top) in native_tops.iter().enumerate() {
+        let dict = tops[n_prompt + i].as_object().unwrap();
+        assert_eq!(dict.len(), 3);
+        for entry in top.as_array().unwrap() {
+            assert_eq!(dict[entry[2].as_str().unwrap()], entry[0]);
+        }
+    }
+    assert_eq!(
+        body["usage"],
+        json!({"prompt_tokens": n_prompt, "completion_tokens": 8, "total_tokens": n_prompt + 8,
+               "prompt_tokens_details": null})
+    );
+    assert_eq!(body["metadata"], json!({"weight_version": "default"}));
+}
+
+#[tokio::test]
+async fn chat_logprobs_are_the_generate_logprobs_of_the_chatml_prompt() {
+    let server = InProcess::new(ServerConfig::default());
+    let reply = post(
+        &server,
+        "/v1/chat/completions",
+        &json!({"model": "toy", "messages": [{"role": "system", "content": "Be brief."},
+                                             {"role": "user", "content": "What is 2+2?"}],
+                "max_completion_tokens": 40, "logprobs": true, "top_logprobs": 2, "seed": 11}),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let body = reply.json();
+    // The toy model's template, written out: ChatML with the generation prompt.
+    let chatml = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n\
+                  <|im_start|>assistant\n";
+    let native = json!({"text": chatml, "return_logprob": true, "top_logprobs_num": 2,
+                        "return_text_in_logprobs": true,
+                        "sampling_params": {"max_new_tokens": 40, "sampling_seed": 11}});
+    let expected = server
+        .oracle
+        .expect(&serde_json::to_vec(&native).unwrap())
+        .unwrap();
+    let want = &expected.items[0];
+    assert_eq!(body["object"], "chat.completion");
+    let choice = &body["choices"][0];
+    assert_eq!(choice["message"]["role"], "assistant");
+    assert_eq!(choice["message"]["content"], want.text.as_str());
+    let finish = want.finish_reason.as_ref().unwrap();
+    let native_finish = &expected.body["meta_info"]["finish_reason"];
+    assert_eq!(choice["finish_reason"], native_finish["type"], "{finish:?}");
+    assert_eq!(
+        choice["matched_stop"],
+        native_finish.get("matched").cloned().unwrap_or(Value::Null)
+    );
+    let content = choice["logprobs"]["content"].as_array().unwrap();
+    assert_eq!(content.len(), want.output_ids.len());
+    let names = texts(&server, &want.output_ids);
+    let native_tops = expected.body["meta_info"]["output_top_logprobs"]
+        .as_array()
+        .unwrap();
+    for (i, entry) in content.iter().enumerate() {
+        assert_eq!(
+            f32_of(&entry["logprob"]),
+            want.output_logprobs[i],
+            "position {i}"
+        );
+        assert_eq!(entry["token"], names[i].as_str());
+        assert_eq!(entry["bytes"], json!(names[i].as_bytes()));
+        let top = entry["top_logprobs"].as_array().unwrap();
+        let native_top = native_tops[i].as_array().unwrap();
+        assert_eq!(top.len(), native_top.len());
+        for t in top {
+            let found = native_top
+                .iter()
+                .find(|n| n[2] == t["token"])
+                .expect("a native top entry");
+            assert_eq!(t["logprob"], found[0]);
+        }
+    }
+    assert_eq!(body["usage"]["prompt_tokens"], want.prompt_tokens);
+    assert_eq!(body["usage"]["completion_tokens"], want.output_ids.len());
+}
+
+/// Per-choice text and logprob lists of a non-stream answer.
+fn choices_of(api: &str, body: &Value) -> Vec<(String, Vec<Value>)> {
+    body["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| match api {
+            "chat" => (
+                c["message"]["content"].as_str().unwrap().to_owned(),
+                c["logprobs"]["content"].as_array().unwrap().clone(),
+            ),
+            _ => (
+                c["text"].as_str().unwrap().to_owned(),
+                c["logprobs"]["token_logprobs"].as_array().unwrap().clone(),
+            ),
+        })
+        .collect()
+}
+
+/// The same per-choice view, reassembled from stream chunks.
+fn reassemble(api: &str, chunks: &[Value], n: usize) -> Vec<(String, Vec<Value>)> {
+    let mut out = vec![(String::new(), Vec::new()); n];
+    for chunk in chunks {
+        for c in chunk["choices"].as_array().unwrap() {
+            let slot = &mut out[c["index"].as_u64().unwrap() as usize];
+            let (text, logprobs) = match api {
+                "chat" => (&c["delta"]["content"], &c["logprobs"]["content"]),
+                _ => (&c["text"], &c["logprobs"]["token_logprobs"]),
+            };
+            slot.0.push_str(text.as_str().unwrap_or(""));
+            slot.1
+                .extend(logprobs.as_array().into_iter().flatten().cloned());
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn streams_reassemble_to_the_non_stream_answer() {
+    let server = InProcess::new(ServerConfig::default());
+    let cases = [
+        (
+            "completions",
+            "/v1/completions",
+            json!({"prompt": "Once upon a time", "max_tokens": 12, "n": 2, "logprobs": 1, "seed": 3}),
+        ),
+        (
+            "chat",
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 12, "n": 2,
+                   "logprobs": true, "top_logprobs": 1, "seed": 3}),
+        ),
+    ];
+    for (api, path, request) in cases {
+        let whole = post(&server, path, &request).await.json();
+        let mut streamed_request = request.clone();
+        streamed_request["stream"] = json!(true);
+        streamed_request["stream_options"] = json!({"include_usage": true});
+        let reply = post(&server, path, &streamed_request).await;
+        assert_eq!(reply.status, 200);
+        assert!(reply.content_type().starts_with("text/event-stream"));
+        let chunks = sse_json(&reply.body);
+        let (usage_chunk, chunks) = chunks.split_last().unwrap();
+        assert_eq!(usage_chunk["choices"], json!([]), "{api}");
+        assert_eq!(usage_chunk["usage"], whole["usage"], "{api}: usage");
+        assert_eq!(reassemble(api, chunks, 2), choices_of(api, &whole), "{api}");
+        for index in 0..2u64 {
+            let mine: Vec<&Value> = chunks
+                .iter()
+                .flat_map(|c| c["choices"].as_array().unwrap())
+                .filter(|c| c["index"] == index)
+                .collect();
+            let last = mine.last().unwrap();
+            assert_eq!(
+                last["finish_reason"],
+                whole["choices"][index as usize]["finish_reason"]
+            );
+            assert!(
+                mine[..mine.len() - 1]
+                    .iter()
+                    .all(|c| c["finish_reason"].is_null())
+            );
+            if api == "chat" {
+                assert_eq!(
+                    mine[0]["delta"],
+                    json!({"role": "assistant", "content": ""})
+                );
+            }
+        }
+        let object = if api == "chat" {
+            "chat.completion.chunk"
+        } else {
+            "text_completion"
+        };
+        assert!(
+            chunks
+                .iter()
+                .all(|c| c["object"] == object && c["id"] == chunks[0]["id"])
+        );
+    }
+}
+
+#[tokio::test]
+async fn token_id_prompts_and_stop_strings_follow_generate() {
+    let server = InProcess::new(ServerConfig::default());
+    let ids = server
+        .oracle
+        .model()
+        .tokenizer()
+        .encode("Counting: one two");
+    // Greedy until a stop string that the greedy answer contains.
+    let native =
+        json!({"input_ids": ids, "sampling_params": {"max_new_tokens": 30, "temperature": 0}});
+    let free = server
+        .oracle
+        .expect(&serde_json::to_vec(&native).unwrap())
+        .unwrap();
+    let text = &free.items[0].text;
+    let stop: String = text.chars().skip(3).take(2).collect();
+    let reply = post(
+        &server,
+        "/v1/completions",
+        &json!({"prompt": ids, "max_tokens": 30, "temperature": 0, "stop": [stop], "echo": true}),
+    )
+    .await;
+    let body = reply.json();
+    let choice = &body["choices"][0];
+    assert_eq!(choice["finish_reason"], "stop");
+    assert_eq!(choice["matched_stop"], stop.as_str());
+    let cut = text.find(&stop).unwrap();
+    assert_eq!(choice["text"], format!("Counting: one two{}", &text[..cut]));
+    assert!(choice["logprobs"].is_null());
+}
+
+#[tokio::test]
+async fn errors_have_the_openai_layers_shapes() {
+    let server = InProcess::new(ServerConfig::default());
+    let bad_request = |reply: &Reply, kind: &str, message: &str| {
+        assert_eq!(reply.status, 400, "{}", reply.text());
+        let body = reply.json();
+        assert_eq!(body["object"], "error");
+        assert_eq!(body["type"], kind);
+        assert_eq!(body["code"], 400);
+        assert!(body["param"].is_null());
+        let text = body["message"].as_str().unwrap();
+        assert!(
+            text.contains(message),
+            "{text:?} should mention {message:?}"
+        );
+    };
+    for content_type in [None, Some("text/plain")] {
+        let headers: Vec<(&str, &str)> = content_type
+            .map(|c| ("content-type", c))
+            .into_iter()
+            .collect();
+        let reply = server
+            .request(
+                Method::POST,
+                "/v1/chat/completions",
+                r#"{"messages":[]}"#,
+                &headers,
+            )
+            .await;
+        bad_request(
+            &reply,
+            "Bad Request",
+            "Unsupported Media Type: Only 'application/json' is allowed",
+        );
+    }
+    let reply = server.post("/v1/completions", "{not json").await;
+    bad_request(&reply, "Bad Request", "JSON decode error");
+    let reply = post(&server, "/v1/completions", &json!({"model": "m"})).await;
+    bad_request(&reply, "Bad Request", "Field required");
+    let reply = post(&server, "/v1/completions", &json!({"prompt": ""})).await;
+    bad_request(&reply, "BadRequestError", "Prompt cannot be empty");
+    let reply = post(
+        &server,
+        "/v1/completions",
+        &json!({"prompt": "x", "max_tokens": "many"}),
+    )
+    .await;
+    bad_request(&reply, "Bad Request", "valid integer");
+    // The native planner's ValueError, in the OpenAI shape, streamed or not.
+    for stream in [false, true] {
+        let request = json!({"prompt": "x", "temperature": -1.0, "stream": stream});
+        let reply = post(&server, "/v1/completions", &request).await;
+        bad_request(&reply, "BadRequestError", "temperature");
+    }
+    let reply = post(
+        &server,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}),
+    )
+    .await;
+    bad_request(&reply, "BadRequestError", "logprobs");
+    let reply = post(
+        &server,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "robot", "content": "x"}]}),
+    )
+    .await;
+    bad_request(&reply, "Bad Request", "role");
+}
+
+#[tokio::test]
+async fn faults_reach_the_openai_routes() {
+    let server = InProcess::new(ServerConfig::default());
+    let completion = json!({"prompt": "faults", "max_tokens": 6, "logprobs": 0});
+    let chat = json!({"messages": [{"role": "user", "content": "faults"}], "max_tokens": 6,
+                      "logprobs": true});
+
+    let reply = post_with_fault(&server, "/v1/completions", &completion, "status;code=503").await;
+    assert_eq!(reply.status, 503);
+
+    let reply = post_with_fault(
+        &server,
+        "/v1/chat/completions",
+        &chat,
+        "abort-running;after=2",
+    )
+    .await;
+    let body = reply.json();
+    assert_eq!(body["choices"][0]["finish_reason"], "abort");
+    assert_eq!(body["usage"]["completion_tokens"], 2);
+    assert_eq!(
+        body["choices"][0]["logprobs"]["content"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+
+    let reply = post_with_fault(&server, "/v1/completions", &completion, "missing-logprobs").await;
+    assert!(reply.json()["choices"][0]["logprobs"].is_null());
+
+    let reply = post_with_fault(
+        &server,
+        "/v1/completions",
+        &completion,
+        "short-logprobs;by=2",
+    )
+    .await;
+    let lp = &reply.json()["choices"][0]["logprobs"];
+    assert_eq!(lp["token_logprobs"].as_array().unwrap().len(), 4);
+    assert_eq!(lp["tokens"].as_array().unwrap().len(), 4);
+
+    let reply = post_with_fault(&server, "/v1/chat/completions", &chat, "null-logprob;at=1").await;
+    let content = reply.json()["choices"][0]["logprobs"]["content"].clone();
+    assert!(content[1]["logprob"].is_null());
+    assert!(content[0]["logprob"].is_number());
+
+    let reply = post_with_fault(&server, "/v1/completions", &completion, "nan-logprob;at=0").await;
+    assert!(
+        reply.text().contains(r#""token_logprobs":[NaN,"#),
+        "{}",
+        reply.text()
+    );
+
+    let reply = post_with_fault(
+        &server,
+        "/v1/chat/completions",
+        &chat,
+        "wrong-token-id;at=0",
+    )
+    .await;
+    let content = reply.json()["choices"][0]["logprobs"]["content"].clone();
+    assert_eq!(content[0]["token"], "<|wrong-token|>");
+
+    let reply = post_with_fault(
+        &server,
+        "/v1/completions",
+        &completion,
+        "string-logprob;at=2",
+    )
+    .await;
+    assert!(reply.json()["choices"][0]["logprobs"]["token_logprobs"][2].is_string());
+
+    let reply = post_with_fault(&server, "/v1/completions", &completion, "missing-meta-info").await;
+    let body = reply.json();
+    assert!(body.get("usage").is_none() && body.get("metadata").is_none());
+    assert_eq!(body["choices"][0]["finish_reason"], "length");
+
+    let mut streamed = chat.clone();
+    streamed["stream"] = json!(true);
+    let reply = post_with_fault(
+        &server,
+        "/v1/chat/completions",
+        &streamed,
+        "truncate-stream;after=2",
+    )
+    .await;
+    assert!(!reply.text().contains("[DONE]"));
+    assert_eq!(reply.text().matches("data: ").count(), 2);
+
+    let reply = post_with_fault(
+        &server,
+        "/v1/chat/completions",
+        &streamed,
+        "abort-running;after=3",
+    )
+    .await;
+    let chunks = sse_json(&reply.body);
+    let finish = chunks
+        .iter()
+        .rev()
+        .find(|c| !c["choices"][0]["finish_reason"].is_null())
+        .unwrap();
+    assert_eq!(finish["choices"][0]["finish_reason"], "abort");
+}
+
+#[tokio::test(start_paused = true)]
+async fn abort_all_ends_an_openai_stream_with_finish_reason_abort() {
+    let server = InProcess::new(ServerConfig {
+        latency: LatencyConfig {
+            itl_ms: 1000.0,
+            ..LatencyConfig::default()
+        },
+        ..ServerConfig::default()
+    });
+    let body = json!({"messages": [{"role": "user", "content": "long"}], "max_tokens": 50, "stream": true,
+                      "logprobs": true});
+    let task = {
+        let server = server.clone();
+        tokio::spawn(async move { post(&server, "/v1/chat/completions", &body).await })
+    };
+    for _ in 0..25 {
+        tokio::time::advance(Duration::from_millis(100)).await;
+        for _ in 0..16 {
+            tokio::task::yield_now().await;
+        }
+    }
+    let reply = post(&server, "/abort_request", &json!({"abort_all": true})).await;
+    assert_eq!(reply.status, 200);
+    let chunks = sse_json(&task.await.unwrap().body);
+    let last = chunks.last().unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "abort");
+    let tokens: usize = chunks
+        .iter()
+        .map(|c| {
+            c["choices"][0]["logprobs"]["content"]
+                .as_array()
+                .map_or(0, Vec::len)
+        })
+        .sum();
+    assert!(
+        (1..50).contains(&tokens),
+        "{tokens} tokens before the abort"
+    );
+}
