@@ -28,6 +28,9 @@ mod openai;
 /// Server output equals the oracle, non-streamed and streamed in every output mode.
 #[path = "areas/oracle.rs"]
 mod oracle;
+/// `sglang-mock oracle` prints what the live server answers.
+#[path = "areas/oracle_command.rs"]
+mod oracle_command;
 /// Property tests of logprob invariants against a live server.
 #[path = "areas/properties.rs"]
 mod properties;

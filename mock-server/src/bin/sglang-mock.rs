@@ -9,7 +9,34 @@ use mock_server::{
 
 /// A deterministic, wire-faithful SGLang server with exact logprobs from a toy model.
 #[derive(Debug, Parser)]
-#[command(name = "sglang-mock", version, about)]
+#[command(
+    name = "sglang-mock",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    flags: Flags,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Print the answer the server gives to one /generate body, without a server: the body is read from FILE
+    /// (or stdin), the server flags are the same. A streamed request prints the SSE events. Timing fields are
+    /// 0.0 and ids the server would generate read "<fresh uuid4 hex>". Exit status 0 for an HTTP 200 answer,
+    /// 1 otherwise (the status goes to stderr, the error body to stdout).
+    Oracle {
+        /// The request body; `-` or nothing reads stdin.
+        file: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        flags: Flags,
+    },
+}
+
+#[derive(Debug, clap::Args)]
 struct Flags {
     /// Address to listen on.
     #[arg(long, env = "SGLANG_MOCK_HOST", default_value = "127.0.0.1")]
@@ -226,6 +253,62 @@ async fn shutdown_signal() {
     tracing::info!("shutting down");
 }
 
+/// `sglang-mock oracle`: print the answer to one body; returns its HTTP status.
+async fn oracle(config: ServerConfig, file: Option<std::path::PathBuf>) -> anyhow::Result<u16> {
+    use std::io::{Read, Write};
+
+    let body = match file.as_deref() {
+        Some(path) if path != std::path::Path::new("-") => std::fs::read(path)
+            .with_context(|| format!("cannot read the request body {}", path.display()))?,
+        _ => {
+            let mut body = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut body)
+                .context("cannot read the request body from stdin")?;
+            body
+        }
+    };
+    let oracle = mock_server::Oracle::new(config).context("the flags do not build a model")?;
+    // A body that parses asks for a stream or not; a value error in a stream is an event of a 200 answer.
+    let streamed = mock_server::request::parse_generate(&body).is_ok_and(|req| req.stream);
+    let answer = if streamed {
+        oracle.expect_stream(&body).await.map(|events| {
+            let mut out = Vec::new();
+            for event in events {
+                out.extend_from_slice(b"data: ");
+                out.extend_from_slice(event.to_string().as_bytes());
+                out.extend_from_slice(b"\n\n");
+            }
+            out.extend_from_slice(b"data: [DONE]\n\n");
+            out
+        })
+    } else {
+        oracle.expect(&body).map(|expected| {
+            let mut out = expected.body.to_string().into_bytes();
+            out.push(b'\n');
+            out
+        })
+    };
+    let (status, out) = match answer {
+        Ok(out) => (200, out),
+        Err(err) => {
+            let status = err.status().as_u16();
+            let mut out = err
+                .json_body()
+                .unwrap_or_else(|| b"Internal Server Error".to_vec());
+            out.push(b'\n');
+            (status, out)
+        }
+    };
+    if status != 200 {
+        eprintln!("HTTP {status}");
+    }
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(&out).context("cannot write the answer")?;
+    stdout.flush().context("cannot write the answer")?;
+    Ok(status)
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -237,7 +320,13 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let mut config = Flags::parse().into_config()?;
+    let cli = Cli::parse();
+    if let Some(Command::Oracle { file, flags }) = cli.command {
+        let config = flags.into_config()?;
+        let status = oracle(config, file).await?;
+        std::process::exit(if status == 200 { 0 } else { 1 });
+    }
+    let mut config = cli.flags.into_config()?;
     let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port))
         .await
         .with_context(|| format!("cannot bind {}:{}", config.host, config.port))?;
