@@ -1,0 +1,108 @@
+"""The installed package as a Python project uses it: the fixture, its marker and indirect parameter,
+``serve()`` and its start-up errors, and ``oracle()`` against the live server."""
+
+import copy
+import json
+
+import httpx
+import pytest
+import requests
+
+from sglang_mock import SglangMockError, oracle, serve
+
+
+def generate(url, body):
+    response = requests.post(f"{url}/generate", json=body, timeout=30)
+    response.raise_for_status()
+    return response.json()
+
+
+def normalized(answer):
+    """The server's answer with the fields that differ between runs as the oracle prints them."""
+    answer = copy.deepcopy(answer)
+    for item in answer if isinstance(answer, list) else [answer]:
+        meta = item["meta_info"]
+        meta["id"] = "<fresh uuid4 hex>"
+        for key in ("e2e_latency", "response_sent_to_client_ts"):
+            if key in meta:
+                meta[key] = 0.0
+    return answer
+
+
+def test_the_fixture_serves_logprobs_for_every_token(sglang_mock):
+    out = generate(sglang_mock, {"text": "Hi", "sampling_params": {"max_new_tokens": 9}, "return_logprob": True})
+    logprobs = out["meta_info"]["output_token_logprobs"]
+    assert [entry[1] for entry in logprobs] == out["output_ids"]
+    assert len(out["output_ids"]) == out["meta_info"]["completion_tokens"] == 9
+    assert all(entry[0] <= 0.0 for entry in logprobs)
+
+
+@pytest.mark.sglang_mock(seed=5)
+def test_the_marker_sets_the_seed(sglang_mock):
+    body = {"text": "seeded", "sampling_params": {"max_new_tokens": 12}, "return_logprob": True}
+    assert normalized(generate(sglang_mock, body)) == oracle(body, seed=5)
+    assert normalized(generate(sglang_mock, body)) != oracle(body, seed=6)
+
+
+@pytest.mark.sglang_mock(fault="abort-running;after=2")
+def test_the_marker_sets_a_fault(sglang_mock):
+    out = generate(sglang_mock, {"text": "x", "sampling_params": {"max_new_tokens": 8}, "return_logprob": True})
+    assert out["meta_info"]["finish_reason"]["type"] == "abort"
+    assert len(out["output_ids"]) == len(out["meta_info"]["output_token_logprobs"]) == 2
+
+
+@pytest.mark.parametrize("sglang_mock", [{"profile": "mid"}], indirect=True)
+def test_an_indirect_parameter_sets_the_profile(sglang_mock):
+    # MID serves the weight-version endpoint that LATEST answers with 404.
+    assert httpx.get(f"{sglang_mock}/get_weight_version").json() == {"weight_version": "default"}
+
+
+@pytest.mark.sglang_mock(script=[{"prompt_contains": "Judge", "answer": "Score: 7"}])
+def test_scripts_can_be_given_as_rules(sglang_mock):
+    out = generate(sglang_mock, {"text": "Judge this", "sampling_params": {"max_new_tokens": 30}})
+    assert out["text"] == "Score: 7"
+    assert out["meta_info"]["finish_reason"]["type"] == "stop"
+
+
+def test_the_session_shares_one_server_per_flag_set(sglang_mock, sglang_mock_servers):
+    assert sglang_mock_servers.url({}) == sglang_mock
+
+
+def test_serve_raises_with_the_servers_stderr():
+    with pytest.raises(SglangMockError) as error:
+        with serve(profile="ancient"):
+            pass
+    assert "ancient" in str(error.value)
+
+
+def test_serve_stops_the_server_on_exit():
+    with serve(seed=3) as url:
+        assert httpx.get(f"{url}/health").status_code == 200
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{url}/health", timeout=2)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_oracle_predicts_the_server(sglang_mock, stream):
+    body = {
+        "text": ["One", "Two"],
+        "sampling_params": {"max_new_tokens": 6, "temperature": 0.8},
+        "return_logprob": True,
+        "top_logprobs_num": 2,
+        "stream": stream,
+    }
+    predicted = oracle(body)
+    if not stream:
+        assert normalized(generate(sglang_mock, body)) == predicted
+        return
+    events = []
+    with requests.post(f"{sglang_mock}/generate", json=body, stream=True, timeout=30) as response:
+        for line in response.iter_lines():
+            if line.startswith(b"data: ") and line != b"data: [DONE]":
+                events.append(json.loads(line[len(b"data: "):]))
+    assert [normalized(e) for e in events] == predicted
+
+
+def test_the_oracle_raises_on_what_the_server_refuses():
+    with pytest.raises(SglangMockError, match="temperature"):
+        oracle({"text": "x", "sampling_params": {"temperature": -1}})

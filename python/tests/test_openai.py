@@ -1,0 +1,197 @@
+"""The ``openai`` SDK against the mock's OpenAI-compatible routes.
+
+Every body and stream chunk is validated strictly with the SDK's own pydantic types
+(``Completion``, ``ChatCompletion``, ``ChatCompletionChunk``), because the SDK's normal path constructs
+objects without validating them. The SDK's ``Completion`` type, shared by streamed and whole answers, says
+``finish_reason`` is never null and that no logprob is null; OpenAI's streamed completions (and SGLang's)
+send ``null`` until the last chunk, and an echoed prompt's first token has no logprob. Those two places,
+and only those, are checked against subclasses that allow ``null`` there.
+"""
+
+import json
+from typing import List, Literal, Optional
+
+import httpx
+import openai
+import pytest
+import requests
+from openai.types import Completion, CompletionChoice
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.completion_choice import Logprobs
+
+
+class StreamedCompletionChoice(CompletionChoice):
+    finish_reason: Optional[Literal["stop", "length", "content_filter"]] = None
+
+
+class StreamedCompletion(Completion):
+    choices: List[StreamedCompletionChoice]
+
+
+class EchoLogprobs(Logprobs):
+    token_logprobs: Optional[List[Optional[float]]] = None
+    top_logprobs: Optional[List[Optional[dict]]] = None
+
+
+class EchoChoice(CompletionChoice):
+    logprobs: Optional[EchoLogprobs] = None
+
+
+class EchoCompletion(Completion):
+    choices: List[EchoChoice]
+
+
+def strict(model, payload):
+    """Validate ``payload`` with ``model`` in pydantic's strict mode and return it unchanged."""
+    model.model_validate(payload, strict=True)
+    return payload
+
+
+def post(url, path, body):
+    response = httpx.post(f"{url}{path}", json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def stream(url, path, body):
+    """The JSON payloads of a streamed answer, which must end with ``[DONE]``."""
+    events = []
+    with httpx.stream("POST", f"{url}{path}", json={**body, "stream": True}, timeout=30) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for line in response.iter_lines():
+            if line:
+                assert line.startswith("data: "), line
+                events.append(line[len("data: "):])
+    assert events[-1] == "[DONE]"
+    return [json.loads(e) for e in events[:-1]]
+
+
+def generate(url, body):
+    return requests.post(f"{url}/generate", json=body, timeout=30).json()
+
+
+CHATML = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}]
+
+
+def test_the_sdk_completes_and_chats(sglang_mock):
+    client = openai.OpenAI(base_url=f"{sglang_mock}/v1", api_key="unused")
+    completion = client.completions.create(model="toy", prompt="Hello", max_tokens=5, logprobs=2)
+    assert completion.usage.completion_tokens == 5
+    assert len(completion.choices[0].logprobs.token_logprobs) == 5
+    chat = client.chat.completions.create(
+        model="toy", messages=MESSAGES, max_tokens=20, logprobs=True, top_logprobs=3, seed=9
+    )
+    assert chat.choices[0].message.role == "assistant"
+    assert len(chat.choices[0].logprobs.content) == chat.usage.completion_tokens
+    assert all(len(t.top_logprobs) == 3 for t in chat.choices[0].logprobs.content)
+    streamed = client.chat.completions.create(
+        model="toy", messages=MESSAGES, max_tokens=20, seed=9, stream=True, stream_options={"include_usage": True}
+    )
+    chunks = list(streamed)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == chat.choices[0].message.content
+    assert chunks[-1].usage.completion_tokens == chat.usage.completion_tokens
+
+
+def test_chat_logprobs_are_the_generate_logprobs_of_the_chatml_prompt(sglang_mock):
+    body = {"model": "toy", "messages": MESSAGES, "max_tokens": 30, "logprobs": True, "top_logprobs": 2, "seed": 4}
+    chat = strict(ChatCompletion, post(sglang_mock, "/v1/chat/completions", body))
+    native = generate(
+        sglang_mock,
+        {
+            "text": CHATML,
+            "sampling_params": {"max_new_tokens": 30, "sampling_seed": 4},
+            "return_logprob": True,
+            "top_logprobs_num": 2,
+            "return_text_in_logprobs": True,
+        },
+    )
+    content = chat["choices"][0]["logprobs"]["content"]
+    output = native["meta_info"]["output_token_logprobs"]
+    assert [(c["logprob"], c["token"]) for c in content] == [(lp, text) for lp, _, text in output]
+    assert [c["bytes"] for c in content] == [list(text.encode()) for _, _, text in output]
+    tops = native["meta_info"]["output_top_logprobs"]
+    for entry, top in zip(content, tops):
+        assert {t["token"]: t["logprob"] for t in entry["top_logprobs"]} == {text: lp for lp, _, text in top}
+    assert chat["choices"][0]["message"]["content"] == native["text"]
+    assert chat["usage"]["completion_tokens"] == native["meta_info"]["completion_tokens"]
+
+
+def test_completion_logprobs_with_echo_are_the_generate_logprobs(sglang_mock):
+    body = {"model": "toy", "prompt": "The capital of France is", "max_tokens": 6, "logprobs": 1, "echo": True}
+    completion = strict(EchoCompletion, post(sglang_mock, "/v1/completions", body))
+    native = generate(
+        sglang_mock,
+        {
+            "text": body["prompt"],
+            "sampling_params": {"max_new_tokens": 6},
+            "return_logprob": True,
+            "top_logprobs_num": 1,
+            "logprob_start_len": 0,
+            "return_text_in_logprobs": True,
+        },
+    )
+    meta = native["meta_info"]
+    entries = meta["input_token_logprobs"] + meta["output_token_logprobs"]
+    logprobs = completion["choices"][0]["logprobs"]
+    assert logprobs["token_logprobs"] == [lp for lp, _, _ in entries]
+    assert logprobs["tokens"] == [text for _, _, text in entries]
+    assert logprobs["token_logprobs"][0] is None
+    assert completion["choices"][0]["text"] == body["prompt"] + native["text"]
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_every_body_and_chunk_validates_strictly(sglang_mock, n):
+    completion = {"model": "toy", "prompt": ["Once", "Twice"], "max_tokens": 8, "n": n, "logprobs": 2,
+                  "stop": ["\n"], "seed": 1}
+    chat = {"model": "toy", "messages": MESSAGES, "max_completion_tokens": 8, "n": n, "logprobs": True,
+            "top_logprobs": 1, "seed": 1}
+    whole = strict(Completion, post(sglang_mock, "/v1/completions", completion))
+    assert len(whole["choices"]) == 2 * n
+    whole_chat = strict(ChatCompletion, post(sglang_mock, "/v1/chat/completions", chat))
+    assert len(whole_chat["choices"]) == n
+    options = {"stream_options": {"include_usage": True}}
+    chunks = stream(sglang_mock, "/v1/completions", {**completion, **options})
+    for chunk in chunks:
+        strict(StreamedCompletion, chunk)
+    assert chunks[-1]["usage"] == whole["usage"]
+    chat_chunks = stream(sglang_mock, "/v1/chat/completions", {**chat, **options})
+    for chunk in chat_chunks:
+        strict(ChatCompletionChunk, chunk)
+    assert chat_chunks[-1]["usage"] == whole_chat["usage"]
+
+
+def test_token_id_prompts_and_stop_token_ids(sglang_mock):
+    ids = generate(sglang_mock, {"text": "Count", "sampling_params": {"max_new_tokens": 0}, "return_logprob": True,
+                                 "logprob_start_len": 0})["meta_info"]["input_token_logprobs"]
+    prompt = [entry[1] for entry in ids]
+    greedy = post(sglang_mock, "/v1/completions", {"prompt": prompt, "max_tokens": 10, "temperature": 0})
+    native = generate(sglang_mock, {"input_ids": prompt, "sampling_params": {"max_new_tokens": 10, "temperature": 0}})
+    strict(Completion, greedy)
+    assert greedy["choices"][0]["text"] == native["text"]
+    stop_id = native["output_ids"][2]
+    stopped = post(sglang_mock, "/v1/completions", {"prompt": prompt, "max_tokens": 10, "temperature": 0,
+                                                    "stop_token_ids": [stop_id]})
+    assert stopped["choices"][0]["finish_reason"] == "stop"
+    assert stopped["choices"][0]["matched_stop"] == stop_id
+    assert stopped["usage"]["completion_tokens"] == 3
+
+
+def test_errors_have_openais_shape(sglang_mock):
+    client = openai.OpenAI(base_url=f"{sglang_mock}/v1", api_key="unused")
+    with pytest.raises(openai.BadRequestError) as error:
+        client.completions.create(model="toy", prompt="", max_tokens=2)
+    assert error.value.body["message"] == "Prompt cannot be empty"
+    response = httpx.post(f"{sglang_mock}/v1/completions", content=b'{"prompt": "x"}',
+                          headers={"content-type": "text/plain"})
+    assert response.status_code == 400
+    assert response.json()["message"] == "Unsupported Media Type: Only 'application/json' is allowed"
+
+
+@pytest.mark.sglang_mock(fault="abort-running;after=3", fault_endpoint="/v1/chat/completions")
+def test_faults_reach_the_chat_route(sglang_mock):
+    chat = post(sglang_mock, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 10, "logprobs": True})
+    assert chat["choices"][0]["finish_reason"] == "abort"
+    assert len(chat["choices"][0]["logprobs"]["content"]) == chat["usage"]["completion_tokens"] == 3
