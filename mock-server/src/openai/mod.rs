@@ -1,4 +1,5 @@
-//! SGLang's OpenAI-compatible routes, `/v1/completions` and `/v1/chat/completions`, streamed and not.
+//! SGLang's OpenAI-compatible routes, `/v1/completions` and `/v1/chat/completions`, streamed and not, and
+//! the tokenizer routes `/tokenize` and `/detokenize` ([`tokenize`]).
 //!
 //! As in SGLang, each request becomes a native `/generate` request ([`request::translate`]) that runs
 //! through the same planner, engine, control plane and abort faults as `/generate` itself
@@ -9,6 +10,7 @@
 pub mod faults;
 pub mod request;
 pub mod response;
+pub mod tokenize;
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -128,7 +130,7 @@ fn is_engine_fault(kind: FaultKind) -> bool {
 }
 
 /// `validate_json_request`: the OpenAI routes take `application/json` only.
-fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

@@ -526,3 +526,65 @@ async fn abort_all_ends_an_openai_stream_with_finish_reason_abort() {
         "{tokens} tokens before the abort"
     );
 }
+
+#[tokio::test]
+async fn tokenize_gives_the_ids_generate_reads_and_detokenize_inverts_it() {
+    let server = InProcess::new(ServerConfig::default());
+    let text = "<|im_start|>user\nHéllo wörld<|im_end|>";
+    // The ids `/generate` reports for its prompt, an independent view of the tokenizer.
+    let native = server
+        .generate(
+            &json!({"text": text, "sampling_params": {"max_new_tokens": 0}, "return_logprob": true,
+                          "logprob_start_len": 0}),
+        )
+        .await
+        .json();
+    let prompt_ids: Vec<Value> = native["meta_info"]["input_token_logprobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e[1].clone())
+        .collect();
+    for path in ["/tokenize", "/v1/tokenize"] {
+        let reply = post(&server, path, &json!({"prompt": text})).await.json();
+        assert_eq!(reply["tokens"], Value::Array(prompt_ids.clone()), "{path}");
+        assert_eq!(reply["count"], prompt_ids.len());
+        assert_eq!(reply["max_model_len"], 32_768);
+    }
+    let reply = post(&server, "/tokenize", &json!({"prompt": ["a b", ""]}))
+        .await
+        .json();
+    assert_eq!(
+        reply["count"],
+        json!([reply["tokens"][0].as_array().unwrap().len(), 0])
+    );
+
+    for path in ["/detokenize", "/v1/detokenize"] {
+        let kept = post(
+            &server,
+            path,
+            &json!({"tokens": prompt_ids, "skip_special_tokens": false}),
+        )
+        .await;
+        assert_eq!(kept.json(), json!({"text": text}), "{path}");
+    }
+    let skipped = post(
+        &server,
+        "/detokenize",
+        &json!({"tokens": [prompt_ids.clone(), []]}),
+    )
+    .await;
+    assert_eq!(skipped.json(), json!({"text": ["user\nHéllo wörld", ""]}));
+
+    let reply = post(&server, "/detokenize", &json!({"tokens": [151_936]})).await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(reply.json()["type"], "BadRequestError");
+    let reply = post(&server, "/tokenize", &json!({"text": "wrong field"})).await;
+    assert_eq!(reply.status, 400);
+    assert!(
+        reply.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("Field required")
+    );
+}
