@@ -232,6 +232,28 @@ async fn streams_reassemble_to_the_non_stream_answer() {
     ];
     for (api, path, request) in cases {
         let whole = post(&server, path, &request).await.json();
+        // Prompt tokens count once per prompt, not per choice; completion tokens add up over the choices.
+        let tokens: Vec<u64> = whole["choices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| match api {
+                "chat" => c["logprobs"]["content"].as_array().unwrap().len() as u64,
+                _ => c["logprobs"]["tokens"].as_array().unwrap().len() as u64,
+            })
+            .collect();
+        let prompt = match api {
+            "chat" => "<|im_start|>user\nTell me a story<|im_end|>\n<|im_start|>assistant\n",
+            _ => "Once upon a time",
+        };
+        let prompt_tokens = server.oracle.model().tokenizer().encode(prompt).len() as u64;
+        let completion: u64 = tokens.iter().sum();
+        assert_eq!(
+            whole["usage"],
+            json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion,
+                   "total_tokens": prompt_tokens + completion, "prompt_tokens_details": null}),
+            "{api}"
+        );
         let mut streamed_request = request.clone();
         streamed_request["stream"] = json!(true);
         streamed_request["stream_options"] = json!({"include_usage": true});
