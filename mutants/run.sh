@@ -5,7 +5,7 @@
 # mutants/survivors.md.
 #
 #   mutants/run.sh                 every area
-#   mutants/run.sh decoding        one area: decoding, samples, grpo, model
+#   mutants/run.sh decoding        one area: decoding, samples, grpo, model, openai
 #   mutants/run.sh samples --shard 0/4 ...   extra arguments go to cargo mutants
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,8 +36,11 @@ run_area() {
         model)
             files=('mock-server/src/model/*.rs' mock-server/src/engine.rs mock-server/src/wire.rs)
             packages=(mock-server) ;;
+        openai)
+            files=('mock-server/src/openai/*.rs')
+            packages=(mock-server) ;;
         *)
-            echo "unknown area $area (decoding, samples, grpo, model)" >&2
+            echo "unknown area $area (decoding, samples, grpo, model, openai)" >&2
             return 2 ;;
     esac
     local args=()
@@ -52,7 +55,7 @@ run_area() {
 
 if [ $# -eq 0 ]; then
     status=0
-    for area in decoding samples grpo model; do
+    for area in decoding samples grpo model openai; do
         run_area "$area" || status=1
     done
     exit $status

@@ -740,11 +740,35 @@ pub mod stream_faults {
     use crate::error::ApiError;
     use crate::fault::{self, Fault, FaultKind};
 
+    /// How a route writes its answers, for the faults that rewrite them.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Format {
+        /// A body or one stream event (JSON) under a body fault.
+        pub mutate: fn(&Fault, &[u8]) -> Vec<u8>,
+        /// The JSON of the event that `error-event` sends, from its message.
+        pub error_event: fn(&str) -> Vec<u8>,
+    }
+
+    /// `/generate`'s answers: body faults splice SGLang's objects; the error event is `{"error":{"message"}}`,
+    /// as SGLang's `stream_results` writes a `ValueError`.
+    pub const NATIVE: Format = Format {
+        mutate: fault::mutate_body,
+        error_event: native_error_event,
+    };
+
+    fn native_error_event(message: &str) -> Vec<u8> {
+        ApiError::value(message).stream_event_json()
+    }
+
     /// The non-stream body under `fault`: mutated, cut, or sent after a stall. A stream-only fault on a
-    /// non-stream request is a 400 that says so.
-    pub async fn non_stream_body(fault: &Fault, body: Vec<u8>) -> Result<Vec<u8>, Response> {
+    /// non-stream request is a 400 that says so. Faults that act elsewhere leave the body alone.
+    pub async fn non_stream_body(
+        fault: &Fault,
+        body: Vec<u8>,
+        format: Format,
+    ) -> Result<Vec<u8>, Response> {
         match fault.kind {
-            kind if fault::is_body_fault(kind) => Ok(fault::mutate_body(fault, &body)),
+            kind if fault::is_body_fault(kind) => Ok((format.mutate)(fault, &body)),
             FaultKind::TruncatedBody => {
                 let keep = fault.u64("keep", body.len() as u64 / 2) as usize;
                 Ok(body[..keep.min(body.len().saturating_sub(1))].to_vec())
@@ -772,6 +796,7 @@ pub mod stream_faults {
     struct State<S> {
         inner: std::pin::Pin<Box<S>>,
         fault: Fault,
+        format: Format,
         /// Data events passed on so far.
         sent: u64,
         queued: Vec<Result<Bytes, std::io::Error>>,
@@ -785,10 +810,12 @@ pub mod stream_faults {
         )
     }
 
-    /// The events of `inner` under a stream or body fault.
+    /// The events of `inner` under a stream or body fault, written in `format`. Faults that act elsewhere pass
+    /// the events on unchanged.
     pub fn apply<S>(
         inner: S,
         fault: Fault,
+        format: Format,
     ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static
     where
         S: Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
@@ -796,6 +823,7 @@ pub mod stream_faults {
         let state = State {
             inner: Box::pin(inner),
             fault,
+            format,
             sent: 0,
             queued: Vec::new(),
             over: false,
@@ -830,7 +858,7 @@ pub mod stream_faults {
                     if json.starts_with(br#"{"error""#) {
                         event
                     } else {
-                        sse_event(&fault::mutate_object(f, json))
+                        sse_event(&(st.format.mutate)(f, json))
                     }
                 }
                 FaultKind::TruncatedBody => {
@@ -854,7 +882,7 @@ pub mod stream_faults {
                                 .str("message")
                                 .unwrap_or("Internal server error (injected mid-stream).");
                             st.queued.push(Ok(Bytes::from_static(DONE_EVENT)));
-                            ApiError::value(message).stream_event_json().into()
+                            (st.format.error_event)(message).into()
                         }
                     }
                 }

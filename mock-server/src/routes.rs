@@ -589,7 +589,7 @@ pub(crate) async fn execute(
         let stream = generate::sse_stream(run, plan, Some((control, handle)), guard);
         let body = match fault {
             Some(fault) if !fault.kind.is_http_level() => {
-                Body::from_stream(stream_faults::apply(stream, fault))
+                Body::from_stream(stream_faults::apply(stream, fault, stream_faults::NATIVE))
             }
             _ => Body::from_stream(stream),
         };
@@ -636,10 +636,12 @@ pub(crate) async fn execute(
     match result {
         Ok(body) => {
             let body = match &fault {
-                Some(fault) => match stream_faults::non_stream_body(fault, body).await {
-                    Ok(body) => body,
-                    Err(response) => return response,
-                },
+                Some(fault) => {
+                    match stream_faults::non_stream_body(fault, body, stream_faults::NATIVE).await {
+                        Ok(body) => body,
+                        Err(response) => return response,
+                    }
+                }
                 None => body,
             };
             tracing::info!(parent: &span, latency_ms = started.elapsed().as_millis() as u64, "done");

@@ -26,7 +26,7 @@ use serde_json::Value;
 
 use crate::conn::ConnHandle;
 use crate::error::ApiError;
-use crate::fault::{self, Fault, FaultKind};
+use crate::fault::{Fault, FaultKind};
 use crate::generate::{self, DONE_EVENT, UuidRids, stream_faults};
 use crate::request as native;
 use crate::routes::{self, AppState};
@@ -86,31 +86,20 @@ async fn handle(state: AppState, req: Request, api: Api) -> Response {
         Ok(plan) => plan,
         Err(err) => return openai_error(err).into_response(),
     };
-    let engine_fault = fault.clone().filter(|f| {
-        matches!(
-            f.kind,
-            FaultKind::AbortWaiting | FaultKind::AbortRunning | FaultKind::AbortBeforePrefill
-        )
-    });
+    // Aborts happen in the engine; every other fault rewrites the OpenAI answer (or leaves it alone).
+    let engine_fault = fault.clone().filter(|f| is_engine_fault(f.kind));
     let answer = routes::execute(&state, plan, engine_fault, started).await;
     if answer.status() != StatusCode::OK {
         return error_answer(answer).await;
     }
     let incremental = config.incremental_streaming_output;
     let created = routes::unix_seconds();
-    let output_fault = fault.filter(|f| !f.kind.is_http_level() && !is_engine_fault(f.kind));
     if openai.stream {
         let translator = ChunkTranslator::new(openai, incremental, created);
-        let events = translate_stream(
-            answer.into_body().into_data_stream(),
-            translator,
-            output_fault.clone(),
-        );
-        let body = match output_fault {
-            Some(fault) if !fault::is_body_fault(fault.kind) => {
-                Body::from_stream(stream_faults::apply(events, fault))
-            }
-            _ => Body::from_stream(events),
+        let events = translate_stream(answer.into_body().into_data_stream(), translator);
+        let body = match fault {
+            Some(fault) => Body::from_stream(stream_faults::apply(events, fault, FORMAT)),
+            None => Body::from_stream(events),
         };
         return (
             StatusCode::OK,
@@ -119,7 +108,29 @@ async fn handle(state: AppState, req: Request, api: Api) -> Response {
         )
             .into_response();
     }
-    non_stream_answer(&openai, answer.into_body(), created, output_fault).await
+    non_stream_answer(&openai, answer.into_body(), created, fault).await
+}
+
+/// OpenAI answers under faults: body faults land on the OpenAI fields ([`faults::mutate`]), and a mid-stream
+/// error is the OpenAI layer's `create_streaming_error_response` event.
+const FORMAT: stream_faults::Format = stream_faults::Format {
+    mutate: mutate_answer,
+    error_event: openai_error_event,
+};
+
+fn mutate_answer(fault: &Fault, json: &[u8]) -> Vec<u8> {
+    match serde_json::from_slice::<Value>(json) {
+        Ok(mut value) => {
+            faults::mutate(fault, &mut value);
+            faults::write(&value)
+        }
+        // Only the server's own JSON reaches here; anything else passes unchanged.
+        Err(_) => json.to_vec(),
+    }
+}
+
+fn openai_error_event(message: &str) -> Vec<u8> {
+    faults::write(&response::stream_error(message, "BadRequestError", 400))
 }
 
 fn is_engine_fault(kind: FaultKind) -> bool {
@@ -189,13 +200,9 @@ async fn non_stream_answer(
             return ApiError::internal(format!("native answer is not JSON: {err}")).into_response();
         }
     };
-    let mut value = response::body(openai, &ret, created);
-    if let Some(fault) = &fault {
-        faults::mutate(fault, &mut value);
-    }
-    let mut out = faults::write(&value);
-    if let Some(fault) = fault.filter(|f| !fault::is_body_fault(f.kind)) {
-        out = match stream_faults::non_stream_body(&fault, out).await {
+    let mut out = faults::write(&response::body(openai, &ret, created));
+    if let Some(fault) = fault {
+        out = match stream_faults::non_stream_body(&fault, out, FORMAT).await {
             Ok(out) => out,
             Err(response) => return response,
         };
@@ -214,15 +221,11 @@ struct StreamState {
     buf: Vec<u8>,
     translator: ChunkTranslator,
     pending: VecDeque<Bytes>,
-    fault: Option<Fault>,
     done: bool,
 }
 
 impl StreamState {
-    fn push(&mut self, mut chunk: Value) {
-        if let Some(fault) = self.fault.as_ref().filter(|f| fault::is_body_fault(f.kind)) {
-            faults::mutate(fault, &mut chunk);
-        }
+    fn push(&mut self, chunk: Value) {
         self.pending
             .push_back(generate::sse_event(&faults::write(&chunk)));
     }
@@ -257,14 +260,12 @@ impl StreamState {
 fn translate_stream(
     native: BodyDataStream,
     translator: ChunkTranslator,
-    fault: Option<Fault>,
 ) -> impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
     let state = StreamState {
         native,
         buf: Vec::new(),
         translator,
         pending: VecDeque::new(),
-        fault,
         done: false,
     };
     futures_util::stream::unfold(state, |mut st| async move {

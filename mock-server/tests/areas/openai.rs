@@ -495,6 +495,21 @@ async fn faults_reach_the_openai_routes() {
 
     let reply = post_with_fault(
         &server,
+        "/v1/completions",
+        &json!({"prompt": "faults", "max_tokens": 6, "stream": true}),
+        "error-event;after=2;message=boom",
+    )
+    .await;
+    let events = sse_json(&reply.body);
+    assert_eq!(events.len(), 3);
+    assert_eq!(
+        events[2],
+        json!({"error": {"object": "error", "message": "boom", "type": "BadRequestError", "param": null,
+                         "code": 400}})
+    );
+
+    let reply = post_with_fault(
+        &server,
         "/v1/chat/completions",
         &streamed,
         "abort-running;after=3",

@@ -86,45 +86,61 @@ def _healthy(url: str) -> bool:
         return False
 
 
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 @contextlib.contextmanager
 def serve(*, startup_timeout: float = 30.0, **flags: Any) -> Iterator[str]:
     """Start ``sglang-mock`` with ``flags`` on a free port of 127.0.0.1 and yield its base URL.
 
     Raises :class:`SglangMockError` with the server's stderr if it exits or is not healthy within
-    ``startup_timeout`` seconds. The server is stopped (SIGTERM, then SIGKILL) when the block ends.
+    ``startup_timeout`` seconds. The server is stopped (SIGTERM, then SIGKILL) when the block ends. The free
+    port is found by binding port 0; if another process takes it before the server binds it, the server is
+    started again on another port (three tries).
     """
     if "host" in flags or "port" in flags:
         raise TypeError("serve() chooses host and port itself")
     files: List[str] = []
-    stderr = tempfile.TemporaryFile()
     process: Optional[subprocess.Popen] = None
     try:
-        port = _free_port()
-        command = [binary(), "--host", "127.0.0.1", "--port", str(port), *_args(flags, files)]
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + startup_timeout
-        while not _healthy(url):
-            if process.poll() is not None or time.monotonic() > deadline:
-                stderr.seek(0)
-                log = stderr.read().decode("utf-8", "replace")
-                state = (
-                    f"exited with status {process.returncode}"
-                    if process.poll() is not None
-                    else f"was not healthy after {startup_timeout} s"
+        args = _args(flags, files)
+        for attempt in range(3):
+            port = _free_port()
+            command = [binary(), "--host", "127.0.0.1", "--port", str(port), *args]
+            with tempfile.TemporaryFile() as stderr:
+                process = subprocess.Popen(
+                    command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr
                 )
-                raise SglangMockError(f"sglang-mock {state}: {' '.join(command)}\n{log}")
-            time.sleep(0.02)
-        yield url
+                url = f"http://127.0.0.1:{port}"
+                deadline = time.monotonic() + startup_timeout
+                while not _healthy(url):
+                    if process.poll() is None and time.monotonic() <= deadline:
+                        time.sleep(0.02)
+                        continue
+                    _stop(process)
+                    stderr.seek(0)
+                    log = stderr.read().decode("utf-8", "replace")
+                    if "cannot bind" in log and attempt < 2:
+                        break
+                    state = (
+                        f"exited with status {process.returncode}"
+                        if time.monotonic() <= deadline
+                        else f"was not healthy after {startup_timeout} s"
+                    )
+                    raise SglangMockError(f"sglang-mock {state}: {' '.join(command)}\n{log}")
+                else:
+                    yield url
+                    return
     finally:
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        stderr.close()
+        if process is not None:
+            _stop(process)
         for path in files:
             with contextlib.suppress(OSError):
                 os.unlink(path)
