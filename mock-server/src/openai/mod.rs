@@ -89,8 +89,9 @@ async fn handle(state: AppState, req: Request, api: Api) -> Response {
     // Aborts happen in the engine; every other fault rewrites the OpenAI answer (or leaves it alone).
     let engine_fault = fault.clone().filter(|f| is_engine_fault(f.kind));
     let answer = routes::execute(&state, plan, engine_fault, started).await;
+    // Planning errors were answered above; what fails here (a full queue's 503) passes in SGLang's shape.
     if answer.status() != StatusCode::OK {
-        return error_answer(answer).await;
+        return answer;
     }
     let incremental = config.incremental_streaming_output;
     let created = routes::unix_seconds();
@@ -163,22 +164,6 @@ fn openai_error(err: ApiError) -> ApiError {
         ApiError::Value(message) => ApiError::OpenAiBadRequest(message),
         other => other,
     }
-}
-
-/// A native error answer in the OpenAI layer's shape: a `{"error":{"message"}}` 400 becomes a
-/// `BadRequestError`; HTTP errors (a full queue's 503) and the plain 500 pass unchanged.
-async fn error_answer(answer: Response) -> Response {
-    let (parts, body) = answer.into_parts();
-    let bytes = axum::body::to_bytes(body, usize::MAX)
-        .await
-        .unwrap_or_default();
-    if parts.status == StatusCode::BAD_REQUEST
-        && let Ok(value) = serde_json::from_slice::<Value>(&bytes)
-        && let Some(message) = value["error"]["message"].as_str()
-    {
-        return ApiError::openai_bad_request(message).into_response();
-    }
-    Response::from_parts(parts, Body::from(bytes))
 }
 
 async fn non_stream_answer(

@@ -192,7 +192,7 @@ pub struct ChunkTranslator {
 #[derive(Debug, PartialEq)]
 pub enum Translated {
     Chunks(Vec<Value>),
-    /// An abort with a status code, or a native error event: the OpenAI error event ends the stream.
+    /// An abort with a status code (a full queue): the OpenAI error event ends the stream.
     Error(Value),
 }
 
@@ -218,10 +218,6 @@ impl ChunkTranslator {
 
     /// The chunks of one native event.
     pub fn event(&mut self, event: &Value) -> Translated {
-        if let Some(error) = event.get("error") {
-            let message = error["message"].as_str().unwrap_or("Generation failed.");
-            return Translated::Error(stream_error(message, "BadRequestError", 400));
-        }
         let meta = &event["meta_info"];
         let finish = &meta["finish_reason"];
         if finish["type"] == "abort"

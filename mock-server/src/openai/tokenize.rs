@@ -15,20 +15,23 @@ use crate::routes::{self, AppState};
 
 /// `POST /tokenize`, `POST /v1/tokenize`.
 pub async fn tokenize(State(state): State<AppState>, req: Request) -> Response {
-    match read_json(&state, req)
-        .await
-        .and_then(|body| tokenize_body(&state, &body))
-    {
-        Ok(value) => json_ok(&value),
-        Err(err) => err.into_response(),
-    }
+    answer(&state, req, tokenize_body).await
 }
 
 /// `POST /detokenize`, `POST /v1/detokenize`.
 pub async fn detokenize(State(state): State<AppState>, req: Request) -> Response {
-    match read_json(&state, req)
+    answer(&state, req, detokenize_body).await
+}
+
+/// Read the JSON body and answer with `build`'s object or its error.
+async fn answer(
+    state: &AppState,
+    req: Request,
+    build: fn(&AppState, &Value) -> Result<Value, ApiError>,
+) -> Response {
+    match read_json(state, req)
         .await
-        .and_then(|body| detokenize_body(&state, &body))
+        .and_then(|body| build(state, &body))
     {
         Ok(value) => json_ok(&value),
         Err(err) => err.into_response(),

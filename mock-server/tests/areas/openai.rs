@@ -625,3 +625,53 @@ async fn tokenize_gives_the_ids_generate_reads_and_detokenize_inverts_it() {
             .contains("Field required")
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_full_queue_is_a_503_or_an_error_event() {
+    let server = InProcess::new(ServerConfig {
+        max_running_requests: Some(1),
+        max_queued_requests: Some(0),
+        latency: LatencyConfig {
+            itl_ms: 1000.0,
+            ..LatencyConfig::default()
+        },
+        ..ServerConfig::default()
+    });
+    let running = {
+        let server = server.clone();
+        tokio::spawn(async move {
+            post(
+                &server,
+                "/v1/completions",
+                &json!({"prompt": "busy", "max_tokens": 5}),
+            )
+            .await
+        })
+    };
+    for _ in 0..16 {
+        tokio::task::yield_now().await;
+    }
+    let reply = post(
+        &server,
+        "/v1/completions",
+        &json!({"prompt": "more", "max_tokens": 5}),
+    )
+    .await;
+    assert_eq!(reply.status, 503);
+    assert_eq!(reply.json()["code"], 503);
+    let reply = post(
+        &server,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "more"}], "stream": true}),
+    )
+    .await;
+    assert_eq!(reply.status, 200);
+    let events = sse_json(&reply.body);
+    assert_eq!(events.len(), 1, "{events:?}");
+    let error = &events[0]["error"];
+    assert_eq!(error["type"], "SERVICE_UNAVAILABLE");
+    assert_eq!(error["code"], 503);
+    assert_eq!(error["object"], "error");
+    tokio::time::advance(Duration::from_secs(10)).await;
+    assert_eq!(running.await.unwrap().status, 200);
+}
