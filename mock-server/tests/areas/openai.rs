@@ -675,3 +675,125 @@ async fn a_full_queue_is_a_503_or_an_error_event() {
     tokio::time::advance(Duration::from_secs(10)).await;
     assert_eq!(running.await.unwrap().status, 200);
 }
+
+/// A choice's per-token logprobs and token texts, for either route.
+fn entries(api: &str, choice: &Value) -> (Vec<Value>, Vec<Value>) {
+    let lp = &choice["logprobs"];
+    match api {
+        "chat" => {
+            let content = lp["content"].as_array().unwrap();
+            (
+                content.iter().map(|e| e["logprob"].clone()).collect(),
+                content.iter().map(|e| e["token"].clone()).collect(),
+            )
+        }
+        _ => (
+            lp["token_logprobs"].as_array().unwrap().clone(),
+            lp["tokens"].as_array().unwrap().clone(),
+        ),
+    }
+}
+
+#[tokio::test]
+async fn every_body_fault_lands_on_its_openai_field() {
+    let server = InProcess::new(ServerConfig::default());
+    let routes = [
+        (
+            "completions",
+            "/v1/completions",
+            json!({"prompt": "faults", "max_tokens": 6, "logprobs": 1}),
+        ),
+        (
+            "chat",
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "faults"}], "max_tokens": 6, "logprobs": true}),
+        ),
+    ];
+    for (api, path, request) in routes {
+        let clean = post(&server, path, &request).await.json();
+        let (logprobs, tokens) = entries(api, &clean["choices"][0]);
+        assert_eq!(logprobs.len(), 6);
+        let faulted = |fault: &'static str| {
+            let server = server.clone();
+            let request = request.clone();
+            async move { post_with_fault(&server, path, &request, fault).await }
+        };
+        let body = faulted("missing-meta-info").await.json();
+        assert!(
+            body.get("usage").is_none() && body.get("metadata").is_none(),
+            "{api}"
+        );
+        assert_eq!(
+            body["choices"], clean["choices"],
+            "{api}: choices untouched"
+        );
+        let body = faulted("missing-logprobs").await.json();
+        assert!(body["choices"][0]["logprobs"].is_null(), "{api}");
+        let body = faulted("short-logprobs;by=2").await.json();
+        assert_eq!(
+            entries(api, &body["choices"][0]),
+            (logprobs[..4].to_vec(), tokens[..4].to_vec())
+        );
+        let body = faulted("long-logprobs;by=2").await.json();
+        let (long, long_tokens) = entries(api, &body["choices"][0]);
+        assert_eq!(long[..6], logprobs[..], "{api}");
+        assert_eq!(
+            long[6..],
+            [logprobs[5].clone(), logprobs[5].clone()],
+            "{api}"
+        );
+        assert_eq!(long_tokens.len(), 8, "{api}");
+        for (fault, want) in [
+            ("null-logprob;at=1", Value::Null),
+            ("positive-logprob;at=1", json!(0.5)),
+            ("positive-logprob;at=1;value=2.25", json!(2.25)),
+            ("string-logprob;at=1", json!(logprobs[1].to_string())),
+        ] {
+            let body = faulted(fault).await.json();
+            let (got, got_tokens) = entries(api, &body["choices"][0]);
+            assert_eq!(got[1], want, "{api}: {fault}");
+            assert_eq!(
+                (&got[..1], &got[2..]),
+                (&logprobs[..1], &logprobs[2..]),
+                "{api}: {fault}"
+            );
+            assert_eq!(got_tokens, tokens, "{api}: {fault}");
+        }
+        let body = faulted("wrong-token-id;at=1").await.json();
+        let (got, got_tokens) = entries(api, &body["choices"][0]);
+        assert_eq!(got, logprobs, "{api}");
+        assert_eq!(got_tokens[1], "<|wrong-token|>", "{api}");
+        assert_eq!(
+            (&got_tokens[..1], &got_tokens[2..]),
+            (&tokens[..1], &tokens[2..]),
+            "{api}"
+        );
+        let text = faulted("nan-logprob;at=1;value=-Infinity").await.text();
+        let bare = match api {
+            "chat" => r#""logprob":-Infinity,"#.to_owned(),
+            _ => format!(",-Infinity,{}", logprobs[2]),
+        };
+        assert!(text.contains(&bare), "{api}: {text}");
+    }
+}
+
+#[tokio::test]
+async fn body_faults_rewrite_every_stream_chunk() {
+    let server = InProcess::new(ServerConfig::default());
+    let request = json!({"messages": [{"role": "user", "content": "faults"}], "max_tokens": 5, "logprobs": true,
+                         "stream": true});
+    let reply = post_with_fault(
+        &server,
+        "/v1/chat/completions",
+        &request,
+        "positive-logprob",
+    )
+    .await;
+    let logprobs: Vec<Value> = sse_json(&reply.body)
+        .iter()
+        .filter_map(|c| c["choices"][0]["logprobs"]["content"].as_array().cloned())
+        .flatten()
+        .map(|e| e["logprob"].clone())
+        .collect();
+    assert_eq!(logprobs, vec![json!(0.5); 5]);
+}
