@@ -107,6 +107,7 @@ pub fn translate(
     if let Some(min) = present(obj, "min_tokens") {
         sampling.insert("min_new_tokens".to_owned(), min.clone());
     }
+    response_format(obj, &mut sampling)?;
     let mut native = Map::new();
     let (logprobs, echo) = match api {
         Api::Completions => completions_prompt(obj, tokenizer, &mut native, &mut sampling)?,
@@ -388,6 +389,39 @@ pub fn render_chatml(messages: &[ChatMessage]) -> String {
     out
 }
 
+/// `response_format` as SGLang's `_build_sampling_params` turns it into a grammar constraint (which the toy
+/// model accepts and does not apply, as on `/generate`).
+fn response_format(
+    obj: &Map<String, Value>,
+    sampling: &mut Map<String, Value>,
+) -> Result<(), ApiError> {
+    let Some(format) = present(obj, "response_format") else {
+        return Ok(());
+    };
+    let (key, value) = match format.get("type").and_then(Value::as_str) {
+        Some("text") => return Ok(()),
+        Some("json_schema") => match format["json_schema"].get("schema").filter(|s| !s.is_null()) {
+            Some(schema) => ("json_schema", schema.to_string()),
+            None => {
+                return Err(ApiError::openai_bad_request(
+                    "schema_ is required for json_schema response format request.",
+                ));
+            }
+        },
+        Some("json_object") => ("json_schema", r#"{"type": "object"}"#.to_owned()),
+        Some("structural_tag") => ("structural_tag", format.to_string()),
+        _ => {
+            return Err(validation_error(
+                "literal_error",
+                "'response_format', 'type'",
+                "Input should be 'text', 'json_object', 'json_schema' or 'structural_tag'",
+            ));
+        }
+    };
+    sampling.insert(key.to_owned(), json!(value));
+    Ok(())
+}
+
 /// `stream_options` is only allowed with `stream`; it carries `include_usage` and `continuous_usage_stats`.
 fn stream_options(obj: &Map<String, Value>, stream: bool) -> Result<(bool, bool), ApiError> {
     let Some(options) = present(obj, "stream_options") else {
@@ -523,6 +557,99 @@ mod tests {
             assert_eq!(json["type"], kind, "{prompt}");
             assert_eq!(json["code"], 400);
         }
+    }
+
+    #[test]
+    fn response_formats_become_grammar_parameters() {
+        let config = ServerConfig::default();
+        let translate_format = |format: Value| {
+            let body = json!({"prompt": "x", "response_format": format});
+            translate(Api::Completions, &body, &config, &tokenizer())
+        };
+        let req = translate_format(json!({"type": "json_object"})).unwrap();
+        assert_eq!(
+            req.native["sampling_params"]["json_schema"],
+            r#"{"type": "object"}"#
+        );
+        let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+        let req = translate_format(
+            json!({"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}),
+        )
+        .unwrap();
+        let sent: Value = serde_json::from_str(
+            req.native["sampling_params"]["json_schema"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(sent, schema);
+        let req = translate_format(json!({"type": "text"})).unwrap();
+        assert!(req.native["sampling_params"].get("json_schema").is_none());
+        let err = translate_format(json!({"type": "json_schema", "json_schema": {"name": "s"}}))
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ApiError::openai_bad_request(
+                "schema_ is required for json_schema response format request."
+            )
+        );
+        assert_eq!(
+            translate_format(json!({"type": "yaml"}))
+                .unwrap_err()
+                .status(),
+            400
+        );
+    }
+
+    #[test]
+    fn out_of_range_counts_and_non_text_parts_are_bad_requests() {
+        let config = ServerConfig::default();
+        let refused = |api: Api, body: Value, message: &str| {
+            let err = translate(api, &body, &config, &tokenizer()).unwrap_err();
+            assert_eq!(err, ApiError::openai_bad_request(message), "{body}");
+        };
+        let user = json!([{"role": "user", "content": "x"}]);
+        refused(
+            Api::Completions,
+            json!({"prompt": "x", "n": 0}),
+            "n must be at least 1.",
+        );
+        refused(
+            Api::Completions,
+            json!({"prompt": "x", "logprobs": -1}),
+            "logprobs must be a non-negative integer.",
+        );
+        refused(
+            Api::Chat,
+            json!({"messages": user, "logprobs": true, "top_logprobs": 21}),
+            "top_logprobs must be between 0 and 20.",
+        );
+        refused(
+            Api::Chat,
+            json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}),
+            "The toy model reads text only; message 0 has a \"image_url\" part.",
+        );
+        let ok = |api: Api, body: Value| translate(api, &body, &config, &tokenizer()).unwrap();
+        assert_eq!(
+            ok(
+                Api::Completions,
+                json!({"prompt": "x", "n": 1, "logprobs": 0})
+            )
+            .logprobs,
+            Some(0)
+        );
+        assert_eq!(
+            ok(
+                Api::Chat,
+                json!({"messages": user, "logprobs": true, "top_logprobs": 20})
+            )
+            .logprobs,
+            Some(20)
+        );
+        let part = json!([{"role": "user", "content": [{"type": "text"}]}]);
+        let err =
+            translate(Api::Chat, &json!({"messages": part}), &config, &tokenizer()).unwrap_err();
+        assert!(matches!(err, ApiError::Validation(_)), "{err:?}");
     }
 
     #[test]

@@ -75,13 +75,12 @@ fn matched(finish: &Value) -> Value {
 }
 
 /// Token counts summed as `UsageProcessor` does: completion tokens of every choice, prompt tokens once per
-/// prompt (every `n`-th choice). The mock keeps no prefix cache, so `cached_tokens` is always 0 and
+/// prompt (every `n`-th choice). The mock keeps no prefix cache (`cached_tokens` is always 0), so
 /// `prompt_tokens_details` is `null`, as SGLang reports a zero cached sum.
 #[derive(Debug, Default, Clone, Copy)]
 struct Usage {
     prompt: u64,
     completion: u64,
-    cached: u64,
 }
 
 impl Usage {
@@ -90,13 +89,11 @@ impl Usage {
         if idx.is_multiple_of(n.max(1)) {
             self.prompt += meta["prompt_tokens"].as_u64().unwrap_or(0);
         }
-        self.cached += meta["cached_tokens"].as_u64().unwrap_or(0);
     }
 
     fn to_json(self) -> Value {
-        let details = (self.cached > 0).then(|| json!({"cached_tokens": self.cached}));
         json!({"prompt_tokens": self.prompt, "completion_tokens": self.completion,
-               "total_tokens": self.prompt + self.completion, "prompt_tokens_details": details})
+               "total_tokens": self.prompt + self.completion, "prompt_tokens_details": null})
     }
 }
 
@@ -168,9 +165,9 @@ fn chat_logprobs(output: &Value, output_top: &Value, from: usize) -> Value {
 /// What a stream has sent so far for one choice.
 #[derive(Debug, Default)]
 struct ChoiceState {
-    /// Bytes of the cumulative text already sent.
+    /// Bytes of the cumulative text already sent (cumulative native streams only).
     text_sent: usize,
-    /// Output logprobs already sent.
+    /// Output logprobs already sent (cumulative native streams only).
     logprobs_sent: usize,
     started: bool,
     finish: Option<Value>,
@@ -224,7 +221,7 @@ impl ChunkTranslator {
             && let Some(code) = finish["status_code"].as_u64()
         {
             let message = finish["message"].as_str().unwrap_or("Generation aborted.");
-            return Translated::Error(stream_error(message, status_name(code), code));
+            return Translated::Error(stream_error(message, &status_name(code), code));
         }
         if self.id.is_null() {
             self.id = meta["id"].clone();
@@ -237,12 +234,9 @@ impl ChunkTranslator {
         let mut delta = if incremental {
             text.to_owned()
         } else {
-            text.get(state.text_sent..).unwrap_or_default().to_owned()
-        };
-        state.text_sent = if incremental {
-            state.text_sent + text.len()
-        } else {
-            text.len()
+            let new = text.get(state.text_sent..).unwrap_or_default().to_owned();
+            state.text_sent = text.len();
+            new
         };
         let first = !state.started;
         state.started = true;
@@ -298,7 +292,6 @@ impl ChunkTranslator {
             let mut usage = Usage::default();
             for (index, state) in &self.choices {
                 usage.completion += state.usage.completion;
-                usage.cached += state.usage.cached;
                 if index.is_multiple_of(self.req.n.max(1)) {
                     usage.prompt += state.usage.prompt;
                 }
@@ -320,17 +313,14 @@ fn stream_logprobs(
 ) -> Option<Value> {
     let output = &meta["output_token_logprobs"];
     let top = &meta["output_top_logprobs"];
-    let arrived = output.as_array().map_or(0, Vec::len);
-    let (prev, total) = if incremental {
-        (0, arrived)
+    // Cumulative native streams repeat what was sent; incremental ones carry only the new entries.
+    let total = output.as_array().map_or(0, Vec::len);
+    let prev = if incremental {
+        0
     } else {
-        (state.logprobs_sent.min(arrived), arrived)
+        state.logprobs_sent.min(total)
     };
-    state.logprobs_sent = if incremental {
-        state.logprobs_sent + arrived
-    } else {
-        total
-    };
+    state.logprobs_sent = total;
     let echo_input = first && req.echo.is_some();
     if prev >= total && !echo_input {
         return None;
@@ -354,14 +344,31 @@ pub fn stream_error(message: &str, kind: &str, code: u64) -> Value {
     json!({"error": {"object": "error", "message": message, "type": kind, "param": null, "code": code}})
 }
 
-/// Python's `HTTPStatus(code).name` for the statuses a scheduler abort carries.
-fn status_name(code: u64) -> &'static str {
-    match code {
-        400 => "BAD_REQUEST",
-        408 => "REQUEST_TIMEOUT",
-        429 => "TOO_MANY_REQUESTS",
-        500 => "INTERNAL_SERVER_ERROR",
-        503 => "SERVICE_UNAVAILABLE",
-        _ => "INTERNAL_SERVER_ERROR",
+/// Python's `HTTPStatus(code).name`, from the status's reason phrase: 503 is `SERVICE_UNAVAILABLE`.
+fn status_name(code: u64) -> String {
+    let reason = u16::try_from(code)
+        .ok()
+        .and_then(|c| axum::http::StatusCode::from_u16(c).ok())
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("Internal Server Error");
+    reason.to_ascii_uppercase().replace([' ', '-'], "_")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::status_name;
+
+    #[test]
+    fn status_names_are_pythons() {
+        for (code, name) in [
+            (400, "BAD_REQUEST"),
+            (408, "REQUEST_TIMEOUT"),
+            (429, "TOO_MANY_REQUESTS"),
+            (500, "INTERNAL_SERVER_ERROR"),
+            (503, "SERVICE_UNAVAILABLE"),
+            (99, "INTERNAL_SERVER_ERROR"),
+        ] {
+            assert_eq!(status_name(code), name);
+        }
     }
 }

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use axum::http::Method;
-use mock_server::{LatencyConfig, ServerConfig};
+use mock_server::{LatencyConfig, Profile, ServerConfig};
 use serde_json::{Value, json};
 
 use crate::common::{InProcess, Reply, sse_json};
@@ -215,8 +215,29 @@ fn reassemble(api: &str, chunks: &[Value], n: usize) -> Vec<(String, Vec<Value>)
 }
 
 #[tokio::test]
-async fn streams_reassemble_to_the_non_stream_answer() {
-    let server = InProcess::new(ServerConfig::default());
+async fn streams_reassemble_to_the_non_stream_answer_in_every_streaming_mode() {
+    let modes = [
+        ServerConfig::default(),
+        ServerConfig {
+            incremental_streaming_output: true,
+            ..ServerConfig::default()
+        },
+        ServerConfig {
+            profile: Profile::Mid,
+            ..ServerConfig::default()
+        },
+        ServerConfig {
+            stream_interval: 3,
+            ..ServerConfig::default()
+        },
+    ];
+    for config in modes {
+        check_streams(&InProcess::new(config)).await;
+    }
+}
+
+/// Both routes, `n = 2`, streamed with `include_usage` and not: the same choices, logprobs and usage.
+async fn check_streams(server: &InProcess) {
     let cases = [
         (
             "completions",
@@ -231,7 +252,7 @@ async fn streams_reassemble_to_the_non_stream_answer() {
         ),
     ];
     for (api, path, request) in cases {
-        let whole = post(&server, path, &request).await.json();
+        let whole = post(server, path, &request).await.json();
         // Prompt tokens count once per prompt, not per choice; completion tokens add up over the choices.
         let tokens: Vec<u64> = whole["choices"]
             .as_array()
@@ -257,7 +278,7 @@ async fn streams_reassemble_to_the_non_stream_answer() {
         let mut streamed_request = request.clone();
         streamed_request["stream"] = json!(true);
         streamed_request["stream_options"] = json!({"include_usage": true});
-        let reply = post(&server, path, &streamed_request).await;
+        let reply = post(server, path, &streamed_request).await;
         assert_eq!(reply.status, 200);
         assert!(reply.content_type().starts_with("text/event-stream"));
         let chunks = sse_json(&reply.body);
@@ -613,6 +634,28 @@ async fn tokenize_gives_the_ids_generate_reads_and_detokenize_inverts_it() {
     .await;
     assert_eq!(skipped.json(), json!({"text": ["user\nHéllo wörld", ""]}));
 
+    let reply = post(&server, "/detokenize", &json!({"tokens": []})).await;
+    assert_eq!(reply.json(), json!({"text": ""}));
+    let reply = post(
+        &server,
+        "/tokenize",
+        &json!({"prompt": "x", "add_special_tokens": "yes"}),
+    )
+    .await;
+    assert_eq!(reply.status, 400);
+    assert!(
+        reply.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("add_special_tokens")
+    );
+    let reply = post(
+        &server,
+        "/tokenize",
+        &json!({"prompt": "x", "add_special_tokens": null}),
+    )
+    .await;
+    assert_eq!(reply.status, 200);
     let reply = post(&server, "/detokenize", &json!({"tokens": [151_936]})).await;
     assert_eq!(reply.status, 400);
     assert_eq!(reply.json()["type"], "BadRequestError");
@@ -796,4 +839,109 @@ async fn body_faults_rewrite_every_stream_chunk() {
         .map(|e| e["logprob"].clone())
         .collect();
     assert_eq!(logprobs, vec![json!(0.5); 5]);
+}
+
+#[tokio::test]
+async fn echo_prefixes_each_prompts_own_choices() {
+    let server = InProcess::new(ServerConfig::default());
+    let request =
+        json!({"prompt": ["Alpha", "Beta"], "n": 2, "max_tokens": 3, "echo": true, "seed": 2});
+    let whole = post(&server, "/v1/completions", &request).await.json();
+    let texts: Vec<&str> = whole["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts.len(), 4);
+    for (i, text) in texts.iter().enumerate() {
+        let prompt = if i < 2 { "Alpha" } else { "Beta" };
+        assert!(text.starts_with(prompt), "choice {i}: {text:?}");
+        assert!(
+            text.len() > prompt.len(),
+            "choice {i} has its answer after the prompt"
+        );
+    }
+    let mut streamed = request.clone();
+    streamed["stream"] = json!(true);
+    let chunks = sse_json(&post(&server, "/v1/completions", &streamed).await.body);
+    let mut again = vec![String::new(); 4];
+    for chunk in &chunks {
+        let c = &chunk["choices"][0];
+        again[c["index"].as_u64().unwrap() as usize].push_str(c["text"].as_str().unwrap());
+    }
+    assert_eq!(again, texts);
+
+    // With logprobs, the first chunk of each choice carries the prompt's entries too.
+    let mut with_logprobs = request.clone();
+    with_logprobs["logprobs"] = json!(0);
+    let whole = post(&server, "/v1/completions", &with_logprobs)
+        .await
+        .json();
+    with_logprobs["stream"] = json!(true);
+    let chunks = sse_json(&post(&server, "/v1/completions", &with_logprobs).await.body);
+    for (i, choice) in whole["choices"].as_array().unwrap().iter().enumerate() {
+        let streamed: Vec<Value> = chunks
+            .iter()
+            .map(|c| &c["choices"][0])
+            .filter(|c| c["index"] == i)
+            .flat_map(|c| {
+                c["logprobs"]["token_logprobs"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .collect();
+        assert_eq!(
+            &streamed,
+            choice["logprobs"]["token_logprobs"].as_array().unwrap(),
+            "choice {i}"
+        );
+        assert!(
+            streamed[0].is_null(),
+            "the prompt's first token has no logprob"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_chunk_without_new_tokens_has_no_logprobs() {
+    let server = InProcess::new(ServerConfig::default());
+    let request =
+        json!({"messages": [{"role": "user", "content": "Hi"}], "logprobs": true, "stream": true});
+    let reply = post_with_fault(&server, "/v1/chat/completions", &request, "abort-waiting").await;
+    let chunks = sse_json(&reply.body);
+    let finish = chunks.last().unwrap();
+    assert_eq!(finish["choices"][0]["finish_reason"], "abort");
+    assert!(
+        chunks.iter().all(|c| c["choices"][0]["logprobs"].is_null()),
+        "{chunks:?}"
+    );
+}
+
+#[tokio::test]
+async fn chat_streams_without_logprobs_carry_the_text() {
+    let server = InProcess::new(ServerConfig::default());
+    let request =
+        json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 10, "seed": 4});
+    let whole = post(&server, "/v1/chat/completions", &request).await.json();
+    let mut streamed = request.clone();
+    streamed["stream"] = json!(true);
+    let chunks = sse_json(&post(&server, "/v1/chat/completions", &streamed).await.body);
+    let text: String = chunks
+        .iter()
+        .map(|c| c["choices"][0]["delta"]["content"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        text,
+        whole["choices"][0]["message"]["content"].as_str().unwrap()
+    );
+    assert!(!text.is_empty());
+    // The role chunk, one chunk per token with text, and the finish chunk: no empty content chunks.
+    let empty = chunks
+        .iter()
+        .filter(|c| c["choices"][0]["delta"] == json!({"content": ""}))
+        .count();
+    assert_eq!(empty, 0, "{chunks:?}");
+    assert!(chunks.iter().all(|c| c["choices"][0]["logprobs"].is_null()));
 }
