@@ -583,6 +583,15 @@ mod tests {
         )
         .unwrap();
         assert_eq!(sent, schema);
+        let tag = json!({"type": "structural_tag", "structures": [], "triggers": []});
+        let req = translate_format(tag.clone()).unwrap();
+        let sent: Value = serde_json::from_str(
+            req.native["sampling_params"]["structural_tag"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(sent, tag);
         let req = translate_format(json!({"type": "text"})).unwrap();
         assert!(req.native["sampling_params"].get("json_schema").is_none());
         let err = translate_format(json!({"type": "json_schema", "json_schema": {"name": "s"}}))
