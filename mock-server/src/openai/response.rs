@@ -31,7 +31,7 @@ pub fn body(req: &OpenAiRequest, ret: &[Value], created: u64) -> Value {
                 }
                 Api::Chat => {
                     let logprobs = req.logprobs.map(|_| {
-                        chat_logprobs(&meta["output_token_logprobs"], &meta["output_top_logprobs"], 0)
+                        chat_logprobs(&meta["output_token_logprobs"], &meta["output_top_logprobs"])
                     });
                     json!({"index": idx,
                            "message": {"role": "assistant", "content": text, "reasoning_content": null,
@@ -141,15 +141,15 @@ fn completion_logprobs(
            "top_logprobs": tops})
 }
 
-/// Chat logprobs: one `{token, bytes, logprob, top_logprobs}` per output token, `top` from position `from`
-/// of the top lists (which may hold more positions than `output` in a stream).
-fn chat_logprobs(output: &Value, output_top: &Value, from: usize) -> Value {
+/// Chat logprobs: one `{token, bytes, logprob, top_logprobs}` per output token, each with the top list of its
+/// own position.
+fn chat_logprobs(output: &Value, output_top: &Value) -> Value {
     let tops = output_top.as_array();
     let content: Vec<Value> = entries(output)
         .enumerate()
         .map(|(i, (logprob, text))| {
             let top: Vec<Value> = tops
-                .and_then(|t| t.get(from + i))
+                .and_then(|t| t.get(i))
                 .map(top_dict)
                 .and_then(|d| d.as_object().cloned())
                 .into_iter()
@@ -335,7 +335,7 @@ fn stream_logprobs(
                 echo_input.then(|| (&meta["input_token_logprobs"], &meta["input_top_logprobs"]));
             completion_logprobs(input, &slice(output), &slice(top))
         }
-        Api::Chat => chat_logprobs(&slice(output), &slice(top), 0),
+        Api::Chat => chat_logprobs(&slice(output), &slice(top)),
     })
 }
 
