@@ -120,7 +120,8 @@ def serve(*, startup_timeout: float = 30.0, **flags: Any) -> Iterator[str]:
                 )
                 url = f"http://127.0.0.1:{port}"
                 deadline = time.monotonic() + startup_timeout
-                while not _healthy(url):
+                # Healthy means this process answers: another one on the port does not count.
+                while process.poll() is not None or not _healthy(url):
                     if process.poll() is None and time.monotonic() <= deadline:
                         time.sleep(0.02)
                         continue
