@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::BodyExt;
-use mock_server::{AppState, Oracle, ServerConfig};
+use mock_server::{AppState, LatencyConfig, Oracle, ServerConfig};
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use tower::ServiceExt;
@@ -25,6 +25,30 @@ pub(crate) const WAITING_ABORT_META_KEYS: [&str; 7] = [
 ];
 
 /// The path of a fixture under `tests/data/`.
+/// One simulated second per token, so a request stays in flight until the test moves the clock.
+pub(crate) fn slow() -> ServerConfig {
+    ServerConfig {
+        latency: LatencyConfig {
+            itl_ms: 1000.0,
+            ..LatencyConfig::default()
+        },
+        ..ServerConfig::default()
+    }
+}
+
+/// Move the paused clock forward in 100 ms steps, letting spawned requests run after each.
+pub(crate) async fn advance_ms(ms: u64) {
+    let mut left = ms;
+    while left > 0 {
+        let step = left.min(100);
+        tokio::time::advance(std::time::Duration::from_millis(step)).await;
+        for _ in 0..16 {
+            tokio::task::yield_now().await;
+        }
+        left -= step;
+    }
+}
+
 pub(crate) fn data_path(name: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests")

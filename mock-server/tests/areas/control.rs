@@ -5,21 +5,10 @@
 
 use std::time::Duration;
 
-use mock_server::{LatencyConfig, ServerConfig};
+use mock_server::ServerConfig;
 use serde_json::{Value, json};
 
-use crate::common::{InProcess, Node, Reply, WAITING_ABORT_META_KEYS, sse_json};
-
-/// One simulated second per token, so a request stays in flight until the test moves the clock.
-fn slow() -> ServerConfig {
-    ServerConfig {
-        latency: LatencyConfig {
-            itl_ms: 1000.0,
-            ..LatencyConfig::default()
-        },
-        ..ServerConfig::default()
-    }
-}
+use crate::common::{InProcess, Node, Reply, WAITING_ABORT_META_KEYS, advance_ms, slow, sse_json};
 
 fn request(rid: &str, tokens: u32, stream: bool) -> Value {
     json!({
@@ -44,19 +33,6 @@ async fn post(server: &InProcess, path: &str, body: Value) -> Reply {
 
 async fn stats(server: &InProcess) -> Value {
     server.get("/admin/stats").await.json()
-}
-
-/// Move the paused clock forward in 100 ms steps, letting spawned requests run after each.
-async fn advance_ms(ms: u64) {
-    let mut left = ms;
-    while left > 0 {
-        let step = left.min(100);
-        tokio::time::advance(Duration::from_millis(step)).await;
-        for _ in 0..16 {
-            tokio::task::yield_now().await;
-        }
-        left -= step;
-    }
 }
 
 fn ids(v: &Value) -> Vec<Value> {

@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use axum::http::Method;
-use mock_server::{LatencyConfig, Profile, ServerConfig};
+use mock_server::{Profile, ServerConfig};
 use serde_json::{Value, json};
 
-use crate::common::{InProcess, Reply, sse_json};
+use crate::common::{InProcess, Reply, advance_ms, slow, sse_json};
 
 async fn post(server: &InProcess, path: &str, body: &Value) -> Reply {
     server
@@ -30,6 +30,14 @@ async fn post_with_fault(server: &InProcess, path: &str, body: &Value, fault: &s
             &headers,
         )
         .await
+}
+
+/// The `message` of an error answer.
+fn error_message(reply: &Reply) -> String {
+    reply.json()["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error message: {}", reply.text()))
+        .to_owned()
 }
 
 /// A JSON number as the f32 it was written from.
@@ -547,25 +555,14 @@ async fn faults_reach_the_openai_routes() {
 
 #[tokio::test(start_paused = true)]
 async fn abort_all_ends_an_openai_stream_with_finish_reason_abort() {
-    let server = InProcess::new(ServerConfig {
-        latency: LatencyConfig {
-            itl_ms: 1000.0,
-            ..LatencyConfig::default()
-        },
-        ..ServerConfig::default()
-    });
+    let server = InProcess::new(slow());
     let body = json!({"messages": [{"role": "user", "content": "long"}], "max_tokens": 50, "stream": true,
                       "logprobs": true});
     let task = {
         let server = server.clone();
         tokio::spawn(async move { post(&server, "/v1/chat/completions", &body).await })
     };
-    for _ in 0..25 {
-        tokio::time::advance(Duration::from_millis(100)).await;
-        for _ in 0..16 {
-            tokio::task::yield_now().await;
-        }
-    }
+    advance_ms(2500).await;
     let reply = post(&server, "/abort_request", &json!({"abort_all": true})).await;
     assert_eq!(reply.status, 200);
     let chunks = sse_json(&task.await.unwrap().body);
@@ -643,12 +640,7 @@ async fn tokenize_gives_the_ids_generate_reads_and_detokenize_inverts_it() {
     )
     .await;
     assert_eq!(reply.status, 400);
-    assert!(
-        reply.json()["message"]
-            .as_str()
-            .unwrap()
-            .contains("add_special_tokens")
-    );
+    assert!(error_message(&reply).contains("add_special_tokens"));
     let reply = post(
         &server,
         "/tokenize",
@@ -661,12 +653,7 @@ async fn tokenize_gives_the_ids_generate_reads_and_detokenize_inverts_it() {
     assert_eq!(reply.json()["type"], "BadRequestError");
     let reply = post(&server, "/tokenize", &json!({"text": "wrong field"})).await;
     assert_eq!(reply.status, 400);
-    assert!(
-        reply.json()["message"]
-            .as_str()
-            .unwrap()
-            .contains("Field required")
-    );
+    assert!(error_message(&reply).contains("Field required"));
 }
 
 #[tokio::test(start_paused = true)]
@@ -674,11 +661,7 @@ async fn a_full_queue_is_a_503_or_an_error_event() {
     let server = InProcess::new(ServerConfig {
         max_running_requests: Some(1),
         max_queued_requests: Some(0),
-        latency: LatencyConfig {
-            itl_ms: 1000.0,
-            ..LatencyConfig::default()
-        },
-        ..ServerConfig::default()
+        ..slow()
     });
     let running = {
         let server = server.clone();
