@@ -76,13 +76,7 @@ pub fn translate(
     config: &ServerConfig,
     tokenizer: &Tokenizer,
 ) -> Result<OpenAiRequest, ApiError> {
-    let obj = body.as_object().ok_or_else(|| {
-        validation_error(
-            "model_attributes_type",
-            "()",
-            "Input should be a valid dictionary or object to extract fields from",
-        )
-    })?;
+    let obj = body_object(body)?;
     let model = match present(obj, "model") {
         None => config.served_model_name().to_owned(),
         Some(Value::String(s)) => s.clone(),
@@ -441,12 +435,23 @@ fn stream_options(obj: &Map<String, Value>, stream: bool) -> Result<(bool, bool)
     ))
 }
 
+/// The body as an object, or Pydantic's error for a body that is not one.
+pub(crate) fn body_object(body: &Value) -> Result<&Map<String, Value>, ApiError> {
+    body.as_object().ok_or_else(|| {
+        validation_error(
+            "model_attributes_type",
+            "()",
+            "Input should be a valid dictionary or object to extract fields from",
+        )
+    })
+}
+
 /// A field's value unless absent or `null` (Pydantic's `Optional` with a default).
 fn present<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     obj.get(key).filter(|v| !v.is_null())
 }
 
-fn type_error(field: &str, kind: &str, what: &str) -> ApiError {
+pub(crate) fn type_error(field: &str, kind: &str, what: &str) -> ApiError {
     validation_error(
         kind,
         &format!("'{field}'"),
@@ -454,24 +459,25 @@ fn type_error(field: &str, kind: &str, what: &str) -> ApiError {
     )
 }
 
-fn int_field(obj: &Map<String, Value>, key: &str) -> Result<Option<i64>, ApiError> {
-    match present(obj, key) {
-        None => Ok(None),
-        Some(v) => v
-            .as_i64()
-            .map(Some)
-            .ok_or_else(|| type_error(key, "int_type", "a valid integer")),
-    }
+/// A field read as `T` by `read`: `None` when absent or `null`, else Pydantic's type error of `kind`.
+fn typed_field<T>(
+    obj: &Map<String, Value>,
+    key: &str,
+    read: fn(&Value) -> Option<T>,
+    kind: &str,
+    what: &str,
+) -> Result<Option<T>, ApiError> {
+    present(obj, key)
+        .map(|v| read(v).ok_or_else(|| type_error(key, kind, what)))
+        .transpose()
 }
 
-fn bool_field(obj: &Map<String, Value>, key: &str) -> Result<Option<bool>, ApiError> {
-    match present(obj, key) {
-        None => Ok(None),
-        Some(v) => v
-            .as_bool()
-            .map(Some)
-            .ok_or_else(|| type_error(key, "bool_type", "a valid boolean")),
-    }
+fn int_field(obj: &Map<String, Value>, key: &str) -> Result<Option<i64>, ApiError> {
+    typed_field(obj, key, Value::as_i64, "int_type", "a valid integer")
+}
+
+pub(crate) fn bool_field(obj: &Map<String, Value>, key: &str) -> Result<Option<bool>, ApiError> {
+    typed_field(obj, key, Value::as_bool, "bool_type", "a valid boolean")
 }
 
 #[cfg(test)]

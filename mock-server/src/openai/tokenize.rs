@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::check_content_type;
+use super::request::{body_object, bool_field, type_error};
 use crate::error::ApiError;
 use crate::request as native;
 use crate::routes::{self, AppState};
@@ -56,22 +57,13 @@ async fn read_json(state: &AppState, req: Request) -> Result<Value, ApiError> {
         .map_err(|err| ApiError::Validation(native::json_decode_message(&err)))
 }
 
-fn field_error(field: &str, msg: &str) -> ApiError {
-    native::validation_error("type_error", &format!("'{field}'"), msg)
-}
-
 fn tokenize_body(state: &AppState, body: &Value) -> Result<Value, ApiError> {
     let tokenizer = state.model().tokenizer();
-    if let Some(flag) = body.get("add_special_tokens").filter(|v| !v.is_null())
-        && !flag.is_boolean()
-    {
-        return Err(field_error(
-            "add_special_tokens",
-            "Input should be a valid boolean",
-        ));
-    }
+    let obj = body_object(body)?;
+    // Checked for its type; the toy tokenizer adds no special tokens either way.
+    bool_field(obj, "add_special_tokens")?;
     let max_model_len = state.config().context_length;
-    match body.get("prompt") {
+    match obj.get("prompt") {
         Some(Value::String(text)) => {
             let tokens = tokenizer.encode(text);
             Ok(json!({"tokens": tokens, "count": tokens.len(), "max_model_len": max_model_len}))
@@ -79,14 +71,15 @@ fn tokenize_body(state: &AppState, body: &Value) -> Result<Value, ApiError> {
         Some(Value::Array(texts)) => {
             let texts: Option<Vec<&str>> = texts.iter().map(Value::as_str).collect();
             let texts =
-                texts.ok_or_else(|| field_error("prompt", "Input should be a valid string"))?;
+                texts.ok_or_else(|| type_error("prompt", "string_type", "a valid string"))?;
             let tokens: Vec<Vec<u32>> = texts.iter().map(|t| tokenizer.encode(t)).collect();
             let count: Vec<usize> = tokens.iter().map(Vec::len).collect();
             Ok(json!({"tokens": tokens, "count": count, "max_model_len": max_model_len}))
         }
-        Some(_) => Err(field_error(
+        Some(_) => Err(type_error(
             "prompt",
-            "Input should be a valid string or a list of strings",
+            "union_type",
+            "a valid string or a list of strings",
         )),
         None => Err(native::validation_error(
             "missing",
@@ -98,16 +91,8 @@ fn tokenize_body(state: &AppState, body: &Value) -> Result<Value, ApiError> {
 
 fn detokenize_body(state: &AppState, body: &Value) -> Result<Value, ApiError> {
     let tokenizer = state.model().tokenizer();
-    let skip = match body.get("skip_special_tokens") {
-        None | Some(Value::Null) => true,
-        Some(Value::Bool(skip)) => *skip,
-        Some(_) => {
-            return Err(field_error(
-                "skip_special_tokens",
-                "Input should be a valid boolean",
-            ));
-        }
-    };
+    let obj = body_object(body)?;
+    let skip = bool_field(obj, "skip_special_tokens")?.unwrap_or(true);
     let vocab = tokenizer.vocab_size();
     let ids = |list: &[Value]| -> Result<Vec<u32>, ApiError> {
         list.iter()
@@ -123,7 +108,7 @@ fn detokenize_body(state: &AppState, body: &Value) -> Result<Value, ApiError> {
             })
             .collect()
     };
-    match body.get("tokens") {
+    match obj.get("tokens") {
         Some(Value::Array(list)) if list.is_empty() => Ok(json!({"text": ""})),
         Some(Value::Array(list)) if list[0].is_array() => {
             let texts: Result<Vec<String>, ApiError> = list
@@ -140,7 +125,7 @@ fn detokenize_body(state: &AppState, body: &Value) -> Result<Value, ApiError> {
             Ok(json!({"text": texts?}))
         }
         Some(Value::Array(list)) => Ok(json!({"text": tokenizer.decode(&ids(list)?, skip)})),
-        Some(_) => Err(field_error("tokens", "Input should be a valid list")),
+        Some(_) => Err(type_error("tokens", "list_type", "a valid list")),
         None => Err(native::validation_error(
             "missing",
             "'tokens'",
