@@ -3,6 +3,7 @@
 use anyhow::Context;
 use clap::Parser;
 use mock_server::config::{DEFAULT_MAX_BODY_BYTES, DEFAULT_MODEL_PATH, DEFAULT_WEIGHT_VERSION};
+use mock_server::generate;
 use mock_server::{
     Fault, FaultConfig, FaultRule, LatencyConfig, Profile, ServerConfig, StreamFilter,
 };
@@ -275,11 +276,9 @@ async fn oracle(config: ServerConfig, file: Option<std::path::PathBuf>) -> anyho
         oracle.expect_stream(&body).await.map(|events| {
             let mut out = Vec::new();
             for event in events {
-                out.extend_from_slice(b"data: ");
-                out.extend_from_slice(event.to_string().as_bytes());
-                out.extend_from_slice(b"\n\n");
+                out.extend_from_slice(&generate::sse_event(event.to_string().as_bytes()));
             }
-            out.extend_from_slice(b"data: [DONE]\n\n");
+            out.extend_from_slice(generate::DONE_EVENT);
             out
         })
     } else {
