@@ -43,7 +43,7 @@ MUTANTS = [
         "sample.append_environment(&turn.output_ids, &turn.text)?;",
         [
             ("regression-tests", "regression", "agents::every_branch_of_the_reward_shaping_with_oracle_logprobs"),
-            ("rollout-client", "tests", "command::multi_agent_command_shapes_rewards"),
+            ("rollout-cli", "tests", "command::multi_agent_command_shapes_rewards"),
         ],
     ),
     Mutant(

@@ -25,11 +25,11 @@ run_area() {
         decoding)
             files=(rollout-client/src/wire.rs rollout-client/src/fast.rs rollout-client/src/turn.rs
                 rollout-client/src/stream.rs)
-            packages=(rollout-client regression-tests) ;;
+            packages=(rollout-client rollout-cli regression-tests) ;;
         samples)
             files=(rollout-client/src/sample.rs rollout-client/src/rollout.rs rollout-client/src/multi_agent.rs
                 rollout-client/src/train.rs)
-            packages=(rollout-client regression-tests) ;;
+            packages=(rollout-client rollout-cli regression-tests) ;;
         grpo)
             files=(grpo/src/batch.rs grpo/src/advantage.rs)
             packages=(grpo regression-tests) ;;

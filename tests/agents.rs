@@ -2,10 +2,10 @@
 //! id, and every emitted sample's logprobs equal to the oracle's token for token.
 
 use mock_server::config::{ScriptFinish, ScriptRule};
+use rollout_cli::prompts::LabeledPrompt;
+use rollout_cli::reward::math_reward;
+use rollout_cli::scripted;
 use rollout_client::multi_agent::{self, MultiAgentConfig, SELECTOR_MARKER};
-use rollout_client::prompts::LabeledPrompt;
-use rollout_client::reward::math_reward;
-use rollout_client::scripted;
 use rollout_client::tokenize::PromptTokenizer;
 use rollout_client::train;
 use rollout_client::{Reward, Sample, SamplingParams};

@@ -11,21 +11,19 @@
 //! 3. [`Sample::apply_turn`] appends it to a [`Sample`] whose length invariants are enforced by
 //!    construction, and [`rollout`] drives multi-turn, partial and group rollouts over a
 //!    retrying, concurrency-limited [`Client`].
-//! 4. [`train`] hands the samples to `grpo` (rollout logprobs required), [`multi_agent`] is slime's
-//!    multi-agent example, and [`run`] / [`command`] are the `rollout` command's complete GRPO rollout.
+//! 4. [`train`] hands the samples to `grpo` (rollout logprobs required), and [`multi_agent`] is slime's
+//!    multi-agent example.
+//!
+//! The `rollout` command (prompts, rewards, a complete GRPO rollout on an embedded sglang-mock) is the
+//! `rollout-cli` crate, so that linking this library brings in no server, flag parser or progress bar.
 
 pub mod client;
-pub mod command;
 pub mod error;
 mod fast;
 pub mod multi_agent;
-pub mod prompts;
 pub mod request;
-pub mod reward;
 pub mod rollout;
-pub mod run;
 pub mod sample;
-pub mod scripted;
 pub mod stream;
 pub mod synth;
 pub mod tokenize;

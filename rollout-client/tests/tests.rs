@@ -1,7 +1,5 @@
 //! Integration tests of rollout-client, built as one binary (one `mod` per area).
 
-/// The `rollout` command and `run::rollout` on the embedded mock: groups, rewards, advantages, JSONL.
-mod command;
 /// Shared helpers: fixture loading, the data-driven `check`, and a scripted HTTP/1.1 server.
 mod common;
 /// Non-stream bodies from `tests/data/`: every shape of spec sections 2 and 7 and every malformed variant.

@@ -18,7 +18,8 @@
 use mock_server::ServerConfig;
 use mock_server::config::{ScriptFinish, ScriptRule};
 
-use crate::multi_agent::{REWRITER_MARKER, SELECTOR_MARKER, SOLVER_MARKER};
+use rollout_client::multi_agent::{REWRITER_MARKER, SELECTOR_MARKER, SOLVER_MARKER};
+
 use crate::prompts::LabeledPrompt;
 use crate::reward::last_number;
 

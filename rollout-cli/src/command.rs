@@ -15,16 +15,15 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-use crate::client::{Client, RetryPolicy};
-use crate::error::ClientError;
-use crate::multi_agent::MultiAgentConfig;
+use rollout_client::multi_agent::MultiAgentConfig;
+use rollout_client::rollout::RolloutConfig;
+use rollout_client::sample;
+use rollout_client::tokenize::PromptTokenizer;
+use rollout_client::{Client, ClientError, RetryPolicy, SamplingParams};
+
 use crate::prompts::{self, LabeledPrompt, PromptsError};
-use crate::request::SamplingParams;
-use crate::rollout::RolloutConfig;
 use crate::run::{self, RunConfig, RunError, Summary};
-use crate::sample;
 use crate::scripted;
-use crate::tokenize::PromptTokenizer;
 
 /// Record a GRPO rollout from SGLang (or an embedded sglang-mock) as JSONL samples with rewards and advantages.
 ///
@@ -165,7 +164,7 @@ impl fmt::Display for Report {
             writeln!(
                 f,
                 "note         the toy model writes pseudo-words, so only the {} prompts with scripted \
-                 answers (forced text, same for a whole group) can be correct; see rollout-client/README.md",
+                 answers (forced text, same for a whole group) can be correct; see rollout-cli/README.md",
                 self.scripted_prompts
             )?;
         }

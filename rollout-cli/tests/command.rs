@@ -3,10 +3,10 @@
 
 use clap::Parser;
 use mock_server::ServerConfig;
-use rollout_client::command::{self, RolloutArgs};
-use rollout_client::prompts::{self, LabeledPrompt};
+use rollout_cli::command::{self, RolloutArgs};
+use rollout_cli::prompts::{self, LabeledPrompt};
+use rollout_cli::run::{self, RunConfig};
 use rollout_client::rollout::RolloutConfig;
-use rollout_client::run::{self, RunConfig};
 use rollout_client::sample::read_jsonl;
 use rollout_client::tokenize::PromptTokenizer;
 use rollout_client::{Client, GenerateRequest, Sample, SamplingParams};
@@ -20,7 +20,7 @@ async fn start(config: ServerConfig) -> String {
 }
 
 fn temp_path(name: &str) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("rollout-client-test-{}-{name}", std::process::id()))
+    std::env::temp_dir().join(format!("rollout-cli-test-{}-{name}", std::process::id()))
 }
 
 #[tokio::test]
@@ -156,7 +156,7 @@ async fn generated_tokens_filed_as_environment_fail_the_group() {
 #[tokio::test]
 async fn streamed_and_plain_runs_give_identical_samples() {
     let prompts: Vec<LabeledPrompt> = prompts::builtin().into_iter().take(4).collect();
-    let url = start(rollout_client::scripted::mock_config(&prompts)).await;
+    let url = start(rollout_cli::scripted::mock_config(&prompts)).await;
     let client = Client::builder(&url).build().unwrap();
     let mut config = RunConfig {
         n_samples_per_prompt: 3,

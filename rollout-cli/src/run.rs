@@ -3,7 +3,7 @@
 //! [`rollout`] is what the `rollout` command runs once it has a client: it tokenizes each prompt,
 //! generates `n_samples_per_prompt` samples per prompt (resuming aborted ones as a partial rollout
 //! would), grades them with [`crate::reward::math_reward`], hands them to `grpo` through
-//! [`crate::train::grpo_advantages`] with rollout logprobs required, and returns the samples (each
+//! [`rollout_client::train::grpo_advantages`] with rollout logprobs required, and returns the samples (each
 //! with `reward` and `extra["advantage"]`) with a [`Summary`].
 
 use std::collections::BTreeMap;
@@ -15,15 +15,14 @@ use futures_util::stream;
 use grpo::AdvantageConfig;
 use indicatif::ProgressBar;
 
-use crate::client::Client;
-use crate::error::RolloutError;
-use crate::multi_agent::{self, MultiAgentConfig};
+use rollout_client::multi_agent::{self, MultiAgentConfig};
+use rollout_client::rollout::{self, RolloutConfig};
+use rollout_client::tokenize::PromptTokenizer;
+use rollout_client::train::{self, GrpoError, GrpoOutcome};
+use rollout_client::{Client, Reward, RolloutError, Sample, SampleStatus};
+
 use crate::prompts::LabeledPrompt;
 use crate::reward::{math_reward, overlong_penalty};
-use crate::rollout::{self, RolloutConfig};
-use crate::sample::{Reward, Sample, SampleStatus};
-use crate::tokenize::PromptTokenizer;
-use crate::train::{self, GrpoError, GrpoOutcome};
 
 /// How a rollout is run.
 #[derive(Debug, Clone)]

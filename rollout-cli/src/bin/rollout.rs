@@ -1,7 +1,7 @@
 //! The `rollout` command: records a GRPO rollout from SGLang or an embedded sglang-mock (see `rollout --help`).
 
 use clap::Parser;
-use rollout_client::command::{self, RolloutArgs};
+use rollout_cli::command::{self, RolloutArgs};
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]

@@ -1,0 +1,19 @@
+//! The `rollout` command: a complete GRPO rollout from SGLang or an embedded sglang-mock, written as JSONL samples.
+//!
+//! This crate sits on the `rollout-client` library and keeps everything only the command needs out of it:
+//! the flags (clap), the embedded mock server and its scripted answers, progress bars, the prompts and the
+//! reward. A trainer that wants the client links `rollout-client` alone.
+//!
+//! - [`command`]: the flags ([`command::RolloutArgs`]) and the one entry point, [`command::run_command`],
+//!   which starts the embedded mock when no `--url` is given and writes the JSONL file.
+//! - [`run`]: [`run::rollout`], the rollout itself: groups (or slime's multi-agent system) per prompt,
+//!   rewards, GRPO advantages with rollout logprobs required, and the [`run::Summary`].
+//! - [`prompts`], [`reward`]: labelled prompts (built-in or JSONL) and the last-number math reward with
+//!   DAPO's overlong penalty.
+//! - [`scripted`]: the embedded mock's scripted answers, so that a toy-model run earns some rewards.
+
+pub mod command;
+pub mod prompts;
+pub mod reward;
+pub mod run;
+pub mod scripted;
