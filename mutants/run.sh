@@ -23,12 +23,13 @@ run_area() {
     local files=() packages=()
     case "$area" in
         decoding)
-            files=(rollout-client/src/wire.rs rollout-client/src/fast.rs rollout-client/src/turn.rs
+            files=(rollout-client/src/wire.rs rollout-client/src/fast.rs rollout-client/src/visitor.rs
+                rollout-client/src/decode.rs rollout-client/src/validate.rs rollout-client/src/turn.rs
                 rollout-client/src/stream.rs)
             packages=(rollout-client rollout-cli regression-tests) ;;
         samples)
-            files=(rollout-client/src/sample.rs rollout-client/src/rollout.rs rollout-client/src/multi_agent.rs
-                rollout-client/src/train.rs)
+            files=(rollout-client/src/sample.rs rollout-client/src/fields.rs rollout-client/src/record.rs
+                rollout-client/src/rollout.rs rollout-client/src/multi_agent.rs rollout-client/src/train.rs)
             packages=(rollout-client rollout-cli regression-tests) ;;
         grpo)
             files=(grpo/src/batch.rs grpo/src/advantage.rs)

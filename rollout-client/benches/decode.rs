@@ -4,9 +4,9 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use rollout_client::synth::{TokenText, decode_via_value, generate_body};
-use rollout_client::{turn, wire};
+use rollout_client::{decode, turn};
 
-fn decode(c: &mut Criterion) {
+fn decoding(c: &mut Criterion) {
     for (name, text) in [
         ("null_text", TokenText::Null),
         ("with_text", TokenText::Pieces),
@@ -18,7 +18,7 @@ fn decode(c: &mut Criterion) {
             b.iter(|| turn::parse_single(black_box(&body), true).expect("valid body"))
         });
         g.bench_function("typed_wire_only", |b| {
-            b.iter(|| wire::decode_response(black_box(&body)).expect("valid body"))
+            b.iter(|| decode::decode_response(black_box(&body)).expect("valid body"))
         });
         g.bench_function("serde_json_value", |b| {
             b.iter(|| decode_via_value(black_box(&body)).expect("valid body"))
@@ -27,5 +27,5 @@ fn decode(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, decode);
+criterion_group!(benches, decoding);
 criterion_main!(benches);

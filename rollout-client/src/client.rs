@@ -14,11 +14,12 @@ use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, RETRY_AFTER};
 use tokio::sync::Semaphore;
 
+use crate::decode;
 use crate::error::{ClientError, ResponseError};
 use crate::request::{AbortRequest, GenerateRequest};
-use crate::stream::{StreamDecoder, StreamMode};
+use crate::stream::StreamDecoder;
 use crate::turn::{self, Turn};
-use crate::wire;
+use crate::wire::StreamMode;
 
 /// Backoff schedule. The delay before retry `k` (0-based) is
 /// `min(initial_backoff * multiplier^k, max_backoff)`, reduced by a random fraction of up to
@@ -507,7 +508,7 @@ pub fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
 /// SGLang's message from `{"error":{"message"}}`, `{"object":"error","message"}` or
 /// `{"detail":...}`; otherwise the start of the body (e.g. a plain-text 500).
 pub fn error_message(body: &[u8]) -> String {
-    if let Some(m) = wire::decode_error_body(body).and_then(|b| b.message()) {
+    if let Some(m) = decode::decode_error_body(body).and_then(|b| b.message()) {
         return m;
     }
     let text = String::from_utf8_lossy(body);

@@ -1,11 +1,14 @@
 //! Typed errors: what was wrong with a response, a sample or a request, and with which value.
+//!
+//! Every layer of the crate returns these, so this module sits at the bottom: it names only the plain types
+//! its variants carry (a sample status, a stream mode) and nothing that produces the errors.
 
 use std::time::Duration;
 
-use crate::sample::SampleStatus;
-use crate::stream::StreamMode;
+use crate::fields::SampleStatus;
+use crate::wire::StreamMode;
 
-/// A `/generate` response that cannot become a [`crate::Turn`]: bad JSON, a missing key, or
+/// A `/generate` response that cannot become a `Turn`: bad JSON, a missing key, or
 /// logprobs that are missing, misaligned or impossible.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -2,9 +2,9 @@
 //!
 //! The path from bytes to training data:
 //!
-//! 1. [`wire`] decodes a `/generate` body into typed structs (a custom visitor fills the token
-//!    ids and logprobs columns directly), and [`stream`] reassembles SSE streams in every mode
-//!    SGLang has used into the same shape.
+//! 1. [`decode`] turns a `/generate` body into the typed structs of [`wire`] (a strict scanner, and
+//!    behind it a serde visitor, fill the token ids and logprobs columns directly), and [`stream`]
+//!    reassembles SSE streams in every mode SGLang has used into the same shape.
 //! 2. [`Turn::from_response`] validates it: meta_info present, logprobs present when requested,
 //!    aligned with `output_ids` token for token, and finite and `<= 0`; anything else is a
 //!    [`ResponseError`] naming the field, index and value.
@@ -17,24 +17,36 @@
 //! The `rollout` command (prompts, rewards, a complete GRPO rollout on an embedded sglang-mock) is the
 //! `rollout-cli` crate, so that linking this library brings in no server, flag parser or progress bar.
 
-pub mod client;
+// The bottom: plain data, and the errors every layer returns.
 pub mod error;
+mod fields;
+pub mod wire;
+
+// Decoding, layer by layer: bytes to wire types, checks, turns, streams.
+pub mod decode;
 mod fast;
+pub mod stream;
+pub mod turn;
+mod validate;
+mod visitor;
+
+// Samples, requests and the rollouts that build them.
+pub mod client;
 pub mod multi_agent;
+mod record;
 pub mod request;
 pub mod rollout;
 pub mod sample;
-pub mod stream;
-pub mod synth;
 pub mod tokenize;
 pub mod train;
-pub mod turn;
-pub mod wire;
+
+// The decode benchmark's bodies.
+pub mod synth;
 
 pub use client::{Client, ClientBuilder, RetryPolicy};
 pub use error::{ClientError, ResponseError, RolloutError, SampleError};
 pub use request::{AbortRequest, GenerateRequest, IdsInput, SamplingParams, TextInput};
 pub use sample::{GeneratedSpan, Prompt, Reward, Sample, SampleStatus, Segment};
-pub use stream::{StreamDecoder, StreamMode};
+pub use stream::StreamDecoder;
 pub use turn::Turn;
-pub use wire::{FinishReason, GenerateResponse, MetaInfo, StopMatch, TokenLogprobs};
+pub use wire::{FinishReason, GenerateResponse, MetaInfo, StopMatch, StreamMode, TokenLogprobs};

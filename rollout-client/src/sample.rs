@@ -28,72 +28,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::SampleError;
+pub use crate::fields::{GeneratedSpan, PrefixCacheInfo, Prompt, Reward, SampleStatus, SpecInfo};
+use crate::record::SampleRecord;
 use crate::turn::Turn;
-
-/// slime's `Sample.Status`, serialised as its lowercase string value.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SampleStatus {
-    #[default]
-    Pending,
-    Completed,
-    Truncated,
-    Aborted,
-    /// A recoverable failure (tool, API or parse error); may hold partial output.
-    Failed,
-}
-
-/// A raw prompt or a list of chat messages.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Prompt {
-    Text(String),
-    Messages(Vec<Map<String, Value>>),
-}
-
-impl Default for Prompt {
-    fn default() -> Self {
-        Prompt::Text(String::new())
-    }
-}
-
-impl From<&str> for Prompt {
-    fn from(s: &str) -> Self {
-        Prompt::Text(s.to_owned())
-    }
-}
-
-impl From<String> for Prompt {
-    fn from(s: String) -> Self {
-        Prompt::Text(s)
-    }
-}
-
-/// A scalar reward, or a dict from which `--reward-key` selects one.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Reward {
-    Scalar(f64),
-    Keyed(Map<String, Value>),
-}
-
-/// Speculative-decoding counters, accumulated over engine calls.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct SpecInfo {
-    pub spec_accept_token_num: u64,
-    pub spec_draft_token_num: u64,
-    pub spec_verify_ct: u64,
-    pub completion_token_num: u64,
-}
-
-/// Prefix-cache counters, accumulated over engine calls.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct PrefixCacheInfo {
-    pub cached_tokens: u64,
-    pub total_prompt_tokens: u64,
-}
 
 /// Response tokens to append: generated ones carry logprobs, environment ones cannot.
 #[derive(Debug, Clone, Copy)]
@@ -105,20 +42,6 @@ pub enum Segment<'a> {
     },
     /// Tool or environment output: logprob 0.0 and mask 0, never trained on.
     Environment { tokens: &'a [u32] },
-}
-
-/// The response tokens one generation turn produced: response offsets `start..start + len`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GeneratedSpan {
-    pub start: usize,
-    pub len: usize,
-}
-
-impl GeneratedSpan {
-    /// One past the last response offset of the span.
-    pub fn end(&self) -> usize {
-        self.start + self.len
-    }
 }
 
 /// One trajectory. Field names and JSON keys follow slime's `Sample` (HEAD, `to_dict()`), plus
@@ -511,121 +434,11 @@ pub enum JsonlError {
     },
 }
 
-/// What Python may write: the same keys, with `None` where we always have a list.
-#[derive(Default, Deserialize)]
-#[serde(default)]
-struct SampleRecord {
-    group_index: Option<usize>,
-    index: Option<usize>,
-    rollout_id: Option<u64>,
-    /// v0.3.0 name of `rollout_id`.
-    group_id: Option<u64>,
-    prompt: Prompt,
-    tokens: Vec<u32>,
-    multimodal_inputs: Option<Value>,
-    multimodal_train_inputs: Option<Value>,
-    multimodal_train_input_id: Option<String>,
-    apply_chat_template_kwargs: Option<Map<String, Value>>,
-    response: String,
-    response_length: usize,
-    label: Option<String>,
-    reward: Option<Reward>,
-    loss_mask: Option<Vec<u8>>,
-    weight_versions: Vec<String>,
-    rollout_log_probs: Option<Vec<f32>>,
-    rollout_top_p_token_ids: Option<Vec<u32>>,
-    rollout_top_p_token_offsets: Option<Vec<u32>>,
-    rollout_routed_experts: Option<Value>,
-    remove_sample: bool,
-    teacher_log_probs: Option<Vec<f32>>,
-    status: SampleStatus,
-    metadata: Option<Map<String, Value>>,
-    generate_function_path: Option<String>,
-    custom_rm_path: Option<String>,
-    train_metadata: Option<Map<String, Value>>,
-    session_id: Option<String>,
-    non_generation_time: f64,
-    spec_info: SpecInfo,
-    prefix_cache_info: PrefixCacheInfo,
-    generated_spans: Option<Vec<GeneratedSpan>>,
-    policy_masked_tokens: usize,
-    #[serde(flatten)]
-    extra: Map<String, Value>,
-}
-
-/// The generated spans of a record that has none (slime writes none), and how many of their tokens were
-/// masked: a token with mask 1, or with mask 0 and a non-zero log prob (masked by some policy, such as slime's
-/// off-policy masking), was generated; a token with mask 0 and log prob 0.0 is environment output. Each
-/// maximal run of generated tokens is taken as one span.
-fn infer_spans(loss_mask: &[u8], log_probs: &[f32]) -> (Vec<GeneratedSpan>, usize) {
-    let mut spans = Vec::new();
-    let mut masked = 0;
-    let mut start = None;
-    let generated = loss_mask
-        .iter()
-        .zip(log_probs)
-        .map(|(&m, &lp)| m == 1 || lp != 0.0);
-    for (i, g) in generated.chain([false]).enumerate() {
-        match (g, start) {
-            (true, None) => start = Some(i),
-            (false, Some(s)) => {
-                spans.push(GeneratedSpan {
-                    start: s,
-                    len: i - s,
-                });
-                start = None;
-            }
-            _ => {}
-        }
-        if g && loss_mask[i] == 0 {
-            masked += 1;
-        }
-    }
-    (spans, masked)
-}
-
 impl TryFrom<SampleRecord> for Sample {
     type Error = SampleError;
 
-    fn try_from(r: SampleRecord) -> Result<Self, Self::Error> {
-        let response_length = r.response_length;
-        // slime materialises a missing mask as all ones; a missing logprob list is exactly the
-        // issue #1976 state, so it is refused unless there is nothing to have logprobs for.
-        let loss_mask = r.loss_mask.unwrap_or_else(|| vec![1; response_length]);
-        let rollout_log_probs = match r.rollout_log_probs {
-            Some(v) => v,
-            None if response_length == 0 => Vec::new(),
-            None => return Err(SampleError::MissingRolloutLogProbs { response_length }),
-        };
-        if let Some((index, &value)) = loss_mask.iter().enumerate().find(|(_, m)| **m > 1) {
-            return Err(SampleError::BadLossMask { index, value });
-        }
-        for (index, &value) in rollout_log_probs.iter().enumerate() {
-            if !value.is_finite() {
-                return Err(SampleError::NonFiniteLogprob { index, value });
-            }
-            if value > 0.0 {
-                return Err(SampleError::PositiveLogprob { index, value });
-            }
-        }
-        // A zero-filled list (`[0.0] * n`, what a fallback writes when the engine's logprobs were lost) looks
-        // valid value by value; a real rollout of two or more trained tokens all with probability exactly 1 in
-        // float32 does not happen outside near-greedy decoding.
-        let trained: Vec<f32> = rollout_log_probs
-            .iter()
-            .zip(&loss_mask)
-            .filter(|(_, m)| **m == 1)
-            .map(|(lp, _)| *lp)
-            .collect();
-        if trained.len() >= 2 && trained.iter().all(|&lp| lp == 0.0) {
-            return Err(SampleError::PlaceholderLogprobs {
-                trained: trained.len(),
-            });
-        }
-        let (generated_spans, policy_masked_tokens) = match r.generated_spans {
-            Some(spans) => (spans, r.policy_masked_tokens),
-            None => infer_spans(&loss_mask, &rollout_log_probs),
-        };
+    fn try_from(mut r: SampleRecord) -> Result<Self, Self::Error> {
+        let columns = r.take_columns()?;
         let s = Sample {
             group_index: r.group_index,
             index: r.index,
@@ -637,12 +450,12 @@ impl TryFrom<SampleRecord> for Sample {
             multimodal_train_input_id: r.multimodal_train_input_id,
             apply_chat_template_kwargs: r.apply_chat_template_kwargs.unwrap_or_default(),
             response: r.response,
-            response_length,
+            response_length: r.response_length,
             label: r.label,
             reward: r.reward,
-            loss_mask,
+            loss_mask: columns.loss_mask,
             weight_versions: r.weight_versions,
-            rollout_log_probs,
+            rollout_log_probs: columns.rollout_log_probs,
             rollout_top_p_token_ids: r.rollout_top_p_token_ids,
             rollout_top_p_token_offsets: r.rollout_top_p_token_offsets,
             rollout_routed_experts: r.rollout_routed_experts,
@@ -657,8 +470,8 @@ impl TryFrom<SampleRecord> for Sample {
             non_generation_time: r.non_generation_time,
             spec_info: r.spec_info,
             prefix_cache_info: r.prefix_cache_info,
-            generated_spans,
-            policy_masked_tokens,
+            generated_spans: columns.generated_spans,
+            policy_masked_tokens: columns.policy_masked_tokens,
             extra: r.extra,
         };
         s.check_invariants()?;

@@ -17,19 +17,10 @@
 //! `text`, so Auto then takes the text as cumulative when it extends the previous text. Set the
 //! mode explicitly when you know the server.
 
+use crate::decode;
 use crate::error::ResponseError;
 use crate::turn::Turn;
-use crate::wire::{self, GenerateResponse, MetaInfo, TokenLogprobs};
-
-/// How a server streams `text`, `output_ids` and `output_token_logprobs`; see the module docs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum StreamMode {
-    #[default]
-    Auto,
-    Cumulative,
-    Incremental,
-    Mid,
-}
+use crate::wire::{GenerateResponse, MetaInfo, StreamMode, TokenLogprobs};
 
 /// Incremental SSE parser: bytes in, complete `data:` payloads out, however the bytes were split.
 ///
@@ -261,7 +252,7 @@ impl StreamAssembler {
         }
         let chunk = self.chunks;
         self.chunks += 1;
-        let resp = wire::decode_response(data).map_err(|e| ResponseError::Chunk {
+        let resp = decode::decode_response(data).map_err(|e| ResponseError::Chunk {
             chunk,
             source: Box::new(e),
         })?;

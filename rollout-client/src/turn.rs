@@ -1,11 +1,15 @@
-//! Strict validation of a decoded response into a [`Turn`]: aligned ids and finite logprobs, or a typed error.
+//! A decoded response becomes a [`Turn`]: aligned ids and finite logprobs, or a typed error.
 //!
 //! This is the boundary of issue #1976: past this point a logprob cannot be missing, null,
-//! non-finite, positive or attached to the wrong token.
+//! non-finite, positive or attached to the wrong token. The checks themselves are in `validate.rs`;
+//! this module decides which apply (an abort may have no logprobs, a very old server no `output_ids`)
+//! and builds the turn. [`parse_single`] and [`parse_many`] go from bytes to turns.
 
+use crate::decode;
 use crate::error::ResponseError;
-use crate::sample::SampleStatus;
-use crate::wire::{self, FinishReason, GenerateResponse, MetaInfo, ResponseBody, TokenLogprobs};
+use crate::fields::SampleStatus;
+use crate::validate;
+use crate::wire::{FinishReason, GenerateResponse, MetaInfo, ResponseBody, TokenLogprobs};
 
 /// One validated generation: the new tokens, their logprobs and why generation stopped.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,20 +60,10 @@ impl Turn {
         let lps = meta.output_token_logprobs.take();
         let text = resp.text.unwrap_or_default();
 
-        // An abort before any logprob was produced (MID "Abort before prefill", or a server that
-        // drops the key on abort) is an empty ABORTED turn: the sample keeps what it had.
-        let empty_abort = |meta: MetaInfo, finish_reason: FinishReason| Turn {
-            text: String::new(),
-            output_ids: Vec::new(),
-            logprobs: logprobs_requested.then(Vec::new),
-            finish_reason,
-            meta_info: meta,
-        };
-
         let (output_ids, logprobs) = match (resp.output_ids, lps) {
             (_, None) if logprobs_requested => {
                 if abort {
-                    return Ok(empty_abort(meta, finish_reason));
+                    return Ok(Turn::empty_abort(meta, finish_reason, logprobs_requested));
                 }
                 return Err(ResponseError::MissingOutputLogprobs {
                     finish_reason: finish_reason.to_string(),
@@ -77,44 +71,18 @@ impl Turn {
             }
             (None, None) => {
                 if abort {
-                    return Ok(empty_abort(meta, finish_reason));
+                    return Ok(Turn::empty_abort(meta, finish_reason, logprobs_requested));
                 }
                 return Err(ResponseError::MissingOutputIds);
             }
             (Some(ids), None) => (ids, None),
             (ids, Some(lps)) => {
-                // Very old servers sent no `output_ids`; the ids in the triples are then the only
-                // source, which is exactly what slime reads (`item[1]`).
-                let ids = match ids {
-                    Some(ids) => {
-                        check_alignment(&ids, &lps)?;
-                        ids
-                    }
-                    None => lps.ids.clone(),
-                };
-                check_logprobs(&lps)?;
-                if let Some(declared) = meta.output_token_logprobs_length
-                    && declared != lps.len()
-                {
-                    return Err(ResponseError::LogprobsLengthField {
-                        declared,
-                        actual: lps.len(),
-                    });
-                }
-                (ids, Some(lps.logprobs))
+                let (ids, logprobs) = checked_columns(ids, lps, &meta)?;
+                (ids, Some(logprobs))
             }
         };
-        // Aborts may report completion_tokens inconsistently (the waiting-queue path), so the
-        // count is only held against normal finishes. It catches prompt tokens leaking into
-        // `output_ids` (SGLang issue #17240).
-        if !abort
-            && let Some(c) = meta.completion_tokens
-            && c != output_ids.len()
-        {
-            return Err(ResponseError::CompletionTokensMismatch {
-                completion_tokens: c,
-                ids: output_ids.len(),
-            });
+        if !abort {
+            validate::check_completion_tokens(&meta, &output_ids)?;
         }
         Ok(Turn {
             text,
@@ -124,74 +92,44 @@ impl Turn {
             meta_info: meta,
         })
     }
+
+    /// An abort before any logprob was produced (MID "Abort before prefill", or a server that drops the key
+    /// on abort) is an empty ABORTED turn: the sample keeps what it had.
+    fn empty_abort(meta: MetaInfo, finish_reason: FinishReason, logprobs_requested: bool) -> Turn {
+        Turn {
+            text: String::new(),
+            output_ids: Vec::new(),
+            logprobs: logprobs_requested.then(Vec::new),
+            finish_reason,
+            meta_info: meta,
+        }
+    }
 }
 
-/// `output_ids` and the ids inside `output_token_logprobs` must agree one to one.
-pub(crate) fn check_alignment(ids: &[u32], lps: &TokenLogprobs) -> Result<(), ResponseError> {
-    if ids.len() != lps.len() {
-        return Err(ResponseError::LengthMismatch {
-            ids: ids.len(),
-            logprobs: lps.len(),
-        });
-    }
-    if ids != lps.ids.as_slice() {
-        let index = ids
-            .iter()
-            .zip(&lps.ids)
-            .position(|(a, b)| a != b)
-            .unwrap_or(0);
-        return Err(ResponseError::TokenIdMismatch {
-            index,
-            expected: ids[index],
-            got: lps.ids[index],
-        });
-    }
-    Ok(())
-}
-
-/// Every logprob must be present, finite and `<= 0`.
-pub(crate) fn check_logprobs(lps: &TokenLogprobs) -> Result<(), ResponseError> {
-    // Fast path: one branch-free pass that the compiler vectorises; NaN (null) fails `<= 0`.
-    if lps
-        .logprobs
-        .iter()
-        .all(|&x| x <= 0.0 && x != f32::NEG_INFINITY)
-    {
-        return Ok(());
-    }
-    for (index, &value) in lps.logprobs.iter().enumerate() {
-        let token_id = lps.ids[index];
-        if value.is_nan() {
-            if lps.nulls.binary_search(&index).is_ok() {
-                return Err(ResponseError::NullLogprob { index, token_id });
-            }
-            return Err(ResponseError::NonFiniteLogprob {
-                index,
-                token_id,
-                value,
-            });
+/// The ids and logprobs of a response that has logprobs, checked: aligned with `output_ids` when it is
+/// there, every logprob present, finite and `<= 0`, and as many as `meta_info` declares.
+fn checked_columns(
+    ids: Option<Vec<u32>>,
+    lps: TokenLogprobs,
+    meta: &MetaInfo,
+) -> Result<(Vec<u32>, Vec<f32>), ResponseError> {
+    // Very old servers sent no `output_ids`; the ids in the triples are then the only source, which is
+    // exactly what slime reads (`item[1]`).
+    let ids = match ids {
+        Some(ids) => {
+            validate::check_alignment(&ids, &lps)?;
+            ids
         }
-        if value.is_infinite() {
-            return Err(ResponseError::NonFiniteLogprob {
-                index,
-                token_id,
-                value,
-            });
-        }
-        if value > 0.0 {
-            return Err(ResponseError::PositiveLogprob {
-                index,
-                token_id,
-                value,
-            });
-        }
-    }
-    Ok(())
+        None => lps.ids.clone(),
+    };
+    validate::check_logprobs(&lps)?;
+    validate::check_declared_logprobs(meta, &lps)?;
+    Ok((ids, lps.logprobs))
 }
 
 /// Decodes and validates a non-stream body that must be a single object (`n == 1`, no batch).
 pub fn parse_single(body: &[u8], logprobs_requested: bool) -> Result<Turn, ResponseError> {
-    match wire::decode_body(body)? {
+    match decode::decode_body(body)? {
         ResponseBody::One(r) => Turn::from_response(*r, logprobs_requested),
         ResponseBody::Many(v) => Err(ResponseError::ExpectedObject { len: v.len() }),
     }
@@ -200,7 +138,7 @@ pub fn parse_single(body: &[u8], logprobs_requested: bool) -> Result<Turn, Respo
 /// Decodes and validates any non-stream body: an object becomes one turn, an array one per item
 /// (prompt-major for `n > 1`). An invalid item is reported with its position.
 pub fn parse_many(body: &[u8], logprobs_requested: bool) -> Result<Vec<Turn>, ResponseError> {
-    wire::decode_body(body)?
+    decode::decode_body(body)?
         .into_vec()
         .into_iter()
         .enumerate()

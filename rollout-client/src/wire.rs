@@ -1,16 +1,14 @@
-//! Typed decoding of SGLang `/generate` response bodies (spec sections 2 and 3), straight from bytes.
+//! The wire types of SGLang's `/generate` responses (spec sections 2 and 3): plain data, the bottom of decoding.
 //!
-//! Nothing here checks that a response makes sense; that is `turn.rs`. This module only turns bytes
-//! into typed values, and the hot path (`output_token_logprobs`) goes through a hand-written visitor
-//! that fills `Vec<u32>` ids and `Vec<f32>` logprobs without building a value per triple.
+//! Nothing here reads bytes or checks that a response makes sense. The layers above, each importing only the
+//! ones below, are: `fast.rs` and `visitor.rs` (bytes into these types: the strict scanner for the big token
+//! arrays and the serde visitor that fills `Vec<u32>` ids and `Vec<f32>` logprobs from `[[lp, id, text], ...]`),
+//! `decode.rs` (a body: the fast path, else serde_json, with typed JSON errors), `validate.rs` (the checks of
+//! issue #1976), and `turn.rs` (a validated `Turn`).
 
 use std::fmt;
 
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
-
-use crate::error::ResponseError;
-use crate::fast;
 
 /// One `/generate` response object, or one streamed chunk (same shape plus `index`).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -230,17 +228,6 @@ pub struct LogprobTriple {
     pub text: Option<String>,
 }
 
-impl<'de> Deserialize<'de> for LogprobTriple {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let (logprob, token_id, text) = <(Option<f32>, u32, Option<String>)>::deserialize(d)?;
-        Ok(LogprobTriple {
-            logprob,
-            token_id,
-            text,
-        })
-    }
-}
-
 /// `input_token_logprobs` / `output_token_logprobs`, decoded column-wise.
 ///
 /// The per-token text is validated as JSON and skipped: the completion text is in `text`, and
@@ -273,85 +260,6 @@ impl TokenLogprobs {
     }
 }
 
-impl<'de> Deserialize<'de> for TokenLogprobs {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_seq(TokenLogprobsVisitor)
-    }
-}
-
-struct TokenLogprobsVisitor;
-
-impl<'de> Visitor<'de> for TokenLogprobsVisitor {
-    type Value = TokenLogprobs;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a list of [logprob, token_id, token_text] triples")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        // serde_json gives no size hint; 4096-token responses need 12 doublings, which is cheap
-        // next to parsing, so no guessing here.
-        let cap = seq.size_hint().unwrap_or(0);
-        let mut out = TokenLogprobs {
-            ids: Vec::with_capacity(cap),
-            logprobs: Vec::with_capacity(cap),
-            nulls: Vec::new(),
-        };
-        while seq
-            .next_element_seed(TripleSeed { out: &mut out })?
-            .is_some()
-        {}
-        Ok(out)
-    }
-}
-
-/// Decodes one triple and pushes its parts straight into the columns.
-struct TripleSeed<'a> {
-    out: &'a mut TokenLogprobs,
-}
-
-impl<'de> DeserializeSeed<'de> for TripleSeed<'_> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_seq(self)
-    }
-}
-
-impl<'de> Visitor<'de> for TripleSeed<'_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a [logprob, token_id, token_text] triple")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let index = self.out.ids.len();
-        // Read as f64 so an out-of-range value narrows to an infinity that validation reports,
-        // instead of serde silently rejecting or clamping it.
-        let logprob: Option<f64> = seq
-            .next_element()?
-            .ok_or_else(|| de::Error::invalid_length(0, &self))?;
-        let id: u32 = seq
-            .next_element()?
-            .ok_or_else(|| de::Error::invalid_length(1, &self))?;
-        seq.next_element::<IgnoredAny>()?
-            .ok_or_else(|| de::Error::invalid_length(2, &self))?;
-        if seq.next_element::<IgnoredAny>()?.is_some() {
-            return Err(de::Error::invalid_length(4, &self));
-        }
-        self.out.ids.push(id);
-        match logprob {
-            Some(lp) => self.out.logprobs.push(lp as f32),
-            None => {
-                self.out.logprobs.push(f32::NAN);
-                self.out.nulls.push(index);
-            }
-        }
-        Ok(())
-    }
-}
-
 /// A non-stream body: one object, or an array for batches and `n > 1`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ResponseBody {
@@ -368,97 +276,13 @@ impl ResponseBody {
     }
 }
 
-/// Decodes a non-stream `/generate` body, choosing object or array by its first byte so serde
-/// never has to buffer the body to try both.
-pub fn decode_body(body: &[u8]) -> Result<ResponseBody, ResponseError> {
-    let first = body.iter().find(|b| !b.is_ascii_whitespace()).copied();
-    if first == Some(b'[') {
-        if let Some(v) = fast::responses(body) {
-            return Ok(ResponseBody::Many(v));
-        }
-        serde_json::from_slice(body)
-            .map(ResponseBody::Many)
-            .map_err(|e| json_error(body, e))
-    } else {
-        decode_response(body).map(|r| ResponseBody::One(Box::new(r)))
-    }
-}
-
-/// Decodes a single response object (a non-stream body or one SSE `data:` payload).
-///
-/// The hand-written fast path (`fast.rs`) handles plain valid bodies; anything else, including
-/// every malformed body, goes through serde_json, which gives the same result or the typed error.
-pub fn decode_response(body: &[u8]) -> Result<GenerateResponse, ResponseError> {
-    match fast::response(body) {
-        Some(r) => Ok(r),
-        None => decode_response_serde(body),
-    }
-}
-
-/// The hand-written fast path alone: `None` means the body is not the plain valid case and
-/// [`decode_response`] would use serde_json. Exposed so tests can hold the two paths together.
-pub fn decode_response_fast(body: &[u8]) -> Option<GenerateResponse> {
-    fast::response(body)
-}
-
-/// The hand-written fast path alone for an array body (a batch or `n > 1`); `None` means
-/// [`decode_body`] would use serde_json.
-pub fn decode_array_fast(body: &[u8]) -> Option<Vec<GenerateResponse>> {
-    fast::responses(body)
-}
-
-/// The serde_json path alone (the derived impls plus the logprob visitor); the reference the fast
-/// path is tested against.
-pub fn decode_response_serde(body: &[u8]) -> Result<GenerateResponse, ResponseError> {
-    serde_json::from_slice(body).map_err(|e| json_error(body, e))
-}
-
-/// Decodes an error body of any SGLang shape; `None` when it is not JSON (e.g. plain-text 500).
-pub fn decode_error_body(body: &[u8]) -> Option<ErrorBody> {
-    serde_json::from_slice(body).ok()
-}
-
-/// Maps a serde_json error to the typed error a user should see.
-///
-/// serde_json (correctly) refuses the bare `NaN`/`Infinity` some Python encoders write for a
-/// non-finite logprob, but its message is just "expected value at line 1 column 812". When the
-/// bytes at that position are such a literal, say so, because that is the actual problem.
-pub(crate) fn json_error(body: &[u8], err: serde_json::Error) -> ResponseError {
-    if err.is_syntax()
-        && let Some(literal) = non_finite_literal_at(body, err.line(), err.column())
-    {
-        return ResponseError::NonFiniteLiteral {
-            literal,
-            line: err.line(),
-            column: err.column(),
-            source: err,
-        };
-    }
-    ResponseError::Json(err)
-}
-
-fn non_finite_literal_at(body: &[u8], line: usize, column: usize) -> Option<&'static str> {
-    let mut start = 0;
-    for _ in 1..line {
-        start += body[start..].iter().position(|&b| b == b'\n')? + 1;
-    }
-    // serde_json reports the peeked byte, 1-based, sometimes one past it; look a little around.
-    let at = start + column.saturating_sub(1);
-    for off in [at, at.saturating_sub(1), at.saturating_sub(2)] {
-        let rest = body.get(off..)?;
-        if rest.starts_with(b"NaN") {
-            return Some("NaN");
-        }
-        if rest.starts_with(b"-Infinity") {
-            return Some("-Infinity");
-        }
-        if rest.starts_with(b"Infinity") {
-            return Some(if off > 0 && body[off - 1] == b'-' {
-                "-Infinity"
-            } else {
-                "Infinity"
-            });
-        }
-    }
-    None
+/// How a server streams `text`, `output_ids` and `output_token_logprobs` (spec section 3): which of them are
+/// cumulative and which are deltas. `stream.rs` explains each mode and how [`StreamMode::Auto`] detects them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StreamMode {
+    #[default]
+    Auto,
+    Cumulative,
+    Incremental,
+    Mid,
 }

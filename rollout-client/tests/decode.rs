@@ -1,5 +1,6 @@
 //! Non-stream bodies from `tests/data/`: every shape of spec sections 2 and 7 and every malformed variant.
 
+use rollout_client::decode;
 use rollout_client::turn::{parse_many, parse_single};
 use rollout_client::wire::{self, ResponseBody};
 use rollout_client::{FinishReason, ResponseError, StopMatch};
@@ -215,7 +216,9 @@ fn batch_and_n_arrays() {
         1
     );
     check(single("n2_logprobs.json"), "ExpectedObject { len: 2 }");
-    assert!(matches!(wire::decode_body(b" \n[]").unwrap(), ResponseBody::Many(v) if v.is_empty()));
+    assert!(
+        matches!(decode::decode_body(b" \n[]").unwrap(), ResponseBody::Many(v) if v.is_empty())
+    );
 }
 
 #[test]
@@ -436,8 +439,8 @@ fn error_bodies_of_every_shape() {
 
 /// The fast path must agree with the serde path bit for bit whenever it answers.
 fn assert_paths_agree(body: &[u8]) -> bool {
-    let serde = wire::decode_response_serde(body);
-    match wire::decode_response_fast(body) {
+    let serde = decode::decode_response_serde(body);
+    match decode::decode_response_fast(body) {
         Some(fast) => {
             let serde = serde.unwrap_or_else(|e| {
                 panic!(
@@ -500,13 +503,13 @@ fn fast_path_agrees_with_serde_on_every_fixture() {
 fn batch_and_n_arrays_take_the_fast_path() {
     for name in ["7_4_batch.json", "n2_logprobs.json"] {
         let body = data(name);
-        let fast = wire::decode_array_fast(&body)
+        let fast = decode::decode_array_fast(&body)
             .unwrap_or_else(|| panic!("{name} did not take the fast path"));
         let serde: Vec<wire::GenerateResponse> = serde_json::from_slice(&body).unwrap();
         assert_eq!(fast.len(), 2, "{name}");
         assert_eq!(format!("{fast:?}"), format!("{serde:?}"), "{name}");
     }
-    assert_eq!(wire::decode_array_fast(b" [ ] "), Some(Vec::new()));
+    assert_eq!(decode::decode_array_fast(b" [ ] "), Some(Vec::new()));
 
     // Not arrays of responses: the fast path leaves them to serde, which names the error.
     let plain = String::from_utf8(data("n2_logprobs.json")).unwrap();
@@ -517,8 +520,12 @@ fn batch_and_n_arrays_take_the_fast_path() {
         plain.replacen("}},{\"text\"", "}},,{\"text\"", 1),
         format!("{}}}]", plain.trim_end().trim_end_matches(']')),
     ] {
-        assert_eq!(wire::decode_array_fast(broken.as_bytes()), None, "{broken}");
-        assert!(wire::decode_body(broken.as_bytes()).is_err(), "{broken}");
+        assert_eq!(
+            decode::decode_array_fast(broken.as_bytes()),
+            None,
+            "{broken}"
+        );
+        assert!(decode::decode_body(broken.as_bytes()).is_err(), "{broken}");
     }
 }
 
@@ -527,7 +534,7 @@ fn batch_and_n_arrays_take_the_fast_path() {
 #[test]
 fn escapes_and_brackets_meet_the_fast_path() {
     let plain = String::from_utf8(data("7_2_text_in_logprobs.json")).unwrap();
-    let decoded = |body: &str| format!("{:?}", wire::decode_response(body.as_bytes()).unwrap());
+    let decoded = |body: &str| format!("{:?}", decode::decode_response(body.as_bytes()).unwrap());
     let want = decoded(&plain);
 
     // A key spelled with an escape is the same key to serde; the fast path must not miss it.
@@ -550,8 +557,12 @@ fn escapes_and_brackets_meet_the_fast_path() {
     // An invalid escape is serde's to report, wherever it sits in the text.
     for text in [r#""n\x""#, r#""\x""#, r#""t\q""#] {
         let body = plain.replacen(r#"" Paris""#, text, 1);
-        assert_eq!(wire::decode_response_fast(body.as_bytes()), None, "{text}");
-        assert!(wire::decode_response(body.as_bytes()).is_err(), "{text}");
+        assert_eq!(
+            decode::decode_response_fast(body.as_bytes()),
+            None,
+            "{text}"
+        );
+        assert!(decode::decode_response(body.as_bytes()).is_err(), "{text}");
     }
 
     // Brackets and escaped quotes inside a string nested in a value the fast path skips.
@@ -564,7 +575,7 @@ fn escapes_and_brackets_meet_the_fast_path() {
         assert_paths_agree(body.as_bytes()),
         "nested strings did not take the fast path"
     );
-    let r = wire::decode_response(body.as_bytes()).unwrap();
+    let r = decode::decode_response(body.as_bytes()).unwrap();
     assert!(format!("{r:?}").contains(r#"]}\"[{"#), "{r:?}");
 }
 
@@ -580,8 +591,8 @@ fn duplicate_keys_are_left_to_serde() {
     ] {
         let at = plain.find(&format!("\"{key}\"")).unwrap();
         let body = format!("{}\"{key}\":{value},{}", &plain[..at], &plain[at..]);
-        assert_eq!(wire::decode_response_fast(body.as_bytes()), None, "{key}");
-        let err = wire::decode_response(body.as_bytes()).unwrap_err();
+        assert_eq!(decode::decode_response_fast(body.as_bytes()), None, "{key}");
+        let err = decode::decode_response(body.as_bytes()).unwrap_err();
         assert!(
             format!("{err:?}").contains("duplicate field"),
             "{key}: {err:?}"
@@ -617,13 +628,13 @@ fn plain_numbers_and_ids_take_the_fast_path() {
             assert_paths_agree(body.as_bytes()),
             "{text} did not take the fast path"
         );
-        let r = wire::decode_response_fast(body.as_bytes()).unwrap();
+        let r = decode::decode_response_fast(body.as_bytes()).unwrap();
         let lps = r.meta_info.unwrap().output_token_logprobs.unwrap();
         assert_eq!(lps.logprobs, [value], "{text}");
         assert_eq!((lps.len(), lps.is_empty()), (1, false));
     }
     let empty = one_triple_body("-1.0", "42").replace("[[-1.0,42,null]]", "[]");
-    let r = wire::decode_response(empty.as_bytes()).unwrap();
+    let r = decode::decode_response(empty.as_bytes()).unwrap();
     let lps = r.meta_info.unwrap().output_token_logprobs.unwrap();
     assert_eq!((lps.len(), lps.is_empty()), (0, true));
     // The edges of the exact conversion: 19 significant digits and exponents of ±22.
@@ -647,13 +658,17 @@ fn plain_numbers_and_ids_take_the_fast_path() {
             assert_paths_agree(body.as_bytes()),
             "id {id} did not take the fast path"
         );
-        let r = wire::decode_response_fast(body.as_bytes()).unwrap();
+        let r = decode::decode_response_fast(body.as_bytes()).unwrap();
         assert_eq!(r.output_ids.unwrap(), [id.parse::<u32>().unwrap()]);
     }
     for id in ["4294967296", "007", "-1", "1.0"] {
         let body = one_triple_body("-1.0", id);
-        assert_eq!(wire::decode_response_fast(body.as_bytes()), None, "id {id}");
-        assert!(wire::decode_response(body.as_bytes()).is_err(), "id {id}");
+        assert_eq!(
+            decode::decode_response_fast(body.as_bytes()),
+            None,
+            "id {id}"
+        );
+        assert!(decode::decode_response(body.as_bytes()).is_err(), "id {id}");
     }
 }
 
