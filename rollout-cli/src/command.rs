@@ -7,23 +7,21 @@
 use std::fmt;
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Parser;
-use indicatif::{ProgressBar, ProgressStyle};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-
 use rollout_client::multi_agent::MultiAgentConfig;
 use rollout_client::rollout::RolloutConfig;
 use rollout_client::sample;
 use rollout_client::tokenize::PromptTokenizer;
-use rollout_client::{Client, ClientError, RetryPolicy, SamplingParams};
+use rollout_client::{Client, ClientError, RetryPolicy, Sample, SamplingParams};
 
+use crate::embedded::EmbeddedMock;
+use crate::progress;
 use crate::prompts::{self, LabeledPrompt, PromptsError};
-use crate::run::{self, RunConfig, RunError, Summary};
-use crate::scripted;
+use crate::run::{self, RunConfig, RunError, RunOutput};
+use crate::summary::Summary;
 
 /// Record a GRPO rollout from SGLang (or an embedded sglang-mock) as JSONL samples with rewards and advantages.
 ///
@@ -218,39 +216,61 @@ fn load_prompts(path: Option<&PathBuf>) -> Result<Vec<LabeledPrompt>, CommandErr
 /// Runs the command: embedded mock or `--url`, the rollout, GRPO, the JSONL file; returns the report.
 pub async fn run_command(args: RolloutArgs) -> Result<Report, CommandError> {
     let prompts = load_prompts(args.prompts.as_ref())?;
-    let (shutdown, mock_task, url, server, seed, scripted_prompts) = match &args.url {
-        Some(url) => (None, None, url.clone(), url.clone(), args.seed, 0),
+    let (mock, url, server, seed, scripted_prompts) = match &args.url {
+        Some(url) => (None, url.clone(), url.clone(), args.seed, 0),
         None => {
-            let listener = TcpListener::bind("127.0.0.1:0")
+            let mock = EmbeddedMock::start(&prompts)
                 .await
                 .map_err(CommandError::Mock)?;
-            let addr = listener.local_addr().map_err(CommandError::Mock)?;
-            let (tx, rx) = oneshot::channel::<()>();
-            let config = scripted::mock_config(&prompts);
-            let scripted_prompts = scripted::scripted_prompt_count(&prompts);
-            let task = tokio::spawn(mock_server::run(listener, config, async move {
-                let _ = rx.await;
-            }));
-            let url = format!("http://{addr}");
+            let (url, scripted_prompts) = (mock.url.clone(), mock.scripted_prompts);
+            let server = format!("embedded sglang-mock at {url}");
+            // The mock honours a seed, so samples differ and runs repeat.
             (
-                Some(tx),
-                Some(task),
-                url.clone(),
-                format!("embedded sglang-mock at {url}"),
+                Some(mock),
+                url,
+                server,
                 Some(args.seed.unwrap_or(0)),
                 scripted_prompts,
             )
         }
     };
-    let mut builder = Client::builder(&url)
+    let client = build_client(&url, &args);
+    let result = match client {
+        Ok(client) => rollout_with_progress(&client, &prompts, &run_config(&args, seed), &args)
+            .await
+            .map_err(CommandError::from),
+        Err(e) => Err(e),
+    };
+    if let Some(mock) = mock {
+        mock.stop().await;
+    }
+    let out = result?;
+    write_samples(&args.output, &out.samples)?;
+    Ok(Report {
+        server,
+        scripted_prompts,
+        multi_agent: args.multi_agent,
+        overlong_buffer: args.overlong_buffer,
+        max_new_tokens: args.max_new_tokens,
+        output: args.output,
+        summary: out.summary,
+    })
+}
+
+/// The client for `url`: the flags' concurrency and API key, slime's retry schedule.
+fn build_client(url: &str, args: &RolloutArgs) -> Result<Client, CommandError> {
+    let mut builder = Client::builder(url)
         .max_concurrency(args.concurrency)
         .connect_timeout(Duration::from_secs(10))
         .retry(RetryPolicy::default());
     if let Some(key) = &args.api_key {
         builder = builder.api_key(key);
     }
-    let client = builder.build()?;
+    Ok(builder.build()?)
+}
 
+/// The rollout the flags describe; `seed` is the base `sampling_seed`, if any.
+fn run_config(args: &RolloutArgs, seed: Option<u64>) -> RunConfig {
     let sampling_params = SamplingParams {
         max_new_tokens: Some(args.max_new_tokens),
         temperature: Some(args.temperature),
@@ -266,7 +286,7 @@ pub async fn run_command(args: RolloutArgs) -> Result<Report, CommandError> {
         shuffle_seed: Some(seed.unwrap_or(0)),
         ..MultiAgentConfig::default()
     });
-    let config = RunConfig {
+    RunConfig {
         n_samples_per_prompt: args.n_samples_per_prompt,
         rollout: RolloutConfig {
             sampling_params,
@@ -280,51 +300,37 @@ pub async fn run_command(args: RolloutArgs) -> Result<Report, CommandError> {
         group_concurrency: args.concurrency,
         overlong_buffer: args.overlong_buffer,
         ..RunConfig::default()
-    };
+    }
+}
+
+/// [`run::rollout`] under a progress bar, unless `--no-progress`.
+async fn rollout_with_progress(
+    client: &Client,
+    prompts: &[LabeledPrompt],
+    config: &RunConfig,
+    args: &RolloutArgs,
+) -> Result<RunOutput, RunError> {
     let progress = (!args.no_progress).then(|| {
-        let units = prompts.len() * args.n_samples_per_prompt;
-        let pb = ProgressBar::new(units as u64);
         let unit = if args.multi_agent {
             "agent runs"
         } else {
             "samples"
         };
-        if let Ok(style) = ProgressStyle::with_template(&format!(
-            "{{elapsed_precise}} [{{bar:40}}] {{pos}}/{{len}} {unit} ({{per_sec}})"
-        )) {
-            pb.set_style(style);
-        }
-        pb
+        progress::bar(prompts.len() * args.n_samples_per_prompt, unit)
     });
-    let result = run::rollout(&client, &prompts, &config, progress.as_ref()).await;
+    let result = run::rollout(client, prompts, config, progress.as_ref()).await;
     if let Some(pb) = &progress {
         pb.finish_and_clear();
     }
-    if let Some(tx) = shutdown {
-        let _ = tx.send(());
-    }
-    if let Some(task) = mock_task {
-        // The server stops once in-flight requests are done; its own error is not ours to report.
-        let _ = task.await;
-    }
-    let out = result?;
-    let file = File::create(&args.output).map_err(|source| CommandError::Output {
-        path: args.output.clone(),
+    result
+}
+
+/// Writes the samples as JSONL to `path`.
+fn write_samples(path: &Path, samples: &[Sample]) -> Result<(), CommandError> {
+    let output_error = |source| CommandError::Output {
+        path: path.to_owned(),
         source,
-    })?;
-    sample::write_jsonl(BufWriter::new(file), &out.samples).map_err(|source| {
-        CommandError::Output {
-            path: args.output.clone(),
-            source,
-        }
-    })?;
-    Ok(Report {
-        server,
-        scripted_prompts,
-        multi_agent: args.multi_agent,
-        overlong_buffer: args.overlong_buffer,
-        max_new_tokens: args.max_new_tokens,
-        output: args.output,
-        summary: out.summary,
-    })
+    };
+    let file = File::create(path).map_err(output_error)?;
+    sample::write_jsonl(BufWriter::new(file), samples).map_err(output_error)
 }

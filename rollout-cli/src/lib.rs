@@ -6,14 +6,19 @@
 //!
 //! - [`command`]: the flags ([`command::RolloutArgs`]) and the one entry point, [`command::run_command`],
 //!   which starts the embedded mock when no `--url` is given and writes the JSONL file.
+//! - [`embedded`]: the in-process sglang-mock of a run without `--url`; [`progress`]: its progress bar.
 //! - [`run`]: [`run::rollout`], the rollout itself: groups (or slime's multi-agent system) per prompt,
-//!   rewards, GRPO advantages with rollout logprobs required, and the [`run::Summary`].
+//!   rewards, GRPO advantages with rollout logprobs required; [`summary`]: the [`summary::Summary`] it
+//!   ends with.
 //! - [`prompts`], [`reward`]: labelled prompts (built-in or JSONL) and the last-number math reward with
 //!   DAPO's overlong penalty.
 //! - [`scripted`]: the embedded mock's scripted answers, so that a toy-model run earns some rewards.
 
 pub mod command;
+pub mod embedded;
+pub mod progress;
 pub mod prompts;
 pub mod reward;
 pub mod run;
 pub mod scripted;
+pub mod summary;
