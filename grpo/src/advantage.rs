@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use crate::batch::{Batch, Groups, Ragged};
-use crate::loss::LossError;
+use crate::input::{LossError, check_finite};
 use crate::stats::nanstd;
 
 /// Whose epsilon and edge-case conventions reward normalisation follows (reference section 5.4).
@@ -52,7 +52,7 @@ pub enum Estimator {
     /// GRPO without the std division.
     DrGrpo,
     /// GRPO advantages; the sequence-level ratio is chosen in the loss with
-    /// [`RatioLevel::Sequence`](crate::RatioLevel::Sequence).
+    /// [`RatioLevel::Sequence`](crate::config::RatioLevel::Sequence).
     Gspo,
     /// GRPO advantages, for the CISPO loss.
     Cispo,
@@ -411,7 +411,7 @@ impl Batch {
                 expected: self.num_tokens(),
             });
         }
-        crate::loss::check_finite(self, "kl", kl)?;
+        check_finite(self, "kl", kl)?;
         Ok(self.compute_advantages(config, Some(kl)))
     }
 

@@ -32,7 +32,7 @@ pub struct SampleParts {
     /// Index of the prompt group, used by [`Grouping::ByGroupIndex`].
     pub group_index: Option<usize>,
     /// Id of the rollout execution; samples that share it are pooled by
-    /// [`Aggregation::SeqMeanTokenMean`](crate::Aggregation::SeqMeanTokenMean). `None` means a fresh id.
+    /// `Aggregation::SeqMeanTokenMean`. `None` means a fresh id.
     pub rollout_id: Option<u64>,
 }
 

@@ -57,16 +57,24 @@
 //!
 //! - `batch`: [`SampleParts`], [`BatchOptions`], [`Batch::new`] and [`BatchError`], the [`Ragged`] layout.
 //! - `advantage`: [`AdvantageConfig`], [`Batch::advantages`], [`Advantages`], and the pure estimators.
-//! - `loss`: [`PolicyLossConfig`], [`LogProbs`], [`Batch::policy_loss`], [`LossError`], and the per-token
-//!   functions ([`ppo_clip_loss`], [`cispo_loss`], [`kl`], [`tis_weight`]).
+//! - `input`: [`LogProbs`] (the trainer's per-token inputs) and [`LossError`], with the checks both
+//!   advantages and losses run on them.
+//! - `token`: the per-token functions ([`ppo_clip_loss`], [`cispo_loss`], [`kl`], [`tis_weight`],
+//!   [`sequence_ratio`]); `config`: [`PolicyLossConfig`] and its parts.
+//! - `kernel`: the fused pass over the tokens; `loss`: [`Batch::policy_loss`] and [`PolicyLossOutput`],
+//!   [`Batch::ratios`], [`Batch::kl`], [`Batch::off_policy_mask`].
 //! - `aggregate`: [`Aggregation`] and [`Batch::aggregate`].
 //! - `stats`: [`nanmean`], [`nanstd`] and the vectorisable [`exp_f32`].
 
 mod advantage;
 mod aggregate;
 mod batch;
+mod config;
+mod input;
+mod kernel;
 mod loss;
 mod stats;
+mod token;
 
 pub use advantage::{
     AdvantageConfig, Advantages, Convention, Estimator, StdScale, discounted_returns,
@@ -74,9 +82,10 @@ pub use advantage::{
 };
 pub use aggregate::Aggregation;
 pub use batch::{Batch, BatchError, BatchOptions, Grouping, Groups, Ragged, SampleParts};
-pub use loss::{
-    KlEstimator, KlLoss, LogProbs, LossError, PolicyLossConfig, PolicyLossKind, PolicyLossOutput,
-    RatioLevel, Tis, TisMetrics, TisMode, cispo_loss, kl, ppo_clip_loss, sequence_ratio,
-    tis_weight,
-};
+pub use config::{KlLoss, PolicyLossConfig, PolicyLossKind, RatioLevel};
+pub use input::{LogProbs, LossError};
+pub use loss::{PolicyLossOutput, TisMetrics};
 pub use stats::{exp_f32, nanmean, nanstd};
+pub use token::{
+    KlEstimator, Tis, TisMode, cispo_loss, kl, ppo_clip_loss, sequence_ratio, tis_weight,
+};

@@ -1,6 +1,6 @@
 //! A complete GRPO rollout over a prompt set: groups (or the multi-agent system), rewards, advantages and a summary.
 //!
-//! [`rollout`] is what the `rollout` command runs once it has a client: it tokenizes each prompt,
+//! [`rollout()`] is what the `rollout` command runs once it has a client: it tokenizes each prompt,
 //! generates `n_samples_per_prompt` samples per prompt (resuming aborted ones as a partial rollout
 //! would), grades them with [`crate::reward::math_reward`], hands them to `grpo` through
 //! [`rollout_client::train::grpo_advantages`] with rollout logprobs required, and returns the samples (each
@@ -118,7 +118,7 @@ pub struct FailedGroup {
 }
 
 impl FailedGroup {
-    /// "group 3: <error>: <its source>: ..." down the whole cause chain, as the summary prints it.
+    /// `group 3: <error>: <its source>: ...` down the whole cause chain, as the summary prints it.
     pub fn describe(&self) -> String {
         let mut msg = format!("group {}: {}", self.group_index, self.error);
         let mut src = std::error::Error::source(&self.error);

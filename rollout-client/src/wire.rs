@@ -21,7 +21,7 @@ pub struct GenerateResponse {
     pub meta_info: Option<MetaInfo>,
     /// Position in the flattened request list; only in streamed batch or `n > 1` chunks.
     pub index: Option<usize>,
-    /// [LATEST] with `return_prompt_token_ids`.
+    /// \[LATEST\] with `return_prompt_token_ids`.
     pub prompt_token_ids: Option<Vec<u32>>,
     /// Only on a streamed error event: `data: {"error":{"message":...}}` sent with HTTP 200.
     pub error: Option<ErrorDetail>,
