@@ -4,7 +4,8 @@
 use std::borrow::Cow;
 
 use crate::batch::{Batch, Groups, Ragged};
-use crate::input::{LossError, check_finite};
+use crate::error::LossError;
+use crate::input::check_finite;
 use crate::stats::nanstd;
 
 /// Whose epsilon and edge-case conventions reward normalisation follows (reference section 5.4).

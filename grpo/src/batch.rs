@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 
-use thiserror::Error;
+use crate::error::BatchError;
 
 /// Raw per-sample data as a rollout engine holds it, before validation.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -83,121 +83,6 @@ impl Default for BatchOptions {
             grouping: Grouping::Single,
         }
     }
-}
-
-/// Why [`Batch::new`] rejected its input. Each variant names the offending sample and value.
-#[derive(Debug, Clone, PartialEq, Error)]
-pub enum BatchError {
-    /// No samples at all.
-    #[error("batch is empty: at least one sample is required")]
-    Empty,
-    /// The reward is `None`.
-    #[error("sample {sample}: reward is missing")]
-    MissingReward {
-        /// Index of the sample in the input.
-        sample: usize,
-    },
-    /// The reward is NaN or infinite.
-    #[error("sample {sample}: reward is {reward}, expected a finite number")]
-    NonFiniteReward {
-        /// Index of the sample in the input.
-        sample: usize,
-        /// The offending reward.
-        reward: f64,
-    },
-    /// Rollout logprobs are required but this sample has none.
-    #[error(
-        "sample {sample}: rollout_log_probs is missing but the batch requires rollout logprobs"
-    )]
-    MissingRolloutLogProbs {
-        /// Index of the sample in the input.
-        sample: usize,
-    },
-    /// Some samples carry rollout logprobs and others do not.
-    #[error(
-        "sample {sample}: rollout_log_probs is {} but sample {reference} {}; they must be present on all samples or on none",
-        if *present { "present" } else { "missing" },
-        if *present { "has none" } else { "has them" }
-    )]
-    InconsistentRolloutLogProbs {
-        /// Index of the first sample that disagrees with `reference`.
-        sample: usize,
-        /// Whether this sample has rollout logprobs.
-        present: bool,
-        /// The sample whose presence set the expectation (sample 0).
-        reference: usize,
-    },
-    /// `rollout_log_probs.len() != response_length`.
-    #[error(
-        "sample {sample}: rollout_log_probs has {len} entries but response_length is {response_length}"
-    )]
-    RolloutLogProbsLength {
-        /// Index of the sample in the input.
-        sample: usize,
-        /// Number of logprobs given.
-        len: usize,
-        /// The declared response length.
-        response_length: usize,
-    },
-    /// A rollout logprob is NaN or infinite.
-    #[error("sample {sample}: rollout_log_probs[{position}] is {value}, expected a finite number")]
-    NonFiniteLogProb {
-        /// Index of the sample in the input.
-        sample: usize,
-        /// Token position within the response.
-        position: usize,
-        /// The offending value.
-        value: f32,
-    },
-    /// A rollout logprob is greater than zero, which no probability can have.
-    #[error("sample {sample}: rollout_log_probs[{position}] is {value}, a logprob must be <= 0")]
-    PositiveLogProb {
-        /// Index of the sample in the input.
-        sample: usize,
-        /// Token position within the response.
-        position: usize,
-        /// The offending value.
-        value: f32,
-    },
-    /// `loss_mask.len() != response_length`.
-    #[error(
-        "sample {sample}: loss_mask has {len} entries but response_length is {response_length}"
-    )]
-    LossMaskLength {
-        /// Index of the sample in the input.
-        sample: usize,
-        /// Number of mask entries given.
-        len: usize,
-        /// The declared response length.
-        response_length: usize,
-    },
-    /// A loss mask entry is neither 0 nor 1.
-    #[error("sample {sample}: loss_mask[{position}] is {value}, expected 0 or 1")]
-    InvalidLossMask {
-        /// Index of the sample in the input.
-        sample: usize,
-        /// Token position within the response.
-        position: usize,
-        /// The offending value.
-        value: u8,
-    },
-    /// [`Grouping::ByGroupIndex`] was asked for but this sample has no group index.
-    #[error("sample {sample}: group_index is missing but grouping is by group index")]
-    MissingGroupIndex {
-        /// Index of the sample in the input.
-        sample: usize,
-    },
-    /// A group size of zero.
-    #[error("group size is 0, expected at least 1")]
-    ZeroGroupSize,
-    /// [`Grouping::Blocks`] with a sample count that is not a multiple of the group size.
-    #[error("{samples} samples cannot be split into groups of {group_size}")]
-    IndivisibleGroups {
-        /// Number of samples in the batch.
-        samples: usize,
-        /// The requested group size.
-        group_size: usize,
-    },
 }
 
 /// Per-token values for every sample of a batch in one contiguous buffer: sample `i` owns
@@ -349,153 +234,20 @@ impl Batch {
     /// returned as a [`BatchError`] naming the sample.
     pub fn new(parts: &[SampleParts], options: &BatchOptions) -> Result<Self, BatchError> {
         let first = parts.first().ok_or(BatchError::Empty)?;
-        let with_log_probs = first.rollout_log_probs.is_some();
-        let total: usize = parts.iter().map(|p| p.response_length).sum();
-
-        let mut offsets = Vec::with_capacity(parts.len() + 1);
-        offsets.push(0);
-        let mut rewards = Vec::with_capacity(parts.len());
-        let mut loss_mask = Vec::with_capacity(total);
-        let mut mask_counts = Vec::with_capacity(parts.len());
-        let mut log_probs = with_log_probs.then(|| Vec::with_capacity(total));
-
+        let mut columns = Columns::for_parts(parts, first.rollout_log_probs.is_some());
         for (sample, p) in parts.iter().enumerate() {
-            let reward = p.reward.ok_or(BatchError::MissingReward { sample })?;
-            if !reward.is_finite() {
-                return Err(BatchError::NonFiniteReward { sample, reward });
-            }
-            rewards.push(reward);
-
-            let response_length = p.response_length;
-            match &p.loss_mask {
-                None => {
-                    loss_mask.resize(loss_mask.len() + response_length, 1);
-                    mask_counts.push(u32::try_from(response_length).unwrap_or(u32::MAX));
-                }
-                Some(mask) => {
-                    if mask.len() != response_length {
-                        return Err(BatchError::LossMaskLength {
-                            sample,
-                            len: mask.len(),
-                            response_length,
-                        });
-                    }
-                    // Branch-free passes that vectorise; locate the culprit only when something is wrong.
-                    if mask.iter().fold(0u8, |acc, &m| acc | m) > 1 {
-                        let position = mask.iter().position(|&m| m > 1).unwrap_or(0);
-                        return Err(BatchError::InvalidLossMask {
-                            sample,
-                            position,
-                            value: mask[position],
-                        });
-                    }
-                    loss_mask.extend_from_slice(mask);
-                    let count: usize = mask
-                        .chunks(255)
-                        // u8 sums of at most 255 ones cannot overflow, and vectorise.
-                        .map(|c| usize::from(c.iter().sum::<u8>()))
-                        .sum();
-                    mask_counts.push(u32::try_from(count).unwrap_or(u32::MAX));
-                }
-            }
-
-            match (&p.rollout_log_probs, &mut log_probs) {
-                (None, _) if options.require_rollout_log_probs => {
-                    return Err(BatchError::MissingRolloutLogProbs { sample });
-                }
-                (None, None) => {}
-                (lp, _) if lp.is_some() != with_log_probs => {
-                    return Err(BatchError::InconsistentRolloutLogProbs {
-                        sample,
-                        present: lp.is_some(),
-                        reference: 0,
-                    });
-                }
-                (Some(lp), Some(flat)) => {
-                    if lp.len() != response_length {
-                        return Err(BatchError::RolloutLogProbsLength {
-                            sample,
-                            len: lp.len(),
-                            response_length,
-                        });
-                    }
-                    // One branch-free pass in the common case (NaN fails both comparisons); locate the culprit
-                    // only when something is wrong.
-                    let valid = |v: f32| (v <= 0.0) & (v > f32::NEG_INFINITY);
-                    if !lp.iter().fold(true, |ok, &v| ok & valid(v)) {
-                        let position = lp
-                            .iter()
-                            .position(|&v| !(v.is_finite() && v <= 0.0))
-                            .unwrap_or(0);
-                        let value = lp[position];
-                        return Err(if value.is_finite() {
-                            BatchError::PositiveLogProb {
-                                sample,
-                                position,
-                                value,
-                            }
-                        } else {
-                            BatchError::NonFiniteLogProb {
-                                sample,
-                                position,
-                                value,
-                            }
-                        });
-                    }
-                    flat.extend_from_slice(lp);
-                }
-                // Unreachable: `log_probs` is `Some` exactly when sample 0 had logprobs.
-                (_, _) => {
-                    return Err(BatchError::InconsistentRolloutLogProbs {
-                        sample,
-                        present: p.rollout_log_probs.is_some(),
-                        reference: 0,
-                    });
-                }
-            }
-            offsets.push(offsets[sample] + response_length);
+            columns.push(sample, p, options.require_rollout_log_probs)?;
         }
-
-        let n = parts.len();
-        let groups = match options.grouping {
-            Grouping::Blocks(g) => Groups::consecutive(n, g)?,
-            Grouping::SlimeBlocks {
-                n_samples_per_prompt: 0,
-                ..
-            } => return Err(BatchError::ZeroGroupSize),
-            Grouping::SlimeBlocks {
-                n_samples_per_prompt: g,
-                rollout_batch_size: b,
-            } => {
-                if g.checked_mul(b) == Some(n) {
-                    Groups::blocks(n, g)
-                } else {
-                    Groups::blocks(n, n)
-                }
-            }
-            Grouping::ByGroupIndex => {
-                let mut labels = Vec::with_capacity(n);
-                for (sample, p) in parts.iter().enumerate() {
-                    let g = p
-                        .group_index
-                        .ok_or(BatchError::MissingGroupIndex { sample })?;
-                    labels.push(g as u64);
-                }
-                Groups::from_labels(labels)
-            }
-            Grouping::Single => Groups::blocks(n, n),
-        };
-
+        let groups = group(parts, options.grouping)?;
         // Samples without a rollout id each get a pool of their own, as slime assigns fresh ids.
         let pools = pool_by_rollout_id(parts);
-
         let max_response_length = parts.iter().map(|p| p.response_length).max().unwrap_or(0);
         Ok(Self {
-            offsets,
-            rewards,
-            loss_mask,
-            mask_counts,
-            rollout_log_probs: log_probs,
+            offsets: columns.offsets,
+            rewards: columns.rewards,
+            loss_mask: columns.loss_mask,
+            mask_counts: columns.mask_counts,
+            rollout_log_probs: columns.log_probs,
             groups,
             pools,
             max_response_length,
@@ -569,6 +321,188 @@ impl Batch {
     pub fn ragged<T>(&self, values: Vec<T>) -> Ragged<T> {
         Ragged::from_parts(self.offsets.clone(), values)
     }
+}
+
+/// The flat columns of a batch, filled sample by sample by [`Batch::new`].
+struct Columns {
+    offsets: Vec<usize>,
+    rewards: Vec<f64>,
+    loss_mask: Vec<u8>,
+    mask_counts: Vec<u32>,
+    /// `Some` exactly when sample 0 has rollout logprobs.
+    log_probs: Option<Vec<f32>>,
+}
+
+impl Columns {
+    /// Empty columns with room for `parts`.
+    fn for_parts(parts: &[SampleParts], with_log_probs: bool) -> Columns {
+        let total: usize = parts.iter().map(|p| p.response_length).sum();
+        let mut offsets = Vec::with_capacity(parts.len() + 1);
+        offsets.push(0);
+        Columns {
+            offsets,
+            rewards: Vec::with_capacity(parts.len()),
+            loss_mask: Vec::with_capacity(total),
+            mask_counts: Vec::with_capacity(parts.len()),
+            log_probs: with_log_probs.then(|| Vec::with_capacity(total)),
+        }
+    }
+
+    /// Checks sample `sample` (reward, then loss mask, then rollout logprobs) and appends it.
+    fn push(
+        &mut self,
+        sample: usize,
+        p: &SampleParts,
+        require_log_probs: bool,
+    ) -> Result<(), BatchError> {
+        let reward = p.reward.ok_or(BatchError::MissingReward { sample })?;
+        if !reward.is_finite() {
+            return Err(BatchError::NonFiniteReward { sample, reward });
+        }
+        self.rewards.push(reward);
+        self.push_mask(sample, p)?;
+        self.push_log_probs(sample, p, require_log_probs)?;
+        self.offsets.push(self.offsets[sample] + p.response_length);
+        Ok(())
+    }
+
+    /// The loss mask (all ones when absent) and its count of ones.
+    fn push_mask(&mut self, sample: usize, p: &SampleParts) -> Result<(), BatchError> {
+        let response_length = p.response_length;
+        let Some(mask) = &p.loss_mask else {
+            self.loss_mask
+                .resize(self.loss_mask.len() + response_length, 1);
+            self.mask_counts
+                .push(u32::try_from(response_length).unwrap_or(u32::MAX));
+            return Ok(());
+        };
+        if mask.len() != response_length {
+            return Err(BatchError::LossMaskLength {
+                sample,
+                len: mask.len(),
+                response_length,
+            });
+        }
+        // Branch-free passes that vectorise; locate the culprit only when something is wrong.
+        if mask.iter().fold(0u8, |acc, &m| acc | m) > 1 {
+            let position = mask.iter().position(|&m| m > 1).unwrap_or(0);
+            return Err(BatchError::InvalidLossMask {
+                sample,
+                position,
+                value: mask[position],
+            });
+        }
+        self.loss_mask.extend_from_slice(mask);
+        let count: usize = mask
+            .chunks(255)
+            // u8 sums of at most 255 ones cannot overflow, and vectorise.
+            .map(|c| usize::from(c.iter().sum::<u8>()))
+            .sum();
+        self.mask_counts
+            .push(u32::try_from(count).unwrap_or(u32::MAX));
+        Ok(())
+    }
+
+    /// The rollout logprobs: present on every sample or on none (and on every one when required), one per
+    /// response token, finite and `<= 0`.
+    fn push_log_probs(
+        &mut self,
+        sample: usize,
+        p: &SampleParts,
+        require: bool,
+    ) -> Result<(), BatchError> {
+        let with_log_probs = self.log_probs.is_some();
+        match (&p.rollout_log_probs, &mut self.log_probs) {
+            (None, _) if require => Err(BatchError::MissingRolloutLogProbs { sample }),
+            (None, None) => Ok(()),
+            (lp, _) if lp.is_some() != with_log_probs => {
+                Err(BatchError::InconsistentRolloutLogProbs {
+                    sample,
+                    present: lp.is_some(),
+                    reference: 0,
+                })
+            }
+            (Some(lp), Some(flat)) => {
+                check_log_probs(sample, lp, p.response_length)?;
+                flat.extend_from_slice(lp);
+                Ok(())
+            }
+            // Unreachable: `log_probs` is `Some` exactly when sample 0 had logprobs.
+            (_, _) => Err(BatchError::InconsistentRolloutLogProbs {
+                sample,
+                present: p.rollout_log_probs.is_some(),
+                reference: 0,
+            }),
+        }
+    }
+}
+
+/// One rollout logprob per response token, each finite and `<= 0`.
+fn check_log_probs(sample: usize, lp: &[f32], response_length: usize) -> Result<(), BatchError> {
+    if lp.len() != response_length {
+        return Err(BatchError::RolloutLogProbsLength {
+            sample,
+            len: lp.len(),
+            response_length,
+        });
+    }
+    // One branch-free pass in the common case (NaN fails both comparisons); locate the culprit only when
+    // something is wrong.
+    let valid = |v: f32| (v <= 0.0) & (v > f32::NEG_INFINITY);
+    if lp.iter().fold(true, |ok, &v| ok & valid(v)) {
+        return Ok(());
+    }
+    let position = lp
+        .iter()
+        .position(|&v| !(v.is_finite() && v <= 0.0))
+        .unwrap_or(0);
+    let value = lp[position];
+    Err(if value.is_finite() {
+        BatchError::PositiveLogProb {
+            sample,
+            position,
+            value,
+        }
+    } else {
+        BatchError::NonFiniteLogProb {
+            sample,
+            position,
+            value,
+        }
+    })
+}
+
+/// The reward-normalisation groups `grouping` asks for.
+fn group(parts: &[SampleParts], grouping: Grouping) -> Result<Groups, BatchError> {
+    let n = parts.len();
+    Ok(match grouping {
+        Grouping::Blocks(g) => Groups::consecutive(n, g)?,
+        Grouping::SlimeBlocks {
+            n_samples_per_prompt: 0,
+            ..
+        } => return Err(BatchError::ZeroGroupSize),
+        Grouping::SlimeBlocks {
+            n_samples_per_prompt: g,
+            rollout_batch_size: b,
+        } => {
+            if g.checked_mul(b) == Some(n) {
+                Groups::blocks(n, g)
+            } else {
+                Groups::blocks(n, n)
+            }
+        }
+        Grouping::ByGroupIndex => {
+            let mut labels = Vec::with_capacity(n);
+            for (sample, p) in parts.iter().enumerate() {
+                let g = p
+                    .group_index
+                    .ok_or(BatchError::MissingGroupIndex { sample })?;
+                labels.push(g as u64);
+            }
+            Groups::from_labels(labels)
+        }
+        Grouping::Single => Groups::blocks(n, n),
+    })
 }
 
 /// Pools samples that share a rollout id; a sample without one is a pool of its own.

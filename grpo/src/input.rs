@@ -1,10 +1,9 @@
-//! The trainer's per-token inputs ([`LogProbs`]) and what can be wrong with them ([`LossError`]): a length other than the batch's, a non-finite value, an input an option needs but was not given.
+//! The trainer's per-token inputs ([`LogProbs`]) and their checks: one entry per token of the batch, finite, present when an option needs them.
 //!
 //! The checks live here, below both `advantage.rs` and `loss.rs`, because both take per-token inputs.
 
-use thiserror::Error;
-
 use crate::batch::Batch;
+use crate::error::LossError;
 
 /// Per-token inputs from the trainer, flat in the batch layout (`Batch::num_tokens()` entries each).
 #[derive(Debug, Clone, Copy, Default)]
@@ -28,50 +27,6 @@ impl<'a> LogProbs<'a> {
             ..Self::default()
         }
     }
-}
-
-/// Why a loss could not be computed.
-#[derive(Debug, Clone, PartialEq, Error)]
-pub enum LossError {
-    /// A per-token input does not have one entry per token of the batch.
-    #[error("{input} has {len} entries but the batch has {expected} tokens")]
-    LengthMismatch {
-        /// Which input.
-        input: &'static str,
-        /// Its length.
-        len: usize,
-        /// The batch's token count.
-        expected: usize,
-    },
-    /// Advantages computed for a batch with a different layout.
-    #[error("advantages have a different per-sample layout from the batch")]
-    AdvantageLayout,
-    /// A per-token input is NaN or infinite.
-    #[error("sample {sample}: {input}[{position}] is {value}, expected a finite number")]
-    NonFinite {
-        /// Which input.
-        input: &'static str,
-        /// The sample holding the token.
-        sample: usize,
-        /// Token position within the response.
-        position: usize,
-        /// The offending value.
-        value: f32,
-    },
-    /// An input that an option needs was not given (the typed form of issue #1976's `NoneType` crash).
-    #[error("{input} is required by {needed_by} but was not provided")]
-    MissingInput {
-        /// The absent input.
-        input: &'static str,
-        /// The option that needs it.
-        needed_by: &'static str,
-    },
-    /// slime asserts that TIS and `--use-rollout-logprobs` are not combined: the weight would always be 1.
-    #[error("tis cannot be combined with use_rollout_log_probs")]
-    TisWithRolloutLogProbs,
-    /// Dual clip needs `c > 1`.
-    #[error("dual_clip is {0}, it must be greater than 1")]
-    InvalidDualClip(f64),
 }
 
 /// Returns an error naming the first non-finite value of `values` (in the batch layout), if any.

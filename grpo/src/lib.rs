@@ -55,10 +55,11 @@
 //!
 //! # Where things are
 //!
-//! - `batch`: [`SampleParts`], [`BatchOptions`], [`Batch::new`] and [`BatchError`], the [`Ragged`] layout.
+//! - `error`: [`BatchError`] and [`LossError`], at the bottom so that every module can return them.
+//! - `batch`: [`SampleParts`], [`BatchOptions`], [`Batch::new`], the [`Ragged`] layout and the [`Groups`].
 //! - `advantage`: [`AdvantageConfig`], [`Batch::advantages`], [`Advantages`], and the pure estimators.
-//! - `input`: [`LogProbs`] (the trainer's per-token inputs) and [`LossError`], with the checks both
-//!   advantages and losses run on them.
+//! - `input`: [`LogProbs`] (the trainer's per-token inputs), with the checks both advantages and losses
+//!   run on them.
 //! - `token`: the per-token functions ([`ppo_clip_loss`], [`cispo_loss`], [`kl`], [`tis_weight`],
 //!   [`sequence_ratio`]); `config`: [`PolicyLossConfig`] and its parts.
 //! - `kernel`: the fused pass over the tokens; `loss`: [`Batch::policy_loss`] and [`PolicyLossOutput`],
@@ -70,6 +71,7 @@ mod advantage;
 mod aggregate;
 mod batch;
 mod config;
+mod error;
 mod input;
 mod kernel;
 mod loss;
@@ -81,9 +83,10 @@ pub use advantage::{
     masked_whiten, normalize_rewards, rloo,
 };
 pub use aggregate::Aggregation;
-pub use batch::{Batch, BatchError, BatchOptions, Grouping, Groups, Ragged, SampleParts};
+pub use batch::{Batch, BatchOptions, Grouping, Groups, Ragged, SampleParts};
 pub use config::{KlLoss, PolicyLossConfig, PolicyLossKind, RatioLevel};
-pub use input::{LogProbs, LossError};
+pub use error::{BatchError, LossError};
+pub use input::LogProbs;
 pub use loss::{PolicyLossOutput, TisMetrics};
 pub use stats::{exp_f32, nanmean, nanstd};
 pub use token::{

@@ -7,7 +7,8 @@
 use crate::advantage::Advantages;
 use crate::batch::{Batch, Ragged};
 use crate::config::{PolicyLossConfig, PolicyLossKind, RatioLevel};
-use crate::input::{LogProbs, LossError, check_finite};
+use crate::error::LossError;
+use crate::input::{LogProbs, check_finite};
 use crate::kernel::{KernelInputs, KernelParams, Sums};
 use crate::stats::exp_f32;
 use crate::token::{
