@@ -204,11 +204,37 @@ pub fn normalize_rewards(
         groups.of_sample().len(),
         "one group number per reward"
     );
-    let trl = convention == Convention::Trl;
+    // TRL's statistics ignore NaN rewards; slime's and verl's let them propagate.
+    let skip_nan = convention == Convention::Trl;
+    let (mean, count) = group_means(rewards, groups, skip_nan);
+    let group_std = group_stds(rewards, groups, skip_nan, &mean, &count);
+    let batch_std = match scale {
+        StdScale::Batch => nanstd(rewards),
+        _ => f64::NAN,
+    };
+    rewards
+        .iter()
+        .zip(groups.of_sample())
+        .map(|(&r, &gi)| {
+            let gi = gi as usize;
+            let std = match scale {
+                StdScale::Group => group_std[gi],
+                StdScale::Batch => batch_std,
+                StdScale::None => f64::NAN,
+            };
+            let singleton = groups.sizes()[gi] == 1;
+            normalized(r, mean[gi], std, singleton, convention, scale)
+        })
+        .collect()
+}
+
+/// The mean of each group and how many rewards it was taken over.
+///
+/// The mean is taken as `pivot + mean(r - pivot)` with the group's first (non-NaN) reward as the pivot: the
+/// same value up to rounding, but exact for a constant group, whose advantages are then exactly 0 (slime's
+/// plain mean gives about 1e-11 for rewards like 0.1).
+fn group_means(rewards: &[f64], groups: &Groups, skip_nan: bool) -> (Vec<f64>, Vec<usize>) {
     let g = groups.count();
-    // The mean is taken as `pivot + mean(r - pivot)` with the group's first (non-NaN) reward as the pivot:
-    // the same value up to rounding, but exact for a constant group, whose advantages are then exactly 0
-    // (slime's plain mean gives about 1e-11 for rewards like 0.1).
     let mut pivot = vec![f64::NAN; g];
     for (&r, &gi) in rewards.iter().zip(groups.of_sample()) {
         if pivot[gi as usize].is_nan() {
@@ -218,28 +244,37 @@ pub fn normalize_rewards(
     let mut sum = vec![0.0f64; g];
     let mut count = vec![0usize; g];
     for (&r, &gi) in rewards.iter().zip(groups.of_sample()) {
-        if !(trl && r.is_nan()) {
+        if !(skip_nan && r.is_nan()) {
             sum[gi as usize] += r - pivot[gi as usize];
             count[gi as usize] += 1;
         }
     }
-    let mean: Vec<f64> = sum
+    let mean = sum
         .iter()
         .zip(&count)
         .zip(&pivot)
         .map(|((&s, &c), &p)| if c == 0 { f64::NAN } else { p + s / c as f64 })
         .collect();
-    let mut ss = vec![0.0f64; g];
+    (mean, count)
+}
+
+/// The unbiased std of each group around `mean`; NaN for fewer than two values, as torch.
+fn group_stds(
+    rewards: &[f64],
+    groups: &Groups,
+    skip_nan: bool,
+    mean: &[f64],
+    count: &[usize],
+) -> Vec<f64> {
+    let mut ss = vec![0.0f64; groups.count()];
     for (&r, &gi) in rewards.iter().zip(groups.of_sample()) {
-        if !(trl && r.is_nan()) {
+        if !(skip_nan && r.is_nan()) {
             let d = r - mean[gi as usize];
             ss[gi as usize] += d * d;
         }
     }
-    // Unbiased std; NaN for fewer than two values, as torch.
-    let group_std: Vec<f64> = ss
-        .iter()
-        .zip(&count)
+    ss.iter()
+        .zip(count)
         .map(|(&s, &c)| {
             if c < 2 {
                 f64::NAN
@@ -247,63 +282,56 @@ pub fn normalize_rewards(
                 (s / (c - 1) as f64).sqrt()
             }
         })
-        .collect();
-    let batch_std = match scale {
-        StdScale::Batch => nanstd(rewards),
-        _ => f64::NAN,
-    };
-    let eps = convention.epsilon();
-
-    rewards
-        .iter()
-        .zip(groups.of_sample())
-        .map(|(&r, &gi)| {
-            let gi = gi as usize;
-            let singleton = groups.sizes()[gi] == 1;
-            let std = match scale {
-                StdScale::Group => group_std[gi],
-                StdScale::Batch => batch_std,
-                StdScale::None => f64::NAN,
-            };
-            match convention {
-                Convention::Slime => {
-                    // A group of one is its own mean, so its advantage is exactly 0 whatever the
-                    // scale (slime also turns std normalisation off for n = 1).
-                    let centred = r - mean[gi];
-                    // A batch std of a one-sample batch is undefined; leave the centred value undivided.
-                    if scale == StdScale::None || std.is_nan() {
-                        centred
-                    } else {
-                        centred / (std + eps)
-                    }
-                }
-                Convention::Verl if singleton => {
-                    if scale == StdScale::None {
-                        r
-                    } else {
-                        r / (1.0 + eps)
-                    }
-                }
-                Convention::Verl => {
-                    let centred = r - mean[gi];
-                    if scale == StdScale::None || std.is_nan() {
-                        centred
-                    } else {
-                        centred / (std + eps)
-                    }
-                }
-                Convention::Trl => {
-                    let centred = r - mean[gi];
-                    let a = if scale == StdScale::None {
-                        centred
-                    } else {
-                        centred / (std + eps)
-                    };
-                    if a.is_nan() { 0.0 } else { a }
-                }
-            }
-        })
         .collect()
+}
+
+/// One reward normalised by its group's `mean` and the chosen `std`, under `convention`'s edge cases.
+fn normalized(
+    r: f64,
+    mean: f64,
+    std: f64,
+    singleton: bool,
+    convention: Convention,
+    scale: StdScale,
+) -> f64 {
+    let eps = convention.epsilon();
+    match convention {
+        Convention::Slime => {
+            // A group of one is its own mean, so its advantage is exactly 0 whatever the scale (slime also
+            // turns std normalisation off for n = 1).
+            let centred = r - mean;
+            // A batch std of a one-sample batch is undefined; leave the centred value undivided.
+            if scale == StdScale::None || std.is_nan() {
+                centred
+            } else {
+                centred / (std + eps)
+            }
+        }
+        Convention::Verl if singleton => {
+            if scale == StdScale::None {
+                r
+            } else {
+                r / (1.0 + eps)
+            }
+        }
+        Convention::Verl => {
+            let centred = r - mean;
+            if scale == StdScale::None || std.is_nan() {
+                centred
+            } else {
+                centred / (std + eps)
+            }
+        }
+        Convention::Trl => {
+            let centred = r - mean;
+            let a = if scale == StdScale::None {
+                centred
+            } else {
+                centred / (std + eps)
+            };
+            if a.is_nan() { 0.0 } else { a }
+        }
+    }
 }
 
 /// RLOO: `n / (n - 1) * (r - mean)` within each group of `n > 1`, and `r` for a group of one.

@@ -4,7 +4,7 @@ use std::ops::Range;
 
 use crate::advantage::TokenSource;
 use crate::batch::Batch;
-use crate::config::{PolicyLossConfig, RatioLevel};
+use crate::config::{PolicyLossConfig, PolicyLossKind, RatioLevel};
 use crate::stats::exp_in_range;
 use crate::token::{KlEstimator, Tis, kl, sequence_log_ratio, tis_weight};
 
@@ -84,6 +84,42 @@ pub(crate) struct Sums {
     pub(crate) tis_w: Vec<f64>,
     pub(crate) tis_clip: Vec<f64>,
     pub(crate) tis_abs: Vec<f64>,
+}
+
+impl KernelParams<'_> {
+    /// The settings as the kernel uses them: in `f32`, and the log-ratio bound kept within `exp_in_range`'s
+    /// domain whatever the configuration says (a NaN bound becomes 87).
+    pub(crate) fn new(config: &PolicyLossConfig) -> KernelParams<'_> {
+        let bound = if config.log_ratio_clamp.is_nan() {
+            87.0
+        } else {
+            (config.log_ratio_clamp as f32).clamp(0.0, 87.0)
+        };
+        KernelParams {
+            config,
+            bound,
+            ppo: config.kind == PolicyLossKind::Ppo,
+            eps_low: config.eps_clip as f32,
+            eps_high: config.eps_clip_high as f32,
+            dual: config.dual_clip.map_or(f32::INFINITY, |c| c as f32),
+        }
+    }
+}
+
+impl Sums {
+    /// Zero sums for `n` samples.
+    pub(crate) fn new(n: usize) -> Sums {
+        Sums {
+            pg: vec![0.0; n],
+            clip: vec![0.0; n],
+            ppo_kl: vec![0.0; n],
+            entropy: vec![0.0; n],
+            kl: vec![0.0; n],
+            tis_w: vec![0.0; n],
+            tis_clip: vec![0.0; n],
+            tis_abs: vec![0.0; n],
+        }
+    }
 }
 
 /// Scratch buffers of one block, reused for every block of every sample.

@@ -157,6 +157,41 @@ impl Batch {
         config: &PolicyLossConfig,
         token_out: Option<&mut [f32]>,
     ) -> Result<PolicyLossOutput, LossError> {
+        let inputs = self.kernel_inputs(advantages, lp, config)?;
+        let params = KernelParams::new(config);
+        let mut sums = Sums::new(self.len());
+        let (eps_low, eps_high, dual) = (params.eps_low, params.eps_high, params.dual);
+        match config.kind {
+            PolicyLossKind::Ppo => self.kernel(
+                &inputs,
+                &params,
+                &mut sums,
+                token_out,
+                move |ratio, adv, _| ppo_clip_loss(ratio, adv, eps_low, eps_high, dual),
+            ),
+            PolicyLossKind::Cispo => self.kernel(
+                &inputs,
+                &params,
+                &mut sums,
+                token_out,
+                move |ratio, adv, lp| cispo_loss(ratio, adv, lp, eps_low, eps_high),
+            ),
+        }
+        if let Some(i) = sums.ppo_kl.iter().position(|s| !s.is_finite()) {
+            return Err(self.locate_non_finite(i, lp.current, inputs.old));
+        }
+        Ok(self.aggregate_sums(config, &sums, inputs.entropy.is_some()))
+    }
+
+    /// Checks the call before any token is read, in this order: the current and old logprobs, the
+    /// advantages' layout, the dual clip, TIS's rollout logprobs, the reference and the entropy. Returns the
+    /// slices the kernel reads.
+    fn kernel_inputs<'a>(
+        &'a self,
+        advantages: &'a Advantages,
+        lp: &LogProbs<'a>,
+        config: &PolicyLossConfig,
+    ) -> Result<KernelInputs<'a>, LossError> {
         let old = self.old_log_probs(lp, config.use_rollout_log_probs)?;
         if advantages.offsets() != self.offsets() {
             return Err(LossError::AdvantageLayout);
@@ -202,70 +237,30 @@ impl Batch {
                 Some(e)
             }
         };
-        let n = self.len();
-        let mut sums = Sums {
-            pg: vec![0.0; n],
-            clip: vec![0.0; n],
-            ppo_kl: vec![0.0; n],
-            entropy: vec![0.0; n],
-            kl: vec![0.0; n],
-            tis_w: vec![0.0; n],
-            tis_clip: vec![0.0; n],
-            tis_abs: vec![0.0; n],
-        };
-        let eps_low = config.eps_clip as f32;
-        let eps_high = config.eps_clip_high as f32;
-        let dual = config.dual_clip.map_or(f32::INFINITY, |c| c as f32);
-        // Within `exp_in_range`'s domain whatever the configuration says (a NaN bound becomes 87).
-        let bound = if config.log_ratio_clamp.is_nan() {
-            87.0
-        } else {
-            (config.log_ratio_clamp as f32).clamp(0.0, 87.0)
-        };
-
-        let inputs = KernelInputs {
+        Ok(KernelInputs {
             current: lp.current,
             old,
             advantages: advantages.source(),
             rollout,
             reference,
             entropy,
-        };
-        let params = KernelParams {
-            config,
-            bound,
-            ppo: config.kind == PolicyLossKind::Ppo,
-            eps_low,
-            eps_high,
-            dual,
-        };
-        match config.kind {
-            PolicyLossKind::Ppo => self.kernel(
-                &inputs,
-                &params,
-                &mut sums,
-                token_out,
-                move |ratio, adv, _| ppo_clip_loss(ratio, adv, eps_low, eps_high, dual),
-            ),
-            PolicyLossKind::Cispo => self.kernel(
-                &inputs,
-                &params,
-                &mut sums,
-                token_out,
-                move |ratio, adv, lp| cispo_loss(ratio, adv, lp, eps_low, eps_high),
-            ),
-        }
-        if let Some(i) = sums.ppo_kl.iter().position(|s| !s.is_finite()) {
-            return Err(self.locate_non_finite(i, lp.current, old));
-        }
+        })
+    }
 
+    /// The loss and its metrics from the kernel's per-sample sums, each aggregated as configured.
+    fn aggregate_sums(
+        &self,
+        config: &PolicyLossConfig,
+        sums: &Sums,
+        with_entropy: bool,
+    ) -> PolicyLossOutput {
         let agg = |s: &[f64]| config.aggregation.reduce(self, s);
         let pg_loss = agg(&sums.pg);
-        let entropy_loss = entropy.map(|_| agg(&sums.entropy));
+        let entropy_loss = with_entropy.then(|| agg(&sums.entropy));
         let kl_loss = config.kl_loss.map(|_| agg(&sums.kl));
         let loss = pg_loss - config.entropy_coef * entropy_loss.unwrap_or(0.0)
             + config.kl_loss.map_or(0.0, |k| k.coef) * kl_loss.unwrap_or(0.0);
-        Ok(PolicyLossOutput {
+        PolicyLossOutput {
             loss,
             pg_loss,
             pg_clipfrac: agg(&sums.clip),
@@ -277,6 +272,6 @@ impl Batch {
                 clipfrac: agg(&sums.tis_clip),
                 abs: agg(&sums.tis_abs),
             }),
-        })
+        }
     }
 }
