@@ -1,15 +1,14 @@
-//! Encoding of `/generate` responses and stream chunks in SGLang's `meta_info` insertion order. Item objects and
-//! the logprob triples `[logprob, token_id, text|null]` are written by hand straight from the engine's slices;
-//! nested values (finish reasons, top-logprob lists, escaped strings) go through serde_json.
-
-use serde::Serialize;
-use serde::ser::{SerializeSeq, SerializeStruct, Serializer};
+//! One item object (a non-stream body, an element of a batch body, or a stream chunk) in SGLang's
+//! `meta_info` insertion order, and the object of an item the scheduler rejected.
 
 use crate::config::Profile;
-use crate::engine::{FinishReason, Generation, LogprobEntry};
-use crate::model::Tokenizer;
-use crate::request::PlannedItem;
+use crate::engine::{GeneratePlan, Generation, LogprobEntry, PlannedItem};
+use crate::model::{Model, Tokenizer};
 
+use super::json::{
+    Abort, FinishJson, InputPositions, InputTokenLogprobs, OutputPositions, TokenLogprobs,
+    write_int, write_serde,
+};
 /// How the output fields of one chunk relate to earlier chunks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutputMode {
@@ -45,12 +44,21 @@ pub struct EncodeCtx<'a> {
     pub weight_version: &'a str,
 }
 
-/// The finish reason of an item that the scheduler rejected before running it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Abort<'a> {
-    pub message: &'a str,
-    pub status_code: u16,
-    pub err_type: &'a str,
+impl<'a> EncodeCtx<'a> {
+    /// The context of `plan`'s answer under `profile`, with the weight version the request ran under.
+    pub fn new(
+        profile: Profile,
+        model: &'a Model,
+        plan: &GeneratePlan,
+        weight_version: &'a str,
+    ) -> Self {
+        EncodeCtx {
+            profile,
+            tokenizer: model.tokenizer(),
+            return_text_in_logprobs: plan.return_text_in_logprobs,
+            weight_version,
+        }
+    }
 }
 
 /// Which part of an item one encoded object shows.
@@ -254,35 +262,6 @@ pub fn encode_aborted(
     body.write(out);
 }
 
-/// A `Vec<u8>` writer for serde_json, which writes a number or a bracket at a time: short pieces are pushed byte by
-/// byte instead of through a `memcpy` call each.
-struct SmallWrites<'a>(&'a mut Vec<u8>);
-
-impl std::io::Write for SmallWrites<'_> {
-    #[inline]
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.write_all(buf)?;
-        Ok(buf.len())
-    }
-
-    #[inline]
-    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
-        if buf.len() <= 16 {
-            self.0.reserve(buf.len());
-            for &b in buf {
-                self.0.push(b);
-            }
-        } else {
-            self.0.extend_from_slice(buf);
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Whether any logprob this item would report is NaN or infinite (a MID non-stream body then fails with 500).
 pub fn has_non_finite_logprob(generation: &Generation, item: &PlannedItem) -> bool {
     if !item.request.return_logprob {
@@ -436,302 +415,9 @@ impl MetaInfo<'_> {
     }
 }
 
-/// Writes `value` as JSON with serde_json (strings with their escapes, floats, nested values).
-fn write_serde<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
-    // Serialising into a Vec cannot fail: every map key is a string and no Serialize impl errors.
-    let _ = serde_json::to_writer(SmallWrites(out), value);
-}
-
-/// Writes an integer in decimal.
-fn write_int(out: &mut Vec<u8>, value: impl itoa::Integer) {
-    out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
-}
-
-/// Writes one `[logprob, token_id, text|null]` triple: an `f32` in its shortest form (as serde_json and orjson
-/// write floats) and a non-finite or missing one as `null`, as orjson does.
-fn write_triple(out: &mut Vec<u8>, logprob: Option<f32>, id: u32, tok: Option<&Tokenizer>) {
-    out.push(b'[');
-    match logprob {
-        Some(lp) if lp.is_finite() => {
-            out.extend_from_slice(zmij::Buffer::new().format_finite(lp).as_bytes())
-        }
-        _ => out.extend_from_slice(b"null"),
-    }
-    out.push(b',');
-    write_int(out, id);
-    match tok {
-        Some(tok) => {
-            out.push(b',');
-            write_serde(out, tok.token_text(id).as_ref());
-            out.push(b']');
-        }
-        None => out.extend_from_slice(b",null]"),
-    }
-}
-
-/// `BaseFinishReason.to_json()` of `schedule_batch.py`.
-enum FinishJson<'a> {
-    Engine(&'a FinishReason),
-    Abort(Abort<'a>),
-}
-
-impl Serialize for FinishJson<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            FinishJson::Engine(reason) => match reason {
-                FinishReason::Length { length } => {
-                    let mut s = serializer.serialize_struct("FinishLength", 2)?;
-                    s.serialize_field("type", "length")?;
-                    s.serialize_field("length", length)?;
-                    s.end()
-                }
-                FinishReason::StopToken { matched } => {
-                    let mut s = serializer.serialize_struct("FinishMatchedToken", 2)?;
-                    s.serialize_field("type", "stop")?;
-                    s.serialize_field("matched", matched)?;
-                    s.end()
-                }
-                FinishReason::StopStr { matched } => {
-                    let mut s = serializer.serialize_struct("FinishMatchedStr", 2)?;
-                    s.serialize_field("type", "stop")?;
-                    s.serialize_field("matched", matched)?;
-                    s.end()
-                }
-                FinishReason::Abort {
-                    message,
-                    status_code,
-                    err_type,
-                } => {
-                    let mut s = serializer.serialize_struct("FinishAbort", 4)?;
-                    s.serialize_field("type", "abort")?;
-                    s.serialize_field("message", message)?;
-                    s.serialize_field("status_code", status_code)?;
-                    s.serialize_field("err_type", err_type)?;
-                    s.end()
-                }
-            },
-            FinishJson::Abort(abort) => {
-                let mut s = serializer.serialize_struct("FinishAbort", 4)?;
-                s.serialize_field("type", "abort")?;
-                s.serialize_field("message", abort.message)?;
-                s.serialize_field("status_code", &abort.status_code)?;
-                s.serialize_field("err_type", abort.err_type)?;
-                s.end()
-            }
-        }
-    }
-}
-
-/// One `[logprob, token_id, text|null]` triple inside a serde-written list (top and token-id logprobs).
-struct Triple<'a> {
-    logprob: Option<f32>,
-    id: u32,
-    tok: Option<&'a Tokenizer>,
-}
-
-impl Serialize for Triple<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(3))?;
-        seq.serialize_element(&self.logprob)?;
-        seq.serialize_element(&self.id)?;
-        match self.tok {
-            Some(tok) => seq.serialize_element(tok.token_text(self.id).as_ref())?,
-            None => seq.serialize_element(&())?,
-        }
-        seq.end()
-    }
-}
-
-/// `output_token_logprobs`: one triple per output token.
-struct TokenLogprobs<'a> {
-    lps: &'a [f32],
-    ids: &'a [u32],
-    tok: Option<&'a Tokenizer>,
-}
-
-impl TokenLogprobs<'_> {
-    fn write(&self, out: &mut Vec<u8>) {
-        out.push(b'[');
-        for (i, (&lp, &id)) in self.lps.iter().zip(self.ids).enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            write_triple(out, Some(lp), id, self.tok);
-        }
-        out.push(b']');
-    }
-}
-
-/// `input_token_logprobs`: one triple per covered prompt position, the first with a `null` logprob.
-struct InputTokenLogprobs<'a> {
-    lps: &'a [Option<f32>],
-    ids: &'a [u32],
-    tok: Option<&'a Tokenizer>,
-}
-
-impl InputTokenLogprobs<'_> {
-    fn write(&self, out: &mut Vec<u8>) {
-        out.push(b'[');
-        for (i, (&lp, &id)) in self.lps.iter().zip(self.ids).enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            write_triple(out, lp, id, self.tok);
-        }
-        out.push(b']');
-    }
-}
-
-/// The triples of one position; an empty position is `null` (SGLang's `if token_logprobs_val[i]`).
-struct Position<'a> {
-    entries: &'a [LogprobEntry],
-    tok: Option<&'a Tokenizer>,
-}
-
-impl Serialize for Position<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        if self.entries.is_empty() {
-            return serializer.serialize_unit();
-        }
-        let mut seq = serializer.serialize_seq(Some(self.entries.len()))?;
-        for entry in self.entries {
-            seq.serialize_element(&Triple {
-                logprob: Some(entry.logprob),
-                id: entry.id,
-                tok: self.tok,
-            })?;
-        }
-        seq.end()
-    }
-}
-
-/// Per-output-position lists (`output_top_logprobs`, `output_token_ids_logprobs`).
-struct OutputPositions<'a> {
-    entries: &'a [LogprobEntry],
-    per_position: usize,
-    tok: Option<&'a Tokenizer>,
-}
-
-impl Serialize for OutputPositions<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let per = self.per_position.max(1);
-        let mut seq = serializer.serialize_seq(Some(self.entries.len() / per))?;
-        for chunk in self.entries.chunks(per) {
-            seq.serialize_element(&Position {
-                entries: if self.per_position == 0 { &[] } else { chunk },
-                tok: self.tok,
-            })?;
-        }
-        seq.end()
-    }
-}
-
-/// Per-input-position lists: the first covered position has no data and is `null`.
-struct InputPositions<'a> {
-    positions: usize,
-    entries: &'a [LogprobEntry],
-    per_position: usize,
-    tok: Option<&'a Tokenizer>,
-}
-
-impl Serialize for InputPositions<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(self.positions))?;
-        if self.positions == 0 {
-            return seq.end();
-        }
-        seq.serialize_element(&())?;
-        let per = self.per_position.max(1);
-        let mut chunks = self.entries.chunks(per);
-        for _ in 1..self.positions {
-            let entries = if self.per_position == 0 {
-                &[][..]
-            } else {
-                chunks.next().unwrap_or(&[])
-            };
-            seq.serialize_element(&Position {
-                entries,
-                tok: self.tok,
-            })?;
-        }
-        seq.end()
-    }
-}
-
-/// The finish reason of a request that ended in the waiting queue (`TokenizerManager._handle_abort_req`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WaitingAbort<'a> {
-    /// `/abort_request` or a pause reached it before it ran: `{"type":"abort","message":"Abort in waiting queue"}`.
-    Aborted,
-    /// The scheduler refused it, e.g. a full queue: `{"type":"abort","status_code":503,"message":...}`.
-    Refused { status_code: u16, message: &'a str },
-}
-
-/// The reduced object SGLang sends for a request aborted in the waiting queue: `meta_info` holds only `id`,
-/// `finish_reason`, `weight_version`, `e2e_latency`, the (empty) logprob lists when requested and
-/// `completion_tokens`; there is no `prompt_tokens` and no `cached_tokens`.
-pub fn encode_waiting_abort(
-    out: &mut Vec<u8>,
-    ctx: &EncodeCtx<'_>,
-    item: &PlannedItem,
-    reason: WaitingAbort<'_>,
-    e2e_latency: f64,
-    index: Option<usize>,
-) {
-    let string = |out: &mut Vec<u8>, s: &str| {
-        let _ = serde_json::to_writer(&mut *out, s);
-    };
-    out.extend_from_slice(br#"{"text":"","output_ids":[],"meta_info":{"id":"#);
-    string(out, &item.rid);
-    out.extend_from_slice(br#","finish_reason":{"type":"abort","#);
-    match reason {
-        WaitingAbort::Aborted => out.extend_from_slice(br#""message":"Abort in waiting queue""#),
-        WaitingAbort::Refused {
-            status_code,
-            message,
-        } => {
-            out.extend_from_slice(format!(r#""status_code":{status_code},"message":"#).as_bytes());
-            string(out, message);
-        }
-    }
-    out.extend_from_slice(br#"},"weight_version":"#);
-    string(out, ctx.weight_version);
-    out.extend_from_slice(br#","e2e_latency":"#);
-    let _ = serde_json::to_writer(&mut *out, &e2e_latency);
-    if item.request.return_logprob {
-        out.extend_from_slice(br#","input_token_logprobs":[],"output_token_logprobs":[]"#);
-        if item.top_logprobs_num > 0 {
-            out.extend_from_slice(br#","input_top_logprobs":[],"output_top_logprobs":[]"#);
-        }
-        if item.token_ids_logprob_requested {
-            out.extend_from_slice(
-                br#","input_token_ids_logprobs":[],"output_token_ids_logprobs":[]"#,
-            );
-        }
-    }
-    out.extend_from_slice(br#","completion_tokens":0}"#);
-    if let Some(index) = index {
-        out.extend_from_slice(format!(r#","index":{index}"#).as_bytes());
-    }
-    out.push(b'}');
-}
-
-/// \[MID\] "Abort before prefill": `{"text":"","meta_info":{"id","finish_reason","prompt_tokens":0,
-/// "completion_tokens":0}}`, with no `output_ids` and no logprob keys at all.
-pub fn encode_before_prefill(out: &mut Vec<u8>, item: &PlannedItem, index: Option<usize>) {
-    out.extend_from_slice(br#"{"text":"","meta_info":{"id":"#);
-    let _ = serde_json::to_writer(&mut *out, &item.rid);
-    out.extend_from_slice(
-        br#","finish_reason":{"type":"abort","message":"Abort before prefill"},"prompt_tokens":0,"completion_tokens":0}"#,
-    );
-    if let Some(index) = index {
-        out.extend_from_slice(format!(r#","index":{index}"#).as_bytes());
-    }
-    out.push(b'}');
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::json::write_triple;
     use super::*;
 
     #[test]

@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{mix, unit};
 
+pub mod stream;
+
 /// The request header that forces one fault on one request.
 pub const FAULT_HEADER: &str = "x-mock-fault";
 
