@@ -193,10 +193,7 @@ impl Oracle {
             response_sent_to_client_ts: 0.0,
         };
         while !run.is_done() {
-            if interventions.retractions.contains(&run.ticks()) {
-                run.retract();
-            }
-            run.tick(interventions);
+            run.replay_tick(interventions);
             encoder.after_tick(&ctx, &plan, &run, run.progress(), zero, &mut events);
         }
         let mut out = Vec::with_capacity(events.len());

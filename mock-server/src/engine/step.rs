@@ -212,13 +212,19 @@ impl Run {
         }
     }
 
-    /// Runs every item to its end, replaying `interventions` (the oracle's driver).
+    /// One tick as the server would have run it under `interventions`: a `retract` pause scheduled before
+    /// this tick first, then the tick with their aborts (the oracle's driver, tick by tick).
+    pub fn replay_tick(&mut self, interventions: &Interventions) {
+        if interventions.retractions.contains(&self.tick) {
+            self.retract();
+        }
+        self.tick(interventions);
+    }
+
+    /// Runs every item to its end, replaying `interventions`.
     pub fn run_to_end(&mut self, interventions: &Interventions) {
         while !self.is_done() {
-            if interventions.retractions.contains(&self.tick) {
-                self.retract();
-            }
-            self.tick(interventions);
+            self.replay_tick(interventions);
         }
     }
 
@@ -300,4 +306,108 @@ fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, ApiError> {
             .unwrap_or_else(|| "unknown panic".to_owned());
         ApiError::internal(format!("engine panicked: {detail}"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{FinishReason, ItemRequest, PlannedItem};
+    use crate::model::ModelConfig;
+
+    /// One item per length, all ignoring EOS so that the length decides; `rejected` is refused by the
+    /// scheduler.
+    fn plan(lengths: &[u32], rejected: Option<usize>) -> GeneratePlan {
+        let items = lengths
+            .iter()
+            .enumerate()
+            .map(|(i, &max_new_tokens)| {
+                let mut request = ItemRequest::new(vec![7, 8, 9]);
+                request.params.max_new_tokens = max_new_tokens;
+                request.params.ignore_eos = true;
+                request.sample_index = i as u64;
+                PlannedItem {
+                    rid: format!("r{i}"),
+                    rid_is_fresh: false,
+                    request,
+                    top_logprobs_num: 0,
+                    token_ids_logprob_requested: false,
+                    stream_interval: 1,
+                    abort: (rejected == Some(i))
+                        .then(|| "logprob_start_len is too large".to_owned()),
+                }
+            })
+            .collect();
+        GeneratePlan {
+            is_batch: true,
+            stream: false,
+            return_text_in_logprobs: false,
+            items,
+        }
+    }
+
+    fn model() -> Arc<Model> {
+        Arc::new(Model::new(ModelConfig::default()).expect("the default model builds"))
+    }
+
+    #[test]
+    fn every_item_reports_its_end_once_and_only_running_items_are_retracted() {
+        use Progress::{Finished, Idle, Rejected, Stepped};
+        let mut run = Run::new(
+            &model(),
+            &plan(&[1, 3, 0, 5], Some(3)),
+            Profile::Latest,
+            None,
+        );
+        run.tick(&Undisturbed);
+        // One token ends the first; `max_new_tokens: 0` ended before any step; the refused item is reported.
+        assert_eq!(run.progress(), [Finished, Stepped, Finished, Rejected]);
+        run.retract();
+        run.tick(&Undisturbed);
+        assert_eq!(run.progress(), [Idle, Stepped, Idle, Idle]);
+        assert!(!run.is_done());
+        run.tick(&Undisturbed);
+        assert_eq!(run.progress(), [Idle, Finished, Idle, Idle]);
+        assert!(run.is_done());
+        assert_eq!(
+            (0..4).map(|i| run.retractions(i)).collect::<Vec<_>>(),
+            [0, 1, 0, 0]
+        );
+        let lengths: Vec<Option<usize>> = (0..4)
+            .map(|i| run.generation(i).map(|g| g.output_ids().len()))
+            .collect();
+        assert_eq!(lengths, [Some(1), Some(3), Some(0), None]);
+        assert_eq!(run.ticks(), 3);
+    }
+
+    #[test]
+    fn an_abort_before_tick_t_keeps_t_tokens_with_the_releases_message() {
+        let interventions = Interventions {
+            aborts: vec![(0, 2)],
+            ..Interventions::default()
+        };
+        let mut run = Run::new(&model(), &plan(&[6, 6], None), Profile::Latest, None);
+        run.run_to_end(&interventions);
+        let first = run.generation(0).expect("a generation");
+        assert_eq!(first.output_ids().len(), 2);
+        assert!(
+            matches!(first.finish_reason(), Some(FinishReason::Abort { message, .. }) if message == "Aborted")
+        );
+        assert_eq!(
+            run.generation(1).expect("a generation").output_ids().len(),
+            6
+        );
+
+        // The abort-running fault stops every item at its count, with MID's message.
+        let mut run = Run::new(&model(), &plan(&[6, 1], None), Profile::Mid, Some(2));
+        run.run_to_end(&Interventions::default());
+        let first = run.generation(0).expect("a generation");
+        assert_eq!(first.output_ids().len(), 2);
+        assert!(
+            matches!(first.finish_reason(), Some(FinishReason::Abort { message, .. }) if message == "Unknown error")
+        );
+        assert!(matches!(
+            run.generation(1).and_then(|g| g.finish_reason()),
+            Some(FinishReason::Length { .. })
+        ));
+    }
 }
