@@ -24,207 +24,269 @@ pub fn plan_generate(
     tokenizer: &Tokenizer,
     rids: &mut dyn RidSource,
 ) -> Result<GeneratePlan, ApiError> {
-    // `_validate_inputs`.
-    let given = [
-        req.text.is_some(),
-        req.input_ids.is_some(),
-        req.has_input_embeds,
-    ];
-    if given.iter().all(|g| !g) || given.iter().all(|g| *g) {
-        return Err(ApiError::value(
-            "Either text, input_ids or input_embeds should be provided.",
-        ));
-    }
-
-    // `_determine_batch_size`: `text` decides when given, then `input_ids`.
-    let (single_prompt, batch_size) = match (&req.text, &req.input_ids) {
-        (Some(OneOrMany::One(_)), _) => (true, 1),
-        (Some(OneOrMany::Many(texts)), _) => (false, texts.len()),
-        (None, Some(Ids::Flat(ids))) if ids.is_empty() => {
-            return Err(ApiError::value("input_ids cannot be empty."));
-        }
-        (None, Some(Ids::Flat(_))) => (true, 1),
-        (None, Some(Ids::Nested(lists))) => (false, lists.len()),
-        (None, None) => (true, 1),
-    };
-
-    // `_handle_parallel_sampling`.
-    let n = parallel_sample_num(req.sampling_params.as_ref())?;
-    // A single prompt with `n > 1` becomes a batch of one prompt.
-    let is_single = single_prompt && n == 1;
-
-    let num = if is_single {
-        1
-    } else {
-        batch_size.saturating_mul(n)
-    };
-    // SGLang has no such limit; the mock refuses requests that would exhaust its memory before they start.
-    if num > MAX_SAMPLES {
-        return Err(ApiError::value(format!(
-            "The request expands to {num} samples ({batch_size} prompts x n={n}); the mock accepts at most \
-             {MAX_SAMPLES}."
-        )));
-    }
-
-    // Per-item prompts, sampling dicts and logprob settings, expanded to `num`.
-    let sampling: Vec<&RawSamplingParams> =
-        expand_sampling(req.sampling_params.as_ref(), is_single, batch_size, num)?;
-    let item_rids: Vec<Option<String>> =
-        expand_rids(req.rid.as_ref(), is_single, batch_size, n, num)?;
-    let return_logprob = expand_param(
-        req.return_logprob.as_ref(),
-        false,
-        "return_logprob",
-        is_single,
-        n,
-        num,
-    )?;
-    let logprob_start_len = expand_param(
-        req.logprob_start_len.as_ref(),
-        -1,
-        "logprob_start_len",
-        is_single,
-        n,
-        num,
-    )?;
-    let top_logprobs_num = expand_param(
-        req.top_logprobs_num.as_ref(),
-        0,
-        "top_logprobs_num",
-        is_single,
-        n,
-        num,
-    )?;
-    let token_ids_logprob = expand_token_ids(req.token_ids_logprob.as_ref(), is_single, n, num)?;
-    if !is_single && n > 1 && req.custom_logit_processor == Some(CustomLogitProcessor::Many) {
-        return Err(ApiError::value(
-            "Cannot use list custom_logit_processor with parallel_sample_num > 1",
-        ));
-    }
-
-    // `_validate_rid_uniqueness`.
-    if let Some(OneOrMany::Many(list)) = &req.rid
-        && !is_single
-    {
-        // `[rid for rid, count in Counter(rids).items() if count > 1]`: first-occurrence order.
-        let mut counts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-        for rid in list {
-            *counts.entry(rid.as_str()).or_default() += 1;
-        }
-        let mut dups: Vec<&str> = Vec::new();
-        for rid in list {
-            if counts.get(rid.as_str()).is_some_and(|&c| c > 1) && !dups.contains(&rid.as_str()) {
-                dups.push(rid);
-            }
-        }
-        if !dups.is_empty() {
-            return Err(ApiError::value(format!(
-                "Duplicate request IDs detected within the request: {}",
-                str_list_repr(dups)
-            )));
-        }
-    }
-
+    let shape = Shape::of(req)?;
+    let expanded = Expanded::of(req, &shape)?;
+    check_rid_uniqueness(req, shape.is_single)?;
     let dp_rank = req.routed_dp_rank.or(req.data_parallel_rank);
 
     // Tokenizer-manager and sampling-parameter checks, item by item; prompts are tokenized once per prompt.
-    let mut items = Vec::with_capacity(num);
-    let mut prompt_cache: Vec<Option<Vec<u32>>> = vec![None; batch_size.max(1)];
-    for i in 0..num {
-        let prompt_index = if is_single { 0 } else { i / n };
+    let mut items = Vec::with_capacity(shape.num);
+    let mut prompt_cache: Vec<Option<Vec<u32>>> = vec![None; shape.batch_size.max(1)];
+    for i in 0..shape.num {
+        let prompt_index = if shape.is_single { 0 } else { i / shape.n };
         let input_ids = match &prompt_cache[prompt_index] {
             Some(ids) => ids.clone(),
             None => {
-                let ids = prompt_ids(req, single_prompt, prompt_index, config, tokenizer)?;
+                let ids = prompt_ids(req, shape.single_prompt, prompt_index, config, tokenizer)?;
                 prompt_cache[prompt_index] = Some(ids.clone());
                 ids
             }
         };
-        let raw = sampling[i];
-        validate_one_request(req, raw, &input_ids, config, dp_rank)?;
-        let token_ids = token_ids_logprob[i].clone();
-        validate_token_ids_logprob(token_ids.as_ref(), config.vocab_size)?;
-        let resolved = resolve_sampling_params(raw, config.vocab_size, input_ids.len(), config)?;
-
-        let (rid, rid_is_fresh) = match &item_rids[i] {
+        validate_one_request(req, expanded.sampling[i], &input_ids, config, dp_rank)?;
+        let rid = match &expanded.rids[i] {
             Some(rid) => (rid.clone(), false),
             None => (rids.fresh_rid(), true),
         };
-        let want_logprob = return_logprob[i];
-        let prompt_len = input_ids.len();
-        let mut abort = None;
-        let logprob_start = if want_logprob {
-            let start = logprob_start_len[i];
-            if start >= 0 {
-                let start = start as u64;
-                if start >= prompt_len as u64 {
-                    abort = Some(format!(
-                        "req.logprob_start_len={start} is higher than the number of input tokens \
-                         len(req.origin_input_ids)={prompt_len}. Please use a smaller logprob_start_len."
-                    ));
-                    prompt_len.saturating_sub(1)
-                } else {
-                    start as usize
-                }
-            } else {
-                default_logprob_start(config.profile, prompt_len)
-            }
-        } else {
-            prompt_len
-        };
-        let k = if want_logprob {
-            top_logprobs_num[i].clamp(0, i64::from(config.vocab_size)) as usize
-        } else {
-            0
-        };
-        let ids: Vec<u32> = match (&token_ids, want_logprob) {
-            (Some(ids), true) => ids.iter().map(|&id| id as u32).collect(),
-            _ => Vec::new(),
-        };
-        // SGLang has no such limit, but a body of billions of triples would exhaust the mock's memory.
-        let positions = (prompt_len - logprob_start.min(prompt_len)) as u64
-            + u64::from(resolved.params.max_new_tokens);
-        let entries = positions.saturating_mul((k + ids.len()) as u64);
-        if entries > MAX_LOGPROB_ENTRIES {
-            return Err(ApiError::value(format!(
-                "top_logprobs_num={k} and {} token_ids_logprob over {positions} positions would return \
-                 {entries} logprob entries; the mock refuses more than {MAX_LOGPROB_ENTRIES}.",
-                ids.len()
-            )));
-        }
-        let stream_interval = match resolved.stream_interval {
-            Some(si) if si > 0 => si,
-            _ => config.stream_interval.max(1),
-        };
-        items.push(PlannedItem {
-            rid,
-            rid_is_fresh,
-            top_logprobs_num: k,
-            token_ids_logprob_requested: want_logprob && token_ids.is_some(),
-            stream_interval,
-            abort,
-            request: ItemRequest {
-                input_ids,
-                params: resolved.params,
-                return_logprob: want_logprob,
-                logprob_start,
-                top_logprobs_num: k,
-                token_ids_logprob: ids,
-                sample_index: i as u64,
-                forced_output: Vec::new(),
-            },
-        });
+        items.push(plan_item(&expanded, i, input_ids, rid, config)?);
     }
 
     // Scripted answers replace sampling with the rule's tokens (forced decoding keeps the true logprobs).
     super::script::apply(&config.scripted, tokenizer, &mut items);
 
     Ok(GeneratePlan {
-        is_batch: !is_single,
+        is_batch: !shape.is_single,
         stream: req.stream,
         return_text_in_logprobs: req.return_text_in_logprobs,
         items,
     })
+}
+
+/// How many prompts and samples a request has (`_validate_inputs`, `_determine_batch_size`,
+/// `_handle_parallel_sampling`).
+struct Shape {
+    single_prompt: bool,
+    batch_size: usize,
+    n: usize,
+    /// One prompt and `n == 1`: the answer is an object, not a list.
+    is_single: bool,
+    /// The number of flattened samples.
+    num: usize,
+}
+
+impl Shape {
+    fn of(req: &GenerateReqInput) -> Result<Shape, ApiError> {
+        // `_validate_inputs`.
+        let given = [
+            req.text.is_some(),
+            req.input_ids.is_some(),
+            req.has_input_embeds,
+        ];
+        if given.iter().all(|g| !g) || given.iter().all(|g| *g) {
+            return Err(ApiError::value(
+                "Either text, input_ids or input_embeds should be provided.",
+            ));
+        }
+        // `_determine_batch_size`: `text` decides when given, then `input_ids`.
+        let (single_prompt, batch_size) = match (&req.text, &req.input_ids) {
+            (Some(OneOrMany::One(_)), _) => (true, 1),
+            (Some(OneOrMany::Many(texts)), _) => (false, texts.len()),
+            (None, Some(Ids::Flat(ids))) if ids.is_empty() => {
+                return Err(ApiError::value("input_ids cannot be empty."));
+            }
+            (None, Some(Ids::Flat(_))) => (true, 1),
+            (None, Some(Ids::Nested(lists))) => (false, lists.len()),
+            (None, None) => (true, 1),
+        };
+        // `_handle_parallel_sampling`. A single prompt with `n > 1` becomes a batch of one prompt.
+        let n = parallel_sample_num(req.sampling_params.as_ref())?;
+        let is_single = single_prompt && n == 1;
+        let num = if is_single {
+            1
+        } else {
+            batch_size.saturating_mul(n)
+        };
+        // SGLang has no such limit; the mock refuses requests that would exhaust its memory before they start.
+        if num > MAX_SAMPLES {
+            return Err(ApiError::value(format!(
+                "The request expands to {num} samples ({batch_size} prompts x n={n}); the mock accepts at most \
+                 {MAX_SAMPLES}."
+            )));
+        }
+        Ok(Shape {
+            single_prompt,
+            batch_size,
+            n,
+            is_single,
+            num,
+        })
+    }
+}
+
+/// Per-item sampling dicts, rids and logprob settings, expanded to one entry per flattened sample.
+struct Expanded<'a> {
+    sampling: Vec<&'a RawSamplingParams>,
+    rids: Vec<Option<String>>,
+    return_logprob: Vec<bool>,
+    logprob_start_len: Vec<i64>,
+    top_logprobs_num: Vec<i64>,
+    token_ids_logprob: Vec<Option<Vec<i64>>>,
+}
+
+impl<'a> Expanded<'a> {
+    fn of(req: &'a GenerateReqInput, shape: &Shape) -> Result<Expanded<'a>, ApiError> {
+        let Shape {
+            is_single,
+            batch_size,
+            n,
+            num,
+            ..
+        } = *shape;
+        let expanded = Expanded {
+            sampling: expand_sampling(req.sampling_params.as_ref(), is_single, batch_size, num)?,
+            rids: expand_rids(req.rid.as_ref(), is_single, batch_size, n, num)?,
+            return_logprob: expand_param(
+                req.return_logprob.as_ref(),
+                false,
+                "return_logprob",
+                is_single,
+                n,
+                num,
+            )?,
+            logprob_start_len: expand_param(
+                req.logprob_start_len.as_ref(),
+                -1,
+                "logprob_start_len",
+                is_single,
+                n,
+                num,
+            )?,
+            top_logprobs_num: expand_param(
+                req.top_logprobs_num.as_ref(),
+                0,
+                "top_logprobs_num",
+                is_single,
+                n,
+                num,
+            )?,
+            token_ids_logprob: expand_token_ids(req.token_ids_logprob.as_ref(), is_single, n, num)?,
+        };
+        if !is_single && n > 1 && req.custom_logit_processor == Some(CustomLogitProcessor::Many) {
+            return Err(ApiError::value(
+                "Cannot use list custom_logit_processor with parallel_sample_num > 1",
+            ));
+        }
+        Ok(expanded)
+    }
+}
+
+/// `_validate_rid_uniqueness`: a batch's rids must differ, named in first-occurrence order
+/// (`[rid for rid, count in Counter(rids).items() if count > 1]`).
+fn check_rid_uniqueness(req: &GenerateReqInput, is_single: bool) -> Result<(), ApiError> {
+    let Some(OneOrMany::Many(list)) = &req.rid else {
+        return Ok(());
+    };
+    if is_single {
+        return Ok(());
+    }
+    let mut counts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for rid in list {
+        *counts.entry(rid.as_str()).or_default() += 1;
+    }
+    let mut dups: Vec<&str> = Vec::new();
+    for rid in list {
+        if counts.get(rid.as_str()).is_some_and(|&c| c > 1) && !dups.contains(&rid.as_str()) {
+            dups.push(rid);
+        }
+    }
+    if dups.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::value(format!(
+        "Duplicate request IDs detected within the request: {}",
+        str_list_repr(dups)
+    )))
+}
+
+/// Item `i` of the plan: its sampling parameters, logprob settings and limits checked.
+fn plan_item(
+    expanded: &Expanded<'_>,
+    i: usize,
+    input_ids: Vec<u32>,
+    (rid, rid_is_fresh): (String, bool),
+    config: &ServerConfig,
+) -> Result<PlannedItem, ApiError> {
+    let token_ids = &expanded.token_ids_logprob[i];
+    validate_token_ids_logprob(token_ids.as_ref(), config.vocab_size)?;
+    let resolved = resolve_sampling_params(
+        expanded.sampling[i],
+        config.vocab_size,
+        input_ids.len(),
+        config,
+    )?;
+    let want_logprob = expanded.return_logprob[i];
+    let prompt_len = input_ids.len();
+    let (logprob_start, abort) = match want_logprob {
+        true => logprob_start(expanded.logprob_start_len[i], prompt_len, config.profile),
+        false => (prompt_len, None),
+    };
+    let k = if want_logprob {
+        expanded.top_logprobs_num[i].clamp(0, i64::from(config.vocab_size)) as usize
+    } else {
+        0
+    };
+    let ids: Vec<u32> = match (token_ids, want_logprob) {
+        (Some(ids), true) => ids.iter().map(|&id| id as u32).collect(),
+        _ => Vec::new(),
+    };
+    // SGLang has no such limit, but a body of billions of triples would exhaust the mock's memory.
+    let positions = (prompt_len - logprob_start.min(prompt_len)) as u64
+        + u64::from(resolved.params.max_new_tokens);
+    let entries = positions.saturating_mul((k + ids.len()) as u64);
+    if entries > MAX_LOGPROB_ENTRIES {
+        return Err(ApiError::value(format!(
+            "top_logprobs_num={k} and {} token_ids_logprob over {positions} positions would return \
+             {entries} logprob entries; the mock refuses more than {MAX_LOGPROB_ENTRIES}.",
+            ids.len()
+        )));
+    }
+    let stream_interval = match resolved.stream_interval {
+        Some(si) if si > 0 => si,
+        _ => config.stream_interval.max(1),
+    };
+    Ok(PlannedItem {
+        rid,
+        rid_is_fresh,
+        top_logprobs_num: k,
+        token_ids_logprob_requested: want_logprob && token_ids.is_some(),
+        stream_interval,
+        abort,
+        request: ItemRequest {
+            input_ids,
+            params: resolved.params,
+            return_logprob: want_logprob,
+            logprob_start,
+            top_logprobs_num: k,
+            token_ids_logprob: ids,
+            sample_index: i as u64,
+            forced_output: Vec::new(),
+        },
+    })
+}
+
+/// The first prompt position with a logprob, and the scheduler's abort for a start past the prompt.
+fn logprob_start(start: i64, prompt_len: usize, profile: Profile) -> (usize, Option<String>) {
+    if start < 0 {
+        return (default_logprob_start(profile, prompt_len), None);
+    }
+    let start = start as u64;
+    if start < prompt_len as u64 {
+        return (start as usize, None);
+    }
+    let message = format!(
+        "req.logprob_start_len={start} is higher than the number of input tokens \
+         len(req.origin_input_ids)={prompt_len}. Please use a smaller logprob_start_len."
+    );
+    (prompt_len.saturating_sub(1), Some(message))
 }
 
 /// The first covered prompt position for `logprob_start_len = -1`.
