@@ -1,6 +1,6 @@
 //! A validated `/generate` request as the engine runs it: one [`PlannedItem`] per flattened sample.
 
-use super::generation::ItemRequest;
+use super::item::ItemRequest;
 
 /// One flattened sample, ready for the engine.
 #[derive(Debug, Clone)]

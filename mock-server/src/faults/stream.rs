@@ -6,7 +6,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 
-use super::{Fault, FaultKind, is_body_fault, mutate_body};
+use super::catalogue::{Fault, FaultKind};
+use super::mutate::{is_body_fault, mutate_body};
 use crate::error::ApiError;
 use crate::wire::{DONE_EVENT, sse_event};
 

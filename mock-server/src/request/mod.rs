@@ -7,20 +7,20 @@
 //! aborts only that item.
 
 //!
-//! - `body`: the raw, typed body and its lax Python-style field types;
+//! - `body`: the raw, typed body, decoded in one pass;
+//! - `lax`: the lax Python-style field types it is made of;
 //! - `plan`: normalisation and the per-item checks, ending in a [`GeneratePlan`];
 //! - `sampling`: `SamplingParams` resolution and verification;
 //! - `script`: scripted answers forced onto the items whose prompt matches a rule.
 
 mod body;
+mod lax;
 mod plan;
 mod sampling;
 mod script;
 
-pub use body::{
-    CustomLogitProcessor, GenerateReqInput, Ids, OneOrMany, RawSamplingParams, SamplingInput,
-    SamplingKey, parse_generate,
-};
+pub use body::{CustomLogitProcessor, GenerateReqInput, parse_generate};
 pub(crate) use body::{json_decode_message, validation_error};
+pub use lax::{Ids, OneOrMany, RawSamplingParams, SamplingInput, SamplingKey};
 pub use plan::{MAX_LOGPROB_ENTRIES, MAX_SAMPLES, default_logprob_start, plan_generate};
 pub use sampling::{DEFAULT_MAX_NEW_TOKENS, ResolvedSampling, resolve_sampling_params};

@@ -1,10 +1,8 @@
 //! `GenerateReqInput.normalize_batch_and_arguments` and the tokenizer manager's checks: a parsed body becomes
 //! a [`GeneratePlan`] of one engine request per flattened sample.
 
-use super::body::{
-    CustomLogitProcessor, GenerateReqInput, Ids, OneOrMany, RawSamplingParams, SamplingInput,
-    SamplingKey,
-};
+use super::body::{CustomLogitProcessor, GenerateReqInput};
+use super::lax::{Ids, OneOrMany, RawSamplingParams, SamplingInput, SamplingKey};
 use super::sampling::{int_value, resolve_sampling_params};
 use crate::config::{Profile, ServerConfig};
 use crate::engine::{GeneratePlan, ItemRequest, PlannedItem, RidSource};

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::body::{RawSamplingParams, SamplingKey};
+use super::lax::{RawSamplingParams, SamplingKey};
 use crate::config::ServerConfig;
 use crate::engine::SamplingParams;
 use crate::error::ApiError;
