@@ -261,25 +261,10 @@ pub(crate) async fn v1_loads(State(state): State<AppState>) -> Response {
 
 /// `datetime.fromtimestamp(t, timezone.utc).isoformat()`: `2026-11-29T20:30:00.123456+00:00`.
 fn iso8601_utc(unix: f64) -> String {
-    let micros = (unix * 1e6).round() as i64;
-    let (secs, micro) = (micros.div_euclid(1_000_000), micros.rem_euclid(1_000_000));
-    let (days, day_secs) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{micro:06}+00:00",
-        day_secs / 3600,
-        day_secs % 3600 / 60,
-        day_secs % 60
-    )
+    // Only a clock past the year 9999 is out of range.
+    let ts = jiff::Timestamp::from_microsecond((unix * 1e6).round() as i64)
+        .unwrap_or(jiff::Timestamp::MAX);
+    ts.strftime("%Y-%m-%dT%H:%M:%S%.6f+00:00").to_string()
 }
 
 #[cfg(test)]
