@@ -258,3 +258,32 @@ fn requests_wire_and_the_oracle_import_no_http() {
     with_parts.extend([&["request"][..], &["wire"]]);
     assert_layer(&graph, &["oracle"], &with_parts, &no_http);
 }
+
+/// The control plane is async but knows nothing of HTTP, and nothing below HTTP imports the HTTP layer.
+#[test]
+fn only_http_imports_http() {
+    let graph = mock_server();
+    assert_layer(
+        &graph,
+        &["control"],
+        &[&["config"], &["engine"], &["error"]],
+        &["axum", "http", "hyper", "tower"],
+    );
+    let http = ["http"];
+    let mut wrong = Vec::new();
+    for module in graph
+        .modules()
+        .filter(|m| !under(m, &http) && !m.is_empty())
+    {
+        for reference in graph.references(module) {
+            if under(&reference.target, &http) {
+                wrong.push(format!("{} writes `{}`", show(module), reference.written));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "only the HTTP layer may import it:\n{}",
+        wrong.join("\n")
+    );
+}
