@@ -101,63 +101,11 @@ pub fn encode_item(
         ),
         OutputMode::MidDeltaIds => (full_text, sent.ids.min(ids.len()), 0),
     };
-    let req = &item.request;
-    let tok = ctx.return_text_in_logprobs.then_some(ctx.tokenizer);
     let latest = ctx.profile == Profile::Latest;
-    let logprobs = req.return_logprob.then(|| {
-        let lps = generation.output_logprobs();
-        let n_out = lps.len();
-        let k = item.top_logprobs_num;
-        let n_tid = req.token_ids_logprob.len();
-        let in_ids = generation.input_logprob_ids();
-        LogprobFields {
-            input_token_logprobs: InputTokenLogprobs {
-                lps: generation.input_logprobs(),
-                ids: in_ids,
-                tok,
-            },
-            output_token_logprobs: TokenLogprobs {
-                lps: &lps[lp_from.min(n_out)..],
-                ids: &ids[lp_from.min(n_out)..n_out.min(ids.len())],
-                tok,
-            },
-            output_token_logprobs_length: latest.then_some(n_out),
-            top: (k > 0).then(|| {
-                (
-                    InputPositions {
-                        positions: in_ids.len(),
-                        entries: generation.input_top_logprobs(),
-                        per_position: k,
-                        tok,
-                    },
-                    OutputPositions {
-                        entries: slice_positions(generation.output_top_logprobs(), k, lp_from),
-                        per_position: k,
-                        tok,
-                    },
-                )
-            }),
-            token_ids: item.token_ids_logprob_requested.then(|| {
-                (
-                    InputPositions {
-                        positions: in_ids.len(),
-                        entries: generation.input_token_ids_logprobs(),
-                        per_position: n_tid,
-                        tok,
-                    },
-                    OutputPositions {
-                        entries: slice_positions(
-                            generation.output_token_ids_logprobs(),
-                            n_tid,
-                            lp_from,
-                        ),
-                        per_position: n_tid,
-                        tok,
-                    },
-                )
-            }),
-        }
-    });
+    let logprobs = item
+        .request
+        .return_logprob
+        .then(|| logprob_fields(ctx, item, generation, lp_from));
     let finish_reason = generation.finish_reason().map(FinishJson::Engine);
     let body = ItemJson {
         text,
@@ -180,6 +128,71 @@ pub fn encode_item(
         index,
     };
     body.write(out);
+}
+
+/// The logprob fields of an item from output position `lp_from` on (0, or the first position not yet sent
+/// in an incremental stream).
+fn logprob_fields<'a>(
+    ctx: &EncodeCtx<'a>,
+    item: &'a PlannedItem,
+    generation: &'a Generation,
+    lp_from: usize,
+) -> LogprobFields<'a> {
+    let tok = ctx.return_text_in_logprobs.then_some(ctx.tokenizer);
+    let latest = ctx.profile == Profile::Latest;
+    let ids = generation.output_ids();
+    let lps = generation.output_logprobs();
+    let n_out = lps.len();
+    let k = item.top_logprobs_num;
+    let n_tid = item.request.token_ids_logprob.len();
+    let in_ids = generation.input_logprob_ids();
+    LogprobFields {
+        input_token_logprobs: InputTokenLogprobs {
+            lps: generation.input_logprobs(),
+            ids: in_ids,
+            tok,
+        },
+        output_token_logprobs: TokenLogprobs {
+            lps: &lps[lp_from.min(n_out)..],
+            ids: &ids[lp_from.min(n_out)..n_out.min(ids.len())],
+            tok,
+        },
+        output_token_logprobs_length: latest.then_some(n_out),
+        top: (k > 0).then(|| {
+            (
+                InputPositions {
+                    positions: in_ids.len(),
+                    entries: generation.input_top_logprobs(),
+                    per_position: k,
+                    tok,
+                },
+                OutputPositions {
+                    entries: slice_positions(generation.output_top_logprobs(), k, lp_from),
+                    per_position: k,
+                    tok,
+                },
+            )
+        }),
+        token_ids: item.token_ids_logprob_requested.then(|| {
+            (
+                InputPositions {
+                    positions: in_ids.len(),
+                    entries: generation.input_token_ids_logprobs(),
+                    per_position: n_tid,
+                    tok,
+                },
+                OutputPositions {
+                    entries: slice_positions(
+                        generation.output_token_ids_logprobs(),
+                        n_tid,
+                        lp_from,
+                    ),
+                    per_position: n_tid,
+                    tok,
+                },
+            )
+        }),
+    }
 }
 
 /// The finish reason of an item the scheduler aborted before running it (`logprob_start_len` too large),
