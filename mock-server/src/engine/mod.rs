@@ -15,4 +15,4 @@ mod step;
 pub use generation::{Generation, generate};
 pub use item::{FinishReason, GREEDY_TEMPERATURE, ItemRequest, LogprobEntry, SamplingParams};
 pub use plan::{GeneratePlan, PlannedItem, RidSource};
-pub use step::{Interventions, Outside, Progress, Run, Undisturbed, abort_message};
+pub use step::{Interventions, Outside, Progress, Run, abort_message};

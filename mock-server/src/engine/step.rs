@@ -47,16 +47,6 @@ pub trait Outside {
     fn aborted(&self, item: usize, tick: usize) -> bool;
 }
 
-/// Nothing from outside: no item is ever aborted.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Undisturbed;
-
-impl Outside for Undisturbed {
-    fn aborted(&self, _item: usize, _tick: usize) -> bool {
-        false
-    }
-}
-
 /// A record of what the outside world did to a request while it ran, in ticks, for the oracle to replay.
 /// Tick `t` is the step that produces an item's token `t + 1`, so an item aborted before tick `t` keeps
 /// `t` output tokens (if it had not finished earlier).
@@ -263,19 +253,6 @@ impl Run {
     pub fn first_failure(&self) -> Option<&ApiError> {
         (0..self.items.len()).find_map(|i| self.failure(i))
     }
-
-    /// The generations of every item in order (`None` for a rejected or failed item), and their retractions.
-    pub fn into_parts(self) -> (Vec<Option<Generation>>, Vec<u32>) {
-        let generations = self
-            .items
-            .into_iter()
-            .map(|item| match item {
-                Item::Generating { generation, .. } => Some(*generation),
-                Item::Rejected { .. } | Item::Failed { .. } => None,
-            })
-            .collect();
-        (generations, self.retractions)
-    }
 }
 
 /// One item's step: the abort checks first, then one token. Returns whether the generation has ended.
@@ -358,14 +335,14 @@ mod tests {
             Profile::Latest,
             None,
         );
-        run.tick(&Undisturbed);
+        run.tick(&Interventions::default());
         // One token ends the first; `max_new_tokens: 0` ended before any step; the refused item is reported.
         assert_eq!(run.progress(), [Finished, Stepped, Finished, Rejected]);
         run.retract();
-        run.tick(&Undisturbed);
+        run.tick(&Interventions::default());
         assert_eq!(run.progress(), [Idle, Stepped, Idle, Idle]);
         assert!(!run.is_done());
-        run.tick(&Undisturbed);
+        run.tick(&Interventions::default());
         assert_eq!(run.progress(), [Idle, Finished, Idle, Idle]);
         assert!(run.is_done());
         assert_eq!(
