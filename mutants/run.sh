@@ -35,10 +35,10 @@ run_area() {
             files=(grpo/src/batch.rs grpo/src/advantage.rs)
             packages=(grpo regression-tests) ;;
         model)
-            files=('mock-server/src/model/*.rs' mock-server/src/engine.rs mock-server/src/wire.rs)
+            files=('mock-server/src/model/*.rs' 'mock-server/src/engine/**/*.rs' 'mock-server/src/wire/*.rs')
             packages=(mock-server) ;;
         openai)
-            files=('mock-server/src/openai/*.rs')
+            files=('mock-server/src/http/openai/*.rs')
             packages=(mock-server) ;;
         *)
             echo "unknown area $area (decoding, samples, grpo, model, openai)" >&2

@@ -7,6 +7,8 @@
 mod aborts;
 /// slime's multi-agent example on a scripted mock: every reward-shaping branch, oracle logprobs, one rollout id.
 mod agents;
+/// The workspace's shape: no import cycles between modules, read with `module_graph`.
+mod architecture;
 /// Shared helpers: the per-test runtime and server, the oracle replay of a sample, proptest config.
 mod common;
 /// Every fault kind of the catalogue against every kind of rollout, streamed or not, with retries off and on.
@@ -15,5 +17,7 @@ mod fault_matrix;
 mod faults;
 /// The #1976 path itself: dropped logprobs cannot become a sample, and GRPO names the sample without them.
 mod issue_1976;
+/// The module graph of a crate, parsed from its source: references between modules and external crates.
+mod module_graph;
 /// Random valid rollouts (groups, sampling parameters, multi-turn, multi-agent, streaming) through to GRPO.
 mod rollouts;

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-pub use crate::fault::{Fault, FaultConfig, FaultKind, FaultRule, StreamFilter};
+pub use crate::faults::{Fault, FaultConfig, FaultKind, FaultRule, StreamFilter};
 pub use crate::latency::LatencyConfig;
 pub use crate::script::{ScriptFinish, ScriptRule};
 
@@ -137,6 +137,16 @@ impl ServerConfig {
             .unwrap_or(&self.model_path)
     }
 
+    /// Checks the configuration and builds its toy model: what a server and an oracle need before answering.
+    pub fn build_model(&self) -> Result<crate::model::Model, StateError> {
+        self.faults.validate().map_err(StateError::Faults)?;
+        crate::model::Model::new(self.model_config()).map_err(|source| StateError::Model {
+            vocab_size: self.vocab_size,
+            seed: self.seed,
+            source,
+        })
+    }
+
     /// The toy model's configuration for this server.
     pub fn model_config(&self) -> crate::model::ModelConfig {
         crate::model::ModelConfig {
@@ -145,4 +155,18 @@ impl ServerConfig {
             return_original_logprob: self.return_original_logprob,
         }
     }
+}
+
+/// Why a server (or an oracle) could not be built from its configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("cannot build the toy model (vocab_size {vocab_size}, seed {seed})")]
+    Model {
+        vocab_size: u32,
+        seed: u64,
+        #[source]
+        source: crate::model::ModelError,
+    },
+    #[error("the fault configuration is not valid")]
+    Faults(#[source] crate::faults::FaultError),
 }

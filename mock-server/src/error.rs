@@ -1,7 +1,6 @@
-//! The one error type of the HTTP layer, rendered in SGLang's three error shapes.
+//! The one error type of the server, in SGLang's error shapes: parsing, validation and the engine return it,
+//! and the HTTP layer (`http::error`) answers with it.
 
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 /// Everything that can go wrong while answering a request, each variant in the shape SGLang uses for it.
@@ -44,17 +43,13 @@ impl ApiError {
         ApiError::Internal(detail.into())
     }
 
-    /// The status this error is answered with outside a stream.
-    pub fn status(&self) -> StatusCode {
+    /// The HTTP status this error is answered with outside a stream.
+    pub fn status(&self) -> u16 {
         match self {
-            ApiError::Value(_) | ApiError::Validation(_) | ApiError::OpenAiBadRequest(_) => {
-                StatusCode::BAD_REQUEST
-            }
-            ApiError::Http { status, .. } => {
-                StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-            }
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Value(_) | ApiError::Validation(_) | ApiError::OpenAiBadRequest(_) => 400,
+            ApiError::Http { status, .. } => *status,
+            ApiError::Internal(_) => 500,
+            ApiError::Unauthorized => 401,
         }
     }
 
@@ -128,24 +123,4 @@ struct ErrorResponse<'a> {
     r#type: &'a str,
     param: Option<()>,
     code: u16,
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let status = self.status();
-        match self.json_body() {
-            Some(body) => {
-                (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-            }
-            None => {
-                tracing::error!(detail = %self, "answering with a plain 500");
-                (
-                    status,
-                    [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-                    "Internal Server Error",
-                )
-                    .into_response()
-            }
-        }
-    }
 }

@@ -3,45 +3,43 @@
 //! [`app`] builds the axum router (for in-process tests with `tower::ServiceExt::oneshot`); [`run`] serves it
 //! on a listener the caller bound. [`oracle::Oracle`] computes what the server must answer.
 //!
-//! Beyond answering perfectly, the server can misbehave on purpose ([`fault`]: a catalogue of HTTP, body,
-//! stream and abort faults, scheduled deterministically or forced per request), take its time ([`latency`]),
-//! queue requests and act on SGLang's RL control plane ([`control`], [`admin`]: aborts, pause and continue,
-//! weight versions), answer chosen text with true logprobs ([`script`]), and export Prometheus metrics
-//! ([`metrics`]). Everything is configured through [`ServerConfig`] and off by default.
+//! The layers, each importing only the ones before it: [`model`] (the toy model, pure), [`engine`] (one
+//! sample's generation, the plan, the step core), [`request`] (a body into a plan), [`wire`] (SGLang's
+//! bytes), [`oracle`]; then [`faults`] (a catalogue of HTTP, body, stream and abort faults, scheduled
+//! deterministically or forced per request), [`control`] (SGLang's RL control plane: aborts, pause and
+//! continue, weight versions, the queue), [`latency`], and [`http`] (the router, handlers, drivers, metrics).
+//! [`script`] answers chosen text with true logprobs. Everything is configured through [`ServerConfig`] and
+//! off by default.
 
-pub mod admin;
 pub mod config;
-pub mod conn;
 pub mod control;
 pub mod engine;
 pub mod error;
-pub mod fault;
-pub mod generate;
+pub mod faults;
+pub mod http;
 pub mod latency;
-pub mod metrics;
 pub mod model;
-pub mod openai;
 pub mod oracle;
 pub mod pyfmt;
 pub mod request;
-pub mod routes;
 pub mod script;
 pub mod wire;
 
 use std::future::Future;
 use std::io;
 
+pub use config::StateError;
 pub use config::{
     Fault, FaultConfig, FaultKind, FaultRule, LatencyConfig, Profile, ScriptFinish, ScriptRule,
     ServerConfig, StreamFilter,
 };
 pub use error::ApiError;
+pub use http::AppState;
 pub use oracle::Oracle;
-pub use routes::{AppState, StateError};
 
 /// The router with every endpoint, sharing `state`.
 pub fn app(state: AppState) -> axum::Router {
-    routes::router(state)
+    http::router(state)
 }
 
 /// Serve `config` on an already bound listener until `shutdown` resolves, then finish in-flight requests.
@@ -61,8 +59,8 @@ pub async fn run(
     };
     // The listener wrapper lets the `reset` fault close a connection with a TCP RST before any byte.
     axum::serve(
-        conn::ResettableListener::new(listener),
-        app(state).into_make_service_with_connect_info::<conn::ConnHandle>(),
+        http::conn::ResettableListener::new(listener),
+        app(state).into_make_service_with_connect_info::<http::conn::ConnHandle>(),
     )
     .with_graceful_shutdown(shutdown)
     .await

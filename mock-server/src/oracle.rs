@@ -1,16 +1,19 @@
 //! The oracle: given the server configuration and one `/generate` body, exactly what the server must answer,
-//! computed with the same request parsing, validation, engine and encoder as the server, without HTTP.
+//! computed with the same request parsing, validation, step core and encoder as the server, without HTTP.
+//!
+//! The server's drivers and the oracle advance the same [`Run`]; what the oracle cannot know by itself is
+//! what the outside world did while a request ran (an `/abort_request`, a `retract` pause, the
+//! `abort-running` fault). [`Interventions`] say it, in ticks, and [`Oracle::expect_with`] and
+//! [`Oracle::expect_stream_with`] then predict the aborted or retracted answer too.
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use crate::config::ServerConfig;
-use crate::engine::FinishReason;
+use crate::config::{ServerConfig, StateError};
+use crate::engine::{FinishReason, GeneratePlan, Interventions, RidSource, Run};
 use crate::error::ApiError;
-use crate::generate;
 use crate::model::Model;
-use crate::request::{self, GeneratePlan, RidSource};
-use crate::routes::{AppState, StateError};
+use crate::request;
+use crate::wire::{self, EncodeCtx, StreamEncoder};
 
 /// The placeholder id the oracle gives to items whose `meta_info.id` the server generates at random.
 pub const FRESH_RID: &str = "<fresh uuid4 hex>";
@@ -42,7 +45,8 @@ pub struct ExpectedItem {
 /// Computes expected answers for one server configuration.
 #[derive(Debug, Clone)]
 pub struct Oracle {
-    state: AppState,
+    config: Arc<ServerConfig>,
+    model: Arc<Model>,
 }
 
 struct PlaceholderRids;
@@ -55,24 +59,24 @@ impl RidSource for PlaceholderRids {
 
 impl Oracle {
     pub fn new(config: ServerConfig) -> Result<Oracle, StateError> {
-        Ok(Oracle {
-            state: AppState::new(config)?,
-        })
+        let model = config.build_model()?;
+        Ok(Oracle::with_model(config, Arc::new(model)))
     }
 
-    /// An oracle sharing a server's configuration and model.
-    pub fn for_state(state: &AppState) -> Oracle {
+    /// An oracle around an already built model (a server's, so that both share it).
+    pub fn with_model(config: ServerConfig, model: Arc<Model>) -> Oracle {
         Oracle {
-            state: state.clone(),
+            config: Arc::new(config),
+            model,
         }
     }
 
     pub fn config(&self) -> &ServerConfig {
-        self.state.config()
+        &self.config
     }
 
     pub fn model(&self) -> &Arc<Model> {
-        self.state.model()
+        &self.model
     }
 
     /// The validated plan of a body (what the server would run), or the error it answers with.
@@ -81,23 +85,56 @@ impl Oracle {
         request::plan_generate(
             &parsed,
             self.config(),
-            self.model().tokenizer(),
+            self.model.tokenizer(),
             &mut PlaceholderRids,
+        )
+    }
+
+    fn run(&self, plan: &GeneratePlan, interventions: &Interventions) -> Run {
+        let mut run = Run::new(
+            &self.model,
+            plan,
+            self.config.profile,
+            interventions.abort_after,
+        );
+        run.run_to_end(interventions);
+        run
+    }
+
+    fn encode_ctx<'a>(&'a self, plan: &GeneratePlan) -> EncodeCtx<'a> {
+        EncodeCtx::new(
+            self.config.profile,
+            &self.model,
+            plan,
+            &self.config.weight_version,
         )
     }
 
     /// Exactly what the server answers to `body` as a non-stream request (the `stream` flag is ignored), or
     /// the error it answers with.
     pub fn expect(&self, body: &[u8]) -> Result<Expected, ApiError> {
+        self.expect_with(body, &Interventions::default())
+    }
+
+    /// What the server answers to `body` when the outside world acted on the request as `interventions`
+    /// say: aborted items keep their partial output, retracted ones count it in `num_retractions`.
+    pub fn expect_with(
+        &self,
+        body: &[u8],
+        interventions: &Interventions,
+    ) -> Result<Expected, ApiError> {
         let plan = self.plan(body)?;
-        // One run serves both the body and the per-item view; a rejected item fails the request before it.
-        let completed = generate::run_all(self.model(), &plan, Instant::now())?;
-        let items = plan
-            .items
-            .iter()
-            .zip(&completed.generations)
-            .filter_map(|(item, generation)| {
-                let generation = generation.as_ref()?;
+        if let Some(message) = plan.rejection() {
+            return Err(ApiError::value(message));
+        }
+        let run = self.run(&plan, interventions);
+        if let Some(err) = run.first_failure() {
+            return Err(err.clone());
+        }
+        let items = (0..plan.items.len())
+            .filter_map(|i| {
+                let generation = run.generation(i)?;
+                let item = &plan.items[i];
                 Some(ExpectedItem {
                     rid: (!item.rid_is_fresh).then(|| item.rid.clone()),
                     text: generation.text().to_owned(),
@@ -108,15 +145,9 @@ impl Oracle {
                 })
             })
             .collect();
-        let bytes = generate::encode_body(
-            self.config(),
-            self.model(),
-            &plan,
-            &completed,
-            &self.config().weight_version,
-        )?;
-        let mut body: serde_json::Value = serde_json::from_slice(&bytes)
-            .map_err(|err| ApiError::internal(format!("oracle produced invalid JSON: {err}")))?;
+        let zeros = vec![0.0; plan.items.len()];
+        let bytes = wire::encode_body(&self.encode_ctx(&plan), &plan, &run, &zeros, 0.0)?;
+        let mut body: serde_json::Value = serde_json::from_slice(&bytes).map_err(invalid_json)?;
         normalize_body(&mut body, &plan);
         Ok(Expected {
             is_batch: plan.is_batch,
@@ -129,48 +160,50 @@ impl Oracle {
     /// values without the final `[DONE]`, with wall-clock fields zeroed and generated ids replaced by
     /// [`FRESH_RID`]. A request the server rejects before streaming (type errors, HTTP 500s) is an `Err`; a
     /// `ValueError` is the single `{"error":{"message"}}` event the server streams for it.
-    pub async fn expect_stream(&self, body: &[u8]) -> Result<Vec<serde_json::Value>, ApiError> {
-        use futures_util::StreamExt;
+    pub fn expect_stream(&self, body: &[u8]) -> Result<Vec<serde_json::Value>, ApiError> {
+        self.expect_stream_with(body, &Interventions::default())
+    }
 
-        let parsed = request::parse_generate(body)?;
-        let plan = match request::plan_generate(
-            &parsed,
-            self.config(),
-            self.model().tokenizer(),
-            &mut PlaceholderRids,
-        ) {
+    /// [`Oracle::expect_stream`] when the outside world acted on the request as `interventions` say.
+    pub fn expect_stream_with(
+        &self,
+        body: &[u8],
+        interventions: &Interventions,
+    ) -> Result<Vec<serde_json::Value>, ApiError> {
+        let plan = match self.plan(body) {
             Ok(plan) => plan,
             Err(err @ (ApiError::Value(_) | ApiError::Validation(_))) => {
-                let event: serde_json::Value = serde_json::from_slice(&err.stream_event_json())
-                    .map_err(|e| {
-                        ApiError::internal(format!("oracle produced invalid JSON: {e}"))
-                    })?;
-                return Ok(vec![event]);
+                return Ok(vec![
+                    serde_json::from_slice(&err.stream_event_json()).map_err(invalid_json)?,
+                ]);
             }
             Err(err) => return Err(err),
         };
-        let run = generate::RunCtx::plain(
-            Arc::new(self.config().clone()),
-            Arc::clone(self.model()),
-            Instant::now(),
+        let mut run = Run::new(
+            &self.model,
+            &plan,
+            self.config.profile,
+            interventions.abort_after,
         );
-        let events = generate::sse_stream(run, plan.clone(), None, ())
-            .collect::<Vec<_>>()
-            .await;
+        let mut encoder = StreamEncoder::new(wire::stream_mode(&self.config), plan.items.len());
+        let ctx = self.encode_ctx(&plan);
+        let mut events = Vec::new();
+        let zero = |_| wire::Finished {
+            e2e_latency: 0.0,
+            response_sent_to_client_ts: 0.0,
+        };
+        while !run.is_done() {
+            run.replay_tick(interventions);
+            encoder.after_tick(&ctx, &plan, &run, run.progress(), zero, &mut events);
+        }
         let mut out = Vec::with_capacity(events.len());
         for event in events {
-            let Ok(bytes) = event;
-            let Some(json) = bytes
+            let json = event
                 .strip_prefix(b"data: ")
                 .and_then(|rest| rest.strip_suffix(b"\n\n"))
-            else {
-                continue;
-            };
-            if json == b"[DONE]" {
-                break;
-            }
-            let mut value: serde_json::Value = serde_json::from_slice(json)
-                .map_err(|e| ApiError::internal(format!("oracle produced invalid JSON: {e}")))?;
+                .unwrap_or(&event);
+            let mut value: serde_json::Value =
+                serde_json::from_slice(json).map_err(invalid_json)?;
             let index = value
                 .get("index")
                 .and_then(serde_json::Value::as_u64)
@@ -181,6 +214,10 @@ impl Oracle {
         }
         Ok(out)
     }
+}
+
+fn invalid_json(err: serde_json::Error) -> ApiError {
+    ApiError::internal(format!("oracle produced invalid JSON: {err}"))
 }
 
 /// Make a body comparable with the oracle's: zero the wall-clock fields and replace generated ids with

@@ -1,10 +1,8 @@
 //! Scripted answers: rules that make the mock answer a matching prompt with chosen text, still reporting the
-//! true logprob of every token of that text under the model (forced decoding).
+//! true logprob of every token of that text under the model (forced decoding). This module holds the rules
+//! and their file; `request::script` applies them to a plan.
 
 use serde::{Deserialize, Serialize};
-
-use crate::model::Tokenizer;
-use crate::request::PlannedItem;
 
 /// How a scripted answer ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -62,40 +60,4 @@ pub fn load_rules(path: &str) -> Result<Vec<ScriptRule>, ScriptError> {
         path: path.to_owned(),
         source,
     })
-}
-
-/// The first rule matching `input_ids`, if any.
-pub fn matching_rule<'a>(
-    rules: &'a [ScriptRule],
-    tokenizer: &Tokenizer,
-    input_ids: &[u32],
-) -> Option<&'a ScriptRule> {
-    if rules.is_empty() {
-        return None;
-    }
-    let prompt = tokenizer.decode(input_ids, false);
-    rules
-        .iter()
-        .find(|rule| prompt.contains(rule.prompt_contains.as_str()))
-}
-
-/// Force the tokens of the matching rule's answer onto every item of a plan whose prompt matches.
-pub fn apply(rules: &[ScriptRule], tokenizer: &Tokenizer, items: &mut [PlannedItem]) {
-    if rules.is_empty() {
-        return;
-    }
-    for item in items {
-        let Some(rule) = matching_rule(rules, tokenizer, &item.request.input_ids) else {
-            continue;
-        };
-        let mut forced = tokenizer.encode(&rule.answer);
-        match rule.finish_reason {
-            ScriptFinish::Stop => forced.push(tokenizer.im_end_id()),
-            ScriptFinish::Length => {
-                let params = &mut item.request.params;
-                params.max_new_tokens = params.max_new_tokens.min(forced.len() as u32);
-            }
-        }
-        item.request.forced_output = forced;
-    }
 }

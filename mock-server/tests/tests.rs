@@ -16,6 +16,9 @@ mod faults;
 /// The spec's wire examples (§7) as golden files, checked key by key; values from the oracle.
 #[path = "areas/golden.rs"]
 mod golden;
+/// The oracle replays what the outside world did: the abort-running fault, `/abort_request`, retract pauses.
+#[path = "areas/interventions.rs"]
+mod interventions;
 /// The latency model on tokio's paused clock, and `/metrics`.
 #[path = "areas/latency.rs"]
 mod latency;

@@ -3,7 +3,7 @@
 use anyhow::Context;
 use clap::Parser;
 use mock_server::config::{DEFAULT_MAX_BODY_BYTES, DEFAULT_MODEL_PATH, DEFAULT_WEIGHT_VERSION};
-use mock_server::generate;
+use mock_server::wire;
 use mock_server::{
     Fault, FaultConfig, FaultRule, LatencyConfig, Profile, ServerConfig, StreamFilter,
 };
@@ -273,12 +273,12 @@ async fn oracle(config: ServerConfig, file: Option<std::path::PathBuf>) -> anyho
     // A body that parses asks for a stream or not; a value error in a stream is an event of a 200 answer.
     let streamed = mock_server::request::parse_generate(&body).is_ok_and(|req| req.stream);
     let answer = if streamed {
-        oracle.expect_stream(&body).await.map(|events| {
+        oracle.expect_stream(&body).map(|events| {
             let mut out = Vec::new();
             for event in events {
-                out.extend_from_slice(&generate::sse_event(event.to_string().as_bytes()));
+                out.extend_from_slice(&wire::sse_event(event.to_string().as_bytes()));
             }
-            out.extend_from_slice(generate::DONE_EVENT);
+            out.extend_from_slice(wire::DONE_EVENT);
             out
         })
     } else {
@@ -291,7 +291,7 @@ async fn oracle(config: ServerConfig, file: Option<std::path::PathBuf>) -> anyho
     let (status, out) = match answer {
         Ok(out) => (200, out),
         Err(err) => {
-            let status = err.status().as_u16();
+            let status = err.status();
             let mut out = err
                 .json_body()
                 .unwrap_or_else(|| b"Internal Server Error".to_vec());

@@ -104,7 +104,7 @@ pub(crate) struct InProcess {
 impl InProcess {
     pub(crate) fn new(config: ServerConfig) -> InProcess {
         let state = AppState::new(config).expect("valid test config");
-        let oracle = Oracle::for_state(&state);
+        let oracle = state.oracle();
         InProcess { state, oracle }
     }
 

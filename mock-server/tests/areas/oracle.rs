@@ -202,11 +202,7 @@ async fn streams_equal_the_oracle_chunk_by_chunk() {
             let mut streamed = request.clone();
             streamed["stream"] = json!(true);
             let bytes = serde_json::to_vec(&streamed).expect("serialisable");
-            let expected = server
-                .oracle
-                .expect_stream(&bytes)
-                .await
-                .expect("valid request");
+            let expected = server.oracle.expect_stream(&bytes).expect("valid request");
             let plan = server.oracle.plan(&bytes).expect("valid request");
             let reply = server.generate(&streamed).await;
             let mut chunks = sse_json(&reply.body);
@@ -228,7 +224,6 @@ async fn streams_equal_the_oracle_chunk_by_chunk() {
     let expected = server
         .oracle
         .expect_stream(&serde_json::to_vec(&bad).unwrap_or_default())
-        .await
         .expect("a stream");
     assert_eq!(sse_json(&server.generate(&bad).await.body), expected);
 }

@@ -11,13 +11,13 @@ use crate::request::validation_error;
 
 /// Which OpenAI route a request came in on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Api {
+pub(crate) enum Api {
     Completions,
     Chat,
 }
 
 impl Api {
-    pub fn path(self) -> &'static str {
+    pub(crate) fn path(self) -> &'static str {
         match self {
             Api::Completions => "/v1/completions",
             Api::Chat => "/v1/chat/completions",
@@ -27,7 +27,7 @@ impl Api {
 
 /// An OpenAI request as the answer needs it, and the native body that runs it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct OpenAiRequest {
+pub(crate) struct OpenAiRequest {
     pub api: Api,
     /// Echoed in every answer, as SGLang does (`model=request.model`).
     pub model: String,
@@ -70,7 +70,7 @@ const SAME_NAME: &[&str] = &[
 /// Translate a parsed body. Type errors are Pydantic's 400s; the OpenAI layer's own checks ("Prompt cannot
 /// be empty", messages that do not fit the template) are `BadRequestError`s. Sampling values are checked by
 /// the native planner, as in SGLang.
-pub fn translate(
+pub(crate) fn translate(
     api: Api,
     body: &Value,
     config: &ServerConfig,
@@ -294,7 +294,7 @@ fn chat_prompt(
 
 /// One chat message: a role and its text.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChatMessage {
+pub(crate) struct ChatMessage {
     pub role: String,
     pub content: String,
 }
@@ -370,7 +370,7 @@ impl ChatMessage {
 
 /// The toy model's chat template, ChatML: each message as `<|im_start|>{role}\n{content}<|im_end|>\n`, then
 /// the generation prompt `<|im_start|>assistant\n`. No default system message is added.
-pub fn render_chatml(messages: &[ChatMessage]) -> String {
+pub(crate) fn render_chatml(messages: &[ChatMessage]) -> String {
     let mut out = String::new();
     for message in messages {
         out.push_str("<|im_start|>");

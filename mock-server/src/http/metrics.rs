@@ -1,5 +1,8 @@
-//! `/metrics`: SGLang's Prometheus metrics (`sglang:` names, SGLang's histogram buckets) written by hand in the
-//! text exposition format, plus counters of injected faults.
+//! `/metrics`: SGLang's Prometheus metrics (`sglang:` names, SGLang's histogram buckets) in the classic text
+//! exposition format exactly as SGLang's `prometheus_client` writes it (see `production_metrics.md` in
+//! SGLang's docs: `_sum` before the buckets, `le` first among the labels, every value a Python float such as
+//! `8.0`), plus counters of injected faults. The OpenMetrics encoder of the `prometheus-client` crate writes
+//! another dialect (`le` last, integer counts, `# EOF`), so the exposition stays this small writer.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,12 +22,12 @@ const E2E_BUCKETS: &[f64] = &[
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
 ];
 
-/// A Prometheus histogram with fixed buckets; the sum is kept in microseconds to stay an integer atomic.
+/// A Prometheus histogram with fixed buckets; the sum is an `f64` kept as its bits in an atomic.
 #[derive(Debug)]
 pub struct Histogram {
     bounds: &'static [f64],
     counts: Vec<AtomicU64>,
-    sum_micros: AtomicU64,
+    sum_bits: AtomicU64,
     count: AtomicU64,
 }
 
@@ -33,7 +36,7 @@ impl Histogram {
         Histogram {
             bounds,
             counts: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
-            sum_micros: AtomicU64::new(0),
+            sum_bits: AtomicU64::new(0f64.to_bits()),
             count: AtomicU64::new(0),
         }
     }
@@ -47,8 +50,13 @@ impl Histogram {
             self.counts[i].fetch_add(n, Ordering::Relaxed);
         }
         self.count.fetch_add(n, Ordering::Relaxed);
-        self.sum_micros
-            .fetch_add((seconds.max(0.0) * 1e6) as u64 * n, Ordering::Relaxed);
+        let add = seconds.max(0.0) * n as f64;
+        // A compare-and-swap loop: there is no atomic float add.
+        let _ = self
+            .sum_bits
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
+                Some((f64::from_bits(bits) + add).to_bits())
+            });
     }
 
     pub fn observe(&self, seconds: f64) {
@@ -58,7 +66,7 @@ impl Histogram {
     fn write(&self, out: &mut String, name: &str, help: &str, labels: &str) {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} histogram");
-        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let sum = python_float(f64::from_bits(self.sum_bits.load(Ordering::Relaxed)));
         let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
         let mut cumulative = 0;
         for (bound, count) in self.bounds.iter().zip(&self.counts) {
@@ -77,6 +85,14 @@ impl Histogram {
 
 /// Python's `str(float)`: `1.0`, not `1`.
 fn python_float(x: f64) -> String {
+    // `repr` writes the shortest round-trip digits, in exponent form below 1e-4 and from 1e16 on.
+    let sci = format!("{x:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if x != 0.0 && x.is_finite() && !(-4..16).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        return format!("{mantissa}e{sign}{:02}", exp.abs());
+    }
     if x.fract() == 0.0 {
         format!("{x:.1}")
     } else {
@@ -230,4 +246,27 @@ fn escape_label(value: &str) -> String {
         .replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::python_float;
+
+    #[test]
+    fn floats_read_as_pythons_repr() {
+        // Expected values are Python 3's `repr` of the same floats.
+        for (x, repr) in [
+            (0.0, "0.0"),
+            (8.0, "8.0"),
+            (0.25, "0.25"),
+            (0.0001, "0.0001"),
+            (4.5e-5, "4.5e-05"),
+            (2351897.9474117756, "2351897.9474117756"),
+            (1e16, "1e+16"),
+            (1.5e17, "1.5e+17"),
+            (123456789012345.6, "123456789012345.6"),
+        ] {
+            assert_eq!(python_float(x), repr);
+        }
+    }
 }

@@ -7,73 +7,80 @@
 //! therefore those of `/generate` for the same tokens, bit for bit. HTTP faults apply before the request
 //! runs, and body and stream faults to the OpenAI answer ([`faults`]).
 
-pub mod faults;
-pub mod request;
-pub mod response;
-pub mod tokenize;
+pub(super) mod faults;
+pub(super) mod request;
+pub(super) mod response;
+pub(super) mod tokenize;
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::time::Instant;
 
 use axum::body::{Body, BodyDataStream};
-use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use serde_json::Value;
 
-use crate::conn::ConnHandle;
+use super::conn::ConnHandle;
+use super::extract::{Conn, OpenAiJson};
+use super::faults::{decide_fault, http_fault};
+use super::generate::{UuidRids, execute};
+use super::info::unix_seconds;
+use super::respond::{json_response, sse_response};
+use super::state::AppState;
 use crate::error::ApiError;
-use crate::fault::{Fault, FaultKind};
-use crate::generate::{self, DONE_EVENT, UuidRids, stream_faults};
+use crate::faults::stream as stream_faults;
+use crate::faults::{Fault, FaultKind};
 use crate::request as native;
-use crate::routes::{self, AppState};
-pub use request::{Api, ChatMessage, OpenAiRequest, render_chatml};
+use crate::wire::{DONE_EVENT, sse_event};
+pub(super) use request::{Api, OpenAiRequest};
 use response::{ChunkTranslator, Translated};
 
 /// `POST /v1/completions`.
-pub async fn completions(State(state): State<AppState>, req: Request) -> Response {
-    handle(state, req, Api::Completions).await
+pub(crate) async fn completions(
+    State(state): State<AppState>,
+    Conn(conn): Conn,
+    headers: HeaderMap,
+    OpenAiJson(body): OpenAiJson,
+) -> Response {
+    handle(state, conn, &headers, &body, Api::Completions).await
 }
 
 /// `POST /v1/chat/completions`.
-pub async fn chat_completions(State(state): State<AppState>, req: Request) -> Response {
-    handle(state, req, Api::Chat).await
+pub(crate) async fn chat_completions(
+    State(state): State<AppState>,
+    Conn(conn): Conn,
+    headers: HeaderMap,
+    OpenAiJson(body): OpenAiJson,
+) -> Response {
+    handle(state, conn, &headers, &body, Api::Chat).await
 }
 
-async fn handle(state: AppState, req: Request, api: Api) -> Response {
+async fn handle(
+    state: AppState,
+    conn: Option<ConnHandle>,
+    headers: &HeaderMap,
+    body: &Value,
+    api: Api,
+) -> Response {
     let started = Instant::now();
-    let (parts, body) = req.into_parts();
-    if let Err(err) = check_content_type(&parts.headers) {
-        return err.into_response();
-    }
-    let conn = parts
-        .extensions
-        .get::<axum::extract::ConnectInfo<ConnHandle>>()
-        .map(|c| c.0.clone());
     let config = state.config();
-    let bytes = match routes::read_body(body, config.max_body_bytes).await {
-        Ok(bytes) => bytes,
-        Err(err) => return err.into_response(),
-    };
-    let openai = match serde_json::from_slice::<Value>(&bytes)
-        .map_err(|err| ApiError::Validation(native::json_decode_message(&err)))
-        .and_then(|body| request::translate(api, &body, config, state.model().tokenizer()))
-    {
+    let openai = match request::translate(api, body, config, state.model().tokenizer()) {
         Ok(openai) => openai,
         Err(err) => {
             tracing::info!(error = %err, path = api.path(), "rejected OpenAI request");
             return err.into_response();
         }
     };
-    let fault = match routes::decide_fault(&state, api.path(), openai.stream, &parts.headers) {
+    let fault = match decide_fault(&state, api.path(), openai.stream, headers) {
         Ok(fault) => fault,
         Err(err) => return err.into_response(),
     };
     if let Some(fault) = &fault
-        && let Some(response) = routes::http_fault(&state, fault, conn.as_ref()).await
+        && let Some(response) = http_fault(&state, fault, conn.as_ref()).await
     {
         return response;
     }
@@ -88,13 +95,13 @@ async fn handle(state: AppState, req: Request, api: Api) -> Response {
     };
     // Aborts happen in the engine; every other fault rewrites the OpenAI answer (or leaves it alone).
     let engine_fault = fault.clone().filter(|f| is_engine_fault(f.kind));
-    let answer = routes::execute(&state, plan, engine_fault, started).await;
+    let answer = execute(&state, plan, engine_fault, started).await;
     // Planning errors were answered above; what fails here (a full queue's 503) passes in SGLang's shape.
     if answer.status() != StatusCode::OK {
         return answer;
     }
     let incremental = config.incremental_streaming_output;
-    let created = routes::unix_seconds();
+    let created = unix_seconds();
     if openai.stream {
         let translator = ChunkTranslator::new(openai, incremental, created);
         let events = translate_stream(answer.into_body().into_data_stream(), translator);
@@ -102,12 +109,7 @@ async fn handle(state: AppState, req: Request, api: Api) -> Response {
             Some(fault) => Body::from_stream(stream_faults::apply(events, fault, FORMAT)),
             None => Body::from_stream(events),
         };
-        return (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")],
-            body,
-        )
-            .into_response();
+        return sse_response(body);
     }
     non_stream_answer(&openai, answer.into_body(), created, fault).await
 }
@@ -141,23 +143,6 @@ fn is_engine_fault(kind: FaultKind) -> bool {
     )
 }
 
-/// `validate_json_request`: the OpenAI routes take `application/json` only.
-pub(crate) fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    let media_type = content_type.split(';').next().unwrap_or("").trim();
-    if media_type == "application/json" {
-        Ok(())
-    } else {
-        Err(ApiError::Validation(
-            "Unsupported Media Type: Only 'application/json' is allowed".to_owned(),
-        ))
-    }
-}
-
 /// A native `ValueError` is the OpenAI layer's `BadRequestError`; other errors keep their shape.
 fn openai_error(err: ApiError) -> ApiError {
     match err {
@@ -189,15 +174,10 @@ async fn non_stream_answer(
     if let Some(fault) = fault {
         out = match stream_faults::non_stream_body(&fault, out, FORMAT).await {
             Ok(out) => out,
-            Err(response) => return response,
+            Err(err) => return err.into_response(),
         };
     }
-    (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
-        out,
-    )
-        .into_response()
+    json_response(StatusCode::OK, out)
 }
 
 /// State of a translated stream: the native events not yet read, and OpenAI events not yet sent.
@@ -211,8 +191,7 @@ struct StreamState {
 
 impl StreamState {
     fn push(&mut self, chunk: Value) {
-        self.pending
-            .push_back(generate::sse_event(&faults::write(&chunk)));
+        self.pending.push_back(sse_event(&faults::write(&chunk)));
     }
 
     /// Translate one complete native event.
@@ -232,8 +211,7 @@ impl StreamState {
         match self.translator.event(&event) {
             Translated::Chunks(chunks) => chunks.into_iter().for_each(|c| self.push(c)),
             Translated::Error(error) => {
-                self.pending
-                    .push_back(generate::sse_event(&faults::write(&error)));
+                self.pending.push_back(sse_event(&faults::write(&error)));
                 self.pending.push_back(Bytes::from_static(DONE_EVENT));
                 self.done = true;
             }

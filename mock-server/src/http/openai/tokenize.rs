@@ -3,58 +3,43 @@
 //! `{"tokens": [int] | [[int]], "skip_special_tokens"}` gives `{"text"}`. The toy tokenizer adds no special
 //! tokens of its own, so `add_special_tokens` changes nothing, as for Qwen's.
 
-use axum::extract::{Request, State};
-use axum::http::{StatusCode, header};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::check_content_type;
 use super::request::{body_object, bool_field, type_error};
 use crate::error::ApiError;
+use crate::http::extract::OpenAiJson;
+use crate::http::respond::json_value;
+use crate::http::state::AppState;
 use crate::request as native;
-use crate::routes::{self, AppState};
 
 /// `POST /tokenize`, `POST /v1/tokenize`.
-pub async fn tokenize(State(state): State<AppState>, req: Request) -> Response {
-    answer(&state, req, tokenize_body).await
+pub(crate) async fn tokenize(
+    State(state): State<AppState>,
+    OpenAiJson(body): OpenAiJson,
+) -> Response {
+    answer(&state, &body, tokenize_body)
 }
 
 /// `POST /detokenize`, `POST /v1/detokenize`.
-pub async fn detokenize(State(state): State<AppState>, req: Request) -> Response {
-    answer(&state, req, detokenize_body).await
+pub(crate) async fn detokenize(
+    State(state): State<AppState>,
+    OpenAiJson(body): OpenAiJson,
+) -> Response {
+    answer(&state, &body, detokenize_body)
 }
 
-/// Read the JSON body and answer with `build`'s object or its error.
-async fn answer(
+/// Answers with `build`'s object or its error.
+fn answer(
     state: &AppState,
-    req: Request,
+    body: &Value,
     build: fn(&AppState, &Value) -> Result<Value, ApiError>,
 ) -> Response {
-    match read_json(state, req)
-        .await
-        .and_then(|body| build(state, &body))
-    {
-        Ok(value) => json_ok(&value),
+    match build(state, body) {
+        Ok(value) => json_value(&value),
         Err(err) => err.into_response(),
     }
-}
-
-fn json_ok(value: &Value) -> Response {
-    let body = serde_json::to_vec(value).unwrap_or_default();
-    (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
-        body,
-    )
-        .into_response()
-}
-
-async fn read_json(state: &AppState, req: Request) -> Result<Value, ApiError> {
-    let (parts, body) = req.into_parts();
-    check_content_type(&parts.headers)?;
-    let bytes = routes::read_body(body, state.config().max_body_bytes).await?;
-    serde_json::from_slice(&bytes)
-        .map_err(|err| ApiError::Validation(native::json_decode_message(&err)))
 }
 
 fn tokenize_body(state: &AppState, body: &Value) -> Result<Value, ApiError> {

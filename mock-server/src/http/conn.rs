@@ -14,12 +14,12 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// A `TcpListener` whose connections can be reset by a handler.
 #[derive(Debug)]
-pub struct ResettableListener {
+pub(crate) struct ResettableListener {
     inner: TcpListener,
 }
 
 impl ResettableListener {
-    pub fn new(inner: TcpListener) -> ResettableListener {
+    pub(crate) fn new(inner: TcpListener) -> ResettableListener {
         ResettableListener { inner }
     }
 }
@@ -46,18 +46,18 @@ impl Listener for ResettableListener {
 
 /// A connection that fails every write, and closes with RST, once its flag is set.
 #[derive(Debug)]
-pub struct ResettableStream {
+pub(crate) struct ResettableStream {
     inner: TcpStream,
     reset: Arc<AtomicBool>,
 }
 
 /// What a handler sees of its connection: the switch that resets it.
 #[derive(Debug, Clone)]
-pub struct ConnHandle(Arc<AtomicBool>);
+pub(crate) struct ConnHandle(Arc<AtomicBool>);
 
 impl ConnHandle {
     /// Make the connection end with a TCP RST instead of the response.
-    pub fn reset(&self) {
+    pub(crate) fn reset(&self) {
         self.0.store(true, Ordering::Release);
     }
 }

@@ -11,7 +11,7 @@
 
 use serde_json::{Value, json};
 
-use crate::fault::{Fault, FaultKind};
+use crate::faults::{Fault, FaultKind};
 
 /// A raw JSON token travels inside a string wrapped in this marker, and is unwrapped by [`write`].
 const RAW: &str = "\u{1}raw\u{1}";
@@ -19,11 +19,11 @@ const RAW: &str = "\u{1}raw\u{1}";
 const RAW_ESCAPED: &str = "\\u0001raw\\u0001";
 
 /// The text given to the token at `at` by `wrong-token-id`.
-pub const WRONG_TOKEN: &str = "<|wrong-token|>";
+pub(crate) const WRONG_TOKEN: &str = "<|wrong-token|>";
 
 /// Apply a body fault to an OpenAI body or chunk; other kinds leave it alone. Only choices that carry
 /// logprobs are touched by the logprob faults.
-pub fn mutate(fault: &Fault, value: &mut Value) {
+pub(crate) fn mutate(fault: &Fault, value: &mut Value) {
     if fault.kind == FaultKind::MissingMetaInfo {
         if let Some(obj) = value.as_object_mut() {
             obj.remove("usage");
@@ -47,7 +47,7 @@ pub fn mutate(fault: &Fault, value: &mut Value) {
 }
 
 /// Serialise an answer, writing the raw tokens the faults asked for (a bare `NaN`, a number as a string).
-pub fn write(value: &Value) -> Vec<u8> {
+pub(crate) fn write(value: &Value) -> Vec<u8> {
     let json = serde_json::to_string(value).unwrap_or_default();
     let mut out = String::with_capacity(json.len());
     let mut rest = json.as_str();

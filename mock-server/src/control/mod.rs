@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 
-use crate::config::Profile;
+/// The message of SGLang's `--max-queued-requests` refusal.
+pub const QUEUE_FULL_MESSAGE: &str = "The request queue is full.";
 
 /// How `/pause_generation` treats requests that are already running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +62,6 @@ impl Drop for RunTicket {
 /// Server-wide control state, shared by every handler.
 #[derive(Debug)]
 pub struct Control {
-    profile: Profile,
     weight_version: RwLock<Arc<str>>,
     /// `true` while paused; new requests wait and running ones freeze at their next token.
     paused_tx: watch::Sender<bool>,
@@ -83,13 +83,11 @@ pub struct Control {
 
 impl Control {
     pub fn new(
-        profile: Profile,
         weight_version: &str,
         max_running: Option<usize>,
         max_queued: Option<usize>,
     ) -> Arc<Control> {
         Arc::new(Control {
-            profile,
             weight_version: RwLock::new(Arc::from(weight_version)),
             paused_tx: watch::Sender::new(false),
             paused: AtomicBool::new(false),
@@ -122,13 +120,6 @@ impl Control {
     }
 
     /// The message of a user or weight-update abort of a running request.
-    pub fn abort_message(&self) -> &'static str {
-        match self.profile {
-            Profile::Latest => "Aborted",
-            Profile::Mid => "Unknown error",
-        }
-    }
-
     pub fn running(&self) -> usize {
         self.running.load(Ordering::Relaxed)
     }

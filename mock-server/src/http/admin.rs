@@ -3,61 +3,30 @@
 
 use std::time::Duration;
 
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use serde_json::json;
 
+use super::extract::{JsonBody, RawBody};
+use super::metrics::Gauges;
+use super::respond::{json_response, ordered_pairs as ordered};
+use super::state::AppState;
 use crate::control::PauseMode;
 use crate::error::ApiError;
-use crate::fault::FaultConfig;
-use crate::metrics::Gauges;
-use crate::routes::AppState;
+use crate::faults::FaultConfig;
 
 fn json_ok(value: &serde_json::Value) -> Response {
-    json_bytes(serde_json::to_vec(value).unwrap_or_default())
-}
-
-fn json_bytes(body: Vec<u8>) -> Response {
-    (
+    json_response(
         StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
-        body,
+        serde_json::to_vec(value).unwrap_or_default(),
     )
-        .into_response()
-}
-
-/// A JSON object with its keys in the order given, as Python dicts keep them (`json!` would sort them).
-fn ordered(pairs: &[(&str, serde_json::Value)]) -> Response {
-    let mut out = vec![b'{'];
-    for (i, (key, value)) in pairs.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        let _ = serde_json::to_writer(&mut out, key);
-        out.push(b':');
-        let _ = serde_json::to_writer(&mut out, value);
-    }
-    out.push(b'}');
-    json_bytes(out)
-}
-
-/// A JSON body into `T` (an empty body is `{}`), with FastAPI's 400 for the wrong shape.
-fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
-        b"{}"
-    } else {
-        body
-    };
-    serde_json::from_slice(body).map_err(|err| ApiError::Validation(format!("{err}")))
 }
 
 /// `AbortReq` as the HTTP handler reads it; the other fields SGLang accepts are ignored, as its handler does.
 #[derive(Deserialize)]
-struct AbortReq {
+pub(crate) struct AbortReq {
     #[serde(default)]
     rid: Option<String>,
     #[serde(default)]
@@ -65,11 +34,10 @@ struct AbortReq {
 }
 
 /// `/abort_request`: 200 with an empty body, even for an unknown rid. The rid matches by prefix.
-pub async fn abort_request(State(state): State<AppState>, body: Bytes) -> Response {
-    let req: AbortReq = match parse_body(&body) {
-        Ok(req) => req,
-        Err(err) => return err.into_response(),
-    };
+pub(crate) async fn abort_request(
+    State(state): State<AppState>,
+    JsonBody(req): JsonBody<AbortReq>,
+) -> Response {
     let rid = req.rid.unwrap_or_default();
     let hit = state.control().abort(&rid, req.abort_all);
     tracing::info!(rid, abort_all = req.abort_all, hit, "abort_request");
@@ -77,17 +45,16 @@ pub async fn abort_request(State(state): State<AppState>, body: Bytes) -> Respon
 }
 
 #[derive(Deserialize)]
-struct PauseReq {
+pub(crate) struct PauseReq {
     #[serde(default)]
     mode: Option<String>,
 }
 
 /// `/pause_generation` with `{"mode": "abort" | "retract" | "in_place"}` (default `abort`).
-pub async fn pause_generation(State(state): State<AppState>, body: Bytes) -> Response {
-    let req: PauseReq = match parse_body(&body) {
-        Ok(req) => req,
-        Err(err) => return err.into_response(),
-    };
+pub(crate) async fn pause_generation(
+    State(state): State<AppState>,
+    JsonBody(req): JsonBody<PauseReq>,
+) -> Response {
     let mode_name = req.mode.unwrap_or_else(|| "abort".to_owned());
     let Some(mode) = PauseMode::parse(&mode_name) else {
         return ApiError::Validation(format!(
@@ -104,7 +71,7 @@ pub async fn pause_generation(State(state): State<AppState>, body: Bytes) -> Res
 }
 
 /// `/continue_generation`.
-pub async fn continue_generation(State(state): State<AppState>) -> Response {
+pub(crate) async fn continue_generation(State(state): State<AppState>) -> Response {
     state.control().resume();
     tracing::info!("generation continued");
     ordered(&[
@@ -115,7 +82,7 @@ pub async fn continue_generation(State(state): State<AppState>) -> Response {
 
 /// The fields every weight-update request shares.
 #[derive(Deserialize)]
-struct WeightUpdate {
+pub(crate) struct WeightUpdate {
     #[serde(default)]
     model_path: Option<String>,
     #[serde(default)]
@@ -150,11 +117,10 @@ fn update_message(base: &str, req: &WeightUpdate) -> String {
 }
 
 /// `/update_weights_from_disk`: `{"success","message","num_paused_requests"}`.
-pub async fn update_weights_from_disk(State(state): State<AppState>, body: Bytes) -> Response {
-    let req: WeightUpdate = match parse_body(&body) {
-        Ok(req) => req,
-        Err(err) => return err.into_response(),
-    };
+pub(crate) async fn update_weights_from_disk(
+    State(state): State<AppState>,
+    JsonBody(req): JsonBody<WeightUpdate>,
+) -> Response {
     if req.model_path.is_none() {
         return ApiError::Validation("model_path: Field required".to_owned()).into_response();
     }
@@ -170,37 +136,36 @@ pub async fn update_weights_from_disk(State(state): State<AppState>, body: Bytes
 }
 
 /// `/update_weights_from_tensor`: `{"success","message"}`.
-pub async fn update_weights_from_tensor(State(state): State<AppState>, body: Bytes) -> Response {
-    weight_update_simple(&state, &body, "Succeeded to update model weights.").await
+pub(crate) async fn update_weights_from_tensor(
+    State(state): State<AppState>,
+    JsonBody(req): JsonBody<WeightUpdate>,
+) -> Response {
+    weight_update_simple(&state, &req, "Succeeded to update model weights.").await
 }
 
 /// `/update_weights_from_distributed`: `{"success","message"}`.
-pub async fn update_weights_from_distributed(
+pub(crate) async fn update_weights_from_distributed(
     State(state): State<AppState>,
-    body: Bytes,
+    JsonBody(req): JsonBody<WeightUpdate>,
 ) -> Response {
     weight_update_simple(
         &state,
-        &body,
+        &req,
         "Succeeded to update parameter online from distributed.",
     )
     .await
 }
 
-async fn weight_update_simple(state: &AppState, body: &[u8], base: &str) -> Response {
-    let req: WeightUpdate = match parse_body(body) {
-        Ok(req) => req,
-        Err(err) => return err.into_response(),
-    };
-    run_weight_update(state, &req).await;
+async fn weight_update_simple(state: &AppState, req: &WeightUpdate, base: &str) -> Response {
+    run_weight_update(state, req).await;
     ordered(&[
         ("success", json!(true)),
-        ("message", json!(update_message(base, &req))),
+        ("message", json!(update_message(base, req))),
     ])
 }
 
 /// `/init_weights_update_group`: accepted, nothing to connect to.
-pub async fn init_weights_update_group() -> Response {
+pub(crate) async fn init_weights_update_group() -> Response {
     ordered(&[
         ("success", json!(true)),
         (
@@ -211,7 +176,7 @@ pub async fn init_weights_update_group() -> Response {
 }
 
 /// `/destroy_weights_update_group`.
-pub async fn destroy_weights_update_group() -> Response {
+pub(crate) async fn destroy_weights_update_group() -> Response {
     ordered(&[
         ("success", json!(true)),
         (
@@ -222,7 +187,7 @@ pub async fn destroy_weights_update_group() -> Response {
 }
 
 #[derive(Deserialize)]
-struct WeightVersionReq {
+pub(crate) struct WeightVersionReq {
     new_version: Option<String>,
     #[serde(default = "yes")]
     abort_all_requests: bool,
@@ -233,11 +198,10 @@ fn yes() -> bool {
 }
 
 /// `/update_weight_version`: `{"success":true,"message":"Weight version updated to X","new_version":"X"}`.
-pub async fn update_weight_version(State(state): State<AppState>, body: Bytes) -> Response {
-    let req: WeightVersionReq = match parse_body(&body) {
-        Ok(req) => req,
-        Err(err) => return err.into_response(),
-    };
+pub(crate) async fn update_weight_version(
+    State(state): State<AppState>,
+    JsonBody(req): JsonBody<WeightVersionReq>,
+) -> Response {
     let Some(version) = req.new_version else {
         return ApiError::Validation("new_version: Field required".to_owned()).into_response();
     };
@@ -256,12 +220,12 @@ pub async fn update_weight_version(State(state): State<AppState>, body: Bytes) -
 }
 
 /// `/release_memory_occupation` and `/resume_memory_occupation`: 200 with `null`.
-pub async fn memory_occupation() -> Response {
+pub(crate) async fn memory_occupation() -> Response {
     json_ok(&serde_json::Value::Null)
 }
 
 /// `/flush_cache`: plain text; refused with a 400 while requests are running or waiting.
-pub async fn flush_cache(State(state): State<AppState>) -> Response {
+pub(crate) async fn flush_cache(State(state): State<AppState>) -> Response {
     let control = state.control();
     let (running, waiting) = (control.running(), control.waiting());
     let text = |status, body: String| {
@@ -290,7 +254,11 @@ pub async fn flush_cache(State(state): State<AppState>) -> Response {
 }
 
 /// `GET /admin/faults` returns the fault configuration; `POST` replaces it atomically and returns it.
-pub async fn faults(State(state): State<AppState>, method: Method, body: Bytes) -> Response {
+pub(crate) async fn faults(
+    State(state): State<AppState>,
+    method: Method,
+    RawBody(body): RawBody,
+) -> Response {
     if method == Method::POST {
         match FaultConfig::from_json(&body) {
             Ok(config) => state.faults().replace(config),
@@ -311,7 +279,7 @@ pub async fn faults(State(state): State<AppState>, method: Method, body: Bytes) 
 }
 
 /// `GET /admin/stats`: requests seen per endpoint, faults injected per kind, and the control plane's state.
-pub async fn stats(State(state): State<AppState>) -> Response {
+pub(crate) async fn stats(State(state): State<AppState>) -> Response {
     let requests = state.faults().requests_seen();
     let injected = state.faults().injected();
     let control = state.control();
@@ -328,7 +296,7 @@ pub async fn stats(State(state): State<AppState>) -> Response {
 }
 
 /// `GET /metrics`: Prometheus text format.
-pub async fn metrics(State(state): State<AppState>) -> Response {
+pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     let control = state.control();
     let (_, used_tokens) = state.load();
     let injected = state.faults().injected();

@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use super::request::{Api, OpenAiRequest};
 
 /// The OpenAI body of a non-stream answer, from the native result objects (one per choice, in order).
-pub fn body(req: &OpenAiRequest, ret: &[Value], created: u64) -> Value {
+pub(crate) fn body(req: &OpenAiRequest, ret: &[Value], created: u64) -> Value {
     let choices: Vec<Value> = ret
         .iter()
         .enumerate()
@@ -176,7 +176,7 @@ struct ChoiceState {
 
 /// Turns the native events of one stream into OpenAI chunks, keeping per-choice offsets.
 #[derive(Debug)]
-pub struct ChunkTranslator {
+pub(crate) struct ChunkTranslator {
     req: OpenAiRequest,
     /// Native `text` and logprobs arrive as deltas (`--incremental-streaming-output`).
     incremental: bool,
@@ -187,14 +187,14 @@ pub struct ChunkTranslator {
 
 /// What one native event becomes.
 #[derive(Debug, PartialEq)]
-pub enum Translated {
+pub(crate) enum Translated {
     Chunks(Vec<Value>),
     /// An abort with a status code (a full queue): the OpenAI error event ends the stream.
     Error(Value),
 }
 
 impl ChunkTranslator {
-    pub fn new(req: OpenAiRequest, incremental: bool, created: u64) -> ChunkTranslator {
+    pub(crate) fn new(req: OpenAiRequest, incremental: bool, created: u64) -> ChunkTranslator {
         ChunkTranslator {
             req,
             incremental,
@@ -214,7 +214,7 @@ impl ChunkTranslator {
     }
 
     /// The chunks of one native event.
-    pub fn event(&mut self, event: &Value) -> Translated {
+    pub(crate) fn event(&mut self, event: &Value) -> Translated {
         let meta = &event["meta_info"];
         let finish = &meta["finish_reason"];
         if finish["type"] == "abort"
@@ -277,7 +277,7 @@ impl ChunkTranslator {
     }
 
     /// The chunks after the last native event: chat's finish chunks, and the usage chunk.
-    pub fn finish(&mut self) -> Vec<Value> {
+    pub(crate) fn finish(&mut self) -> Vec<Value> {
         let mut chunks = Vec::new();
         if self.req.api == Api::Chat {
             for (index, state) in &self.choices {
@@ -340,7 +340,7 @@ fn stream_logprobs(
 }
 
 /// `create_streaming_error_response`: `{"error": ErrorResponse}`.
-pub fn stream_error(message: &str, kind: &str, code: u64) -> Value {
+pub(crate) fn stream_error(message: &str, kind: &str, code: u64) -> Value {
     json!({"error": {"object": "error", "message": message, "type": kind, "param": null, "code": code}})
 }
 

@@ -1,0 +1,434 @@
+//! Generation: turns one validated request item into tokens, logprobs, text and a finish reason, step by step.
+//!
+//! The HTTP layer validates and normalises requests into [`ItemRequest`]s; this module trusts them. Both the server
+//! (streamed or not) and the oracle drive a [`Generation`], so what the server sends and what a test expects come
+//! from the same code. The rules follow SGLang: finish checks in `Req.check_finished` order, stop-string trimming as
+//! `DetokenizerManager.trim_matched_stop` does it, logprobs under `softmax(logits / T)` before top-k / top-p / min-p
+//! filtering, and `[None] + raw[:-1]` input logprobs.
+//!
+//! Penalties (`frequency_penalty`, `presence_penalty`, `repetition_penalty`) and `logit_bias` are validated by the
+//! request layer and deliberately not applied: the model's distribution stays a pure function of the context, which
+//! is what lets a test recompute every logprob. The finish rules are in `finish`.
+
+mod finish;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use crate::engine::item::{
+    FinishReason, GREEDY_TEMPERATURE, ItemRequest, LogprobEntry, SamplingParams,
+};
+use crate::model::{Model, Pick, count_since_special, mix, unit};
+
+/// The state of one sample being generated.
+#[derive(Clone, Debug)]
+pub struct Generation {
+    model: Arc<Model>,
+    params: SamplingParams,
+    return_logprob: bool,
+    top_logprobs_num: usize,
+    token_ids_logprob: Vec<u32>,
+    /// Temperature used for sampling after the greedy rewrite.
+    temperature: f64,
+    /// Temperature the reported logprobs are computed under.
+    report_temperature: f64,
+    top_k: Option<u32>,
+    /// Sorted EOS and stop ids: what `min_new_tokens` masks.
+    min_tokens_mask: Vec<u32>,
+    /// Sorted stop ids that end generation, EOS included; empty with `ignore_eos`.
+    stop_ids: Vec<u32>,
+    max_stop_len: usize,
+    key: u64,
+    forced_output: Vec<u32>,
+
+    /// Prompt followed by output.
+    context: Vec<u32>,
+    prompt_len: usize,
+    since_special: usize,
+
+    output_logprobs: Vec<f32>,
+    output_top: Vec<LogprobEntry>,
+    output_ids_lp: Vec<LogprobEntry>,
+    input_logprobs: Vec<Option<f32>>,
+    input_top: Vec<LogprobEntry>,
+    input_ids_lp: Vec<LogprobEntry>,
+    logprob_start: usize,
+
+    /// Output text decoded so far, up to the last complete character.
+    decoded: String,
+    /// Bytes of an incomplete UTF-8 character at the end of the output.
+    pending: Vec<u8>,
+    /// Length of the prefix of `decoded` that is safe to stream (no trailing start of a stop string).
+    stable_len: usize,
+    /// The final text, set when the generation finishes.
+    final_text: Option<String>,
+    finish: Option<FinishReason>,
+}
+
+impl Generation {
+    /// Starts generating `item` with `model`: computes the input logprobs and, for `max_new_tokens: 0`, finishes at
+    /// once with a length reason.
+    pub fn new(model: Arc<Model>, item: ItemRequest) -> Generation {
+        let ItemRequest {
+            input_ids,
+            params,
+            return_logprob,
+            logprob_start,
+            top_logprobs_num,
+            token_ids_logprob,
+            sample_index,
+            forced_output,
+        } = item;
+        let greedy = params.temperature < GREEDY_TEMPERATURE;
+        let temperature = if greedy { 1.0 } else { params.temperature };
+        let top_k = if greedy { Some(1) } else { params.top_k };
+        let report_temperature = if model.config().return_original_logprob {
+            1.0
+        } else {
+            temperature
+        };
+
+        let vocab = model.config().vocab_size;
+        let eos = model.tokenizer().eos_token_ids();
+        let mut min_tokens_mask: Vec<u32> = eos
+            .iter()
+            .chain(&params.stop_token_ids)
+            .copied()
+            .filter(|&id| id < vocab)
+            .collect();
+        min_tokens_mask.sort_unstable();
+        min_tokens_mask.dedup();
+        let stop_ids = if params.ignore_eos {
+            Vec::new()
+        } else {
+            min_tokens_mask.clone()
+        };
+        let max_stop_len = params.stop.iter().map(String::len).max().unwrap_or(0);
+
+        let prompt_hash = input_ids
+            .iter()
+            .fold(0x5052_4F4D_5054u64, |h, &id| mix(h, u64::from(id)));
+        let seed_part = params
+            .sampling_seed
+            .map_or(u64::MAX, |s| mix(0x5345_4544, s));
+        let key = mix(
+            mix(mix(model.config().seed, prompt_hash), seed_part),
+            sample_index,
+        );
+
+        let prompt_len = input_ids.len();
+        let since_special = count_since_special(model.tokenizer(), &input_ids);
+        let max_new_tokens = params.max_new_tokens;
+        let mut generation = Generation {
+            model,
+            params,
+            return_logprob,
+            top_logprobs_num: if return_logprob { top_logprobs_num } else { 0 },
+            token_ids_logprob: if return_logprob {
+                token_ids_logprob
+            } else {
+                Vec::new()
+            },
+            temperature,
+            report_temperature,
+            top_k,
+            min_tokens_mask,
+            stop_ids,
+            max_stop_len,
+            key,
+            forced_output,
+            context: input_ids,
+            prompt_len,
+            since_special,
+            output_logprobs: Vec::new(),
+            output_top: Vec::new(),
+            output_ids_lp: Vec::new(),
+            input_logprobs: Vec::new(),
+            input_top: Vec::new(),
+            input_ids_lp: Vec::new(),
+            logprob_start: logprob_start.min(prompt_len),
+            decoded: String::new(),
+            pending: Vec::new(),
+            stable_len: 0,
+            final_text: None,
+            finish: None,
+        };
+        if return_logprob {
+            generation.compute_input_logprobs();
+        }
+        if max_new_tokens == 0 {
+            generation.finish(FinishReason::Length { length: 0 }, None);
+        }
+        generation
+    }
+
+    fn compute_input_logprobs(&mut self) {
+        let start = self.logprob_start;
+        let tokenizer = self.model.tokenizer();
+        let mut top = Vec::with_capacity(self.top_logprobs_num);
+        for p in start..self.prompt_len {
+            if p == start {
+                // SGLang reports `[None] + raw[:-1]`: the first covered position never has a value.
+                self.input_logprobs.push(None);
+                continue;
+            }
+            let context = &self.context[..p];
+            let logits = self
+                .model
+                .logits(context, count_since_special(tokenizer, context));
+            let dist = crate::model::Distribution::new(
+                &logits,
+                self.model.config().vocab_size,
+                self.report_temperature,
+                &[],
+            );
+            self.input_logprobs
+                .push(Some(dist.logprob(self.context[p]) as f32));
+            push_top(&dist, self.top_logprobs_num, &mut top, &mut self.input_top);
+            for &id in &self.token_ids_logprob {
+                self.input_ids_lp.push(LogprobEntry {
+                    logprob: dist.logprob(id) as f32,
+                    id,
+                });
+            }
+        }
+    }
+
+    /// Generates one token, unless the generation has finished. Returns whether it has finished.
+    pub fn step(&mut self) -> bool {
+        if self.finish.is_some() {
+            return true;
+        }
+        let out_len = self.context.len() - self.prompt_len;
+        let masked: &[u32] = if out_len < self.params.min_new_tokens as usize {
+            &self.min_tokens_mask
+        } else {
+            &[]
+        };
+        let logits = self.model.logits(&self.context, self.since_special);
+        let vocab = self.model.config().vocab_size;
+        let dist = crate::model::Distribution::new(&logits, vocab, self.temperature, masked);
+        let pick = match self.forced_output.get(out_len) {
+            Some(&forced) => Pick::forced(forced),
+            None => {
+                let u = unit(mix(self.key, out_len as u64));
+                dist.pick(self.top_k, self.params.top_p, self.params.min_p, u)
+            }
+        };
+        let id = pick.id;
+
+        if self.return_logprob {
+            // Borrowed, not moved: the distribution is a few hundred bytes and this runs once per token.
+            let untempered;
+            let report = if self.report_temperature == self.temperature {
+                &dist
+            } else {
+                untempered = crate::model::Distribution::new(
+                    &logits,
+                    vocab,
+                    self.report_temperature,
+                    masked,
+                );
+                &untempered
+            };
+            self.output_logprobs.push(report.logprob_of(&pick) as f32);
+            let mut top = Vec::with_capacity(self.top_logprobs_num);
+            push_top(
+                report,
+                self.top_logprobs_num,
+                &mut top,
+                &mut self.output_top,
+            );
+            for &tid in &self.token_ids_logprob {
+                self.output_ids_lp.push(LogprobEntry {
+                    logprob: report.logprob(tid) as f32,
+                    id: tid,
+                });
+            }
+        }
+
+        self.context.push(id);
+        if self.model.tokenizer().is_special(id) {
+            self.since_special = 0;
+        } else {
+            self.since_special += 1;
+        }
+        let before = (self.decoded.len(), self.pending.clone());
+        self.push_text(id);
+        self.check_finished(id, before);
+        self.finish.is_some()
+    }
+
+    /// Generates until the generation finishes.
+    pub fn run_to_end(&mut self) {
+        while !self.step() {}
+    }
+
+    /// Ends a running generation with an abort reason, keeping its partial output. Does nothing once finished.
+    pub fn abort(&mut self, message: &str, status_code: Option<u16>, err_type: Option<&str>) {
+        if self.finish.is_none() {
+            let reason = FinishReason::Abort {
+                message: message.to_owned(),
+                status_code,
+                err_type: err_type.map(str::to_owned),
+            };
+            self.finish(reason, None);
+        }
+    }
+
+    /// Decodes token `id` onto the output text, keeping an incomplete trailing UTF-8 character aside.
+    fn push_text(&mut self, id: u32) {
+        let skip = self.params.skip_special_tokens;
+        let tokenizer = self.model.tokenizer();
+        // Almost every token is ASCII on its own; only bytes of multi-byte characters need the UTF-8 buffer.
+        if !(self.pending.is_empty() && tokenizer.push_ascii(id, skip, &mut self.decoded)) {
+            tokenizer.push_bytes(id, skip, &mut self.pending);
+            drain_complete_utf8(&mut self.pending, &mut self.decoded);
+        }
+    }
+
+    /// Whether the generation has finished.
+    pub fn is_finished(&self) -> bool {
+        self.finish.is_some()
+    }
+
+    /// Why the generation finished, once it has.
+    pub fn finish_reason(&self) -> Option<&FinishReason> {
+        self.finish.as_ref()
+    }
+
+    /// Number of prompt tokens.
+    pub fn prompt_tokens(&self) -> usize {
+        self.prompt_len
+    }
+
+    /// The prompt's token ids.
+    pub fn input_ids(&self) -> &[u32] {
+        &self.context[..self.prompt_len]
+    }
+
+    /// The generated token ids, untrimmed: a final EOS or stop token is included.
+    pub fn output_ids(&self) -> &[u32] {
+        &self.context[self.prompt_len..]
+    }
+
+    /// The text to report now: once finished, the final trimmed text; before that, the prefix that is safe to
+    /// stream. Each value extends the one before.
+    pub fn text(&self) -> &str {
+        match &self.final_text {
+            Some(text) => text,
+            None => &self.decoded[..self.stable_len],
+        }
+    }
+
+    /// Whether the end of the output could be the start of a stop string, so the text holds some of it back:
+    /// SGLang then skips a due stream chunk (`check_match_stop_str_prefix`).
+    pub fn holds_stop_prefix(&self) -> bool {
+        self.final_text.is_none() && self.stable_len < self.decoded.len()
+    }
+
+    /// The logprob of each output token (empty unless logprobs were requested).
+    pub fn output_logprobs(&self) -> &[f32] {
+        &self.output_logprobs
+    }
+
+    /// Top logprobs of each output position, `top_logprobs_num` per position, flattened.
+    pub fn output_top_logprobs(&self) -> &[LogprobEntry] {
+        &self.output_top
+    }
+
+    /// Logprobs of the requested `token_ids_logprob` at each output position, flattened.
+    pub fn output_token_ids_logprobs(&self) -> &[LogprobEntry] {
+        &self.output_ids_lp
+    }
+
+    /// Input logprobs for prompt positions `logprob_start..`; the first is always `None`.
+    pub fn input_logprobs(&self) -> &[Option<f32>] {
+        &self.input_logprobs
+    }
+
+    /// The prompt ids the input logprobs are for.
+    pub fn input_logprob_ids(&self) -> &[u32] {
+        if self.return_logprob {
+            &self.context[self.logprob_start..self.prompt_len]
+        } else {
+            &[]
+        }
+    }
+
+    /// Top logprobs of prompt positions `logprob_start + 1..`, flattened (the first position has none).
+    pub fn input_top_logprobs(&self) -> &[LogprobEntry] {
+        &self.input_top
+    }
+
+    /// Logprobs of the requested ids at prompt positions `logprob_start + 1..`, flattened.
+    pub fn input_token_ids_logprobs(&self) -> &[LogprobEntry] {
+        &self.input_ids_lp
+    }
+
+    /// The number of top logprobs per position.
+    pub fn top_logprobs_num(&self) -> usize {
+        self.top_logprobs_num
+    }
+
+    /// The ids whose logprobs are reported at every position.
+    pub fn token_ids_logprob(&self) -> &[u32] {
+        &self.token_ids_logprob
+    }
+}
+
+/// Appends the top `n` of `dist` to `out` as `f32` entries, using `scratch` for the `f64` values.
+fn push_top(
+    dist: &crate::model::Distribution<'_>,
+    n: usize,
+    scratch: &mut Vec<(u32, f64)>,
+    out: &mut Vec<LogprobEntry>,
+) {
+    if n == 0 {
+        return;
+    }
+    scratch.clear();
+    dist.top(n, scratch);
+    out.extend(scratch.iter().map(|&(id, lp)| LogprobEntry {
+        logprob: lp as f32,
+        id,
+    }));
+}
+
+/// Moves the complete UTF-8 prefix of `pending` onto `decoded`, replacing invalid sequences with U+FFFD exactly as
+/// `String::from_utf8_lossy` would, and leaves an incomplete trailing character in `pending`.
+fn drain_complete_utf8(pending: &mut Vec<u8>, decoded: &mut String) {
+    let mut start = 0;
+    loop {
+        match std::str::from_utf8(&pending[start..]) {
+            Ok(s) => {
+                decoded.push_str(s);
+                pending.clear();
+                return;
+            }
+            Err(e) => {
+                let valid = start + e.valid_up_to();
+                // The bytes up to `valid` were just checked to be UTF-8.
+                decoded.push_str(std::str::from_utf8(&pending[start..valid]).unwrap_or_default());
+                match e.error_len() {
+                    Some(len) => {
+                        decoded.push('\u{FFFD}');
+                        start = valid + len;
+                    }
+                    None => {
+                        pending.drain(..valid);
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Runs `item` to the end: what a non-streamed request returns.
+pub fn generate(model: Arc<Model>, item: ItemRequest) -> Generation {
+    let mut generation = Generation::new(model, item);
+    generation.run_to_end();
+    generation
+}

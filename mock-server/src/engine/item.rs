@@ -1,0 +1,133 @@
+//! What the engine is asked to run for one sample, and how a sample ends: [`ItemRequest`] with its validated
+//! [`SamplingParams`], the [`LogprobEntry`] of a top list, and SGLang's [`FinishReason`]s.
+
+/// Temperatures below this are greedy, as in SGLang (`top_k = 1`, `temperature = 1`).
+pub const GREEDY_TEMPERATURE: f64 = 1e-6;
+
+/// The sampling parameters the engine uses, already validated and with SGLang's defaults filled in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplingParams {
+    /// Most tokens to generate.
+    pub max_new_tokens: u32,
+    /// EOS and stop tokens are masked until this many tokens exist.
+    pub min_new_tokens: u32,
+    /// Softmax temperature; below [`GREEDY_TEMPERATURE`] means greedy.
+    pub temperature: f64,
+    /// Nucleus threshold in `(0, 1]`.
+    pub top_p: f64,
+    /// Keep only the `k` most probable ids; `None` is the whole vocabulary (SGLang's `-1`).
+    pub top_k: Option<u32>,
+    /// Keep ids whose probability is at least `min_p` times the largest.
+    pub min_p: f64,
+    /// Stop strings, checked on the decoded output in list order.
+    pub stop: Vec<String>,
+    /// Token ids that end generation like EOS does.
+    pub stop_token_ids: Vec<u32>,
+    /// Disables EOS *and* `stop_token_ids` (stop strings still apply).
+    pub ignore_eos: bool,
+    /// Leave special tokens out of the output text.
+    pub skip_special_tokens: bool,
+    /// Keep a matched stop string (or stop token) in the output text.
+    pub no_stop_trim: bool,
+    /// Seeds the sampler for this request; without it the sampler is seeded from the prompt.
+    pub sampling_seed: Option<u64>,
+}
+
+impl Default for SamplingParams {
+    fn default() -> SamplingParams {
+        SamplingParams {
+            max_new_tokens: 128,
+            min_new_tokens: 0,
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: None,
+            min_p: 0.0,
+            stop: Vec::new(),
+            stop_token_ids: Vec::new(),
+            ignore_eos: false,
+            skip_special_tokens: true,
+            no_stop_trim: false,
+            sampling_seed: None,
+        }
+    }
+}
+
+/// One sample to generate: a prompt, its sampling parameters and what to report.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ItemRequest {
+    /// The prompt's token ids (never empty).
+    pub input_ids: Vec<u32>,
+    /// Validated sampling parameters.
+    pub params: SamplingParams,
+    /// Report logprobs at all.
+    pub return_logprob: bool,
+    /// First prompt position covered by the input logprobs; `input_ids.len()` means none.
+    pub logprob_start: usize,
+    /// How many top logprobs to report per position (0 for none).
+    pub top_logprobs_num: usize,
+    /// Ids whose logprob to report at every position (empty for none).
+    pub token_ids_logprob: Vec<u32>,
+    /// Position of this sample in the flattened request (prompt-major), so that the samples of `n > 1` or of a
+    /// batch of equal prompts differ while each stays reproducible.
+    pub sample_index: u64,
+    /// Tokens the generation must produce first, instead of sampling (a scripted answer, usually ending with
+    /// `<|im_end|>`). Each still reports its true logprob under the model, and the finish checks apply to it as
+    /// to a sampled token; once they are used up, generation samples as usual.
+    pub forced_output: Vec<u32>,
+}
+
+impl ItemRequest {
+    /// A request for `input_ids` with default parameters and no logprobs.
+    pub fn new(input_ids: Vec<u32>) -> ItemRequest {
+        let logprob_start = input_ids.len();
+        ItemRequest {
+            input_ids,
+            params: SamplingParams::default(),
+            return_logprob: false,
+            logprob_start,
+            top_logprobs_num: 0,
+            token_ids_logprob: Vec::new(),
+            sample_index: 0,
+            forced_output: Vec::new(),
+        }
+    }
+}
+
+/// A token id with its log-probability, as in a top-logprob list. The logprob is `-inf` for an id the
+/// distribution masks (SGLang then writes `null`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LogprobEntry {
+    /// Natural-log probability, rounded to `f32` as SGLang's float32 logprobs are.
+    pub logprob: f32,
+    /// The token id.
+    pub id: u32,
+}
+
+/// Why a generation ended, in the shapes of SGLang's `BaseFinishReason.to_json()`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// `max_new_tokens` reached: `{"type":"length","length":max_new_tokens}`.
+    Length {
+        /// The request's `max_new_tokens` (not the count generated).
+        length: u32,
+    },
+    /// EOS or a `stop_token_ids` hit: `{"type":"stop","matched":id}`.
+    StopToken {
+        /// The id that ended generation.
+        matched: u32,
+    },
+    /// A stop string: `{"type":"stop","matched":"..."}`.
+    StopStr {
+        /// The stop string that matched.
+        matched: String,
+    },
+    /// Aborted while running: `{"type":"abort","message":...,"status_code":...,"err_type":...}`.
+    Abort {
+        /// Human-readable reason, `"Aborted"` for user and weight-update aborts.
+        message: String,
+        /// HTTP status for server-side error aborts, `None` for user aborts.
+        status_code: Option<u16>,
+        /// Error type for server-side error aborts, `None` for user aborts.
+        err_type: Option<String>,
+    },
+}

@@ -1,0 +1,18 @@
+//! The engine: one sample's generation step by step, the plan of a request, and the step core that advances
+//! every item of a plan together. Pure: no HTTP, no async, no clock.
+//!
+//! - `item`: [`ItemRequest`], what one sample asks for, and how it ends ([`FinishReason`]);
+//! - `generation`: [`Generation`], one sample with SGLang's finish rules, stop trimming and logprobs;
+//! - `plan`: [`GeneratePlan`], what a validated request asks the engine to run;
+//! - `step`: [`Run`], the one loop that advances a plan's items tick by tick, used by the oracle and by the
+//!   server's non-stream and stream drivers.
+
+mod generation;
+mod item;
+mod plan;
+mod step;
+
+pub use generation::{Generation, generate};
+pub use item::{FinishReason, GREEDY_TEMPERATURE, ItemRequest, LogprobEntry, SamplingParams};
+pub use plan::{GeneratePlan, PlannedItem, RidSource};
+pub use step::{Interventions, Outside, Progress, Run, abort_message};

@@ -1,0 +1,46 @@
+//! A validated `/generate` request as the engine runs it: one [`PlannedItem`] per flattened sample.
+
+use super::item::ItemRequest;
+
+/// One flattened sample, ready for the engine.
+#[derive(Debug, Clone)]
+pub struct PlannedItem {
+    /// `meta_info.id`.
+    pub rid: String,
+    /// The id was generated (uuid4 hex) rather than given by the caller.
+    pub rid_is_fresh: bool,
+    pub request: ItemRequest,
+    /// Whether `input_top_logprobs`/`output_top_logprobs` are reported (`top_logprobs_num > 0`).
+    pub top_logprobs_num: usize,
+    /// Whether `input_token_ids_logprobs`/`output_token_ids_logprobs` are reported.
+    pub token_ids_logprob_requested: bool,
+    /// Chunk cadence of this item's stream.
+    pub stream_interval: u32,
+    /// The scheduler rejected this item (`logprob_start_len` too large): it finishes at once with an
+    /// abort carrying this message and status 400.
+    pub abort: Option<String>,
+}
+
+/// A validated `/generate` request.
+#[derive(Debug, Clone)]
+pub struct GeneratePlan {
+    /// The response is a JSON array (batch input or `n > 1`), not one object.
+    pub is_batch: bool,
+    pub stream: bool,
+    pub return_text_in_logprobs: bool,
+    /// Prompt-major: `[p0s0, p0s1, ..., p1s0, ...]`.
+    pub items: Vec<PlannedItem>,
+}
+
+/// Where fresh request ids come from: uuid4 hex on the server, something reproducible in the oracle.
+pub trait RidSource {
+    fn fresh_rid(&mut self) -> String;
+}
+
+impl GeneratePlan {
+    /// The message of the first item the scheduler refused: a non-stream request fails as a whole with it
+    /// (`_wait_one_response` raises the first abort), while a stream reports it in that item's chunk.
+    pub fn rejection(&self) -> Option<&str> {
+        self.items.iter().find_map(|item| item.abort.as_deref())
+    }
+}

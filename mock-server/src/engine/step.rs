@@ -1,0 +1,390 @@
+//! The step core: every item of a plan advanced together, one token per tick, with the checks SGLang's
+//! scheduler makes between decode steps (an abort from outside, the `abort-running` fault, a finished item
+//! leaving the batch). The oracle, the server's non-stream path and its stream path all drive a [`Run`];
+//! the server's async drivers add only what is not the engine's: waiting while paused, latency, yields.
+//!
+//! A tick steps every unfinished item once, in item order, and reports per item what happened
+//! ([`Progress`]). Every item reports its end exactly once: `Finished` for a generation (at its last
+//! token, at an abort, or in the first tick for one that was finished from the start, such as
+//! `max_new_tokens: 0`), `Rejected` for an item the scheduler refused (`PlannedItem::abort`), `Failed` for
+//! one whose engine code panicked.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use super::generation::Generation;
+use super::plan::GeneratePlan;
+use crate::config::Profile;
+use crate::error::ApiError;
+use crate::model::Model;
+
+/// The message of an abort from outside, as SGLang's scheduler writes it for each release.
+pub fn abort_message(profile: Profile) -> &'static str {
+    match profile {
+        Profile::Latest => "Aborted",
+        Profile::Mid => "Unknown error",
+    }
+}
+
+/// What happened to one item in a tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// Nothing: the item had ended in an earlier tick.
+    Idle,
+    /// It generated one token and goes on.
+    Stepped,
+    /// Its generation ended in this tick: a finish rule, an abort, or finished from the start.
+    Finished,
+    /// The scheduler refused it (`PlannedItem::abort`); reported in the first tick.
+    Rejected,
+    /// Its engine code panicked; [`Run::failure`] has the error. Reported once.
+    Failed,
+}
+
+/// Aborts from outside the engine, asked before every step of an item.
+pub trait Outside {
+    /// Whether item `item` must stop before its step in tick `tick`.
+    fn aborted(&self, item: usize, tick: usize) -> bool;
+}
+
+/// A record of what the outside world did to a request while it ran, in ticks, for the oracle to replay.
+/// Tick `t` is the step that produces an item's token `t + 1`, so an item aborted before tick `t` keeps
+/// `t` output tokens (if it had not finished earlier).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Interventions {
+    /// `(item, tick)`: the item was aborted (`/abort_request`, a pause in `abort` mode) before that tick.
+    pub aborts: Vec<(usize, usize)>,
+    /// Ticks before which a `retract` pause sent every unfinished item back to the queue.
+    pub retractions: Vec<usize>,
+    /// The `abort-running` fault: every item stops once it has this many output tokens.
+    pub abort_after: Option<usize>,
+}
+
+impl Outside for Interventions {
+    fn aborted(&self, item: usize, tick: usize) -> bool {
+        self.aborts.iter().any(|&(i, t)| i == item && t <= tick)
+    }
+}
+
+#[derive(Debug)]
+enum Item {
+    /// A generation; `ended` once it has reported its end (it stays readable).
+    Generating {
+        generation: Box<Generation>,
+        ended: bool,
+    },
+    Rejected {
+        reported: bool,
+    },
+    Failed {
+        error: ApiError,
+        reported: bool,
+    },
+}
+
+/// The items of one request and their progress: the one loop that advances a plan's generations.
+#[derive(Debug)]
+pub struct Run {
+    items: Vec<Item>,
+    retractions: Vec<u32>,
+    progress: Vec<Progress>,
+    tick: usize,
+    /// The `abort-running` fault: every item stops once it has this many output tokens.
+    abort_after: Option<usize>,
+    abort_message: &'static str,
+    open: usize,
+}
+
+impl Run {
+    /// Starts every item of `plan`: computes prompt logprobs, and marks the items the scheduler refused.
+    pub fn new(
+        model: &Arc<Model>,
+        plan: &GeneratePlan,
+        profile: Profile,
+        abort_after: Option<usize>,
+    ) -> Run {
+        let items: Vec<Item> = plan
+            .items
+            .iter()
+            .map(|item| {
+                if item.abort.is_some() {
+                    return Item::Rejected { reported: false };
+                }
+                let model = Arc::clone(model);
+                let request = item.request.clone();
+                match guarded(move || Generation::new(model, request)) {
+                    Ok(generation) => Item::Generating {
+                        generation: Box::new(generation),
+                        ended: false,
+                    },
+                    Err(error) => Item::Failed {
+                        error,
+                        reported: false,
+                    },
+                }
+            })
+            .collect();
+        let n = items.len();
+        Run {
+            items,
+            retractions: vec![0; n],
+            progress: vec![Progress::Idle; n],
+            tick: 0,
+            abort_after,
+            abort_message: abort_message(profile),
+            open: n,
+        }
+    }
+
+    /// Advances every item by one step; [`Run::progress`] then says what happened to each.
+    pub fn tick(&mut self, outside: &dyn Outside) {
+        let tick = self.tick;
+        for (i, item) in self.items.iter_mut().enumerate() {
+            let progress = match item {
+                Item::Generating {
+                    generation,
+                    ended: ended @ false,
+                } => {
+                    match advance(
+                        generation,
+                        outside.aborted(i, tick),
+                        self.abort_after,
+                        self.abort_message,
+                    ) {
+                        Ok(false) => Progress::Stepped,
+                        Ok(true) => {
+                            *ended = true;
+                            Progress::Finished
+                        }
+                        Err(error) => {
+                            *item = Item::Failed {
+                                error,
+                                reported: true,
+                            };
+                            Progress::Failed
+                        }
+                    }
+                }
+                Item::Rejected {
+                    reported: reported @ false,
+                } => {
+                    *reported = true;
+                    Progress::Rejected
+                }
+                Item::Failed {
+                    reported: reported @ false,
+                    ..
+                } => {
+                    *reported = true;
+                    Progress::Failed
+                }
+                _ => Progress::Idle,
+            };
+            if !matches!(progress, Progress::Idle | Progress::Stepped) {
+                self.open -= 1;
+            }
+            self.progress[i] = progress;
+        }
+        self.tick += 1;
+    }
+
+    /// What the last tick did to each item, in item order.
+    pub fn progress(&self) -> &[Progress] {
+        &self.progress
+    }
+
+    /// A `retract` pause: every item still generating goes back to the queue once more.
+    pub fn retract(&mut self) {
+        for (item, count) in self.items.iter().zip(&mut self.retractions) {
+            if matches!(item, Item::Generating { ended: false, .. }) {
+                *count += 1;
+            }
+        }
+    }
+
+    /// One tick as the server would have run it under `interventions`: a `retract` pause scheduled before
+    /// this tick first, then the tick with their aborts (the oracle's driver, tick by tick).
+    pub fn replay_tick(&mut self, interventions: &Interventions) {
+        if interventions.retractions.contains(&self.tick) {
+            self.retract();
+        }
+        self.tick(interventions);
+    }
+
+    /// Runs every item to its end, replaying `interventions`.
+    pub fn run_to_end(&mut self, interventions: &Interventions) {
+        while !self.is_done() {
+            self.replay_tick(interventions);
+        }
+    }
+
+    /// Whether every item has reported its end.
+    pub fn is_done(&self) -> bool {
+        self.open == 0
+    }
+
+    /// The number of ticks so far.
+    pub fn ticks(&self) -> usize {
+        self.tick
+    }
+
+    /// Item `i`'s generation, unless it was rejected or failed.
+    pub fn generation(&self, i: usize) -> Option<&Generation> {
+        match &self.items[i] {
+            Item::Generating { generation, .. } => Some(generation),
+            Item::Rejected { .. } | Item::Failed { .. } => None,
+        }
+    }
+
+    /// How often item `i` was retracted.
+    pub fn retractions(&self, i: usize) -> u32 {
+        self.retractions[i]
+    }
+
+    /// The error of a failed item.
+    pub fn failure(&self, i: usize) -> Option<&ApiError> {
+        match &self.items[i] {
+            Item::Failed { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+
+    /// The first failure of any item, for a non-stream request that fails as a whole.
+    pub fn first_failure(&self) -> Option<&ApiError> {
+        (0..self.items.len()).find_map(|i| self.failure(i))
+    }
+}
+
+/// One item's step: the abort checks first, then one token. Returns whether the generation has ended.
+/// A generation that was finished from the start ends here without a step.
+fn advance(
+    generation: &mut Generation,
+    aborted: bool,
+    abort_after: Option<usize>,
+    message: &str,
+) -> Result<bool, ApiError> {
+    if generation.is_finished() {
+        return Ok(true);
+    }
+    if aborted || abort_after.is_some_and(|after| generation.output_ids().len() >= after) {
+        generation.abort(message, None, None);
+        return Ok(true);
+    }
+    guarded(|| generation.step())
+}
+
+/// Runs engine code so that a panic becomes a 500 instead of a dropped connection.
+fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, ApiError> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|panic| {
+        let detail = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_owned());
+        ApiError::internal(format!("engine panicked: {detail}"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{FinishReason, ItemRequest, PlannedItem};
+    use crate::model::ModelConfig;
+
+    /// One item per length, all ignoring EOS so that the length decides; `rejected` is refused by the
+    /// scheduler.
+    fn plan(lengths: &[u32], rejected: Option<usize>) -> GeneratePlan {
+        let items = lengths
+            .iter()
+            .enumerate()
+            .map(|(i, &max_new_tokens)| {
+                let mut request = ItemRequest::new(vec![7, 8, 9]);
+                request.params.max_new_tokens = max_new_tokens;
+                request.params.ignore_eos = true;
+                request.sample_index = i as u64;
+                PlannedItem {
+                    rid: format!("r{i}"),
+                    rid_is_fresh: false,
+                    request,
+                    top_logprobs_num: 0,
+                    token_ids_logprob_requested: false,
+                    stream_interval: 1,
+                    abort: (rejected == Some(i))
+                        .then(|| "logprob_start_len is too large".to_owned()),
+                }
+            })
+            .collect();
+        GeneratePlan {
+            is_batch: true,
+            stream: false,
+            return_text_in_logprobs: false,
+            items,
+        }
+    }
+
+    fn model() -> Arc<Model> {
+        Arc::new(Model::new(ModelConfig::default()).expect("the default model builds"))
+    }
+
+    #[test]
+    fn every_item_reports_its_end_once_and_only_running_items_are_retracted() {
+        use Progress::{Finished, Idle, Rejected, Stepped};
+        let mut run = Run::new(
+            &model(),
+            &plan(&[1, 3, 0, 5], Some(3)),
+            Profile::Latest,
+            None,
+        );
+        run.tick(&Interventions::default());
+        // One token ends the first; `max_new_tokens: 0` ended before any step; the refused item is reported.
+        assert_eq!(run.progress(), [Finished, Stepped, Finished, Rejected]);
+        run.retract();
+        run.tick(&Interventions::default());
+        assert_eq!(run.progress(), [Idle, Stepped, Idle, Idle]);
+        assert!(!run.is_done());
+        run.tick(&Interventions::default());
+        assert_eq!(run.progress(), [Idle, Finished, Idle, Idle]);
+        assert!(run.is_done());
+        assert_eq!(
+            (0..4).map(|i| run.retractions(i)).collect::<Vec<_>>(),
+            [0, 1, 0, 0]
+        );
+        let lengths: Vec<Option<usize>> = (0..4)
+            .map(|i| run.generation(i).map(|g| g.output_ids().len()))
+            .collect();
+        assert_eq!(lengths, [Some(1), Some(3), Some(0), None]);
+        assert_eq!(run.ticks(), 3);
+    }
+
+    #[test]
+    fn an_abort_before_tick_t_keeps_t_tokens_with_the_releases_message() {
+        let interventions = Interventions {
+            aborts: vec![(0, 2)],
+            ..Interventions::default()
+        };
+        let mut run = Run::new(&model(), &plan(&[6, 6], None), Profile::Latest, None);
+        run.run_to_end(&interventions);
+        let first = run.generation(0).expect("a generation");
+        assert_eq!(first.output_ids().len(), 2);
+        assert!(
+            matches!(first.finish_reason(), Some(FinishReason::Abort { message, .. }) if message == "Aborted")
+        );
+        assert_eq!(
+            run.generation(1).expect("a generation").output_ids().len(),
+            6
+        );
+
+        // The abort-running fault stops every item at its count, with MID's message.
+        let mut run = Run::new(&model(), &plan(&[6, 1], None), Profile::Mid, Some(2));
+        run.run_to_end(&Interventions::default());
+        let first = run.generation(0).expect("a generation");
+        assert_eq!(first.output_ids().len(), 2);
+        assert!(
+            matches!(first.finish_reason(), Some(FinishReason::Abort { message, .. }) if message == "Unknown error")
+        );
+        assert!(matches!(
+            run.generation(1).and_then(|g| g.finish_reason()),
+            Some(FinishReason::Length { .. })
+        ));
+    }
+}

@@ -1,0 +1,314 @@
+//! The byte-level mutations of normal response bodies. Body faults never slow the normal encoder: the response
+//! is encoded as usual, then the few bytes a fault changes are spliced (which is also how bare `NaN` and
+//! `Infinity` literals get into a body), found by a small scanner that knows where a JSON value ends.
+
+use super::catalogue::{Fault, FaultKind};
+
+/// Whether a fault changes the JSON of each answered object (non-stream bodies and stream chunks).
+pub fn is_body_fault(kind: FaultKind) -> bool {
+    matches!(
+        kind,
+        FaultKind::MissingMetaInfo
+            | FaultKind::MissingLogprobs
+            | FaultKind::ShortLogprobs
+            | FaultKind::LongLogprobs
+            | FaultKind::NullLogprob
+            | FaultKind::NanLogprob
+            | FaultKind::PositiveLogprob
+            | FaultKind::WrongTokenId
+            | FaultKind::StringLogprob
+    )
+}
+
+/// Apply a body fault to an encoded body: one object, or an array of objects (a batch).
+pub fn mutate_body(fault: &Fault, body: &[u8]) -> Vec<u8> {
+    if body.first() == Some(&b'[') {
+        let elements = split_array(body, 0);
+        let mut out = Vec::with_capacity(body.len() + 16);
+        out.push(b'[');
+        for (i, (start, end)) in elements.into_iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(&mutate_object(fault, &body[start..end]));
+        }
+        out.push(b']');
+        out
+    } else {
+        mutate_object(fault, body)
+    }
+}
+
+/// Apply a body fault to one `{"text", "output_ids", "meta_info"}` object.
+pub fn mutate_object(fault: &Fault, obj: &[u8]) -> Vec<u8> {
+    if fault.kind == FaultKind::MissingMetaInfo {
+        return remove_key(obj, 0, "meta_info").unwrap_or_else(|| obj.to_vec());
+    }
+    let Some(meta) = find_key(obj, 0, "meta_info") else {
+        return obj.to_vec();
+    };
+    let Some(lps) = find_key(obj, meta.value_start, "output_token_logprobs") else {
+        return obj.to_vec();
+    };
+    if fault.kind == FaultKind::MissingLogprobs {
+        return remove_key(obj, meta.value_start, "output_token_logprobs")
+            .unwrap_or_else(|| obj.to_vec());
+    }
+    let list = &obj[lps.value_start..lps.value_end];
+    let mut triples: Vec<Vec<Vec<u8>>> = split_array(list, 0)
+        .into_iter()
+        .map(|(s, e)| {
+            split_array(&list[s..e], 0)
+                .into_iter()
+                .map(|(a, b)| list[s..e][a..b].to_vec())
+                .collect()
+        })
+        .collect();
+    let at = |n: usize| (fault.u64("at", 0) as usize).min(n.saturating_sub(1));
+    match fault.kind {
+        FaultKind::ShortLogprobs => {
+            let by = fault.u64("by", 1) as usize;
+            triples.truncate(triples.len().saturating_sub(by));
+        }
+        FaultKind::LongLogprobs => {
+            let extra = triples
+                .last()
+                .cloned()
+                .unwrap_or_else(|| vec![b"-0.5".to_vec(), b"0".to_vec(), b"null".to_vec()]);
+            for _ in 0..fault.u64("by", 1) {
+                triples.push(extra.clone());
+            }
+        }
+        kind => {
+            if triples.is_empty() {
+                return obj.to_vec();
+            }
+            let i = at(triples.len());
+            let triple = &mut triples[i];
+            if triple.len() < 3 {
+                return obj.to_vec();
+            }
+            match kind {
+                FaultKind::NullLogprob => triple[0] = b"null".to_vec(),
+                FaultKind::NanLogprob => {
+                    triple[0] = fault.str("value").unwrap_or("NaN").as_bytes().to_vec();
+                }
+                FaultKind::PositiveLogprob => {
+                    triple[0] = fault.str("value").unwrap_or("0.5").as_bytes().to_vec();
+                }
+                FaultKind::StringLogprob => {
+                    let mut quoted = b"\"".to_vec();
+                    quoted.extend_from_slice(&triple[0]);
+                    quoted.push(b'"');
+                    triple[0] = quoted;
+                }
+                FaultKind::WrongTokenId => {
+                    let id: u64 = std::str::from_utf8(&triple[1])
+                        .ok()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0);
+                    triple[1] = (if id == 0 { 1 } else { id - 1 }).to_string().into_bytes();
+                }
+                _ => return obj.to_vec(),
+            }
+        }
+    }
+    let mut list_out = Vec::with_capacity(list.len() + 16);
+    list_out.push(b'[');
+    for (i, triple) in triples.iter().enumerate() {
+        if i > 0 {
+            list_out.push(b',');
+        }
+        list_out.push(b'[');
+        list_out.extend_from_slice(&triple.join(&b","[..]));
+        list_out.push(b']');
+    }
+    list_out.push(b']');
+    let mut out = Vec::with_capacity(obj.len() + 16);
+    out.extend_from_slice(&obj[..lps.value_start]);
+    out.extend_from_slice(&list_out);
+    out.extend_from_slice(&obj[lps.value_end..]);
+    out
+}
+
+/// The byte span of one key and its value inside a JSON object.
+#[derive(Debug, Clone, Copy)]
+struct KeySpan {
+    key_start: usize,
+    value_start: usize,
+    value_end: usize,
+}
+
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && b[i].is_ascii_whitespace() {
+        i += 1;
+    }
+    i
+}
+
+/// The end of the JSON value starting at `i` (which must be valid JSON, as our own encoder's output is).
+fn value_end(b: &[u8], i: usize) -> usize {
+    let i = skip_ws(b, i);
+    match b.get(i) {
+        Some(b'"') => {
+            let mut j = i + 1;
+            while j < b.len() {
+                match b[j] {
+                    b'\\' => j += 2,
+                    b'"' => return j + 1,
+                    _ => j += 1,
+                }
+            }
+            b.len()
+        }
+        Some(b'{' | b'[') => {
+            let mut depth = 0usize;
+            let mut j = i;
+            while j < b.len() {
+                match b[j] {
+                    b'"' => {
+                        j = value_end(b, j);
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return j + 1;
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+            b.len()
+        }
+        _ => {
+            let mut j = i;
+            while j < b.len() && !matches!(b[j], b',' | b'}' | b']') && !b[j].is_ascii_whitespace()
+            {
+                j += 1;
+            }
+            j
+        }
+    }
+}
+
+/// The key `key` of the object starting at `obj_start`.
+fn find_key(b: &[u8], obj_start: usize, key: &str) -> Option<KeySpan> {
+    let mut i = skip_ws(b, obj_start);
+    if b.get(i) != Some(&b'{') {
+        return None;
+    }
+    i += 1;
+    loop {
+        i = skip_ws(b, i);
+        match b.get(i) {
+            Some(b'"') => {}
+            _ => return None,
+        }
+        let key_start = i;
+        let key_end = value_end(b, i);
+        let name = &b[key_start + 1..key_end - 1];
+        i = skip_ws(b, key_end);
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        let value_start = skip_ws(b, i + 1);
+        let end = value_end(b, value_start);
+        if name == key.as_bytes() {
+            return Some(KeySpan {
+                key_start,
+                value_start,
+                value_end: end,
+            });
+        }
+        i = skip_ws(b, end);
+        match b.get(i) {
+            Some(b',') => i += 1,
+            _ => return None,
+        }
+    }
+}
+
+/// The object with `key` (of the object at `obj_start`) removed, together with its separating comma.
+fn remove_key(b: &[u8], obj_start: usize, key: &str) -> Option<Vec<u8>> {
+    let span = find_key(b, obj_start, key)?;
+    let before = b[..span.key_start]
+        .iter()
+        .rposition(|c| !c.is_ascii_whitespace())?;
+    let (cut_from, cut_to) = if b[before] == b',' {
+        (before, span.value_end)
+    } else {
+        // The first key: drop the comma after it instead.
+        let after = skip_ws(b, span.value_end);
+        let to = if b.get(after) == Some(&b',') {
+            after + 1
+        } else {
+            span.value_end
+        };
+        (span.key_start, to)
+    };
+    let mut out = Vec::with_capacity(b.len());
+    out.extend_from_slice(&b[..cut_from]);
+    out.extend_from_slice(&b[cut_to..]);
+    Some(out)
+}
+
+/// The spans of the elements of the array starting at `start`.
+fn split_array(b: &[u8], start: usize) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut i = skip_ws(b, start);
+    if b.get(i) != Some(&b'[') {
+        return out;
+    }
+    i = skip_ws(b, i + 1);
+    if b.get(i) == Some(&b']') {
+        return out;
+    }
+    while i < b.len() {
+        let s = skip_ws(b, i);
+        let e = value_end(b, s);
+        out.push((s, e));
+        i = skip_ws(b, e);
+        match b.get(i) {
+            Some(b',') => i += 1,
+            _ => break,
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OBJ: &str = r#"{"text":"ab","output_ids":[5,6],"meta_info":{"id":"r","input_token_logprobs":[],"output_token_logprobs":[[-0.25,5,null],[-1.5,6,"b"]],"completion_tokens":2}}"#;
+
+    fn apply(spec: &str) -> String {
+        let fault: Fault = spec.parse().unwrap();
+        String::from_utf8(mutate_object(&fault, OBJ.as_bytes())).unwrap()
+    }
+    #[test]
+    fn mutations_splice_only_what_they_change() {
+        assert_eq!(
+            apply("missing-meta-info"),
+            r#"{"text":"ab","output_ids":[5,6]}"#
+        );
+        assert_eq!(
+            apply("missing-logprobs"),
+            r#"{"text":"ab","output_ids":[5,6],"meta_info":{"id":"r","input_token_logprobs":[],"completion_tokens":2}}"#
+        );
+        assert!(apply("short-logprobs").contains(r#""output_token_logprobs":[[-0.25,5,null]],"#));
+        assert!(
+            apply("long-logprobs;by=2")
+                .contains(r#"[[-0.25,5,null],[-1.5,6,"b"],[-1.5,6,"b"],[-1.5,6,"b"]]"#)
+        );
+        assert!(apply("null-logprob;at=1").contains(r#"[[-0.25,5,null],[null,6,"b"]]"#));
+        assert!(apply("nan-logprob").contains(r#"[[NaN,5,null],"#));
+        assert!(apply("nan-logprob;value=-Infinity").contains(r#"[[-Infinity,5,null],"#));
+        assert!(apply("positive-logprob").contains(r#"[[0.5,5,null],"#));
+        assert!(apply("wrong-token-id").contains(r#"[[-0.25,4,null],"#));
+        assert!(apply("string-logprob;at=9").contains(r#",["-1.5",6,"b"]]"#));
+    }
+}

@@ -1,0 +1,371 @@
+//! The server's two drivers of the engine's step core ([`Run`]): a non-stream request run to its end, and a
+//! lazily generated SSE stream that advances its run one tick per poll until a chunk is due. They add only
+//! what the engine does not know: waiting while generation is paused (counted as a retraction in `retract`
+//! mode), the latency model, the control plane's aborts, metrics, and yields to the runtime.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use futures_util::Stream;
+
+use super::metrics::Metrics;
+use crate::config::ServerConfig;
+use crate::control::{Admission, Control, CtlHandle, QUEUE_FULL_MESSAGE, RequestCtl, RunTicket};
+use crate::engine::{GeneratePlan, Outside, PlannedItem, Progress, Run};
+use crate::error::ApiError;
+use crate::latency::LatencyConfig;
+use crate::model::{Model, mix};
+use crate::wire::{self, DONE_EVENT, EncodeCtx, Finished, StreamEncoder, WaitingAbort};
+
+/// Steps between cooperative yields, so a long answer or a wide batch cannot hog a worker thread.
+const STEPS_PER_YIELD: usize = 256;
+
+/// Seconds since the Unix epoch, for `response_sent_to_client_ts`.
+pub(crate) fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// What a request's run needs besides its plan: the model, and the server's control plane, latency model
+/// and metrics.
+#[derive(Clone, Debug)]
+pub(crate) struct RunCtx {
+    pub config: Arc<ServerConfig>,
+    pub model: Arc<Model>,
+    pub started: Instant,
+    pub control: Arc<Control>,
+    /// This request's abort flags.
+    pub ctl: Arc<RequestCtl>,
+    pub latency: LatencyConfig,
+    /// The `abort-running` fault: abort each item after this many output tokens.
+    pub abort_after: Option<usize>,
+    pub weight_version: Arc<str>,
+    pub metrics: Arc<Metrics>,
+}
+
+/// The control plane's aborts, as the step core asks for them before every step.
+struct ControlAborts<'a>(&'a RequestCtl);
+
+impl Outside for ControlAborts<'_> {
+    #[inline]
+    fn aborted(&self, item: usize, _tick: usize) -> bool {
+        self.0.any_aborted() && self.0.is_aborted(item)
+    }
+}
+
+/// When each item produced its first token and when it ended, in seconds since the request arrived.
+#[derive(Debug)]
+struct Timings {
+    ttft: Vec<Option<f64>>,
+    e2e: Vec<f64>,
+}
+
+impl Timings {
+    fn new(items: usize) -> Timings {
+        Timings {
+            ttft: vec![None; items],
+            e2e: vec![0.0; items],
+        }
+    }
+
+    /// Stamps the items the last tick started or ended.
+    fn observe(&mut self, run: &Run, started: Instant) {
+        let mut now = None;
+        let mut now = || *now.get_or_insert_with(|| started.elapsed().as_secs_f64());
+        for (i, progress) in run.progress().iter().enumerate() {
+            if matches!(progress, Progress::Stepped | Progress::Finished) && self.ttft[i].is_none()
+            {
+                self.ttft[i] = Some(now());
+            }
+            if matches!(
+                progress,
+                Progress::Finished | Progress::Rejected | Progress::Failed
+            ) {
+                self.e2e[i] = now();
+            }
+        }
+    }
+}
+
+impl RunCtx {
+    fn encode_ctx<'a>(&'a self, plan: &GeneratePlan) -> EncodeCtx<'a> {
+        EncodeCtx::new(self.config.profile, &self.model, plan, &self.weight_version)
+    }
+
+    fn start(&self, plan: &GeneratePlan) -> Run {
+        Run::new(&self.model, plan, self.config.profile, self.abort_after)
+    }
+
+    /// What happens between ticks: wait while paused (a `retract` pause counts against every unfinished
+    /// item), then the latency model's delay before the tick (time to first token, then inter-token).
+    async fn before_tick(&self, run: &mut Run, plan: &GeneratePlan) {
+        if self.control.is_paused() && self.control.wait_unpaused(&self.ctl).await {
+            run.retract();
+        }
+        if self.latency.is_active() {
+            let tick = run.ticks();
+            let delay = plan
+                .items
+                .iter()
+                .map(|item| match tick {
+                    0 => self
+                        .latency
+                        .ttft(latency_key(item), item.request.input_ids.len()),
+                    _ => self.latency.itl(latency_key(item), tick),
+                })
+                .max()
+                .unwrap_or_default();
+            self.sleep(delay).await;
+        }
+    }
+
+    /// One tick of the run, then the timings of what it started and ended.
+    fn tick(&self, run: &mut Run, timings: &mut Timings) {
+        run.tick(&ControlAborts(&self.ctl));
+        timings.observe(run, self.started);
+    }
+
+    /// Sleep for `delay`, waking early if the request is aborted.
+    async fn sleep(&self, delay: Duration) {
+        if delay.is_zero() {
+            return;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = self.ctl.aborted() => {}
+        }
+    }
+
+    fn record(&self, run: &Run, i: usize, timings: &Timings) {
+        if let Some(generation) = run.generation(i) {
+            let e2e = timings.e2e[i];
+            let ttft = timings.ttft[i].unwrap_or(e2e);
+            self.metrics.record_sample(
+                generation.prompt_tokens(),
+                generation.output_ids().len(),
+                ttft,
+                e2e,
+            );
+        }
+    }
+}
+
+/// Counts steps and yields to the runtime every [`STEPS_PER_YIELD`] of them when no latency makes the run
+/// sleep anyway.
+#[derive(Debug, Default)]
+struct Yielder {
+    steps: usize,
+}
+
+impl Yielder {
+    async fn after(&mut self, run: &Run, timed: bool) {
+        self.steps += run
+            .progress()
+            .iter()
+            .filter(|p| **p != Progress::Idle)
+            .count();
+        if !timed && self.steps >= STEPS_PER_YIELD {
+            self.steps = 0;
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// A stable per-item key for the latency jitter.
+fn latency_key(item: &PlannedItem) -> u64 {
+    item.rid
+        .bytes()
+        .fold(item.request.sample_index, |h, b| mix(h, u64::from(b)))
+}
+
+/// Runs a non-stream request to its end and encodes its body. A scheduler rejection of any item fails the
+/// whole request with that item's 400, as `_wait_one_response` raises it; an engine panic is a 500.
+pub(crate) async fn run_to_end(
+    ctx: &RunCtx,
+    plan: &GeneratePlan,
+    control: &Control,
+) -> Result<Vec<u8>, ApiError> {
+    if let Some(message) = plan.rejection() {
+        return Err(ApiError::value(message));
+    }
+    let mut run = ctx.start(plan);
+    let mut timings = Timings::new(plan.items.len());
+    let mut yielder = Yielder::default();
+    let timed = ctx.latency.is_active();
+    while !run.is_done() {
+        ctx.before_tick(&mut run, plan).await;
+        ctx.tick(&mut run, &mut timings);
+        if let Some(err) = run.first_failure() {
+            return Err(err.clone());
+        }
+        yielder.after(&run, timed).await;
+    }
+    for i in 0..plan.items.len() {
+        ctx.record(&run, i, &timings);
+    }
+    // The version is read when the answer is written: a request held back by a weight update reports the
+    // new one.
+    let version = control.weight_version();
+    let ctx = EncodeCtx::new(ctx.config.profile, &ctx.model, plan, &version);
+    wire::encode_body(&ctx, plan, &run, &timings.e2e, unix_now())
+}
+
+/// Where a stream stands before its first chunk.
+enum Admit {
+    /// Not yet asked (the server's control plane decides when the request may run).
+    Pending(CtlHandle),
+    /// Running; the ticket and the registration are held until the stream ends.
+    Running {
+        _held: Option<(RunTicket, CtlHandle)>,
+    },
+}
+
+/// The state of one streamed request: its run, and the events already due but not yet sent.
+struct StreamRun<G> {
+    ctx: RunCtx,
+    plan: GeneratePlan,
+    run: Run,
+    encoder: StreamEncoder,
+    timings: Timings,
+    yielder: Yielder,
+    queue: VecDeque<Bytes>,
+    admit: Admit,
+    /// The request ended before running (aborted in the waiting queue, or refused): no tick is run.
+    ended_early: bool,
+    finished: bool,
+    /// Held for the life of the stream (the server's load accounting).
+    _guard: G,
+}
+
+/// A lazily generated SSE body: each poll runs ticks until some item has a chunk due and sends the due
+/// events one by one, then `data: [DONE]`. Dropping the stream (a client disconnect) stops the generation.
+///
+/// The stream first waits for the control plane's permission to run (the HTTP headers are already out, as
+/// with SGLang's `StreamingResponse`); an abort or a full queue then ends it with the waiting-queue abort
+/// chunk of every item.
+pub(crate) fn sse_stream<G: Send + 'static>(
+    ctx: RunCtx,
+    plan: GeneratePlan,
+    handle: CtlHandle,
+    guard: G,
+) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
+    let state = StreamRun {
+        run: ctx.start(&plan),
+        encoder: StreamEncoder::new(wire::stream_mode(&ctx.config), plan.items.len()),
+        timings: Timings::new(plan.items.len()),
+        yielder: Yielder::default(),
+        queue: VecDeque::new(),
+        admit: Admit::Pending(handle),
+        ended_early: false,
+        finished: false,
+        ctx,
+        plan,
+        _guard: guard,
+    };
+    futures_util::stream::unfold(state, |mut state| async move {
+        if state.finished {
+            return None;
+        }
+        if let Admit::Pending(_) = state.admit {
+            state.admit_now().await;
+        }
+        if state.queue.is_empty() && !state.ended_early && !state.run.is_done() {
+            state.run_until_due().await;
+        }
+        let event = state.queue.pop_front().unwrap_or_else(|| {
+            state.finished = true;
+            Bytes::from_static(DONE_EVENT)
+        });
+        Some((Ok(event), state))
+    })
+}
+
+impl<G> StreamRun<G> {
+    async fn admit_now(&mut self) {
+        let Admit::Pending(handle) =
+            std::mem::replace(&mut self.admit, Admit::Running { _held: None })
+        else {
+            return;
+        };
+        let reason = match self.ctx.control.admit(&handle).await {
+            Admission::Run(ticket) => {
+                self.ctx.weight_version = self.ctx.control.weight_version();
+                self.admit = Admit::Running {
+                    _held: Some((ticket, handle)),
+                };
+                return;
+            }
+            Admission::QueueFull => WaitingAbort::Refused {
+                status_code: 503,
+                message: QUEUE_FULL_MESSAGE,
+            },
+            Admission::AbortedWaiting => WaitingAbort::Aborted,
+        };
+        self.ctx
+            .metrics
+            .aborted_requests
+            .fetch_add(1, Ordering::Relaxed);
+        let e2e = self.ctx.started.elapsed().as_secs_f64();
+        let objects = wire::waiting_abort_objects(
+            &self.ctx.encode_ctx(&self.plan),
+            &self.plan,
+            reason,
+            e2e,
+            true,
+        );
+        self.queue
+            .extend(objects.iter().map(|json| wire::sse_event(json)));
+        self.ended_early = true;
+    }
+
+    /// Runs ticks until some event is due or the run is over.
+    async fn run_until_due(&mut self) {
+        let timed = self.ctx.latency.is_active();
+        while self.queue.is_empty() && !self.run.is_done() {
+            self.ctx.before_tick(&mut self.run, &self.plan).await;
+            self.ctx.tick(&mut self.run, &mut self.timings);
+            self.after_tick();
+            self.yielder.after(&self.run, timed).await;
+        }
+    }
+
+    fn after_tick(&mut self) {
+        let ctx = &self.ctx;
+        for (i, progress) in self.run.progress().iter().enumerate() {
+            match progress {
+                Progress::Finished => {
+                    ctx.record(&self.run, i, &self.timings);
+                    tracing::debug!(rid = %self.plan.items[i].rid, "stream item finished");
+                }
+                Progress::Failed => {
+                    let error = self
+                        .run
+                        .failure(i)
+                        .map(ToString::to_string)
+                        .unwrap_or_default();
+                    tracing::error!(rid = %self.plan.items[i].rid, %error, "generation failed");
+                }
+                _ => {}
+            }
+        }
+        let e2e = &self.timings.e2e;
+        let finished = |i: usize| Finished {
+            e2e_latency: e2e[i],
+            response_sent_to_client_ts: unix_now(),
+        };
+        self.encoder.after_tick(
+            &ctx.encode_ctx(&self.plan),
+            &self.plan,
+            &self.run,
+            self.run.progress(),
+            finished,
+            &mut self.queue,
+        );
+    }
+}

@@ -1,0 +1,120 @@
+//! Extractors for the handlers: the request body under the server's size limit, a JSON body read as FastAPI
+//! reads it, and the connection a fault can reset. Every rejection is an [`ApiError`] in SGLang's shape,
+//! never axum's default rejection text.
+
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, header};
+use serde::de::DeserializeOwned;
+
+use super::conn::ConnHandle;
+use super::state::AppState;
+use crate::error::ApiError;
+use crate::request::json_decode_message;
+
+/// The whole request body, refused beyond `--max-body-bytes` with a 413 in SGLang's HTTPException shape.
+#[derive(Debug)]
+pub(crate) struct RawBody(pub Bytes);
+
+impl FromRequest<AppState> for RawBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let limit = state.config().max_body_bytes;
+        match axum::body::to_bytes(req.into_body(), limit).await {
+            Ok(bytes) => Ok(RawBody(bytes)),
+            Err(err) if is_length_limit(&err) => Err(ApiError::Http {
+                status: 413,
+                message: format!("Request body is larger than the limit of {limit} bytes."),
+            }),
+            Err(err) => Err(ApiError::Validation(format!(
+                "Could not read the request body: {err}"
+            ))),
+        }
+    }
+}
+
+/// Whether a body error is `to_bytes`' limit being reached (rather than the connection failing).
+fn is_length_limit(err: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(error) = source {
+        if error.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = error.source();
+    }
+    false
+}
+
+/// A JSON body read into `T` as FastAPI reads a Pydantic model: an empty body is `{}`, and the wrong shape
+/// is a 400 `RequestValidationError`.
+#[derive(Debug)]
+pub(crate) struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let RawBody(body) = RawBody::from_request(req, state).await?;
+        let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
+            b"{}"
+        } else {
+            &body
+        };
+        serde_json::from_slice(body)
+            .map(JsonBody)
+            .map_err(|err| ApiError::Validation(format!("{err}")))
+    }
+}
+
+/// The JSON body of an OpenAI-layer route: SGLang's `validate_json_request` first (only `application/json`),
+/// then the body as a JSON value, refused with FastAPI's decode message.
+#[derive(Debug)]
+pub(crate) struct OpenAiJson(pub serde_json::Value);
+
+impl FromRequest<AppState> for OpenAiJson {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        check_content_type(req.headers())?;
+        let RawBody(body) = RawBody::from_request(req, state).await?;
+        serde_json::from_slice(&body)
+            .map(OpenAiJson)
+            .map_err(|err| ApiError::Validation(json_decode_message(&err)))
+    }
+}
+
+/// `validate_json_request`: the OpenAI routes take `application/json` only.
+fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let media_type = content_type.split(';').next().unwrap_or("").trim();
+    if media_type == "application/json" {
+        Ok(())
+    } else {
+        Err(ApiError::Validation(
+            "Unsupported Media Type: Only 'application/json' is allowed".to_owned(),
+        ))
+    }
+}
+
+/// The connection the request came on, when it came over [`crate::run`]'s listener (not in process).
+#[derive(Debug)]
+pub(crate) struct Conn(pub Option<ConnHandle>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Conn {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        Ok(Conn(
+            parts
+                .extensions
+                .get::<ConnectInfo<ConnHandle>>()
+                .map(|info| info.0.clone()),
+        ))
+    }
+}

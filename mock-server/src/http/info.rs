@@ -1,0 +1,284 @@
+//! The worker endpoints routers and clients read: health, server and model info, models, weight version, load.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use super::drive::unix_now;
+use super::respond::{Ordered, empty_ok, json_response, json_value, ordered};
+use super::state::AppState;
+use crate::config::{Profile, SGLANG_VERSION, ServerConfig};
+use crate::engine::{Generation, ItemRequest, SamplingParams};
+use crate::error::ApiError;
+
+/// `/health`: 200 with an empty body ([LATEST]); in the MID profile it is `/health_generate`.
+pub(crate) async fn health(State(state): State<AppState>) -> Response {
+    if state.config().profile == Profile::Mid {
+        return health_generate(State(state)).await;
+    }
+    empty_ok()
+}
+
+/// `/health_generate`: one greedy token from prompt `[0]`, as SGLang's health check sends.
+pub(crate) async fn health_generate(State(state): State<AppState>) -> Response {
+    let model = Arc::clone(state.model());
+    let item = ItemRequest {
+        input_ids: vec![0],
+        params: SamplingParams {
+            max_new_tokens: 1,
+            temperature: 1.0,
+            top_k: Some(1),
+            ..SamplingParams::default()
+        },
+        return_logprob: false,
+        logprob_start: 1,
+        top_logprobs_num: 0,
+        token_ids_logprob: Vec::new(),
+        sample_index: 0,
+        forced_output: Vec::new(),
+    };
+    let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let mut generation = Generation::new(model, item);
+        generation.run_to_end();
+        generation.is_finished()
+    }))
+    .unwrap_or(false);
+    if ok {
+        empty_ok()
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE.into_response()
+    }
+}
+
+pub(crate) async fn ping() -> Response {
+    empty_ok()
+}
+
+/// `/server_info` and `/get_server_info`: ServerArgs fields, scheduler info, `internal_states`, `version`.
+pub(crate) async fn server_info(State(state): State<AppState>) -> Response {
+    let c = state.config();
+    let max_total_num_tokens = c.context_length as u64 * 16;
+    let server_args = ordered! {
+        "model_path": c.model_path,
+        "tokenizer_path": c.model_path,
+        "tokenizer_mode": "auto",
+        "skip_tokenizer_init": false,
+        "load_format": "auto",
+        "trust_remote_code": false,
+        "context_length": c.context_length,
+        "is_embedding": false,
+        "revision": serde_json::Value::Null,
+        "model_impl": "auto",
+        "host": c.host,
+        "port": c.port,
+        "served_model_name": c.served_model_name(),
+        "weight_version": &*state.control().weight_version(),
+        "dtype": "auto",
+        "device": "cpu",
+    };
+    let scheduling = ordered! {
+        "random_seed": c.seed,
+        "stream_interval": c.stream_interval,
+        "stream_output": c.incremental_streaming_output,
+        "incremental_streaming_output": c.incremental_streaming_output,
+        "max_running_requests": 4096,
+        "max_total_tokens": serde_json::Value::Null,
+        "chunked_prefill_size": 8192,
+        "max_prefill_tokens": 16384,
+        "schedule_policy": "fcfs",
+        "tp_size": 1,
+        "pp_size": 1,
+        "dp_size": 1,
+        "ep_size": 1,
+        "nnodes": 1,
+        "node_rank": 0,
+        "enable_metrics": false,
+        "log_level": "info",
+    };
+    let features = ordered! {
+        "disable_radix_cache": false,
+        "enable_return_hidden_states": false,
+        "enable_custom_logit_processor": false,
+        "allow_auto_truncate": false,
+        "disaggregation_mode": "null",
+        "disaggregation_bootstrap_port": 8998,
+        "speculative_algorithm": serde_json::Value::Null,
+        "enable_lora": serde_json::Value::Null,
+        "vocab_size": c.vocab_size,
+        "mock_profile": c.profile.as_str(),
+        "return_original_logprob": c.return_original_logprob,
+    };
+    let scheduler_info = ordered! {
+        "max_total_num_tokens": max_total_num_tokens,
+        "max_req_input_len": c.context_length.saturating_sub(6),
+        "status": "ready",
+        "internal_states": json!([{
+            "last_gen_throughput": 0.0,
+            "memory_usage": {"weight": 0.0, "kvcache": 0.0, "token_capacity": max_total_num_tokens},
+            "avg_spec_accept_length": null,
+        }]),
+        "version": SGLANG_VERSION,
+    };
+    // One flat object, like `{**asdict(server_args), **scheduler_info, "internal_states": ..., "version": ...}`.
+    let mut body = server_args.0;
+    for part in [scheduling, features, scheduler_info] {
+        body.extend(part.0);
+    }
+    json_value(&Ordered(body))
+}
+
+/// `/model_info` and `/get_model_info`.
+pub(crate) async fn model_info(State(state): State<AppState>) -> Response {
+    let c = state.config();
+    let body = match c.profile {
+        Profile::Latest => ordered! {
+            "model_path": c.model_path,
+            "tokenizer_path": c.model_path,
+            "is_generation": true,
+            "preferred_sampling_params": serde_json::Value::Null,
+            "weight_version": &*state.control().weight_version(),
+            "has_image_understanding": false,
+            "has_audio_understanding": false,
+            "model_type": "qwen2",
+            "architectures": json!(["Qwen2ForCausalLM"]),
+        },
+        Profile::Mid => ordered! {
+            "model_path": c.model_path,
+            "tokenizer_path": c.model_path,
+            "is_generation": true,
+            "preferred_sampling_params": serde_json::Value::Null,
+            "weight_version": &*state.control().weight_version(),
+        },
+    };
+    json_value(&body)
+}
+
+/// `/get_weight_version`: served in MID, a deprecation 404 in LATEST.
+pub(crate) async fn weight_version(State(state): State<AppState>) -> Response {
+    match state.config().profile {
+        Profile::Mid => {
+            json_value(&ordered! { "weight_version": &*state.control().weight_version() })
+        }
+        Profile::Latest => ApiError::Http {
+            status: 404,
+            message:
+                "Endpoint '/get_weight_version' or '/weight_version' is deprecated. Please use \
+                      '/model_info' instead."
+                    .to_owned(),
+        }
+        .into_response(),
+    }
+}
+
+pub(crate) fn unix_seconds() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn model_card(config: &ServerConfig) -> Ordered {
+    ordered! {
+        "id": config.served_model_name(),
+        "object": "model",
+        "created": unix_seconds(),
+        "owned_by": "sglang",
+        "root": config.served_model_name(),
+        "max_model_len": config.context_length,
+    }
+}
+
+/// `/v1/models`.
+pub(crate) async fn list_models(State(state): State<AppState>) -> Response {
+    json_response(
+        StatusCode::OK,
+        format!(
+            r#"{{"object":"list","data":[{}]}}"#,
+            serde_json::to_string(&model_card(state.config())).unwrap_or_default()
+        )
+        .into_bytes(),
+    )
+}
+
+/// `/v1/models/{id}`: the card, or OpenAI's `model_not_found` 404.
+pub(crate) async fn retrieve_model(
+    State(state): State<AppState>,
+    model: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> Response {
+    // A path that does not percent-decode to UTF-8 names no model; never answer with axum's rejection text.
+    let model = model.map(|Path(m)| m).unwrap_or_default();
+    if model == state.config().served_model_name() {
+        return json_value(&model_card(state.config()));
+    }
+    let error = ordered! {
+        "message": format!("The model '{model}' does not exist"),
+        "type": "invalid_request_error",
+        "param": "model",
+        "code": "model_not_found",
+    };
+    let body = format!(
+        r#"{{"error":{}}}"#,
+        serde_json::to_string(&error).unwrap_or_default()
+    );
+    json_response(StatusCode::NOT_FOUND, body.into_bytes())
+}
+
+/// `/get_load`: one entry per DP rank (the mock has one).
+pub(crate) async fn get_load(State(state): State<AppState>) -> Response {
+    let (reqs, tokens) = state.load();
+    json_value(&[ordered! {
+        "dp_rank": 0,
+        "num_reqs": reqs,
+        "num_waiting_reqs": state.control().waiting(),
+        "num_tokens": tokens,
+        "num_pending_tokens": 0,
+        "ts_tic": unix_now(),
+    }])
+}
+
+/// `/v1/loads` [LATEST]: what slime polls to wait until the server is idle.
+pub(crate) async fn v1_loads(State(state): State<AppState>) -> Response {
+    let (reqs, tokens) = state.load();
+    let max_total = u64::from(state.config().context_length) * 16;
+    json_value(&ordered! {
+        "timestamp": iso8601_utc(unix_now()),
+        "version": SGLANG_VERSION,
+        "accelerator": "cpu",
+        "num_accelerators": 1,
+        "loads": json!([{
+            "dp_rank": 0,
+            "num_running_reqs": reqs,
+            "num_waiting_reqs": state.control().waiting(),
+            "num_total_tokens": max_total,
+            "num_used_tokens": tokens,
+        }]),
+    })
+}
+
+/// `datetime.fromtimestamp(t, timezone.utc).isoformat()`: `2026-11-29T20:30:00.123456+00:00`.
+fn iso8601_utc(unix: f64) -> String {
+    // Only a clock past the year 9999 is out of range.
+    let ts = jiff::Timestamp::from_microsecond((unix * 1e6).round() as i64)
+        .unwrap_or(jiff::Timestamp::MAX);
+    ts.strftime("%Y-%m-%dT%H:%M:%S%.6f+00:00").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn iso_timestamps_are_utc_calendar_dates() {
+        assert_eq!(super::iso8601_utc(0.0), "1970-01-01T00:00:00.000000+00:00");
+        assert_eq!(
+            super::iso8601_utc(951_782_400.5),
+            "2000-02-29T00:00:00.500000+00:00"
+        );
+        assert_eq!(
+            super::iso8601_utc(1_795_983_455.25),
+            "2026-11-29T20:17:35.250000+00:00"
+        );
+    }
+}

@@ -1,0 +1,141 @@
+//! The state every handler shares: configuration, model, control plane, faults, metrics and load counters.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::metrics::Metrics;
+use crate::config::{ServerConfig, StateError};
+use crate::control::Control;
+use crate::faults::Faults;
+use crate::model::Model;
+use crate::oracle::Oracle;
+
+/// Shared server state: configuration, the model, and load counters. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: Arc<ServerConfig>,
+    model: Arc<Model>,
+    running_requests: AtomicUsize,
+    running_tokens: AtomicUsize,
+    control: Arc<Control>,
+    faults: Faults,
+    metrics: Arc<Metrics>,
+    /// `true` once the server has begun to shut down: a `hang` ends then instead of holding the shutdown.
+    shutting_down: tokio::sync::watch::Sender<bool>,
+}
+
+impl AppState {
+    pub fn new(config: ServerConfig) -> Result<AppState, StateError> {
+        let model = config.build_model()?;
+        Ok(AppState::with_model(config, Arc::new(model)))
+    }
+
+    /// An oracle sharing this server's configuration and model.
+    pub fn oracle(&self) -> Oracle {
+        Oracle::with_model(self.config().clone(), Arc::clone(self.model()))
+    }
+
+    /// A state around an already built model (the oracle and tests share one).
+    pub fn with_model(config: ServerConfig, model: Arc<Model>) -> AppState {
+        let control = Control::new(
+            &config.weight_version,
+            config.max_running_requests,
+            config.max_queued_requests,
+        );
+        let faults = Faults::new(config.faults.clone());
+        AppState {
+            inner: Arc::new(Inner {
+                config: Arc::new(config),
+                model,
+                running_requests: AtomicUsize::new(0),
+                running_tokens: AtomicUsize::new(0),
+                control,
+                faults,
+                metrics: Arc::new(Metrics::default()),
+                shutting_down: tokio::sync::watch::Sender::new(false),
+            }),
+        }
+    }
+
+    /// Marks the server as shutting down (the graceful shutdown of [`crate::run`] calls it).
+    pub fn begin_shutdown(&self) {
+        self.inner.shutting_down.send_replace(true);
+    }
+
+    /// Resolves once the server has begun to shut down.
+    pub async fn shutting_down(&self) {
+        let mut rx = self.inner.shutting_down.subscribe();
+        // The sender lives as long as the state, so `wait_for` only ends when the flag is set.
+        let _ = rx.wait_for(|&down| down).await;
+    }
+
+    /// The control plane: in-flight registry, pause gate, queue, weight version.
+    pub fn control(&self) -> &Arc<Control> {
+        &self.inner.control
+    }
+
+    /// The fault schedule and its counters.
+    pub fn faults(&self) -> &Faults {
+        &self.inner.faults
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.inner.metrics
+    }
+
+    /// Requests counted by `/get_load` (running plus waiting) and their token budget.
+    pub fn load(&self) -> (usize, usize) {
+        (
+            self.inner.running_requests.load(Ordering::Relaxed),
+            self.inner.running_tokens.load(Ordering::Relaxed),
+        )
+    }
+
+    pub(crate) fn shared_config(&self) -> &Arc<ServerConfig> {
+        &self.inner.config
+    }
+
+    pub fn config(&self) -> &ServerConfig {
+        &self.inner.config
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.inner.model
+    }
+
+    pub(crate) fn load_guard(&self, tokens: usize) -> LoadGuard {
+        self.inner.running_requests.fetch_add(1, Ordering::Relaxed);
+        self.inner
+            .running_tokens
+            .fetch_add(tokens, Ordering::Relaxed);
+        LoadGuard {
+            state: self.clone(),
+            tokens,
+        }
+    }
+}
+
+/// Counts a request as running for `/get_load` until dropped (for streams: until the body is dropped).
+#[derive(Debug)]
+pub(crate) struct LoadGuard {
+    state: AppState,
+    tokens: usize,
+}
+
+impl Drop for LoadGuard {
+    fn drop(&mut self) {
+        self.state
+            .inner
+            .running_requests
+            .fetch_sub(1, Ordering::Relaxed);
+        self.state
+            .inner
+            .running_tokens
+            .fetch_sub(self.tokens, Ordering::Relaxed);
+    }
+}

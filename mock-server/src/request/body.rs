@@ -1,0 +1,229 @@
+//! The raw, typed `/generate` body (`GenerateReqInput`) decoded straight from the bytes in one pass, with
+//! Pydantic's messages for the fields that fail.
+
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+
+use super::lax::{Ids, IgnoredPresent, KeyStr, OneOrMany, PyBool, PyInt, SamplingInput};
+use crate::error::ApiError;
+use crate::pyfmt::str_repr;
+
+/// The fields of `GenerateReqInput` the mock acts on. Every field is optional; `null` equals absent;
+/// unknown keys are skipped without being materialised.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GenerateReqInput {
+    pub text: Option<OneOrMany<String>>,
+    pub input_ids: Option<Ids>,
+    pub has_input_embeds: bool,
+    pub sampling_params: Option<SamplingInput>,
+    pub rid: Option<OneOrMany<String>>,
+    pub return_logprob: Option<OneOrMany<bool>>,
+    pub logprob_start_len: Option<OneOrMany<i64>>,
+    pub top_logprobs_num: Option<OneOrMany<i64>>,
+    pub token_ids_logprob: Option<Ids>,
+    pub return_text_in_logprobs: bool,
+    pub stream: bool,
+    pub return_hidden_states: bool,
+    pub has_lora_path: bool,
+    pub custom_logit_processor: Option<CustomLogitProcessor>,
+    pub data_parallel_rank: Option<i64>,
+    pub routed_dp_rank: Option<i64>,
+}
+
+/// Only whether it was a list matters: a list with `n > 1` is its own error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CustomLogitProcessor {
+    One,
+    Many,
+}
+
+/// A Pydantic-style type error in the body: which field, what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FieldError {
+    field: &'static str,
+    kind: &'static str,
+    msg: String,
+}
+
+/// Parse a `/generate` body. Syntax and type errors are Pydantic validation errors (HTTP 400 in the
+/// `{"object":"error",...}` shape); nothing is validated semantically here.
+pub fn parse_generate(body: &[u8]) -> Result<GenerateReqInput, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(validation_error("missing", "()", "Field required"));
+    }
+    let mut field_error = None;
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let parsed = BodySeed {
+        field_error: &mut field_error,
+    }
+    .deserialize(&mut de)
+    .and_then(|req| de.end().map(|()| req));
+    match parsed {
+        Ok(req) => Ok(req),
+        Err(err) => Err(match field_error {
+            // A syntax error inside a field's value is still a JSON decode error.
+            Some(fe) if err.is_data() => {
+                validation_error(fe.kind, &format!("'{}'", fe.field), &fe.msg)
+            }
+            _ if err.is_data() => validation_error(
+                "model_attributes_type",
+                "()",
+                &format!(
+                    "Input should be a valid dictionary or object to extract fields from ({err})"
+                ),
+            ),
+            _ => ApiError::Validation(json_decode_message(&err)),
+        }),
+    }
+}
+
+pub(crate) fn validation_error(kind: &str, field_loc: &str, msg: &str) -> ApiError {
+    let loc = if field_loc == "()" {
+        "('body',)".to_owned()
+    } else {
+        format!("('body', {field_loc})")
+    };
+    let err = format!(
+        "{{'type': '{kind}', 'loc': {loc}, 'msg': {}}}",
+        str_repr(msg)
+    );
+    ApiError::Validation(format!("1 validation error:\n  {err}\n [{err}]"))
+}
+
+pub(crate) fn json_decode_message(err: &serde_json::Error) -> String {
+    let err_text = format!("{err}");
+    let e = format!(
+        "{{'type': 'json_invalid', 'loc': ('body', {}), 'msg': 'JSON decode error', 'input': {{}}, 'ctx': {{'error': {}}}}}",
+        err.column(),
+        str_repr(&err_text)
+    );
+    format!("1 validation error:\n  {e}\n [{e}]")
+}
+
+struct BodySeed<'a> {
+    field_error: &'a mut Option<FieldError>,
+}
+
+impl<'de> DeserializeSeed<'de> for BodySeed<'_> {
+    type Value = GenerateReqInput;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for BodySeed<'_> {
+    type Value = GenerateReqInput;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut req = GenerateReqInput::default();
+        while let Some(key) = map.next_key::<KeyStr<'de>>()? {
+            // Wrap each known field's parse so a type error names the field.
+            macro_rules! field {
+                ($name:literal, $ty:ty, $kind:literal) => {
+                    match map.next_value::<$ty>() {
+                        Ok(v) => v,
+                        Err(e) => {
+                            *self.field_error = Some(FieldError {
+                                field: $name,
+                                kind: $kind,
+                                msg: strip_position(&e.to_string()),
+                            });
+                            return Err(e);
+                        }
+                    }
+                };
+            }
+            match key.as_str() {
+                "text" => req.text = field!("text", Option<OneOrMany<String>>, "string_type"),
+                "input_ids" => req.input_ids = field!("input_ids", Option<Ids>, "list_type"),
+                "input_embeds" => {
+                    req.has_input_embeds =
+                        field!("input_embeds", Option<IgnoredPresent>, "list_type").is_some()
+                }
+                "sampling_params" => {
+                    req.sampling_params =
+                        field!("sampling_params", Option<SamplingInput>, "dict_type")
+                }
+                "rid" => req.rid = field!("rid", Option<OneOrMany<String>>, "string_type"),
+                "return_logprob" => {
+                    req.return_logprob =
+                        field!("return_logprob", Option<OneOrMany<PyBool>>, "bool_type")
+                            .map(|v| v.map(|b| b.0))
+                }
+                "logprob_start_len" => {
+                    req.logprob_start_len =
+                        field!("logprob_start_len", Option<OneOrMany<PyInt>>, "int_type")
+                            .map(|v| v.map(|i| i.0))
+                }
+                "top_logprobs_num" => {
+                    req.top_logprobs_num =
+                        field!("top_logprobs_num", Option<OneOrMany<PyInt>>, "int_type")
+                            .map(|v| v.map(|i| i.0))
+                }
+                "token_ids_logprob" => {
+                    req.token_ids_logprob = field!("token_ids_logprob", Option<Ids>, "list_type")
+                }
+                "return_text_in_logprobs" => {
+                    req.return_text_in_logprobs =
+                        field!("return_text_in_logprobs", Option<PyBool>, "bool_type")
+                            .is_some_and(|b| b.0)
+                }
+                "stream" => {
+                    req.stream = field!("stream", Option<PyBool>, "bool_type").is_some_and(|b| b.0)
+                }
+                "return_hidden_states" => {
+                    req.return_hidden_states = match field!(
+                        "return_hidden_states",
+                        Option<OneOrMany<PyBool>>,
+                        "bool_type"
+                    ) {
+                        None => false,
+                        Some(OneOrMany::One(b)) => b.0,
+                        Some(OneOrMany::Many(v)) => v.iter().any(|b| b.0),
+                    }
+                }
+                "lora_path" => {
+                    req.has_lora_path =
+                        field!("lora_path", Option<IgnoredPresent>, "string_type").is_some()
+                }
+                "custom_logit_processor" => {
+                    req.custom_logit_processor = field!(
+                        "custom_logit_processor",
+                        Option<OneOrMany<String>>,
+                        "string_type"
+                    )
+                    .map(|v| match v {
+                        OneOrMany::One(_) => CustomLogitProcessor::One,
+                        OneOrMany::Many(_) => CustomLogitProcessor::Many,
+                    })
+                }
+                "data_parallel_rank" => {
+                    req.data_parallel_rank =
+                        field!("data_parallel_rank", Option<PyInt>, "int_type").map(|i| i.0)
+                }
+                "routed_dp_rank" => {
+                    req.routed_dp_rank =
+                        field!("routed_dp_rank", Option<PyInt>, "int_type").map(|i| i.0)
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(req)
+    }
+}
+
+/// serde_json appends " at line L column C"; Pydantic messages have no position.
+fn strip_position(msg: &str) -> String {
+    match msg.rfind(" at line ") {
+        Some(i) => msg[..i].to_owned(),
+        None => msg.to_owned(),
+    }
+}

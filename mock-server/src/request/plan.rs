@@ -1,0 +1,583 @@
+//! `GenerateReqInput.normalize_batch_and_arguments` and the tokenizer manager's checks: a parsed body becomes
+//! a [`GeneratePlan`] of one engine request per flattened sample.
+
+use super::body::{CustomLogitProcessor, GenerateReqInput};
+use super::lax::{Ids, OneOrMany, RawSamplingParams, SamplingInput, SamplingKey};
+use super::sampling::{int_value, resolve_sampling_params};
+use crate::config::{Profile, ServerConfig};
+use crate::engine::{GeneratePlan, ItemRequest, PlannedItem, RidSource};
+use crate::error::ApiError;
+use crate::model::Tokenizer;
+use crate::pyfmt::{int_list_repr, str_list_repr};
+
+/// The most samples (prompts times `n`) one request may expand to (a mock-only limit).
+pub const MAX_SAMPLES: usize = 1 << 16;
+/// The most top-logprob and token-id-logprob entries one item may ask for (a mock-only limit).
+pub const MAX_LOGPROB_ENTRIES: u64 = 20_000_000;
+
+/// Turn a parsed body into engine requests, applying SGLang's normalisation and every validation rule.
+pub fn plan_generate(
+    req: &GenerateReqInput,
+    config: &ServerConfig,
+    tokenizer: &Tokenizer,
+    rids: &mut dyn RidSource,
+) -> Result<GeneratePlan, ApiError> {
+    let shape = Shape::of(req)?;
+    let expanded = Expanded::of(req, &shape)?;
+    check_rid_uniqueness(req, shape.is_single)?;
+    let dp_rank = req.routed_dp_rank.or(req.data_parallel_rank);
+
+    // Tokenizer-manager and sampling-parameter checks, item by item; prompts are tokenized once per prompt.
+    let mut items = Vec::with_capacity(shape.num);
+    let mut prompt_cache: Vec<Option<Vec<u32>>> = vec![None; shape.batch_size.max(1)];
+    for i in 0..shape.num {
+        let prompt_index = if shape.is_single { 0 } else { i / shape.n };
+        let input_ids = match &prompt_cache[prompt_index] {
+            Some(ids) => ids.clone(),
+            None => {
+                let ids = prompt_ids(req, shape.single_prompt, prompt_index, config, tokenizer)?;
+                prompt_cache[prompt_index] = Some(ids.clone());
+                ids
+            }
+        };
+        validate_one_request(req, expanded.sampling[i], &input_ids, config, dp_rank)?;
+        let rid = match &expanded.rids[i] {
+            Some(rid) => (rid.clone(), false),
+            None => (rids.fresh_rid(), true),
+        };
+        items.push(plan_item(&expanded, i, input_ids, rid, config)?);
+    }
+
+    // Scripted answers replace sampling with the rule's tokens (forced decoding keeps the true logprobs).
+    super::script::apply(&config.scripted, tokenizer, &mut items);
+
+    Ok(GeneratePlan {
+        is_batch: !shape.is_single,
+        stream: req.stream,
+        return_text_in_logprobs: req.return_text_in_logprobs,
+        items,
+    })
+}
+
+/// How many prompts and samples a request has (`_validate_inputs`, `_determine_batch_size`,
+/// `_handle_parallel_sampling`).
+struct Shape {
+    single_prompt: bool,
+    batch_size: usize,
+    n: usize,
+    /// One prompt and `n == 1`: the answer is an object, not a list.
+    is_single: bool,
+    /// The number of flattened samples.
+    num: usize,
+}
+
+impl Shape {
+    fn of(req: &GenerateReqInput) -> Result<Shape, ApiError> {
+        // `_validate_inputs`.
+        let given = [
+            req.text.is_some(),
+            req.input_ids.is_some(),
+            req.has_input_embeds,
+        ];
+        if given.iter().all(|g| !g) || given.iter().all(|g| *g) {
+            return Err(ApiError::value(
+                "Either text, input_ids or input_embeds should be provided.",
+            ));
+        }
+        // `_determine_batch_size`: `text` decides when given, then `input_ids`.
+        let (single_prompt, batch_size) = match (&req.text, &req.input_ids) {
+            (Some(OneOrMany::One(_)), _) => (true, 1),
+            (Some(OneOrMany::Many(texts)), _) => (false, texts.len()),
+            (None, Some(Ids::Flat(ids))) if ids.is_empty() => {
+                return Err(ApiError::value("input_ids cannot be empty."));
+            }
+            (None, Some(Ids::Flat(_))) => (true, 1),
+            (None, Some(Ids::Nested(lists))) => (false, lists.len()),
+            (None, None) => (true, 1),
+        };
+        // `_handle_parallel_sampling`. A single prompt with `n > 1` becomes a batch of one prompt.
+        let n = parallel_sample_num(req.sampling_params.as_ref())?;
+        let is_single = single_prompt && n == 1;
+        let num = if is_single {
+            1
+        } else {
+            batch_size.saturating_mul(n)
+        };
+        // SGLang has no such limit; the mock refuses requests that would exhaust its memory before they start.
+        if num > MAX_SAMPLES {
+            return Err(ApiError::value(format!(
+                "The request expands to {num} samples ({batch_size} prompts x n={n}); the mock accepts at most \
+                 {MAX_SAMPLES}."
+            )));
+        }
+        Ok(Shape {
+            single_prompt,
+            batch_size,
+            n,
+            is_single,
+            num,
+        })
+    }
+}
+
+/// Per-item sampling dicts, rids and logprob settings, expanded to one entry per flattened sample.
+struct Expanded<'a> {
+    sampling: Vec<&'a RawSamplingParams>,
+    rids: Vec<Option<String>>,
+    return_logprob: Vec<bool>,
+    logprob_start_len: Vec<i64>,
+    top_logprobs_num: Vec<i64>,
+    token_ids_logprob: Vec<Option<Vec<i64>>>,
+}
+
+impl<'a> Expanded<'a> {
+    fn of(req: &'a GenerateReqInput, shape: &Shape) -> Result<Expanded<'a>, ApiError> {
+        let Shape {
+            is_single,
+            batch_size,
+            n,
+            num,
+            ..
+        } = *shape;
+        let expanded = Expanded {
+            sampling: expand_sampling(req.sampling_params.as_ref(), is_single, batch_size, num)?,
+            rids: expand_rids(req.rid.as_ref(), is_single, batch_size, n, num)?,
+            return_logprob: expand_param(
+                req.return_logprob.as_ref(),
+                false,
+                "return_logprob",
+                is_single,
+                n,
+                num,
+            )?,
+            logprob_start_len: expand_param(
+                req.logprob_start_len.as_ref(),
+                -1,
+                "logprob_start_len",
+                is_single,
+                n,
+                num,
+            )?,
+            top_logprobs_num: expand_param(
+                req.top_logprobs_num.as_ref(),
+                0,
+                "top_logprobs_num",
+                is_single,
+                n,
+                num,
+            )?,
+            token_ids_logprob: expand_token_ids(req.token_ids_logprob.as_ref(), is_single, n, num)?,
+        };
+        if !is_single && n > 1 && req.custom_logit_processor == Some(CustomLogitProcessor::Many) {
+            return Err(ApiError::value(
+                "Cannot use list custom_logit_processor with parallel_sample_num > 1",
+            ));
+        }
+        Ok(expanded)
+    }
+}
+
+/// `_validate_rid_uniqueness`: a batch's rids must differ, named in first-occurrence order
+/// (`[rid for rid, count in Counter(rids).items() if count > 1]`).
+fn check_rid_uniqueness(req: &GenerateReqInput, is_single: bool) -> Result<(), ApiError> {
+    let Some(OneOrMany::Many(list)) = &req.rid else {
+        return Ok(());
+    };
+    if is_single {
+        return Ok(());
+    }
+    let mut counts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for rid in list {
+        *counts.entry(rid.as_str()).or_default() += 1;
+    }
+    let mut dups: Vec<&str> = Vec::new();
+    for rid in list {
+        if counts.get(rid.as_str()).is_some_and(|&c| c > 1) && !dups.contains(&rid.as_str()) {
+            dups.push(rid);
+        }
+    }
+    if dups.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::value(format!(
+        "Duplicate request IDs detected within the request: {}",
+        str_list_repr(dups)
+    )))
+}
+
+/// Item `i` of the plan: its sampling parameters, logprob settings and limits checked.
+fn plan_item(
+    expanded: &Expanded<'_>,
+    i: usize,
+    input_ids: Vec<u32>,
+    (rid, rid_is_fresh): (String, bool),
+    config: &ServerConfig,
+) -> Result<PlannedItem, ApiError> {
+    let token_ids = &expanded.token_ids_logprob[i];
+    validate_token_ids_logprob(token_ids.as_ref(), config.vocab_size)?;
+    let resolved = resolve_sampling_params(
+        expanded.sampling[i],
+        config.vocab_size,
+        input_ids.len(),
+        config,
+    )?;
+    let want_logprob = expanded.return_logprob[i];
+    let prompt_len = input_ids.len();
+    let (logprob_start, abort) = match want_logprob {
+        true => logprob_start(expanded.logprob_start_len[i], prompt_len, config.profile),
+        false => (prompt_len, None),
+    };
+    let k = if want_logprob {
+        expanded.top_logprobs_num[i].clamp(0, i64::from(config.vocab_size)) as usize
+    } else {
+        0
+    };
+    let ids: Vec<u32> = match (token_ids, want_logprob) {
+        (Some(ids), true) => ids.iter().map(|&id| id as u32).collect(),
+        _ => Vec::new(),
+    };
+    // SGLang has no such limit, but a body of billions of triples would exhaust the mock's memory.
+    let positions = (prompt_len - logprob_start.min(prompt_len)) as u64
+        + u64::from(resolved.params.max_new_tokens);
+    let entries = positions.saturating_mul((k + ids.len()) as u64);
+    if entries > MAX_LOGPROB_ENTRIES {
+        return Err(ApiError::value(format!(
+            "top_logprobs_num={k} and {} token_ids_logprob over {positions} positions would return \
+             {entries} logprob entries; the mock refuses more than {MAX_LOGPROB_ENTRIES}.",
+            ids.len()
+        )));
+    }
+    let stream_interval = match resolved.stream_interval {
+        Some(si) if si > 0 => si,
+        _ => config.stream_interval.max(1),
+    };
+    Ok(PlannedItem {
+        rid,
+        rid_is_fresh,
+        top_logprobs_num: k,
+        token_ids_logprob_requested: want_logprob && token_ids.is_some(),
+        stream_interval,
+        abort,
+        request: ItemRequest {
+            input_ids,
+            params: resolved.params,
+            return_logprob: want_logprob,
+            logprob_start,
+            top_logprobs_num: k,
+            token_ids_logprob: ids,
+            sample_index: i as u64,
+            forced_output: Vec::new(),
+        },
+    })
+}
+
+/// The first prompt position with a logprob, and the scheduler's abort for a start past the prompt.
+fn logprob_start(start: i64, prompt_len: usize, profile: Profile) -> (usize, Option<String>) {
+    if start < 0 {
+        return (default_logprob_start(profile, prompt_len), None);
+    }
+    let start = start as u64;
+    if start < prompt_len as u64 {
+        return (start as usize, None);
+    }
+    let message = format!(
+        "req.logprob_start_len={start} is higher than the number of input tokens \
+         len(req.origin_input_ids)={prompt_len}. Please use a smaller logprob_start_len."
+    );
+    (prompt_len.saturating_sub(1), Some(message))
+}
+
+/// The first covered prompt position for `logprob_start_len = -1`.
+pub fn default_logprob_start(profile: Profile, prompt_len: usize) -> usize {
+    match profile {
+        Profile::Latest => prompt_len,
+        Profile::Mid => prompt_len.saturating_sub(1),
+    }
+}
+
+fn parallel_sample_num(sampling: Option<&SamplingInput>) -> Result<usize, ApiError> {
+    let n_of = |raw: &RawSamplingParams| -> Result<i64, ApiError> {
+        match raw.non_null(SamplingKey::N) {
+            None => Ok(1),
+            Some(v) => v.as_i64().ok_or_else(|| {
+                ApiError::internal(format!(
+                    "TypeError: sampling_params.n must be an int, got {v}"
+                ))
+            }),
+        }
+    };
+    let n = match sampling {
+        None | Some(SamplingInput::Other) => 1,
+        Some(SamplingInput::One(raw)) => n_of(raw)?,
+        Some(SamplingInput::Many(list)) => {
+            let Some(first) = list.first() else {
+                return Err(ApiError::internal(
+                    "IndexError: sampling_params is an empty list",
+                ));
+            };
+            let n = n_of(first)?;
+            for raw in list {
+                if n_of(raw)? != n {
+                    return Err(ApiError::value(
+                        "The parallel_sample_num should be the same for all samples in sample params.",
+                    ));
+                }
+            }
+            n
+        }
+    };
+    Ok(n.max(1) as usize)
+}
+
+static EMPTY_SAMPLING: RawSamplingParams = RawSamplingParams {
+    entries: Vec::new(),
+    unknown_key: None,
+};
+
+fn expand_sampling(
+    sampling: Option<&SamplingInput>,
+    is_single: bool,
+    batch_size: usize,
+    num: usize,
+) -> Result<Vec<&RawSamplingParams>, ApiError> {
+    match sampling {
+        None => Ok(vec![&EMPTY_SAMPLING; num]),
+        Some(SamplingInput::One(raw)) => Ok(vec![raw; num]),
+        Some(SamplingInput::Many(_)) if is_single => Err(ApiError::internal(
+            "TypeError: SamplingParams() argument after ** must be a mapping, not list",
+        )),
+        Some(SamplingInput::Many(list)) => {
+            // `self.sampling_params * parallel_sample_num`, then `obj[i]` for i < batch_size per prompt.
+            if list.len() < batch_size {
+                return Err(ApiError::internal(format!(
+                    "IndexError: {} sampling_params for a batch of {batch_size}",
+                    list.len()
+                )));
+            }
+            let n = num / batch_size.max(1);
+            Ok((0..num).map(|i| &list[i / n]).collect())
+        }
+        Some(SamplingInput::Other) => Err(ApiError::internal(
+            "TypeError: sampling_params must be a dict or a list of dicts",
+        )),
+    }
+}
+
+fn expand_rids(
+    rid: Option<&OneOrMany<String>>,
+    is_single: bool,
+    batch_size: usize,
+    n: usize,
+    num: usize,
+) -> Result<Vec<Option<String>>, ApiError> {
+    if is_single {
+        return match rid {
+            None => Ok(vec![None]),
+            Some(OneOrMany::One(r)) => Ok(vec![Some(r.clone())]),
+            Some(OneOrMany::Many(_)) => Err(ApiError::internal(
+                "TypeError: unhashable type: 'list' (a list rid for a single request)",
+            )),
+        };
+    }
+    match rid {
+        Some(OneOrMany::Many(list)) if list.len() != batch_size => Err(ApiError::value(
+            "The specified rids length mismatch with the batch_size for batch processing.",
+        )),
+        // Parallel samples always get fresh ids (`regenerate_rid`), whatever the caller sent.
+        _ if n > 1 => Ok(vec![None; num]),
+        None => Ok(vec![None; num]),
+        Some(OneOrMany::One(r)) => Ok((0..num).map(|i| Some(format!("{r}_{i}"))).collect()),
+        Some(OneOrMany::Many(list)) => Ok(list.iter().cloned().map(Some).collect()),
+    }
+}
+
+fn expand_param<T: Copy>(
+    value: Option<&OneOrMany<T>>,
+    default: T,
+    name: &str,
+    is_single: bool,
+    n: usize,
+    num: usize,
+) -> Result<Vec<T>, ApiError> {
+    match value {
+        None => Ok(vec![default; num]),
+        Some(OneOrMany::One(v)) => Ok(vec![*v; num]),
+        Some(OneOrMany::Many(_)) if is_single => Err(ApiError::internal(format!(
+            "TypeError: a list {name} for a single request"
+        ))),
+        Some(OneOrMany::Many(_)) if n > 1 => Err(ApiError::value(format!(
+            "Cannot use list {name} with parallel_sample_num > 1"
+        ))),
+        Some(OneOrMany::Many(list)) if list.len() < num => Err(ApiError::internal(format!(
+            "IndexError: {} values of {name} for a batch of {num}",
+            list.len()
+        ))),
+        Some(OneOrMany::Many(list)) => Ok(list[..num].to_vec()),
+    }
+}
+
+fn expand_token_ids(
+    value: Option<&Ids>,
+    is_single: bool,
+    n: usize,
+    num: usize,
+) -> Result<Vec<Option<Vec<i64>>>, ApiError> {
+    match value {
+        // `[]` is treated as None.
+        None => Ok(vec![None; num]),
+        Some(Ids::Flat(ids)) if ids.is_empty() => Ok(vec![None; num]),
+        Some(Ids::Flat(ids)) => Ok(vec![Some(ids.clone()); num]),
+        Some(Ids::Nested(_)) if is_single => Err(ApiError::value(
+            "token_ids_logprob must be a flat list of integers.",
+        )),
+        Some(Ids::Nested(_)) if n > 1 => Err(ApiError::value(
+            "Cannot use list token_ids_logprob with parallel_sample_num > 1",
+        )),
+        Some(Ids::Nested(lists)) if lists.len() < num => Err(ApiError::internal(format!(
+            "IndexError: {} token_ids_logprob lists for a batch of {num}",
+            lists.len()
+        ))),
+        Some(Ids::Nested(lists)) => Ok(lists[..num]
+            .iter()
+            .map(|l| if l.is_empty() { None } else { Some(l.clone()) })
+            .collect()),
+    }
+}
+
+/// The prompt of one batch position: `input_ids` win over `text`.
+fn prompt_ids(
+    req: &GenerateReqInput,
+    single_prompt: bool,
+    index: usize,
+    config: &ServerConfig,
+    tokenizer: &Tokenizer,
+) -> Result<Vec<u32>, ApiError> {
+    if req.has_input_embeds && req.text.is_none() && req.input_ids.is_none() {
+        return Err(ApiError::value(
+            "input_embeds is provided while disable_radix_cache is False. Please add \
+             `--disable-radix-cache` when you launch the server if you want to use input_embeds as inputs.",
+        ));
+    }
+    let ids: Option<&[i64]> = match (&req.input_ids, single_prompt) {
+        (Some(Ids::Flat(ids)), true) => Some(ids),
+        (Some(Ids::Nested(lists)), false) => match lists.get(index) {
+            Some(ids) => Some(ids),
+            None => {
+                return Err(ApiError::internal(format!(
+                    "IndexError: no input_ids for batch position {index}"
+                )));
+            }
+        },
+        (Some(_), _) => {
+            return Err(ApiError::internal(
+                "TypeError: the shape of input_ids does not match the batch shape of text",
+            ));
+        }
+        (None, _) => None,
+    };
+    if let Some(ids) = ids {
+        if ids.is_empty() {
+            return Err(ApiError::value("input_ids cannot be empty."));
+        }
+        let vocab = i64::from(config.vocab_size);
+        if ids.iter().any(|&id| id < 0 || id >= vocab) {
+            return Err(ApiError::value(format!(
+                "The input_ids {} contains values greater than the vocab size ({vocab}).",
+                int_list_repr(ids)
+            )));
+        }
+        return Ok(ids.iter().map(|&id| id as u32).collect());
+    }
+    let text: &str = match (&req.text, single_prompt) {
+        (Some(OneOrMany::One(t)), _) => t,
+        (Some(OneOrMany::Many(texts)), false) => &texts[index],
+        (Some(OneOrMany::Many(_)), true) => {
+            return Err(ApiError::value(
+                "Text should be a list for batch processing.",
+            ));
+        }
+        (None, _) => {
+            return Err(ApiError::value(
+                "Either text, input_ids or input_embeds should be provided.",
+            ));
+        }
+    };
+    if text.is_empty() {
+        return Err(ApiError::value(
+            "texts cannot be empty and tokenizer must be initialized",
+        ));
+    }
+    let ids = tokenizer.encode(text);
+    if ids.is_empty() {
+        return Err(ApiError::value(
+            "texts cannot be empty and tokenizer must be initialized",
+        ));
+    }
+    Ok(ids)
+}
+
+/// `TokenizerManager._validate_one_request` and the feature gates the mock's server flags leave closed.
+fn validate_one_request(
+    req: &GenerateReqInput,
+    raw: &RawSamplingParams,
+    input_ids: &[u32],
+    config: &ServerConfig,
+    dp_rank: Option<i64>,
+) -> Result<(), ApiError> {
+    let context = u64::from(config.context_length);
+    let input_len = input_ids.len() as u64;
+    if input_len >= context {
+        return Err(ApiError::value(format!(
+            "The input ({input_len} tokens) is longer than the model's context length ({context} tokens)."
+        )));
+    }
+    if let Some(v) = raw.non_null(SamplingKey::MaxNewTokens) {
+        let max_new = int_value(SamplingKey::MaxNewTokens, v)?;
+        let total = i128::from(max_new) + i128::from(input_len);
+        if total > i128::from(context) {
+            return Err(ApiError::value(format!(
+                "Requested token count exceeds the model's maximum context length of {context} tokens. \
+                 You requested a total of {total} tokens: {input_len} tokens from the input messages and \
+                 {max_new} tokens for the completion. Please reduce the number of tokens in the input \
+                 messages or the completion to fit within the limit."
+            )));
+        }
+    }
+    if req.return_hidden_states {
+        return Err(ApiError::value(
+            "The server is not configured to return the hidden states. Please set \
+             `--enable-return-hidden-states` to enable this feature.",
+        ));
+    }
+    if req.has_lora_path {
+        return Err(ApiError::value(
+            "LoRA is not enabled. Please set `--enable-lora` to enable LoRA.",
+        ));
+    }
+    if req.custom_logit_processor.is_some() {
+        return Err(ApiError::value(
+            "The server is not configured to enable custom logit processor. Please set \
+             `--enable-custom-logit-processor` to enable this feature.",
+        ));
+    }
+    if let Some(rank) = dp_rank
+        && rank != 0
+    {
+        return Err(ApiError::value(format!(
+            "routed_dp_rank={rank} is out of range [0, 1)."
+        )));
+    }
+    Ok(())
+}
+
+fn validate_token_ids_logprob(ids: Option<&Vec<i64>>, vocab_size: u32) -> Result<(), ApiError> {
+    let vocab = i64::from(vocab_size);
+    if let Some(ids) = ids
+        && let Some(bad) = ids.iter().find(|&&id| id < 0 || id >= vocab)
+    {
+        return Err(ApiError::value(format!(
+            "token_ids_logprob contains out-of-vocabulary token id {bad}; valid range is [0, {vocab})."
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,463 @@
+//! One item object (a non-stream body, an element of a batch body, or a stream chunk) in SGLang's
+//! `meta_info` insertion order, and the object of an item the scheduler rejected.
+
+use crate::config::Profile;
+use crate::engine::{GeneratePlan, Generation, LogprobEntry, PlannedItem};
+use crate::model::{Model, Tokenizer};
+
+use super::json::{
+    Abort, FinishJson, InputPositions, InputTokenLogprobs, OutputPositions, TokenLogprobs,
+    write_int, write_serde,
+};
+/// How the output fields of one chunk relate to earlier chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputMode {
+    /// Everything so far (non-stream bodies and LATEST streams).
+    Cumulative,
+    /// Only what is new since the previous chunk (`--incremental-streaming-output`).
+    Incremental,
+    /// MID streams: cumulative `text` and logprobs, delta `output_ids`.
+    MidDeltaIds,
+}
+
+/// What has already been sent of one item's stream; the offsets of the next delta.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sent {
+    pub ids: usize,
+    pub text_bytes: usize,
+}
+
+/// Timing fields that only the final chunk of an item carries.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Finished {
+    pub e2e_latency: f64,
+    /// Unix time in seconds, [LATEST] only.
+    pub response_sent_to_client_ts: f64,
+}
+
+/// Everything [`encode_item`] needs besides the generation itself.
+#[derive(Debug, Clone, Copy)]
+pub struct EncodeCtx<'a> {
+    pub profile: Profile,
+    pub tokenizer: &'a Tokenizer,
+    pub return_text_in_logprobs: bool,
+    pub weight_version: &'a str,
+}
+
+impl<'a> EncodeCtx<'a> {
+    /// The context of `plan`'s answer under `profile`, with the weight version the request ran under.
+    pub fn new(
+        profile: Profile,
+        model: &'a Model,
+        plan: &GeneratePlan,
+        weight_version: &'a str,
+    ) -> Self {
+        EncodeCtx {
+            profile,
+            tokenizer: model.tokenizer(),
+            return_text_in_logprobs: plan.return_text_in_logprobs,
+            weight_version,
+        }
+    }
+}
+
+/// Which part of an item one encoded object shows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Chunk {
+    pub mode: OutputMode,
+    /// The offsets of the previous chunk, for the delta modes.
+    pub sent: Sent,
+    /// `Some` for the final object of an item.
+    pub finished: Option<Finished>,
+    /// The position in a streamed batch.
+    pub index: Option<usize>,
+    /// How often `/pause_generation` with `mode: "retract"` sent the item back to the queue (\[LATEST\]).
+    pub num_retractions: u32,
+}
+
+/// Encode one item (a non-stream body, an element of a batch body, or a stream chunk) as JSON bytes.
+pub fn encode_item(
+    out: &mut Vec<u8>,
+    ctx: &EncodeCtx<'_>,
+    item: &PlannedItem,
+    generation: &Generation,
+    chunk: Chunk,
+) {
+    let Chunk {
+        mode,
+        sent,
+        finished,
+        index,
+        num_retractions,
+    } = chunk;
+    let ids = generation.output_ids();
+    let full_text = generation.text();
+    let (text, ids_from, lp_from) = match mode {
+        OutputMode::Cumulative => (full_text, 0, 0),
+        OutputMode::Incremental => (
+            full_text.get(sent.text_bytes..).unwrap_or(""),
+            sent.ids.min(ids.len()),
+            sent.ids.min(ids.len()),
+        ),
+        OutputMode::MidDeltaIds => (full_text, sent.ids.min(ids.len()), 0),
+    };
+    let latest = ctx.profile == Profile::Latest;
+    let logprobs = item
+        .request
+        .return_logprob
+        .then(|| logprob_fields(ctx, item, generation, lp_from));
+    let finish_reason = generation.finish_reason().map(FinishJson::Engine);
+    let body = ItemJson {
+        text,
+        output_ids: &ids[ids_from..],
+        meta_info: MetaInfo {
+            id: &item.rid,
+            finish_reason,
+            prompt_tokens: generation.prompt_tokens(),
+            weight_version: ctx.weight_version,
+            num_retractions: latest.then_some(num_retractions),
+            logprobs,
+            reasoning_tokens: latest.then_some(0),
+            completion_tokens: ids.len(),
+            cached_tokens: 0,
+            e2e_latency: finished.map(|f| f.e2e_latency),
+            response_sent_to_client_ts: finished
+                .filter(|_| latest)
+                .map(|f| f.response_sent_to_client_ts),
+        },
+        index,
+    };
+    body.write(out);
+}
+
+/// The logprob fields of an item from output position `lp_from` on (0, or the first position not yet sent
+/// in an incremental stream).
+fn logprob_fields<'a>(
+    ctx: &EncodeCtx<'a>,
+    item: &'a PlannedItem,
+    generation: &'a Generation,
+    lp_from: usize,
+) -> LogprobFields<'a> {
+    let tok = ctx.return_text_in_logprobs.then_some(ctx.tokenizer);
+    let latest = ctx.profile == Profile::Latest;
+    let ids = generation.output_ids();
+    let lps = generation.output_logprobs();
+    let n_out = lps.len();
+    let k = item.top_logprobs_num;
+    let n_tid = item.request.token_ids_logprob.len();
+    let in_ids = generation.input_logprob_ids();
+    LogprobFields {
+        input_token_logprobs: InputTokenLogprobs {
+            lps: generation.input_logprobs(),
+            ids: in_ids,
+            tok,
+        },
+        output_token_logprobs: TokenLogprobs {
+            lps: &lps[lp_from.min(n_out)..],
+            ids: &ids[lp_from.min(n_out)..n_out.min(ids.len())],
+            tok,
+        },
+        output_token_logprobs_length: latest.then_some(n_out),
+        top: (k > 0).then(|| {
+            (
+                InputPositions {
+                    positions: in_ids.len(),
+                    entries: generation.input_top_logprobs(),
+                    per_position: k,
+                    tok,
+                },
+                OutputPositions {
+                    entries: slice_positions(generation.output_top_logprobs(), k, lp_from),
+                    per_position: k,
+                    tok,
+                },
+            )
+        }),
+        token_ids: item.token_ids_logprob_requested.then(|| {
+            (
+                InputPositions {
+                    positions: in_ids.len(),
+                    entries: generation.input_token_ids_logprobs(),
+                    per_position: n_tid,
+                    tok,
+                },
+                OutputPositions {
+                    entries: slice_positions(
+                        generation.output_token_ids_logprobs(),
+                        n_tid,
+                        lp_from,
+                    ),
+                    per_position: n_tid,
+                    tok,
+                },
+            )
+        }),
+    }
+}
+
+/// The finish reason of an item the scheduler aborted before running it (`logprob_start_len` too large),
+/// encoded as SGLang reports it: no output, empty logprob lists.
+pub fn encode_aborted(
+    out: &mut Vec<u8>,
+    ctx: &EncodeCtx<'_>,
+    item: &PlannedItem,
+    message: &str,
+    finished: Finished,
+    index: Option<usize>,
+) {
+    let latest = ctx.profile == Profile::Latest;
+    let req = &item.request;
+    let logprobs = req.return_logprob.then(|| LogprobFields {
+        input_token_logprobs: InputTokenLogprobs {
+            lps: &[],
+            ids: &[],
+            tok: None,
+        },
+        output_token_logprobs: TokenLogprobs {
+            lps: &[],
+            ids: &[],
+            tok: None,
+        },
+        output_token_logprobs_length: latest.then_some(0),
+        top: (item.top_logprobs_num > 0).then_some({
+            (
+                InputPositions {
+                    positions: 0,
+                    entries: &[],
+                    per_position: item.top_logprobs_num,
+                    tok: None,
+                },
+                OutputPositions {
+                    entries: &[],
+                    per_position: item.top_logprobs_num,
+                    tok: None,
+                },
+            )
+        }),
+        token_ids: item.token_ids_logprob_requested.then_some({
+            (
+                InputPositions {
+                    positions: 0,
+                    entries: &[],
+                    per_position: 1,
+                    tok: None,
+                },
+                OutputPositions {
+                    entries: &[],
+                    per_position: 1,
+                    tok: None,
+                },
+            )
+        }),
+    });
+    let body = ItemJson {
+        text: "",
+        output_ids: &[],
+        meta_info: MetaInfo {
+            id: &item.rid,
+            finish_reason: Some(FinishJson::Abort(Abort {
+                message,
+                status_code: 400,
+                err_type: "BadRequestError",
+            })),
+            prompt_tokens: req.input_ids.len(),
+            weight_version: ctx.weight_version,
+            num_retractions: latest.then_some(0),
+            logprobs,
+            reasoning_tokens: latest.then_some(0),
+            completion_tokens: 0,
+            cached_tokens: 0,
+            e2e_latency: Some(finished.e2e_latency),
+            response_sent_to_client_ts: latest.then_some(finished.response_sent_to_client_ts),
+        },
+        index,
+    };
+    body.write(out);
+}
+
+/// Whether any logprob this item would report is NaN or infinite (a MID non-stream body then fails with 500).
+pub fn has_non_finite_logprob(generation: &Generation, item: &PlannedItem) -> bool {
+    if !item.request.return_logprob {
+        return false;
+    }
+    let bad = |x: f32| !x.is_finite();
+    generation.output_logprobs().iter().any(|&x| bad(x))
+        || generation
+            .input_logprobs()
+            .iter()
+            .flatten()
+            .any(|&x| bad(x))
+        || (item.top_logprobs_num > 0
+            && (generation
+                .output_top_logprobs()
+                .iter()
+                .any(|e| bad(e.logprob))
+                || generation
+                    .input_top_logprobs()
+                    .iter()
+                    .any(|e| bad(e.logprob))))
+        || (item.token_ids_logprob_requested
+            && (generation
+                .output_token_ids_logprobs()
+                .iter()
+                .any(|e| bad(e.logprob))
+                || generation
+                    .input_token_ids_logprobs()
+                    .iter()
+                    .any(|e| bad(e.logprob))))
+}
+
+fn slice_positions(
+    entries: &[LogprobEntry],
+    per_position: usize,
+    from_position: usize,
+) -> &[LogprobEntry] {
+    let start = (from_position.saturating_mul(per_position)).min(entries.len());
+    &entries[start..]
+}
+
+/// One item's object. Written by hand rather than through serde: a 1,024-token answer has some 3,000 numbers,
+/// and serde_json's per-element machinery cost as much as generating them.
+struct ItemJson<'a> {
+    text: &'a str,
+    output_ids: &'a [u32],
+    meta_info: MetaInfo<'a>,
+    index: Option<usize>,
+}
+
+impl ItemJson<'_> {
+    fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(br#"{"text":"#);
+        write_serde(out, self.text);
+        out.extend_from_slice(br#","output_ids":["#);
+        for (i, &id) in self.output_ids.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_int(out, id);
+        }
+        out.extend_from_slice(br#"],"meta_info":"#);
+        self.meta_info.write(out);
+        if let Some(index) = self.index {
+            out.extend_from_slice(br#","index":"#);
+            write_int(out, index);
+        }
+        out.push(b'}');
+    }
+}
+
+/// `meta_info` in insertion order: id, finish_reason, prompt_tokens, weight_version, [num_retractions],
+/// [logprob keys], [reasoning_tokens], completion_tokens, cached_tokens, [e2e_latency],
+/// [response_sent_to_client_ts].
+struct MetaInfo<'a> {
+    id: &'a str,
+    finish_reason: Option<FinishJson<'a>>,
+    prompt_tokens: usize,
+    weight_version: &'a str,
+    num_retractions: Option<u32>,
+    logprobs: Option<LogprobFields<'a>>,
+    reasoning_tokens: Option<u32>,
+    completion_tokens: usize,
+    cached_tokens: usize,
+    e2e_latency: Option<f64>,
+    response_sent_to_client_ts: Option<f64>,
+}
+
+struct LogprobFields<'a> {
+    input_token_logprobs: InputTokenLogprobs<'a>,
+    output_token_logprobs: TokenLogprobs<'a>,
+    output_token_logprobs_length: Option<usize>,
+    top: Option<(InputPositions<'a>, OutputPositions<'a>)>,
+    token_ids: Option<(InputPositions<'a>, OutputPositions<'a>)>,
+}
+
+impl MetaInfo<'_> {
+    fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(br#"{"id":"#);
+        write_serde(out, self.id);
+        out.extend_from_slice(br#","finish_reason":"#);
+        write_serde(out, &self.finish_reason);
+        out.extend_from_slice(br#","prompt_tokens":"#);
+        write_int(out, self.prompt_tokens);
+        out.extend_from_slice(br#","weight_version":"#);
+        write_serde(out, self.weight_version);
+        if let Some(n) = self.num_retractions {
+            out.extend_from_slice(br#","num_retractions":"#);
+            write_int(out, n);
+        }
+        if let Some(lp) = &self.logprobs {
+            out.extend_from_slice(br#","input_token_logprobs":"#);
+            lp.input_token_logprobs.write(out);
+            out.extend_from_slice(br#","output_token_logprobs":"#);
+            lp.output_token_logprobs.write(out);
+            if let Some(len) = lp.output_token_logprobs_length {
+                out.extend_from_slice(br#","output_token_logprobs_length":"#);
+                write_int(out, len);
+            }
+            // Top and token-id lists are rarer and smaller; serde writes them.
+            if let Some((input, output)) = &lp.top {
+                out.extend_from_slice(br#","input_top_logprobs":"#);
+                write_serde(out, input);
+                out.extend_from_slice(br#","output_top_logprobs":"#);
+                write_serde(out, output);
+            }
+            if let Some((input, output)) = &lp.token_ids {
+                out.extend_from_slice(br#","input_token_ids_logprobs":"#);
+                write_serde(out, input);
+                out.extend_from_slice(br#","output_token_ids_logprobs":"#);
+                write_serde(out, output);
+            }
+        }
+        if let Some(n) = self.reasoning_tokens {
+            out.extend_from_slice(br#","reasoning_tokens":"#);
+            write_int(out, n);
+        }
+        out.extend_from_slice(br#","completion_tokens":"#);
+        write_int(out, self.completion_tokens);
+        out.extend_from_slice(br#","cached_tokens":"#);
+        write_int(out, self.cached_tokens);
+        if let Some(latency) = self.e2e_latency {
+            out.extend_from_slice(br#","e2e_latency":"#);
+            write_serde(out, &latency);
+        }
+        if let Some(ts) = self.response_sent_to_client_ts {
+            out.extend_from_slice(br#","response_sent_to_client_ts":"#);
+            write_serde(out, &ts);
+        }
+        out.push(b'}');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::json::write_triple;
+    use super::*;
+
+    #[test]
+    fn integers_are_written_in_decimal() {
+        let mut out = b"[".to_vec();
+        for id in [0, 7, 10, 99, 100, 151_935, u32::MAX] {
+            write_int(&mut out, id);
+            out.push(b',');
+        }
+        assert_eq!(out, b"[0,7,10,99,100,151935,4294967295,");
+    }
+
+    #[test]
+    fn triples_match_what_serde_json_writes() {
+        for (logprob, id) in [
+            (Some(-0.203_125f32), 12_095),
+            (Some(-1e-7), 0),
+            (None, 42),
+            (Some(f32::NEG_INFINITY), 7),
+        ] {
+            let mut out = Vec::new();
+            write_triple(&mut out, logprob, id, None);
+            let want = serde_json::to_vec(&(logprob, id, ())).expect("serialisable");
+            assert_eq!(
+                String::from_utf8_lossy(&out),
+                String::from_utf8_lossy(&want)
+            );
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! Server-sent-event framing and the stream's cadence: when a chunk is due, and in which output mode.
+
+use bytes::Bytes;
+
+use super::item::OutputMode;
+use crate::config::{Profile, ServerConfig};
+use crate::error::ApiError;
+
+/// The terminator of every `/generate` stream.
+pub const DONE_EVENT: &[u8] = b"data: [DONE]\n\n";
+
+/// `data: <json>\n\n`.
+pub fn sse_event(json: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(json.len() + 8);
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(json);
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+/// The body of a stream whose request failed validation: the error event, then `[DONE]`.
+pub fn error_stream_body(err: &ApiError) -> Bytes {
+    let mut out = sse_event(&err.stream_event_json()).to_vec();
+    out.extend_from_slice(DONE_EVENT);
+    Bytes::from(out)
+}
+
+/// Whether a chunk is due after `len` output tokens (`Scheduler.stream_output`): every token for an
+/// interval of 1, otherwise at lengths 1, 1 + k, 1 + 2k, ...
+pub fn chunk_due(len: usize, interval: u32) -> bool {
+    let interval = interval.max(1) as usize;
+    if interval > 1 {
+        len % interval == 1
+    } else {
+        true
+    }
+}
+
+/// The output mode of streamed chunks under this configuration.
+pub fn stream_mode(config: &ServerConfig) -> OutputMode {
+    match (config.profile, config.incremental_streaming_output) {
+        (Profile::Mid, _) => OutputMode::MidDeltaIds,
+        (Profile::Latest, true) => OutputMode::Incremental,
+        (Profile::Latest, false) => OutputMode::Cumulative,
+    }
+}

@@ -1,0 +1,289 @@
+//! The workspace's shape: no import cycles between the modules of any crate.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use crate::module_graph::{Graph, show};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ sits in the workspace")
+        .to_owned()
+}
+
+/// Every library and binary crate root of the workspace's members.
+fn crate_roots() -> Vec<(String, PathBuf)> {
+    let mut roots = Vec::new();
+    let mut members: Vec<_> = std::fs::read_dir(workspace())
+        .expect("the workspace folder is readable")
+        .map(|entry| entry.expect("a readable entry").path())
+        .filter(|dir| dir.join("Cargo.toml").exists() && dir.join("src").is_dir())
+        .collect();
+    members.sort();
+    for member in members {
+        let name = member
+            .file_name()
+            .expect("a folder name")
+            .to_string_lossy()
+            .into_owned();
+        let lib = member.join("src/lib.rs");
+        if lib.exists() {
+            roots.push((name.clone(), lib));
+        }
+        if let Ok(bins) = std::fs::read_dir(member.join("src/bin")) {
+            let mut bins: Vec<_> = bins
+                .map(|entry| entry.expect("a readable entry").path())
+                .collect();
+            bins.sort();
+            for bin in bins
+                .into_iter()
+                .filter(|path| path.extension().is_some_and(|ext| ext == "rs"))
+            {
+                let stem = bin
+                    .file_stem()
+                    .expect("a file name")
+                    .to_string_lossy()
+                    .into_owned();
+                roots.push((format!("{name} (bin {stem})"), bin));
+            }
+        }
+    }
+    roots
+}
+
+/// Cycles that existed when this check was written, each to be broken and then removed from this list;
+/// the test fails on any other cycle, and on an entry here that no longer exists.
+const KNOWN_CYCLES: &[&str] = &[
+    "grpo: advantage, loss",
+    "rollout-client: error, fast, sample, stream, turn, wire",
+];
+
+#[test]
+fn no_crate_has_an_import_cycle() {
+    let roots = crate_roots();
+    let names: BTreeSet<&str> = roots.iter().map(|(name, _)| name.as_str()).collect();
+    for expected in ["grpo", "mock-server", "rollout-client"] {
+        assert!(
+            names.contains(expected),
+            "{expected} was not found among {names:?}"
+        );
+    }
+    let cycles: Vec<_> = roots
+        .iter()
+        .flat_map(|(name, root)| Graph::load(name, root).cycles())
+        .collect();
+    let found: BTreeSet<String> = cycles.iter().map(|cycle| cycle.members()).collect();
+    let new: Vec<String> = cycles
+        .iter()
+        .filter(|cycle| !KNOWN_CYCLES.contains(&cycle.members().as_str()))
+        .map(ToString::to_string)
+        .collect();
+    assert!(new.is_empty(), "{}", new.concat());
+    let gone: Vec<&str> = KNOWN_CYCLES
+        .iter()
+        .copied()
+        .filter(|known| !found.contains(*known))
+        .collect();
+    assert!(
+        gone.is_empty(),
+        "these cycles are broken now; remove them from KNOWN_CYCLES: {gone:?}"
+    );
+}
+
+/// The checker itself, on a fixture crate with known cycles: it must find them all, and only them.
+#[test]
+fn the_checker_finds_cycles_through_reexports_child_paths_and_macros() {
+    let root = workspace().join("tests/data/cycle/src/lib.rs");
+    let graph = Graph::load("cycle", &root);
+    let modules: Vec<String> = graph.modules().map(|m| show(m)).collect();
+    assert_eq!(modules, ["crate", "a", "b", "c", "clean"]);
+
+    let edges: Vec<String> = graph
+        .edges()
+        .iter()
+        .flat_map(|(from, to)| {
+            to.iter()
+                .map(move |(to, written)| format!("{} -> {} `{written}`", show(from), show(to)))
+        })
+        .collect();
+    assert_eq!(
+        edges,
+        [
+            "crate -> a `a::Alpha`",
+            "a -> b `crate::b::Beta`",
+            "a -> clean `crate::clean`",
+            "b -> a `crate::Alpha`",
+            "b -> c `crate::c::GAMMA`",
+            "c -> b `super::b::Beta`",
+        ]
+    );
+    let cycles: Vec<String> = graph.cycles().iter().map(ToString::to_string).collect();
+    assert_eq!(
+        cycles,
+        [
+            "import cycle in cycle:\n  a -> b (writes `crate::b::Beta`)\n  b -> a (writes `crate::Alpha`)\n  \
+          b -> c (writes `crate::c::GAMMA`)\n  c -> b (writes `super::b::Beta`)\n"
+        ]
+    );
+}
+
+/// External crates that mean HTTP or async: a pure layer names none of them.
+const HTTP_AND_ASYNC: &[&str] = &[
+    "axum",
+    "http",
+    "http_body_util",
+    "hyper",
+    "tower",
+    "tokio",
+    "futures_util",
+    "bytes",
+];
+
+/// Every module under `layer` of `graph` refers only to modules under `layer` or one of `allowed`, and names
+/// none of the `forbidden` crates.
+fn assert_layer(graph: &Graph, layer: &[&str], allowed: &[&[&str]], forbidden: &[&str]) {
+    assert_modules(
+        graph,
+        layer,
+        |module| under(module, layer),
+        allowed,
+        forbidden,
+    );
+}
+
+fn under(module: &[String], prefix: &[&str]) -> bool {
+    module.len() >= prefix.len() && module.iter().zip(prefix).all(|(a, b)| a == b)
+}
+
+/// [`assert_layer`] for the modules `select` picks.
+fn assert_modules(
+    graph: &Graph,
+    layer: &[&str],
+    select: impl Fn(&[String]) -> bool,
+    allowed: &[&[&str]],
+    forbidden: &[&str],
+) {
+    let mut wrong = Vec::new();
+    for module in graph.modules().filter(|m| select(m)) {
+        for reference in graph.references(module) {
+            if !under(&reference.target, layer)
+                && !allowed
+                    .iter()
+                    .any(|prefix| under(&reference.target, prefix))
+            {
+                wrong.push(format!("{} writes `{}`", show(module), reference.written));
+            }
+        }
+        for name in graph.externs(module) {
+            if forbidden.contains(&name) {
+                wrong.push(format!(
+                    "{} ({}) names the crate `{name}`",
+                    show(module),
+                    graph.file(module).display()
+                ));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} breaks its layer:\n{}",
+        layer.join("::"),
+        wrong.join("\n")
+    );
+}
+
+fn mock_server() -> Graph {
+    Graph::load("mock-server", &workspace().join("mock-server/src/lib.rs"))
+}
+
+#[test]
+fn the_model_imports_nothing_but_itself() {
+    assert_layer(&mock_server(), &["model"], &[], HTTP_AND_ASYNC);
+}
+
+/// The engine (generation, plan, step core) is pure: it sees the model, the configuration and the error type.
+#[test]
+fn the_engine_imports_only_the_model_configuration_and_errors() {
+    let graph = mock_server();
+    assert_layer(
+        &graph,
+        &["engine"],
+        &[&["model"], &["config"], &["error"]],
+        HTTP_AND_ASYNC,
+    );
+    // What the configuration brings along is pure data too: the fault catalogue (not `faults::stream`, which
+    // applies faults to an answer), the latency model, scripted rules, Python formatting.
+    let data: &[&[&str]] = &[
+        &["model"],
+        &["config"],
+        &["faults"],
+        &["latency"],
+        &["script"],
+    ];
+    for lower in [
+        &["config"][..],
+        &["error"],
+        &["latency"],
+        &["script"],
+        &["pyfmt"],
+    ] {
+        assert_layer(&graph, lower, data, HTTP_AND_ASYNC);
+    }
+    assert_modules(
+        &graph,
+        &["faults"],
+        |module| module == ["faults"],
+        data,
+        HTTP_AND_ASYNC,
+    );
+}
+
+/// Parsing, encoding and the oracle build on the engine and know nothing of HTTP, the control plane or time.
+#[test]
+fn requests_wire_and_the_oracle_import_no_http() {
+    let graph = mock_server();
+    let pure: &[&[&str]] = &[
+        &["model"],
+        &["config"],
+        &["error"],
+        &["pyfmt"],
+        &["script"],
+        &["engine"],
+    ];
+    assert_layer(&graph, &["request"], pure, HTTP_AND_ASYNC);
+    let no_http = ["axum", "http", "hyper", "tower", "tokio"];
+    assert_layer(&graph, &["wire"], pure, &no_http);
+    let mut with_parts = pure.to_vec();
+    with_parts.extend([&["request"][..], &["wire"]]);
+    assert_layer(&graph, &["oracle"], &with_parts, &no_http);
+}
+
+/// The control plane is async but knows nothing of HTTP, and nothing below HTTP imports the HTTP layer.
+#[test]
+fn only_http_imports_http() {
+    let graph = mock_server();
+    assert_layer(
+        &graph,
+        &["control"],
+        &[&["config"], &["engine"], &["error"]],
+        &["axum", "http", "hyper", "tower"],
+    );
+    let http = ["http"];
+    let mut wrong = Vec::new();
+    for module in graph
+        .modules()
+        .filter(|m| !under(m, &http) && !m.is_empty())
+    {
+        for reference in graph.references(module) {
+            if under(&reference.target, &http) {
+                wrong.push(format!("{} writes `{}`", show(module), reference.written));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "only the HTTP layer may import it:\n{}",
+        wrong.join("\n")
+    );
+}

@@ -1,0 +1,4 @@
+//! Refers to `b` through a grouped use tree.
+use crate::{b::Beta, clean};
+
+pub struct Alpha(pub Beta, pub clean::Leaf);
