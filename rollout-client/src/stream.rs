@@ -20,7 +20,11 @@
 use crate::decode;
 use crate::error::ResponseError;
 use crate::turn::Turn;
-use crate::wire::{GenerateResponse, MetaInfo, StreamMode, TokenLogprobs};
+use crate::wire::{GenerateResponse, MetaInfo, TokenLogprobs};
+
+// The mode is a property of the wire format, so it is defined with the wire types; it stays reachable
+// here, where it was first defined and where its modes are explained.
+pub use crate::wire::StreamMode;
 
 /// Incremental SSE parser: bytes in, complete `data:` payloads out, however the bytes were split.
 ///
