@@ -1,4 +1,5 @@
-//! The workspace's shape: no import cycles between the modules of any crate.
+//! The workspace's shape: no import cycles between the modules of any crate, layers whose imports point down,
+//! and a client library that links neither the server nor the command-line crates.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -52,12 +53,6 @@ fn crate_roots() -> Vec<(String, PathBuf)> {
     roots
 }
 
-/// Cycles that existed when this check was written, each to be broken and then removed from this list;
-/// the test fails on any other cycle, and on an entry here that no longer exists. The last two (grpo's
-/// `advantage, loss` and rollout-client's `error, fast, sample, stream, turn, wire`) are broken, so none is
-/// allowed any more.
-const KNOWN_CYCLES: &[&str] = &[];
-
 #[test]
 fn no_crate_has_an_import_cycle() {
     let roots = crate_roots();
@@ -68,26 +63,12 @@ fn no_crate_has_an_import_cycle() {
             "{expected} was not found among {names:?}"
         );
     }
-    let cycles: Vec<_> = roots
+    let cycles: Vec<String> = roots
         .iter()
         .flat_map(|(name, root)| Graph::load(name, root).cycles())
+        .map(|cycle| cycle.to_string())
         .collect();
-    let found: BTreeSet<String> = cycles.iter().map(|cycle| cycle.members()).collect();
-    let new: Vec<String> = cycles
-        .iter()
-        .filter(|cycle| !KNOWN_CYCLES.contains(&cycle.members().as_str()))
-        .map(ToString::to_string)
-        .collect();
-    assert!(new.is_empty(), "{}", new.concat());
-    let gone: Vec<&str> = KNOWN_CYCLES
-        .iter()
-        .copied()
-        .filter(|known| !found.contains(*known))
-        .collect();
-    assert!(
-        gone.is_empty(),
-        "these cycles are broken now; remove them from KNOWN_CYCLES: {gone:?}"
-    );
+    assert!(cycles.is_empty(), "{}", cycles.concat());
 }
 
 /// The checker itself, on a fixture crate with known cycles: it must find them all, and only them.
@@ -284,5 +265,53 @@ fn only_http_imports_http() {
         wrong.is_empty(),
         "only the HTTP layer may import it:\n{}",
         wrong.join("\n")
+    );
+}
+
+/// What a trainer links when it depends on the client library: no server, no CLI crates.
+#[test]
+fn the_client_library_links_neither_the_server_nor_the_cli() {
+    let output = std::process::Command::new(env!("CARGO"))
+        .args([
+            "tree",
+            "-p",
+            "rollout-client",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "--offline",
+            "--locked",
+        ])
+        .current_dir(workspace())
+        .output()
+        .expect("cargo runs");
+    assert!(
+        output.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let tree = String::from_utf8_lossy(&output.stdout);
+    let crates: BTreeSet<&str> = tree
+        .lines()
+        .filter_map(|line| line.split(' ').next())
+        .collect();
+    assert!(
+        crates.contains("rollout-client") && crates.contains("reqwest"),
+        "an unexpected tree:\n{tree}"
+    );
+    let linked: Vec<&str> = [
+        "axum",
+        "mock-server",
+        "clap",
+        "indicatif",
+        "tracing-subscriber",
+    ]
+    .into_iter()
+    .filter(|name| crates.contains(name))
+    .collect();
+    assert!(
+        linked.is_empty(),
+        "rollout-client links {linked:?}:\n{tree}"
     );
 }

@@ -233,18 +233,6 @@ pub(crate) struct Cycle {
     edges: Vec<(ModPath, ModPath, String)>,
 }
 
-impl Cycle {
-    /// `crate: a, b, c`: the crate and the modules in the cycle, sorted.
-    pub(crate) fn members(&self) -> String {
-        let members: BTreeSet<String> = self.edges.iter().map(|(from, _, _)| show(from)).collect();
-        format!(
-            "{}: {}",
-            self.crate_name,
-            members.into_iter().collect::<Vec<_>>().join(", ")
-        )
-    }
-}
-
 impl fmt::Display for Cycle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "import cycle in {}:", self.crate_name)?;

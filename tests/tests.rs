@@ -7,7 +7,7 @@
 mod aborts;
 /// slime's multi-agent example on a scripted mock: every reward-shaping branch, oracle logprobs, one rollout id.
 mod agents;
-/// The workspace's shape: no import cycles between modules, read with `module_graph`.
+/// The workspace's shape: no import cycles, layers pointing down, a client library without the server or CLI.
 mod architecture;
 /// Shared helpers: the per-test runtime and server, the oracle replay of a sample, proptest config.
 mod common;
