@@ -126,16 +126,17 @@ def main() -> int:
         default=[],
         help="extra server flag, repeatable: --server-arg=--itl-ms=5 keeps every stream open for seconds",
     )
+    ap.add_argument("--binary", default=BINARY, help="the sglang-mock binary (an earlier build, to compare)")
     args = ap.parse_args()
-    if not os.path.exists(BINARY):
-        print(f"{BINARY} is missing: cargo build --release -p mock-server --bin sglang-mock", file=sys.stderr)
+    if not os.path.exists(args.binary):
+        print(f"{args.binary} is missing: cargo build --release -p mock-server --bin sglang-mock", file=sys.stderr)
         return 2
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = min(hard, max(soft, 2 * args.streams + 256))
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
     port = free_port()
-    cmd = [BINARY, "--port", str(port)]
+    cmd = [args.binary, "--port", str(port)]
     if not args.cumulative:
         cmd.append("--incremental-streaming-output")
     cmd += args.server_arg

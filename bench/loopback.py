@@ -13,7 +13,10 @@ and the table reports each server's best round and the ratios between them.
 
 Needs: wrk (apt-get install wrk), and fastapi, uvicorn[standard], orjson (pip install).
 
-    python3 bench/loopback.py [--seconds 10] [--rounds 3] [--connections 64]
+    python3 bench/loopback.py [--seconds 10] [--rounds 3] [--connections 64] [--baseline PATH]
+
+`--baseline PATH` adds another sglang-mock binary (an earlier build, say) as a fourth row of the same rounds,
+so that a change to the server is measured side by side with what it replaces.
 """
 
 import argparse
@@ -68,6 +71,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--baseline", help="another sglang-mock binary to measure in the same rounds")
     args = parser.parse_args()
     for tool in ("wrk", "taskset"):
         if shutil.which(tool) is None:
@@ -103,6 +107,8 @@ def main() -> None:
     with open(body_file, "wb") as f:
         f.write(captured)
     servers["ceiling (pre-built body)"] = [os.path.join(target, "examples", "ceiling"), "--body", body_file]
+    if args.baseline:
+        servers["sglang-mock (baseline)"] = [os.path.abspath(args.baseline)]
 
     best: dict[str, tuple[float, float]] = {}
     sizes: dict[str, int] = {}

@@ -226,18 +226,16 @@ enum Admit {
     },
 }
 
-/// The state of one streamed request: its run, and the events already due but not yet sent.
+/// The state of one streamed request: its run (once admitted), and the events already due but not yet sent.
 struct StreamRun<G> {
     ctx: RunCtx,
     plan: GeneratePlan,
-    run: Run,
+    /// Started on admission, so that a request waiting in the queue holds no generation.
+    run: Option<Run>,
     encoder: StreamEncoder,
     timings: Timings,
-    yielder: Yielder,
     queue: VecDeque<Bytes>,
     admit: Admit,
-    /// The request ended before running (aborted in the waiting queue, or refused): no tick is run.
-    ended_early: bool,
     finished: bool,
     /// Held for the life of the stream (the server's load accounting).
     _guard: G,
@@ -256,13 +254,11 @@ pub(crate) fn sse_stream<G: Send + 'static>(
     guard: G,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
     let state = StreamRun {
-        run: ctx.start(&plan),
+        run: None,
         encoder: StreamEncoder::new(wire::stream_mode(&ctx.config), plan.items.len()),
         timings: Timings::new(plan.items.len()),
-        yielder: Yielder::default(),
         queue: VecDeque::new(),
         admit: Admit::Pending(handle),
-        ended_early: false,
         finished: false,
         ctx,
         plan,
@@ -275,7 +271,7 @@ pub(crate) fn sse_stream<G: Send + 'static>(
         if let Admit::Pending(_) = state.admit {
             state.admit_now().await;
         }
-        if state.queue.is_empty() && !state.ended_early && !state.run.is_done() {
+        if state.queue.is_empty() {
             state.run_until_due().await;
         }
         let event = state.queue.pop_front().unwrap_or_else(|| {
@@ -296,6 +292,7 @@ impl<G> StreamRun<G> {
         let reason = match self.ctx.control.admit(&handle).await {
             Admission::Run(ticket) => {
                 self.ctx.weight_version = self.ctx.control.weight_version();
+                self.run = Some(self.ctx.start(&self.plan));
                 self.admit = Admit::Running {
                     _held: Some((ticket, handle)),
                 };
@@ -321,51 +318,52 @@ impl<G> StreamRun<G> {
         );
         self.queue
             .extend(objects.iter().map(|json| wire::sse_event(json)));
-        self.ended_early = true;
     }
 
-    /// Runs ticks until some event is due or the run is over.
+    /// Runs ticks until some event is due or the run is over; nothing without a run (a request that
+    /// ended in the waiting queue).
     async fn run_until_due(&mut self) {
+        let Some(run) = self.run.as_mut() else { return };
         let timed = self.ctx.latency.is_active();
-        while self.queue.is_empty() && !self.run.is_done() {
-            self.ctx.before_tick(&mut self.run, &self.plan).await;
-            self.ctx.tick(&mut self.run, &mut self.timings);
-            self.after_tick();
-            self.yielder.after(&self.run, timed).await;
+        // Counted per call: an event hands control back to the connection anyway, so only a long stretch of
+        // ticks without one (a large `stream_interval`) needs to yield.
+        let mut yielder = Yielder::default();
+        while self.queue.is_empty() && !run.is_done() {
+            self.ctx.before_tick(run, &self.plan).await;
+            self.ctx.tick(run, &mut self.timings);
+            record_ends(&self.ctx, &self.plan, run, &self.timings);
+            let e2e = &self.timings.e2e;
+            let finished = |i: usize| Finished {
+                e2e_latency: e2e[i],
+                response_sent_to_client_ts: unix_now(),
+            };
+            let encode = self.ctx.encode_ctx(&self.plan);
+            self.encoder.after_tick(
+                &encode,
+                &self.plan,
+                run,
+                run.progress(),
+                finished,
+                &mut self.queue,
+            );
+            yielder.after(run, timed).await;
         }
     }
+}
 
-    fn after_tick(&mut self) {
-        let ctx = &self.ctx;
-        for (i, progress) in self.run.progress().iter().enumerate() {
-            match progress {
-                Progress::Finished => {
-                    ctx.record(&self.run, i, &self.timings);
-                    tracing::debug!(rid = %self.plan.items[i].rid, "stream item finished");
-                }
-                Progress::Failed => {
-                    let error = self
-                        .run
-                        .failure(i)
-                        .map(ToString::to_string)
-                        .unwrap_or_default();
-                    tracing::error!(rid = %self.plan.items[i].rid, %error, "generation failed");
-                }
-                _ => {}
+/// Metrics for the items the last tick ended, and a log line for any that failed.
+fn record_ends(ctx: &RunCtx, plan: &GeneratePlan, run: &Run, timings: &Timings) {
+    for (i, progress) in run.progress().iter().enumerate() {
+        match progress {
+            Progress::Finished => {
+                ctx.record(run, i, timings);
+                tracing::debug!(rid = %plan.items[i].rid, "stream item finished");
             }
+            Progress::Failed => {
+                let error = run.failure(i).map(ToString::to_string).unwrap_or_default();
+                tracing::error!(rid = %plan.items[i].rid, %error, "generation failed");
+            }
+            _ => {}
         }
-        let e2e = &self.timings.e2e;
-        let finished = |i: usize| Finished {
-            e2e_latency: e2e[i],
-            response_sent_to_client_ts: unix_now(),
-        };
-        self.encoder.after_tick(
-            &ctx.encode_ctx(&self.plan),
-            &self.plan,
-            &self.run,
-            self.run.progress(),
-            finished,
-            &mut self.queue,
-        );
     }
 }
