@@ -256,7 +256,9 @@ where
     fn fast_block(&self, i: usize, t: Range<usize>, scalar: f32, s: &mut Scratch, sums: &mut Sums) {
         let (cur, old) = (&self.x.current[t.clone()], &self.x.old[t.clone()]);
         let mask = &self.batch.loss_mask()[t];
-        let [sb, cl, sd] = fast_ppo_block(cur, old, mask, scalar, self.p, s);
+        let len = cur.len();
+        let out = (&mut s.delta[..len], &mut s.ratio[..len], &mut s.loss[..len]);
+        let [sb, cl, sd] = fast_ppo_block(cur, old, mask, scalar, self.p, out);
         sums.pg[i] -= f64::from(scalar) * sb;
         sums.clip[i] += cl;
         sums.ppo_kl[i] -= sd;
@@ -336,24 +338,21 @@ where
 /// The PPO fast path over one block: one non-zero advantage `a` for the whole sample and nothing that needs
 /// the per-token loss. Then `L = -a * b` with `b = min(rho, 1 + eps_high)` for `a > 0` and
 /// `b = min(max(rho, 1 - eps_low), c)` for `a < 0` (R5 with the sign known), so the kernel sums `b` and
-/// multiplies by `-a` once per block. Fills the scratch's `delta` (masked log-ratios), `ratio` (masked `b`)
-/// and `loss` (masked clip flags) and returns their sums. Matches the general path to f32 rounding (a
+/// multiplies by `-a` once per block. Fills `delta` (masked log-ratios), `bounded` (masked `b`) and `flags`
+/// (masked clip flags) and returns their sums. Matches the general path to f32 rounding (a
 /// property test checks it).
 ///
-/// Kept out of line: this loop is nearly the whole cost of the common case, and compiled on its own it does
-/// not depend on how the rest of the kernel happens to be laid out (under callgrind it runs about 2% fewer
-/// instructions per token than inlined; one call per block of 256 tokens is noise).
-#[inline(never)]
+/// Inlined, with the three outputs as separate slices: measured against the code before it was split
+/// out, the `-C target-cpu=native` build lost about 8% when it stayed out of line.
+#[inline(always)]
 fn fast_ppo_block(
     cur: &[f32],
     old: &[f32],
     mask: &[u8],
     scalar: f32,
     p: &KernelParams<'_>,
-    s: &mut Scratch,
+    (delta, bounded, flags): (&mut [f32], &mut [f32], &mut [f32]),
 ) -> [f64; 3] {
-    let len = cur.len();
-    let (delta, bounded, flags) = (&mut s.delta[..len], &mut s.ratio[..len], &mut s.loss[..len]);
     let bound = p.bound;
     // Clipping `rho = exp(v)` to `[lo, hi]` is clipping `v` to `[ln lo, ln hi]`, which folds into the
     // log-ratio bound: one clamp, then `exp`. The clip flag is read off `v` directly.
