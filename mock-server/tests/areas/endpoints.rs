@@ -453,3 +453,46 @@ async fn v1_loads_reports_idle_ranks() {
             .is_some_and(|t| t.ends_with("+00:00"))
     );
 }
+
+/// Every route that reads a body reads it through the same extractors: over `--max-body-bytes` it is SGLang's
+/// 413 `HTTPException`, and a JSON body of the wrong shape is FastAPI's 400, never axum's plain-text rejection.
+#[tokio::test]
+async fn every_route_with_a_body_refuses_it_in_sglangs_shapes() {
+    let server = InProcess::new(ServerConfig {
+        max_body_bytes: 64,
+        ..ServerConfig::default()
+    });
+    let big = format!(r#"{{"text": "{}"}}"#, "x".repeat(100));
+    let too_large = json!({"object": "error", "message": "Request body is larger than the limit of 64 bytes.",
+                           "type": "413", "param": null, "code": 413});
+    for path in [
+        "/generate",
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/tokenize",
+        "/detokenize",
+        "/abort_request",
+        "/pause_generation",
+        "/update_weights_from_disk",
+        "/update_weight_version",
+        "/admin/faults",
+    ] {
+        let reply = server.post(path, big.clone()).await;
+        assert_eq!(reply.status, 413, "{path}: {}", reply.text());
+        assert_eq!(reply.json(), too_large, "{path}");
+    }
+    for path in [
+        "/abort_request",
+        "/pause_generation",
+        "/update_weight_version",
+    ] {
+        let reply = server.post(path, "[1, 2]").await;
+        assert_eq!(reply.status, 400, "{path}: {}", reply.text());
+        let body = reply.json();
+        assert_eq!(
+            (body["object"].as_str(), body["code"].as_u64()),
+            (Some("error"), Some(400)),
+            "{path}: {body}"
+        );
+    }
+}
