@@ -36,6 +36,12 @@ pub(crate) fn slow() -> ServerConfig {
     }
 }
 
+/// A `/generate` call running on its own task, so the test can move the clock and act meanwhile.
+pub(crate) fn spawn_generate(server: &InProcess, body: Value) -> tokio::task::JoinHandle<Reply> {
+    let server = server.clone();
+    tokio::spawn(async move { server.generate(&body).await })
+}
+
 /// Move the paused clock forward in 100 ms steps, letting spawned requests run after each.
 pub(crate) async fn advance_ms(ms: u64) {
     let mut left = ms;

@@ -8,7 +8,9 @@ use std::time::Duration;
 use mock_server::ServerConfig;
 use serde_json::{Value, json};
 
-use crate::common::{InProcess, Node, Reply, WAITING_ABORT_META_KEYS, advance_ms, slow, sse_json};
+use crate::common::{
+    InProcess, Node, Reply, WAITING_ABORT_META_KEYS, advance_ms, slow, spawn_generate, sse_json,
+};
 
 fn request(rid: &str, tokens: u32, stream: bool) -> Value {
     json!({
@@ -18,11 +20,6 @@ fn request(rid: &str, tokens: u32, stream: bool) -> Value {
         "sampling_params": {"max_new_tokens": tokens, "ignore_eos": true},
         "return_logprob": true,
     })
-}
-
-fn spawn_generate(server: &InProcess, body: Value) -> tokio::task::JoinHandle<Reply> {
-    let server = server.clone();
-    tokio::spawn(async move { server.generate(&body).await })
 }
 
 async fn post(server: &InProcess, path: &str, body: Value) -> Reply {

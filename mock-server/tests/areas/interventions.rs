@@ -12,7 +12,7 @@ use mock_server::oracle::{normalize_body, normalize_item};
 use mock_server::{Profile, ServerConfig};
 use serde_json::{Value, json};
 
-use crate::common::{InProcess, Reply, advance_ms, slow, sse_json};
+use crate::common::{InProcess, Reply, advance_ms, slow, spawn_generate, sse_json};
 
 fn body(rid: &str, tokens: u32, n: u32, stream: bool) -> Value {
     json!({
@@ -126,10 +126,7 @@ async fn the_oracle_predicts_an_abort_request_from_the_position_it_landed_at() {
         // A batch of two prompts under one rid prefix (parallel samples would get fresh ids instead).
         let mut body = body("job", 50, 1, stream);
         body["text"] = json!(["interventions", "and a second prompt"]);
-        let handle = {
-            let (server, body) = (server.clone(), body.clone());
-            tokio::spawn(async move { server.generate(&body).await })
-        };
+        let handle = spawn_generate(&server, body.clone());
         advance_ms(3500).await;
         server
             .post("/abort_request", bytes(&json!({"rid": "job"})))
@@ -184,10 +181,7 @@ async fn the_oracle_predicts_which_chunks_a_retract_pause_counts_in() {
     let server = InProcess::new(slow());
     for stream in [false, true] {
         let body = body("retracted", 8, 2, stream);
-        let handle = {
-            let (server, body) = (server.clone(), body.clone());
-            tokio::spawn(async move { server.generate(&body).await })
-        };
+        let handle = spawn_generate(&server, body.clone());
         advance_ms(2500).await;
         server
             .post("/pause_generation", bytes(&json!({"mode": "retract"})))
