@@ -357,6 +357,27 @@ mod tests {
     }
 
     #[test]
+    fn a_generation_that_panics_is_reported_failed_once_and_the_run_ends() {
+        let mut plan = plan(&[3, 2], None);
+        // The planner caps top-logprob lists; asked for more than memory can hold, the engine panics.
+        plan.items[0].request.top_logprobs_num = usize::MAX;
+        plan.items[0].request.return_logprob = true;
+        plan.items[0].request.logprob_start = 0;
+        let mut run = Run::new(&model(), &plan, Profile::Latest, None);
+        run.tick(&Interventions::default());
+        assert_eq!(run.progress(), [Progress::Failed, Progress::Stepped]);
+        let error = run
+            .first_failure()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        assert!(error.contains("engine panicked"), "{error}");
+        run.run_to_end(&Interventions::default());
+        assert!(run.is_done());
+        assert!(run.generation(0).is_none());
+        assert_eq!(run.generation(1).map(|g| g.output_ids().len()), Some(2));
+    }
+
+    #[test]
     fn an_abort_before_tick_t_keeps_t_tokens_with_the_releases_message() {
         let interventions = Interventions {
             aborts: vec![(0, 2)],
