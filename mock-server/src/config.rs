@@ -68,7 +68,7 @@ pub struct ServerConfig {
     pub context_length: u32,
     /// When set, every endpoint except `/health*` and `/metrics` needs `Authorization: Bearer <key>`.
     pub api_key: Option<String>,
-    /// Stream `text`, `output_ids` and output logprobs as deltas instead of cumulatively ([LATEST] only).
+    /// Stream `text`, `output_ids` and output logprobs as deltas instead of cumulatively (\[LATEST\] only).
     pub incremental_streaming_output: bool,
     pub profile: Profile,
     /// Emit a stream chunk every this many tokens unless the request overrides it.

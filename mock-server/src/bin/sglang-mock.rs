@@ -27,7 +27,7 @@ struct Cli {
 enum Command {
     /// Print the answer the server gives to one /generate body, without a server: the body is read from FILE
     /// (or stdin), the server flags are the same. A streamed request prints the SSE events. Timing fields are
-    /// 0.0 and ids the server would generate read "<fresh uuid4 hex>". Exit status 0 for an HTTP 200 answer,
+    /// 0.0 and ids the server would generate read `"<fresh uuid4 hex>"`. Exit status 0 for an HTTP 200 answer,
     /// 1 otherwise (the status goes to stderr, the error body to stdout).
     Oracle {
         /// The request body; `-` or nothing reads stdin.

@@ -2,8 +2,8 @@
 //! RL frameworks call, the API-key middleware, and the handlers. Handlers share one [`AppState`].
 //!
 //! - `state`: [`AppState`]; `extract`: the body extractors that reject in SGLang's error shape;
-//!   `error`: how an [`ApiError`](crate::ApiError) becomes a response; `respond`: response helpers;
-//! - `generate`: `/generate` and [`execute`](generate::execute); `drive`: the async drivers of the engine's
+//!   `error`: how an [`ApiError`] becomes a response; `respond`: response helpers;
+//! - `generate`: `/generate` and `execute`; `drive`: the async drivers of the engine's
 //!   step core (non-stream and SSE); `faults`: HTTP-level faults;
 //! - `openai`: `/v1/completions`, `/v1/chat/completions`, `/tokenize`, `/detokenize`;
 //! - `info`: health, server and model info, load; `admin`: the RL control plane and admin endpoints;

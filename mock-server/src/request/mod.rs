@@ -1,15 +1,14 @@
 //! Typed parsing of a `/generate` body (`GenerateReqInput`) and SGLang's normalisation and validation of it,
-//! ending in one engine [`ItemRequest`] per flattened sample.
+//! ending in one engine [`ItemRequest`](crate::engine::ItemRequest) per flattened sample.
 //!
 //! The order of the checks follows SGLang: Pydantic type validation (400 `{"object":"error",...}`), then
 //! `GenerateReqInput.normalize_batch_and_arguments` (400 `{"error":{"message"}}`), then per item the tokenizer
 //! manager's checks and `SamplingParams(**d).verify()`, then the scheduler's `logprob_start_len` check, which
 //! aborts only that item.
-
 //!
 //! - `body`: the raw, typed body, decoded in one pass;
 //! - `lax`: the lax Python-style field types it is made of;
-//! - `plan`: normalisation and the per-item checks, ending in a [`GeneratePlan`];
+//! - `plan`: normalisation and the per-item checks, ending in a [`GeneratePlan`](crate::engine::GeneratePlan);
 //! - `sampling`: `SamplingParams` resolution and verification;
 //! - `script`: scripted answers forced onto the items whose prompt matches a rule.
 

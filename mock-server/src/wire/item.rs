@@ -31,7 +31,7 @@ pub struct Sent {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Finished {
     pub e2e_latency: f64,
-    /// Unix time in seconds, [LATEST] only.
+    /// Unix time in seconds, \[LATEST\] only.
     pub response_sent_to_client_ts: f64,
 }
 

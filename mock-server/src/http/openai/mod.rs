@@ -3,7 +3,7 @@
 //!
 //! As in SGLang, each request becomes a native `/generate` request ([`request::translate`]) that runs
 //! through the same planner, engine, control plane and abort faults as `/generate` itself
-//! ([`crate::routes::execute`]); its answer is then rewritten in OpenAI's shape ([`response`]). Logprobs are
+//! (`http::generate::execute`); its answer is then rewritten in OpenAI's shape ([`response`]). Logprobs are
 //! therefore those of `/generate` for the same tokens, bit for bit. HTTP faults apply before the request
 //! runs, and body and stream faults to the OpenAI answer ([`faults`]).
 
