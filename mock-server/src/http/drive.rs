@@ -186,11 +186,7 @@ fn latency_key(item: &PlannedItem) -> u64 {
 
 /// Runs a non-stream request to its end and encodes its body. A scheduler rejection of any item fails the
 /// whole request with that item's 400, as `_wait_one_response` raises it; an engine panic is a 500.
-pub(crate) async fn run_to_end(
-    ctx: &RunCtx,
-    plan: &GeneratePlan,
-    control: &Control,
-) -> Result<Vec<u8>, ApiError> {
+pub(crate) async fn run_to_end(ctx: &RunCtx, plan: &GeneratePlan) -> Result<Vec<u8>, ApiError> {
     if let Some(message) = plan.rejection() {
         return Err(ApiError::value(message));
     }
@@ -211,7 +207,7 @@ pub(crate) async fn run_to_end(
     }
     // The version is read when the answer is written: a request held back by a weight update reports the
     // new one.
-    let version = control.weight_version();
+    let version = ctx.control.weight_version();
     let ctx = EncodeCtx::new(ctx.config.profile, &ctx.model, plan, &version);
     wire::encode_body(&ctx, plan, &run, &timings.e2e, unix_now())
 }

@@ -128,7 +128,7 @@ pub(crate) async fn execute(
     }
     let result = match control.admit(&handle).await {
         Admission::Run(ticket) => {
-            let result = drive::run_to_end(&ctx, &plan, &control).await;
+            let result = drive::run_to_end(&ctx, &plan).await;
             drop(ticket);
             result
         }
