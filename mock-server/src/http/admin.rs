@@ -11,18 +11,11 @@ use serde_json::json;
 
 use super::extract::{JsonBody, RawBody};
 use super::metrics::Gauges;
-use super::respond::{json_response, ordered_pairs as ordered};
+use super::respond::{json_value, ordered};
 use super::state::AppState;
 use crate::control::PauseMode;
 use crate::error::ApiError;
 use crate::faults::FaultConfig;
-
-fn json_ok(value: &serde_json::Value) -> Response {
-    json_response(
-        StatusCode::OK,
-        serde_json::to_vec(value).unwrap_or_default(),
-    )
-}
 
 /// `AbortReq` as the HTTP handler reads it; the other fields SGLang accepts are ignored, as its handler does.
 #[derive(Deserialize)]
@@ -64,20 +57,20 @@ pub(crate) async fn pause_generation(
     };
     state.control().pause(mode);
     tracing::info!(mode = mode_name, "generation paused");
-    ordered(&[
-        ("message", json!("Generation paused successfully.")),
-        ("status", json!("ok")),
-    ])
+    json_value(&ordered! {
+        "message": "Generation paused successfully.",
+        "status": "ok",
+    })
 }
 
 /// `/continue_generation`.
 pub(crate) async fn continue_generation(State(state): State<AppState>) -> Response {
     state.control().resume();
     tracing::info!("generation continued");
-    ordered(&[
-        ("message", json!("Generation continued successfully.")),
-        ("status", json!("ok")),
-    ])
+    json_value(&ordered! {
+        "message": "Generation continued successfully.",
+        "status": "ok",
+    })
 }
 
 /// The fields every weight-update request shares.
@@ -125,14 +118,11 @@ pub(crate) async fn update_weights_from_disk(
         return ApiError::Validation("model_path: Field required".to_owned()).into_response();
     }
     run_weight_update(&state, &req).await;
-    ordered(&[
-        ("success", json!(true)),
-        (
-            "message",
-            json!(update_message("Succeeded to update model weights.", &req)),
-        ),
-        ("num_paused_requests", json!(0)),
-    ])
+    json_value(&ordered! {
+        "success": true,
+        "message": update_message("Succeeded to update model weights.", &req),
+        "num_paused_requests": 0,
+    })
 }
 
 /// `/update_weights_from_tensor`: `{"success","message"}`.
@@ -158,32 +148,26 @@ pub(crate) async fn update_weights_from_distributed(
 
 async fn weight_update_simple(state: &AppState, req: &WeightUpdate, base: &str) -> Response {
     run_weight_update(state, req).await;
-    ordered(&[
-        ("success", json!(true)),
-        ("message", json!(update_message(base, req))),
-    ])
+    json_value(&ordered! {
+        "success": true,
+        "message": update_message(base, req),
+    })
 }
 
 /// `/init_weights_update_group`: accepted, nothing to connect to.
 pub(crate) async fn init_weights_update_group() -> Response {
-    ordered(&[
-        ("success", json!(true)),
-        (
-            "message",
-            json!("Succeeded to initialize custom process group."),
-        ),
-    ])
+    json_value(&ordered! {
+        "success": true,
+        "message": "Succeeded to initialize custom process group.",
+    })
 }
 
 /// `/destroy_weights_update_group`.
 pub(crate) async fn destroy_weights_update_group() -> Response {
-    ordered(&[
-        ("success", json!(true)),
-        (
-            "message",
-            json!("Succeeded to destroy custom process group."),
-        ),
-    ])
+    json_value(&ordered! {
+        "success": true,
+        "message": "Succeeded to destroy custom process group.",
+    })
 }
 
 #[derive(Deserialize)]
@@ -209,19 +193,16 @@ pub(crate) async fn update_weight_version(
         state.control().abort("", true);
     }
     state.control().set_weight_version(&version);
-    ordered(&[
-        ("success", json!(true)),
-        (
-            "message",
-            json!(format!("Weight version updated to {version}")),
-        ),
-        ("new_version", json!(version)),
-    ])
+    json_value(&ordered! {
+        "success": true,
+        "message": format!("Weight version updated to {version}"),
+        "new_version": version,
+    })
 }
 
 /// `/release_memory_occupation` and `/resume_memory_occupation`: 200 with `null`.
 pub(crate) async fn memory_occupation() -> Response {
-    json_ok(&serde_json::Value::Null)
+    json_value(&serde_json::Value::Null)
 }
 
 /// `/flush_cache`: plain text; refused with a 400 while requests are running or waiting.
@@ -275,7 +256,7 @@ pub(crate) async fn faults(
             }
         }
     }
-    json_ok(&serde_json::to_value(state.faults().config()).unwrap_or_default())
+    json_value(&serde_json::to_value(state.faults().config()).unwrap_or_default())
 }
 
 /// `GET /admin/stats`: requests seen per endpoint, faults injected per kind, and the control plane's state.
@@ -283,7 +264,7 @@ pub(crate) async fn stats(State(state): State<AppState>) -> Response {
     let requests = state.faults().requests_seen();
     let injected = state.faults().injected();
     let control = state.control();
-    json_ok(&json!({
+    json_value(&json!({
         "requests_total": requests.values().sum::<u64>(),
         "requests": requests,
         "faults_total": injected.values().sum::<u64>(),

@@ -50,18 +50,3 @@ pub(crate) fn sse_response(body: Body) -> Response {
     )
         .into_response()
 }
-
-/// A JSON object with its keys in the order given, as Python dicts keep them (`json!` would sort them).
-pub(crate) fn ordered_pairs(pairs: &[(&str, serde_json::Value)]) -> Response {
-    let mut out = vec![b'{'];
-    for (i, (key, value)) in pairs.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        let _ = serde_json::to_writer(&mut out, key);
-        out.push(b':');
-        let _ = serde_json::to_writer(&mut out, value);
-    }
-    out.push(b'}');
-    json_response(StatusCode::OK, out)
-}
