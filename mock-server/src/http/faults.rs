@@ -10,6 +10,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::conn::ConnHandle;
+use super::extract::Conn;
 use super::state::AppState;
 use crate::control::QUEUE_FULL_MESSAGE;
 use crate::error::ApiError;
@@ -124,6 +125,7 @@ fn status_fault(fault: &Fault) -> Response {
 /// routes (which decide their own, knowing `stream`), the admin endpoints and `/metrics`.
 pub(crate) async fn http_faults(
     State(state): State<AppState>,
+    Conn(conn): Conn,
     req: Request,
     next: Next,
 ) -> Response {
@@ -132,14 +134,10 @@ pub(crate) async fn http_faults(
         Ok(fault) => fault,
         Err(err) => return err.into_response(),
     };
-    if let Some(fault) = fault {
-        let conn = req
-            .extensions()
-            .get::<axum::extract::ConnectInfo<ConnHandle>>()
-            .map(|c| c.0.clone());
-        if let Some(response) = http_fault(&state, &fault, conn.as_ref()).await {
-            return response;
-        }
+    if let Some(fault) = fault
+        && let Some(response) = http_fault(&state, &fault, conn.as_ref()).await
+    {
+        return response;
     }
     next.run(req).await
 }

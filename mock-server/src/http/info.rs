@@ -1,7 +1,6 @@
 //! The worker endpoints routers and clients read: health, server and model info, models, weight version, load.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -175,10 +174,7 @@ pub(crate) async fn weight_version(State(state): State<AppState>) -> Response {
 }
 
 pub(crate) fn unix_seconds() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    unix_now() as u64
 }
 
 fn model_card(config: &ServerConfig) -> Ordered {
