@@ -36,17 +36,18 @@ impl StreamEncoder {
     ) {
         for (i, (item, &progress)) in plan.items.iter().zip(progress).enumerate() {
             let index = plan.is_batch.then_some(i);
-            let mut json = Vec::with_capacity(512);
-            match progress {
+            // The buffer is allocated only for an event that is due.
+            let json = match progress {
                 Progress::Idle => continue,
-                Progress::Failed => {
-                    if let Some(err) = run.failure(i) {
-                        json = err.stream_event_json();
-                    }
-                }
+                Progress::Failed => run
+                    .failure(i)
+                    .map(|err| err.stream_event_json())
+                    .unwrap_or_default(),
                 Progress::Rejected => {
                     let message = item.abort.as_deref().unwrap_or_default();
+                    let mut json = Vec::with_capacity(512);
                     encode_aborted(&mut json, ctx, item, message, finished(i), index);
+                    json
                 }
                 Progress::Stepped | Progress::Finished => {
                     let Some(generation) = run.generation(i) else {
@@ -66,13 +67,15 @@ impl StreamEncoder {
                         index,
                         num_retractions: run.retractions(i),
                     };
+                    let mut json = Vec::with_capacity(512);
                     encode_item(&mut json, ctx, item, generation, chunk);
                     self.sent[i] = Sent {
                         ids: generation.output_ids().len(),
                         text_bytes: generation.text().len(),
                     };
+                    json
                 }
-            }
+            };
             out.extend([sse_event(&json)]);
         }
     }
