@@ -202,16 +202,9 @@ impl Oracle {
                 .strip_prefix(b"data: ")
                 .and_then(|rest| rest.strip_suffix(b"\n\n"))
                 .unwrap_or(&event);
-            let mut value: serde_json::Value =
-                serde_json::from_slice(json).map_err(invalid_json)?;
-            let index = value
-                .get("index")
-                .and_then(serde_json::Value::as_u64)
-                .unwrap_or(0) as usize;
-            let fresh = plan.items.get(index).is_some_and(|i| i.rid_is_fresh);
-            normalize_item(&mut value, fresh);
-            out.push(value);
+            out.push(serde_json::from_slice(json).map_err(invalid_json)?);
         }
+        normalize_stream(&mut out, &plan);
         Ok(out)
     }
 }
@@ -233,6 +226,19 @@ pub fn normalize_body(body: &mut serde_json::Value, plan: &GeneratePlan) {
             let fresh = plan.items.first().is_some_and(|i| i.rid_is_fresh);
             normalize_item(value, fresh);
         }
+    }
+}
+
+/// Make a stream's events comparable with the oracle's: each chunk as [`normalize_item`], its generated id
+/// found through its `index` in the plan.
+pub fn normalize_stream(events: &mut [serde_json::Value], plan: &GeneratePlan) {
+    for event in events {
+        let index = event
+            .get("index")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0) as usize;
+        let fresh = plan.items.get(index).is_some_and(|i| i.rid_is_fresh);
+        normalize_item(event, fresh);
     }
 }
 

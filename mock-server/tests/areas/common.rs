@@ -36,6 +36,14 @@ pub(crate) fn slow() -> ServerConfig {
     }
 }
 
+/// The objects of a body: the items of a batch array, or the one object.
+pub(crate) fn items(body: &Value) -> Vec<Value> {
+    match body {
+        Value::Array(items) => items.clone(),
+        item => vec![item.clone()],
+    }
+}
+
 /// A `/generate` call running on its own task, so the test can move the clock and act meanwhile.
 pub(crate) fn spawn_generate(server: &InProcess, body: Value) -> tokio::task::JoinHandle<Reply> {
     let server = server.clone();

@@ -8,11 +8,11 @@
 
 use axum::http::Method;
 use mock_server::engine::Interventions;
-use mock_server::oracle::{normalize_body, normalize_item};
+use mock_server::oracle::{normalize_body, normalize_stream};
 use mock_server::{Profile, ServerConfig};
 use serde_json::{Value, json};
 
-use crate::common::{InProcess, Reply, advance_ms, slow, spawn_generate, sse_json};
+use crate::common::{InProcess, Reply, advance_ms, items, slow, spawn_generate, sse_json};
 
 fn body(rid: &str, tokens: u32, n: u32, stream: bool) -> Value {
     json!({
@@ -33,10 +33,7 @@ fn bytes(body: &Value) -> Vec<u8> {
 fn normalized_chunks(server: &InProcess, body: &Value, reply: &Reply) -> Vec<Value> {
     let plan = server.oracle.plan(&bytes(body)).expect("a valid request");
     let mut chunks = sse_json(&reply.body);
-    for chunk in &mut chunks {
-        let index = chunk.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
-        normalize_item(chunk, plan.items[index].rid_is_fresh);
-    }
+    normalize_stream(&mut chunks, &plan);
     chunks
 }
 
@@ -46,13 +43,6 @@ fn normalized_body(server: &InProcess, body: &Value, reply: &Reply) -> Value {
     let mut got = reply.json();
     normalize_body(&mut got, &plan);
     got
-}
-
-fn items(body: &Value) -> Vec<Value> {
-    match body {
-        Value::Array(items) => items.clone(),
-        item => vec![item.clone()],
-    }
 }
 
 #[tokio::test]

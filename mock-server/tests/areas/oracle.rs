@@ -1,11 +1,11 @@
 //! The server answers exactly what the oracle computes: non-streamed bodies compared whole (after zeroing the
 //! wall-clock fields and generated ids), and streams in all three output modes reassembled and compared.
 
-use mock_server::oracle::normalize_body;
+use mock_server::oracle::{normalize_body, normalize_stream};
 use mock_server::{Profile, ServerConfig};
 use serde_json::{Value, json};
 
-use crate::common::{InProcess, Mode, load_json, reassemble, sse_json};
+use crate::common::{InProcess, Mode, items, load_json, reassemble, sse_json};
 
 fn requests() -> Vec<Value> {
     load_json("requests.json")
@@ -34,13 +34,6 @@ fn configs() -> Vec<(ServerConfig, Mode)> {
             Mode::Mid,
         ),
     ]
-}
-
-fn items(body: &Value) -> Vec<Value> {
-    match body {
-        Value::Array(items) => items.clone(),
-        item => vec![item.clone()],
-    }
 }
 
 #[tokio::test]
@@ -206,11 +199,7 @@ async fn streams_equal_the_oracle_chunk_by_chunk() {
             let plan = server.oracle.plan(&bytes).expect("valid request");
             let reply = server.generate(&streamed).await;
             let mut chunks = sse_json(&reply.body);
-            for chunk in &mut chunks {
-                let index = chunk.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
-                let fresh = plan.items.get(index).is_some_and(|i| i.rid_is_fresh);
-                mock_server::oracle::normalize_item(chunk, fresh);
-            }
+            normalize_stream(&mut chunks, &plan);
             assert_eq!(
                 chunks, expected,
                 "profile {} request {request}",
