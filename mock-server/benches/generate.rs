@@ -1,5 +1,10 @@
-//! Criterion benchmark of a whole `/generate` call served in-process: request parsing, generation of 1,024
-//! tokens with logprobs, and JSON encoding, through the axum router without a socket.
+//! Criterion benchmarks of `/generate` served in-process (request parsing, generation and JSON encoding,
+//! through the axum router without a socket), and of the floor under a whole answer: generating without
+//! encoding, and encoding a pre-generated answer, through the same code the server runs.
+//!
+//! Groups: `generate_1024_logprobs` (the loopback benchmark's request), `floor_1024_logprobs` (its two parts),
+//! `generate_16_logprobs` (the short answer a router load test sends) and `stream_512` (one SSE stream of 512
+//! tokens, the unit of `bench/load_streams.py`).
 
 use std::hint::black_box;
 
@@ -7,15 +12,23 @@ use axum::body::Body;
 use axum::http::Request;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use http_body_util::BodyExt;
+use mock_server::engine::{Interventions, Run};
+use mock_server::oracle::Oracle;
+use mock_server::wire::{EncodeCtx, encode_body};
 use mock_server::{AppState, ServerConfig, app};
 use tower::ServiceExt;
 
-const BODY: &str = r#"{"input_ids":[785,6722,315,9625,374],"sampling_params":{"max_new_tokens":1024,"ignore_eos":true,"temperature":1.0},"return_logprob":true}"#;
+/// The loopback benchmark's request (`bench/loopback.py`) with `max_new_tokens` and `stream` filled in.
+fn request_body(tokens: u32, stream: bool) -> String {
+    format!(
+        r#"{{"input_ids":[785,6722,315,9625,374],"sampling_params":{{"max_new_tokens":{tokens},"ignore_eos":true,"temperature":1.0}},"return_logprob":true,"stream":{stream}}}"#
+    )
+}
 
-async fn generate(router: axum::Router) -> usize {
+async fn post(router: axum::Router, body: String) -> usize {
     let request = Request::post("/generate")
         .header("content-type", "application/json")
-        .body(Body::from(BODY))
+        .body(Body::from(body))
         .expect("static request is valid");
     let response = router
         .oneshot(request)
@@ -31,27 +44,69 @@ async fn generate(router: axum::Router) -> usize {
     bytes.len()
 }
 
-fn in_process(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .expect("runtime");
-    let router = app(AppState::new(ServerConfig::default()).expect("default config is valid"));
-    let size = runtime.block_on(generate(router.clone()));
+        .expect("runtime")
+}
 
-    let mut group = c.benchmark_group("generate_1024_logprobs");
+fn whole_requests(c: &mut Criterion) {
+    let runtime = runtime();
+    let router = app(AppState::new(ServerConfig::default()).expect("default config is valid"));
+    for (group_name, tokens, stream) in [
+        ("generate_1024_logprobs", 1024, false),
+        ("generate_16_logprobs", 16, false),
+        ("stream_512", 512, true),
+    ] {
+        let body = request_body(tokens, stream);
+        let size = runtime.block_on(post(router.clone(), body.clone()));
+        let mut group = c.benchmark_group(group_name);
+        group.throughput(Throughput::Elements(1));
+        group.bench_function("requests", |b| {
+            b.to_async(&runtime)
+                .iter(|| async { black_box(post(router.clone(), body.clone()).await) });
+        });
+        group.throughput(Throughput::Bytes(size as u64));
+        group.bench_function("response_bytes", |b| {
+            b.to_async(&runtime)
+                .iter(|| async { black_box(post(router.clone(), body.clone()).await) });
+        });
+        group.finish();
+    }
+}
+
+/// The two halves of a 1,024-token answer, each through the server's own code: `generate` runs the plan's
+/// step core to its end, `encode` writes the finished run's body.
+fn floor(c: &mut Criterion) {
+    let oracle = Oracle::new(ServerConfig::default()).expect("default config is valid");
+    let plan = oracle
+        .plan(request_body(1024, false).as_bytes())
+        .expect("the benchmark's request is valid");
+    let config = oracle.config();
+    let generate = || {
+        let mut run = Run::new(oracle.model(), &plan, config.profile, None);
+        run.run_to_end(&Interventions::default());
+        run
+    };
+    let run = generate();
+    let ctx = EncodeCtx::new(
+        config.profile,
+        oracle.model(),
+        &plan,
+        &config.weight_version,
+    );
+    let encode = || encode_body(&ctx, &plan, &run, &[0.25], 1.7e9).expect("a finished run encodes");
+    let size = encode().len();
+
+    let mut group = c.benchmark_group("floor_1024_logprobs");
     group.throughput(Throughput::Elements(1));
-    group.bench_function("requests", |b| {
-        b.to_async(&runtime)
-            .iter(|| async { black_box(generate(router.clone()).await) });
-    });
+    group.bench_function("generate", |b| b.iter(|| black_box(generate())));
+    group.bench_function("encode", |b| b.iter(|| black_box(encode())));
     group.throughput(Throughput::Bytes(size as u64));
-    group.bench_function("response_bytes", |b| {
-        b.to_async(&runtime)
-            .iter(|| async { black_box(generate(router.clone()).await) });
-    });
+    group.bench_function("encode_bytes", |b| b.iter(|| black_box(encode())));
     group.finish();
 }
 
-criterion_group!(benches, in_process);
+criterion_group!(benches, whole_requests, floor);
 criterion_main!(benches);

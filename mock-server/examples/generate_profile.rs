@@ -1,5 +1,6 @@
 //! Serves fixed `/generate` requests in-process through the router, for profiling the whole request path
-//! (parsing, generation, encoding) with `perf` or callgrind: `cargo run --release --example generate_profile`.
+//! (parsing, generation, encoding) with `perf` or callgrind:
+//! `cargo run --release --example generate_profile -- [TOKENS] [REQUESTS]` (1,024 tokens, 200 requests by default).
 
 use axum::body::Body;
 use axum::http::Request;
@@ -7,18 +8,26 @@ use http_body_util::BodyExt;
 use mock_server::{AppState, ServerConfig, app};
 use tower::ServiceExt;
 
-const BODY: &str = r#"{"input_ids":[785,6722,315,9625,374],"sampling_params":{"max_new_tokens":1024,"ignore_eos":true,"temperature":1.0},"return_logprob":true}"#;
+/// The loopback benchmark's request (`bench/loopback.py`), with `max_new_tokens` filled in.
+fn body(tokens: u32) -> String {
+    format!(
+        r#"{{"input_ids":[785,6722,315,9625,374],"sampling_params":{{"max_new_tokens":{tokens},"ignore_eos":true,"temperature":1.0}},"return_logprob":true}}"#
+    )
+}
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let router = app(AppState::new(ServerConfig::default()).expect("default config is valid"));
-    let requests = 200;
+    let mut args = std::env::args().skip(1).map(|a| a.parse::<u32>());
+    let tokens = args.next().and_then(Result::ok).unwrap_or(1024);
+    let requests = args.next().and_then(Result::ok).unwrap_or(200);
+    let body = body(tokens);
     let started = std::time::Instant::now();
     let mut bytes = 0;
     for _ in 0..requests {
         let request = Request::post("/generate")
             .header("content-type", "application/json")
-            .body(Body::from(BODY))
+            .body(Body::from(body.clone()))
             .expect("static request is valid");
         let response = router
             .clone()

@@ -48,7 +48,9 @@ pub(crate) fn mix(state: u64, value: u64) -> u64 {
 
 /// Maps a hash to a uniform number in `[0, 1)` with 53 bits of precision.
 pub(crate) fn unit(h: u64) -> f64 {
-    (h >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    // Through `i64`: the value is below 2^53, so the conversion is exact either way, and x86-64 has a signed
+    // conversion instruction but no unsigned one before AVX-512.
+    ((h >> 11) as i64) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
 /// What the model assigns at one context at temperature 1: a weight (`exp(logit)`) per slot, the content
@@ -142,14 +144,14 @@ pub(crate) fn logits(
     // above the tail (`TAIL_MARGIN`).
     let shape = next();
     let flatness = FLATNESS_MIN + FLATNESS_SPAN * unit(shape);
-    let mut weight = 50.0 + 40.0 * ((shape & 0x7FF) as f64 / 2048.0);
+    let mut weight = 50.0 + 40.0 * (f64::from((shape & 0x7FF) as u32) / 2048.0);
     // Eight 21-bit jitters from three draws.
     let jitters = [next(), next(), next()];
     let mut weights = [0.0f64; EXPLICIT];
     for (k, slot) in weights[..CANDIDATES].iter_mut().enumerate() {
         *slot = weight;
-        let jitter =
-            ((jitters[k / 3] >> (21 * (k % 3))) & 0x1F_FFFF) as f64 / f64::from(1u32 << 21);
+        let jitter = f64::from(((jitters[k / 3] >> (21 * (k % 3))) & 0x1F_FFFF) as u32)
+            / f64::from(1u32 << 21);
         weight *= flatness * (0.55 + 0.45 * jitter);
     }
     weights[CANDIDATES] = end_of_turn_weight(since_special);
@@ -164,6 +166,45 @@ pub(crate) fn logits(
         im_end,
     };
     Logits { weights, ids }
+}
+
+impl Logits {
+    /// The draw of [`Distribution::pick`] and the logprob of [`Distribution::logprob_of`] for the plainest and
+    /// most common step of a rollout: temperature 1, reported at temperature 1, nothing masked and no top-k /
+    /// top-p / min-p filter. It does the same arithmetic in the same order (sorted order with `<|im_end|>` moved
+    /// to its rank, the normaliser summed in that order, the draw walked down it) without building the
+    /// distribution, so the id and the logprob are the same bits. A draw that lands in the uniform tail returns
+    /// `None`, and the caller takes the general path for it (about one step in a hundred).
+    #[inline(always)]
+    pub(crate) fn pick_plain(&self, vocab_size: u32, u: f64) -> Option<(u32, f64)> {
+        // `<|im_end|>`, last, rises past every candidate it outweighs, or equals with a larger id.
+        let mut sorted = self.weights;
+        let end = sorted[CANDIDATES];
+        let mut rank = CANDIDATES;
+        while rank > 0
+            && (sorted[rank - 1] < end
+                || (sorted[rank - 1] == end && self.ids.id(rank - 1) > self.ids.id(CANDIDATES)))
+        {
+            sorted[rank] = sorted[rank - 1];
+            rank -= 1;
+        }
+        sorted[rank] = end;
+        let slot_at = |position: usize| match position.cmp(&rank) {
+            std::cmp::Ordering::Less => position,
+            std::cmp::Ordering::Equal => CANDIDATES,
+            std::cmp::Ordering::Greater => position - 1,
+        };
+        let tail_count = f64::from(vocab_size - EXPLICIT as u32);
+        let z = sorted.iter().sum::<f64>() + tail_count * TAIL_WEIGHT;
+        let mut target = u * z;
+        for (position, &weight) in sorted.iter().enumerate() {
+            if target < weight {
+                return Some((self.ids.id(slot_at(position)), (weight / z).ln()));
+            }
+            target -= weight;
+        }
+        None
+    }
 }
 
 /// The weight of `<|im_end|>` after `since_special` tokens of a turn: `exp(min(-6 + 0.05 * n, 2))`, which reaches its
@@ -519,6 +560,55 @@ mod tests {
     /// The worked example of `MODEL.md` section 11, whose numbers were computed from the document, not from this
     /// code: seed 0, `encode("Hello world")`, T = 0.7. The document fixes the order of every operation, so the
     /// values agree to the bit.
+    /// `Logits::pick_plain` skips building the distribution; it must draw the same id with the same logprob bits
+    /// as the general path wherever it answers, and leave exactly the tail draws to it. Contexts, seeds and
+    /// draws from a hash, the smallest vocabulary among them (where the tail is likeliest), and contexts that
+    /// end a turn (where `<|im_end|>` outweighs every candidate) as well as long ones (where it sits mid-list).
+    #[test]
+    fn the_plain_pick_is_the_general_pick_bit_for_bit() {
+        let mut tails = 0;
+        use crate::model::{MAX_VOCAB_SIZE, MIN_VOCAB_SIZE};
+        for (n, vocab) in [MIN_VOCAB_SIZE, 151_936, MAX_VOCAB_SIZE]
+            .into_iter()
+            .enumerate()
+        {
+            let t = Tokenizer::new(vocab);
+            for case in 0..20_000u64 {
+                let h = mix(n as u64, case);
+                let len = (h % 300) as usize;
+                let mut context: Vec<u32> = (0..len as u64)
+                    .map(|i| (mix(h, i) % u64::from(vocab - 3)) as u32)
+                    .collect();
+                if case % 3 == 0 {
+                    context.push(t.im_end_id());
+                }
+                let since = count_since_special(&t, &context);
+                let l = logits(h >> 7, &t, &context, since);
+                let u = unit(mix(h, 99));
+                let d = Distribution::new(&l, vocab, 1.0, &[]);
+                let general = d.pick(None, 1.0, 0.0, u);
+                match l.pick_plain(vocab, u) {
+                    Some((id, logprob)) => {
+                        assert_eq!(id, general.id, "case {case}");
+                        assert_eq!(
+                            logprob.to_bits(),
+                            d.logprob_of(&general).to_bits(),
+                            "case {case}"
+                        );
+                    }
+                    None => {
+                        assert_eq!(
+                            general.position, None,
+                            "case {case}: an explicit draw was left"
+                        );
+                        tails += 1;
+                    }
+                }
+            }
+        }
+        assert!(tails > 0, "no draw reached the tail");
+    }
+
     #[test]
     fn worked_example_of_model_md() {
         let t = Tokenizer::new(151_936);

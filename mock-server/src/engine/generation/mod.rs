@@ -19,7 +19,7 @@ use std::sync::Arc;
 use crate::engine::item::{
     FinishReason, GREEDY_TEMPERATURE, ItemRequest, LogprobEntry, SamplingParams,
 };
-use crate::model::{Model, Pick, count_since_special, mix, unit};
+use crate::model::{Distribution, Logits, Model, Pick, count_since_special, mix, unit};
 
 /// The state of one sample being generated.
 #[derive(Clone, Debug)]
@@ -34,6 +34,9 @@ pub struct Generation {
     /// Temperature the reported logprobs are computed under.
     report_temperature: f64,
     top_k: Option<u32>,
+    /// Whether every step without a mask or a forced token can take [`Logits::pick_plain`]: temperature 1 for
+    /// sampling and reporting, no filter, and no top or token-id logprobs.
+    plain: bool,
     /// Sorted EOS and stop ids: what `min_new_tokens` masks.
     min_tokens_mask: Vec<u32>,
     /// Sorted stop ids that end generation, EOS included; empty with `ignore_eos`.
@@ -105,6 +108,12 @@ impl Generation {
             min_tokens_mask.clone()
         };
         let max_stop_len = params.stop.iter().map(String::len).max().unwrap_or(0);
+        let plain = temperature == 1.0
+            && report_temperature == 1.0
+            && top_k.is_none()
+            && params.top_p >= 1.0
+            && params.min_p <= 0.0
+            && (!return_logprob || (top_logprobs_num == 0 && token_ids_logprob.is_empty()));
 
         let prompt_hash = input_ids
             .iter()
@@ -133,6 +142,7 @@ impl Generation {
             temperature,
             report_temperature,
             top_k,
+            plain,
             min_tokens_mask,
             stop_ids,
             max_stop_len,
@@ -177,7 +187,7 @@ impl Generation {
             let logits = self
                 .model
                 .logits(context, count_since_special(tokenizer, context));
-            let dist = crate::model::Distribution::new(
+            let dist = Distribution::new(
                 &logits,
                 self.model.config().vocab_size,
                 self.report_temperature,
@@ -201,35 +211,54 @@ impl Generation {
             return true;
         }
         let out_len = self.context.len() - self.prompt_len;
-        let masked: &[u32] = if out_len < self.params.min_new_tokens as usize {
-            &self.min_tokens_mask
-        } else {
-            &[]
-        };
+        // `min_new_tokens` masks EOS and the stop ids until that many tokens are out.
+        let masking = out_len < self.params.min_new_tokens as usize;
         let logits = self.model.logits(&self.context, self.since_special);
-        let vocab = self.model.config().vocab_size;
-        let dist = crate::model::Distribution::new(&logits, vocab, self.temperature, masked);
-        let pick = match self.forced_output.get(out_len) {
-            Some(&forced) => Pick::forced(forced),
-            None => {
-                let u = unit(mix(self.key, out_len as u64));
-                dist.pick(self.top_k, self.params.top_p, self.params.min_p, u)
-            }
+        let forced = self.forced_output.get(out_len).copied();
+        let u = unit(mix(self.key, out_len as u64));
+        let plain = match forced {
+            None if self.plain && !masking => logits.pick_plain(self.model.config().vocab_size, u),
+            _ => None,
         };
-        let id = pick.id;
+        let id = match plain {
+            Some((id, logprob)) => {
+                if self.return_logprob {
+                    self.output_logprobs.push(logprob as f32);
+                }
+                id
+            }
+            None => self.pick(&logits, masking, forced, u),
+        };
 
+        self.context.push(id);
+        if self.model.tokenizer().is_special(id) {
+            self.since_special = 0;
+        } else {
+            self.since_special += 1;
+        }
+        let before = (self.decoded.len(), self.pending.clone());
+        self.push_text(id);
+        self.check_finished(id, before);
+        self.finish.is_some()
+    }
+
+    /// A step's token and logprobs through the whole distribution: any temperature, mask, filter, forced
+    /// token, or top / token-id logprobs.
+    fn pick(&mut self, logits: &Logits, masking: bool, forced: Option<u32>, u: f64) -> u32 {
+        let masked: &[u32] = if masking { &self.min_tokens_mask } else { &[] };
+        let vocab = self.model.config().vocab_size;
+        let dist = Distribution::new(logits, vocab, self.temperature, masked);
+        let pick = match forced {
+            Some(forced) => Pick::forced(forced),
+            None => dist.pick(self.top_k, self.params.top_p, self.params.min_p, u),
+        };
         if self.return_logprob {
             // Borrowed, not moved: the distribution is a few hundred bytes and this runs once per token.
             let untempered;
             let report = if self.report_temperature == self.temperature {
                 &dist
             } else {
-                untempered = crate::model::Distribution::new(
-                    &logits,
-                    vocab,
-                    self.report_temperature,
-                    masked,
-                );
+                untempered = Distribution::new(logits, vocab, self.report_temperature, masked);
                 &untempered
             };
             self.output_logprobs.push(report.logprob_of(&pick) as f32);
@@ -247,17 +276,7 @@ impl Generation {
                 });
             }
         }
-
-        self.context.push(id);
-        if self.model.tokenizer().is_special(id) {
-            self.since_special = 0;
-        } else {
-            self.since_special += 1;
-        }
-        let before = (self.decoded.len(), self.pending.clone());
-        self.push_text(id);
-        self.check_finished(id, before);
-        self.finish.is_some()
+        pick.id
     }
 
     /// Generates until the generation finishes.
@@ -380,7 +399,7 @@ impl Generation {
 
 /// Appends the top `n` of `dist` to `out` as `f32` entries, using `scratch` for the `f64` values.
 fn push_top(
-    dist: &crate::model::Distribution<'_>,
+    dist: &Distribution<'_>,
     n: usize,
     scratch: &mut Vec<(u32, f64)>,
     out: &mut Vec<LogprobEntry>,

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Checks that two builds of `sglang-mock` answer alike, byte for byte, before a performance change lands.
+
+A speed-up may not change a byte of any response or a bit of any logprob. The golden and oracle tests check the
+server against fixtures and against its own engine; this script checks it against the build it replaces, over a
+matrix of requests that reaches every path of the sampler and of the encoders: temperatures (greedy, 0.7, 1,
+1.3), top-k / top-p / min-p, masks from `min_new_tokens`, stop strings and stop ids, top and token-id logprobs,
+input logprobs, text in logprobs, `n > 1`, batches, streams (cumulative and incremental), and the OpenAI
+endpoints. Both servers run with the same seed; the fields that differ between any two runs (fresh request ids,
+`e2e_latency`, `response_sent_to_client_ts`, OpenAI `id` and `created`) are blanked, everything else compared as
+bytes.
+
+    python3 bench/compare_builds.py --baseline PATH [--candidate PATH]
+
+`--candidate` defaults to this checkout's release build (built first).
+"""
+
+import argparse
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+from servers import free_port, wait_healthy
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Values that differ between two runs of the same build, blanked before comparing.
+VOLATILE = re.compile(
+    rb'"(e2e_latency|response_sent_to_client_ts|created)":[0-9.e+-]+'
+    rb'|"id":"[0-9a-f]{32}"|"id":"(chatcmpl|cmpl)-[0-9a-f]+"'
+)
+
+
+def blank(body: bytes) -> bytes:
+    return VOLATILE.sub(lambda m: m.group(0).split(b":")[0] + b":0", body)
+
+
+def native_requests():
+    """The /generate matrix."""
+    prompts = [
+        {"input_ids": [785, 6722, 315, 9625, 374]},
+        {"text": "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"},
+        {"text": "The capital of France is"},
+    ]
+    samplers = [
+        {"temperature": 1.0},
+        {"temperature": 0.0},
+        {"temperature": 0.7},
+        {"temperature": 1.3},
+        {"temperature": 1.0, "top_k": 5},
+        {"temperature": 1.0, "top_p": 0.9},
+        {"temperature": 0.8, "min_p": 0.1},
+        {"temperature": 1.0, "min_new_tokens": 40},
+        {"temperature": 1.0, "stop": [" ka", "ri"]},
+        {"temperature": 1.0, "stop_token_ids": [46]},
+        {"temperature": 1.0, "ignore_eos": True, "max_new_tokens": 700},
+    ]
+    logprobs = [
+        {},
+        {"return_logprob": True},
+        {"return_logprob": True, "top_logprobs_num": 3, "token_ids_logprob": [13, 151645],
+         "logprob_start_len": 0, "return_text_in_logprobs": True},
+    ]
+    for prompt, sampler, lp in itertools.product(prompts, samplers, logprobs):
+        params = {"max_new_tokens": 300, **sampler}
+        for stream in (False, True):
+            yield "/generate", {**prompt, "sampling_params": params, **lp, "stream": stream}
+    for seed in range(40):
+        yield "/generate", {"input_ids": [seed, seed + 7], "return_logprob": True,
+                            "sampling_params": {"max_new_tokens": 200, "sampling_seed": seed}}
+    yield "/generate", {"text": "Hello", "sampling_params": {"max_new_tokens": 64, "n": 2},
+                        "return_logprob": True}
+    yield "/generate", {"text": ["Hello", "Goodbye"], "sampling_params": {"max_new_tokens": 64},
+                        "return_logprob": True, "stream": True}
+    yield "/generate", {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 64},
+                        "return_logprob": True, "stream": True, "stream_options": {"incremental": True}}
+    yield "/generate", {"input_ids": [1, 2, 3], "sampling_params": {"temperature": -1}}
+
+
+def openai_requests():
+    messages = [{"role": "user", "content": "Say something."}]
+    yield "/v1/chat/completions", {"model": "mock", "messages": messages, "max_tokens": 80, "logprobs": True,
+                                   "top_logprobs": 2}
+    yield "/v1/chat/completions", {"model": "mock", "messages": messages, "max_tokens": 80, "stream": True,
+                                   "logprobs": True}
+    yield "/v1/completions", {"model": "mock", "prompt": "Once upon", "max_tokens": 80, "logprobs": 2}
+    yield "/v1/completions", {"model": "mock", "prompt": "Once upon", "max_tokens": 80, "stream": True}
+
+
+def post(url: str, path: str, body: dict) -> tuple[int, bytes]:
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def start(binary: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    proc = subprocess.Popen([binary, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    wait_healthy(url, proc)
+    return proc, url
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="compare two sglang-mock builds' answers byte for byte")
+    parser.add_argument("--baseline", required=True, help="the sglang-mock binary to compare against")
+    parser.add_argument("--candidate", help="the sglang-mock binary under test (default: this checkout's)")
+    args = parser.parse_args()
+    candidate = args.candidate
+    if candidate is None:
+        subprocess.run(["cargo", "build", "--release", "-p", "mock-server", "--bin", "sglang-mock"], cwd=ROOT,
+                       check=True)
+        candidate = os.path.join(ROOT, "target", "release", "sglang-mock")
+
+    base_proc, base_url = start(os.path.abspath(args.baseline))
+    cand_proc, cand_url = start(os.path.abspath(candidate))
+    compared, differing, total_bytes = 0, [], 0
+    try:
+        for path, body in itertools.chain(native_requests(), openai_requests()):
+            a_status, a = post(base_url, path, body)
+            b_status, b = post(cand_url, path, body)
+            compared += 1
+            total_bytes += len(b)
+            if (a_status, blank(a)) != (b_status, blank(b)):
+                differing.append((path, body, a_status, b_status))
+    finally:
+        for proc in (base_proc, cand_proc):
+            proc.terminate()
+            proc.wait()
+    print(f"{compared} requests, {total_bytes:,} bytes from the candidate: {len(differing)} differ")
+    for path, body, a_status, b_status in differing[:10]:
+        print(f"  {path} {json.dumps(body)}: status {a_status} vs {b_status}", file=sys.stderr)
+    sys.exit(1 if differing else 0)
+
+
+if __name__ == "__main__":
+    main()
