@@ -45,6 +45,12 @@ pub enum Progress {
 pub trait Outside {
     /// Whether item `item` must stop before its step in tick `tick`.
     fn aborted(&self, item: usize, tick: usize) -> bool;
+
+    /// Whether [`Run::tick_many`] must hand back to its driver before its next tick (the driver has
+    /// something to do between ticks, such as waiting out a pause).
+    fn holds(&self) -> bool {
+        false
+    }
 }
 
 /// A record of what the outside world did to a request while it ran, in ticks, for the oracle to replay.
@@ -186,6 +192,36 @@ impl Run {
             self.progress[i] = progress;
         }
         self.tick += 1;
+    }
+
+    /// Up to `max` ticks in a row, each exactly a [`Run::tick`], for a driver with nothing to do between
+    /// them. Stops after a tick that did more than step items already under way (the first tick, an end, a
+    /// failure), so that [`Run::progress`] still shows the driver every such event; stops before a tick when
+    /// `outside` holds. Returns the number of item reports the ticks made (a step, an end, a rejection or a
+    /// failure each), which is what a driver's yield budget counts.
+    pub fn tick_many(&mut self, outside: &dyn Outside, max: usize) -> usize {
+        let mut reports = 0;
+        for n in 0..max {
+            if self.is_done() || (n > 0 && outside.holds()) {
+                break;
+            }
+            self.tick(outside);
+            let mut eventful = self.tick == 1;
+            for progress in &self.progress {
+                match progress {
+                    Progress::Idle => {}
+                    Progress::Stepped => reports += 1,
+                    _ => {
+                        reports += 1;
+                        eventful = true;
+                    }
+                }
+            }
+            if eventful {
+                break;
+            }
+        }
+        reports
     }
 
     /// What the last tick did to each item, in item order.
@@ -354,6 +390,89 @@ mod tests {
             .collect();
         assert_eq!(lengths, [Some(1), Some(3), Some(0), None]);
         assert_eq!(run.ticks(), 3);
+    }
+
+    /// An outside world that aborts like `Interventions` and holds a run of ticks before chosen ticks.
+    struct Holding {
+        aborts: Interventions,
+        hold_before: Vec<usize>,
+        next_tick: std::cell::Cell<usize>,
+    }
+
+    impl Outside for Holding {
+        fn aborted(&self, item: usize, tick: usize) -> bool {
+            self.next_tick.set(tick + 1);
+            self.aborts.aborted(item, tick)
+        }
+
+        fn holds(&self) -> bool {
+            self.hold_before.contains(&self.next_tick.get())
+        }
+    }
+
+    /// `tick_many` is a run of `tick`s: it hands back after the first tick, after every tick that ends or
+    /// fails an item and before a tick the outside holds, so the driver sees the same events at the same
+    /// ticks, and the generations come out the same.
+    #[test]
+    fn ticking_many_at_once_stops_at_every_event_and_ends_as_ticking_one_at_a_time() {
+        let mut mixed = plan(&[6, 40, 0, 25, 31], Some(4));
+        // A panic in tick 0: the planner caps top-logprob lists, the engine asked for this many cannot.
+        mixed.items[2].request.params.max_new_tokens = 9;
+        mixed.items[2].request.top_logprobs_num = usize::MAX;
+        mixed.items[2].request.return_logprob = true;
+        let outside = Holding {
+            aborts: Interventions {
+                aborts: vec![(3, 17)],
+                ..Interventions::default()
+            },
+            hold_before: vec![12, 13, 30],
+            next_tick: std::cell::Cell::new(0),
+        };
+        let events = |run: &Run| {
+            (
+                run.ticks(),
+                run.progress().to_vec(),
+                run.first_failure().is_some(),
+            )
+        };
+        let mut one = Run::new(&model(), &mixed, Profile::Latest, None);
+        let mut want = Vec::new();
+        while !one.is_done() {
+            one.tick(&outside);
+            let eventful = one.ticks() == 1
+                || outside.hold_before.contains(&one.ticks())
+                || one
+                    .progress()
+                    .iter()
+                    .any(|p| !matches!(p, Progress::Stepped | Progress::Idle));
+            if eventful || one.is_done() {
+                want.push(events(&one));
+            }
+        }
+        let mut many = Run::new(&model(), &mixed, Profile::Latest, None);
+        let mut got = Vec::new();
+        let mut reports = 0;
+        while !many.is_done() {
+            reports += many.tick_many(&outside, 1000);
+            got.push(events(&many));
+        }
+        assert_eq!(got, want);
+        // Items 0 and 1 report each of their 6 and 40 steps (the last as their end), item 3 its 17 steps and
+        // its abort, items 2 and 4 their failure and rejection.
+        assert_eq!(reports, 6 + 40 + (17 + 1) + 1 + 1);
+        // With nothing refused or failing, the first tick alone still hands back (the first token's time).
+        let mut fresh = Run::new(&model(), &plan(&[5], None), Profile::Latest, None);
+        assert_eq!(fresh.tick_many(&Interventions::default(), 100), 1);
+        assert_eq!(fresh.ticks(), 1);
+        assert_eq!(fresh.tick_many(&Interventions::default(), 100), 4);
+        assert!(fresh.is_done());
+        for i in 0..5 {
+            assert_eq!(
+                many.generation(i).map(Generation::output_ids),
+                one.generation(i).map(Generation::output_ids),
+                "item {i}"
+            );
+        }
     }
 
     #[test]

@@ -49,13 +49,22 @@ pub(crate) struct RunCtx {
     pub metrics: Arc<Metrics>,
 }
 
-/// The control plane's aborts, as the step core asks for them before every step.
-struct ControlAborts<'a>(&'a RequestCtl);
+/// The control plane's aborts, as the step core asks for them before every step, and its pauses, which
+/// end a run of ticks so that the driver waits them out.
+struct ControlAborts<'a> {
+    ctl: &'a RequestCtl,
+    control: &'a Control,
+}
 
 impl Outside for ControlAborts<'_> {
     #[inline]
     fn aborted(&self, item: usize, _tick: usize) -> bool {
-        self.0.any_aborted() && self.0.is_aborted(item)
+        self.ctl.any_aborted() && self.ctl.is_aborted(item)
+    }
+
+    #[inline]
+    fn holds(&self) -> bool {
+        self.control.is_paused()
     }
 }
 
@@ -125,10 +134,25 @@ impl RunCtx {
         }
     }
 
+    fn outside(&self) -> ControlAborts<'_> {
+        ControlAborts {
+            ctl: &self.ctl,
+            control: &self.control,
+        }
+    }
+
     /// One tick of the run, then the timings of what it started and ended.
     fn tick(&self, run: &mut Run, timings: &mut Timings) {
-        run.tick(&ControlAborts(&self.ctl));
+        run.tick(&self.outside());
         timings.observe(run, self.started);
+    }
+
+    /// Up to `max` ticks without returning to the runtime between them ([`Run::tick_many`]), then the timings
+    /// of what the last one started and ended. Returns the number of item reports, as the yield budget counts.
+    fn ticks(&self, run: &mut Run, timings: &mut Timings, max: usize) -> usize {
+        let steps = run.tick_many(&self.outside(), max);
+        timings.observe(run, self.started);
+        steps
     }
 
     /// Sleep for `delay`, waking early if the request is aborted.
@@ -164,6 +188,20 @@ struct Yielder {
 }
 
 impl Yielder {
+    /// Ticks a driver may run in a row before its next yield, for `items` items stepping each tick.
+    fn budget(&self, items: usize) -> usize {
+        (STEPS_PER_YIELD.saturating_sub(self.steps) / items.max(1)).max(1)
+    }
+
+    /// Counts `steps` item steps and yields once they reach [`STEPS_PER_YIELD`].
+    async fn count(&mut self, steps: usize) {
+        self.steps += steps;
+        if self.steps >= STEPS_PER_YIELD {
+            self.steps = 0;
+            tokio::task::yield_now().await;
+        }
+    }
+
     async fn after(&mut self, run: &Run, timed: bool) {
         self.steps += run
             .progress()
@@ -196,11 +234,16 @@ pub(crate) async fn run_to_end(ctx: &RunCtx, plan: &GeneratePlan) -> Result<Vec<
     let timed = ctx.latency.is_active();
     while !run.is_done() {
         ctx.before_tick(&mut run, plan).await;
-        ctx.tick(&mut run, &mut timings);
+        if timed {
+            // The latency model sleeps before every tick.
+            ctx.tick(&mut run, &mut timings);
+        } else {
+            let steps = ctx.ticks(&mut run, &mut timings, yielder.budget(plan.items.len()));
+            yielder.count(steps).await;
+        }
         if let Some(err) = run.first_failure() {
             return Err(err.clone());
         }
-        yielder.after(&run, timed).await;
     }
     for i in 0..plan.items.len() {
         ctx.record(&run, i, &timings);

@@ -7,7 +7,7 @@ use crate::model::{Model, Tokenizer};
 
 use super::json::{
     Abort, FinishJson, InputPositions, InputTokenLogprobs, OutputPositions, TokenLogprobs,
-    write_int, write_serde,
+    write_ids, write_int, write_serde, write_str,
 };
 /// How the output fields of one chunk relate to earlier chunks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -328,15 +328,10 @@ struct ItemJson<'a> {
 impl ItemJson<'_> {
     fn write(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(br#"{"text":"#);
-        write_serde(out, self.text);
-        out.extend_from_slice(br#","output_ids":["#);
-        for (i, &id) in self.output_ids.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            write_int(out, id);
-        }
-        out.extend_from_slice(br#"],"meta_info":"#);
+        write_str(out, self.text);
+        out.extend_from_slice(br#","output_ids":"#);
+        write_ids(out, self.output_ids);
+        out.extend_from_slice(br#","meta_info":"#);
         self.meta_info.write(out);
         if let Some(index) = self.index {
             out.extend_from_slice(br#","index":"#);
@@ -430,7 +425,7 @@ impl MetaInfo<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::json::write_triple;
+    use super::super::json::{TokenLogprobs, write_triple};
     use super::*;
 
     #[test]
@@ -441,6 +436,71 @@ mod tests {
             out.push(b',');
         }
         assert_eq!(out, b"[0,7,10,99,100,151935,4294967295,");
+    }
+
+    /// `write_str` against serde_json, the writer it replaces: every ASCII character alone and inside runs
+    /// that straddle the eight-byte words, and arbitrary strings.
+    #[test]
+    fn strings_are_escaped_as_serde_json_escapes_them() {
+        let check = |text: &str| {
+            let mut out = Vec::new();
+            write_str(&mut out, text);
+            let want = serde_json::to_string(text).expect("serialisable");
+            assert_eq!(String::from_utf8_lossy(&out), want, "{text:?}");
+        };
+        for b in 0..=0x7Fu8 {
+            let c = char::from(b);
+            for pad in 0..17 {
+                check(&format!("{}{c}{}", "x".repeat(pad), "y".repeat(16 - pad)));
+            }
+        }
+        check("");
+        check(" ka rito\n\t\"é€😀\u{7f}\u{1f}");
+        proptest::proptest!(|(text in ".*")| check(&text));
+    }
+
+    /// The batched writers of id lists and logprob triples against serde_json, over lists long enough to
+    /// flush their buffer many times and values of every length.
+    #[test]
+    fn id_lists_and_triple_lists_match_what_serde_json_writes() {
+        let ids: Vec<u32> = (0..3000u32)
+            .map(|i| match i % 5 {
+                0 => i,
+                1 => u32::MAX - i,
+                2 => 10u32.pow(i % 10),
+                3 => 10u32.pow(i % 10) - 1,
+                _ => i.wrapping_mul(2_654_435_761),
+            })
+            .collect();
+        let lps: Vec<f32> = (0..3000u32)
+            .map(|i| match i % 7 {
+                0 => f32::NEG_INFINITY,
+                1 => f32::NAN,
+                2 => -f32::from_bits(i.wrapping_mul(2_654_435_761) >> 1),
+                3 => -1.175_494_4e-38,
+                4 => 0.0,
+                _ => -(i as f32) / 7.0,
+            })
+            .collect();
+        let mut out = Vec::new();
+        write_ids(&mut out, &ids);
+        assert_eq!(out, serde_json::to_vec(&ids).expect("serialisable"));
+        out.clear();
+        TokenLogprobs {
+            lps: &lps,
+            ids: &ids,
+            tok: None,
+        }
+        .write(&mut out);
+        let triples: Vec<(f32, u32, ())> = lps
+            .iter()
+            .zip(&ids)
+            .map(|(&lp, &id)| (lp, id, ()))
+            .collect();
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            serde_json::to_string(&triples).expect("serialisable")
+        );
     }
 
     #[test]

@@ -44,6 +44,181 @@ impl std::io::Write for SmallWrites<'_> {
     }
 }
 
+/// Writes a long list of short pieces (ids, logprob triples) through a buffer on the stack: each piece is stored
+/// by index into the buffer, and the buffer is appended to the output a few hundred bytes at a time, so a piece
+/// costs neither a capacity check of the output nor a copy call of its own. Flushed on drop.
+pub(super) struct Batched<'a> {
+    out: &'a mut Vec<u8>,
+    buf: [u8; BATCH],
+    len: usize,
+}
+
+/// Bytes gathered before each append to the output.
+const BATCH: usize = 512;
+/// The most bytes one call of [`Batched`] writes: a `u32` has 10 digits, an `f32` in shortest form at most 15
+/// bytes (`-1.17549435e-38`), a literal is short by contract.
+const PIECE: usize = 32;
+
+/// `"00" "01" ... "99"`: the two digits of each number below 100.
+const DIGIT_PAIRS: [u8; 200] = {
+    let mut table = [0u8; 200];
+    let mut n = 0;
+    while n < 100 {
+        table[2 * n] = b'0' + (n / 10) as u8;
+        table[2 * n + 1] = b'0' + (n % 10) as u8;
+        n += 1;
+    }
+    table
+};
+
+impl<'a> Batched<'a> {
+    pub(super) fn new(out: &'a mut Vec<u8>) -> Batched<'a> {
+        Batched {
+            out,
+            buf: [0; BATCH],
+            len: 0,
+        }
+    }
+
+    /// Room for a piece of up to [`PIECE`] bytes.
+    #[inline(always)]
+    fn room(&mut self) -> &mut [u8] {
+        if self.len > BATCH - PIECE {
+            self.flush();
+        }
+        &mut self.buf[self.len..self.len + PIECE]
+    }
+
+    fn flush(&mut self) {
+        self.out.extend_from_slice(&self.buf[..self.len]);
+        self.len = 0;
+    }
+
+    /// Appends a short literal (at most [`PIECE`] bytes).
+    #[inline(always)]
+    pub(super) fn literal(&mut self, bytes: &[u8]) {
+        let n = bytes.len();
+        debug_assert!(n <= PIECE);
+        self.room()[..n].copy_from_slice(bytes);
+        self.len += n;
+    }
+
+    /// Appends `value` in decimal, two digits at a time from the right.
+    #[inline(always)]
+    pub(super) fn u32(&mut self, value: u32) {
+        let len = value.checked_ilog10().unwrap_or(0) as usize + 1;
+        let room = self.room();
+        let mut v = value;
+        let mut i = len;
+        while v >= 100 {
+            let pair = (v % 100) as usize * 2;
+            v /= 100;
+            i -= 2;
+            room[i] = DIGIT_PAIRS[pair];
+            room[i + 1] = DIGIT_PAIRS[pair + 1];
+        }
+        if v >= 10 {
+            let pair = v as usize * 2;
+            room[0] = DIGIT_PAIRS[pair];
+            room[1] = DIGIT_PAIRS[pair + 1];
+        } else {
+            room[0] = b'0' + v as u8;
+        }
+        self.len += len;
+    }
+
+    /// Appends a finite `f32` in its shortest form, as serde_json and orjson write it.
+    #[inline(always)]
+    pub(super) fn f32(&mut self, value: f32) {
+        let mut buffer = zmij::Buffer::new();
+        self.literal(buffer.format_finite(value).as_bytes());
+    }
+}
+
+impl Drop for Batched<'_> {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// Writes `text` as a JSON string exactly as serde_json does (`"`, `\\` and the control characters escaped,
+/// everything else as is), eight bytes at a time: a word with no byte to escape, the usual case, is tested in a
+/// few operations and copied with its run.
+pub(super) fn write_str(out: &mut Vec<u8>, text: &str) {
+    let bytes = text.as_bytes();
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
+    // `bytes[run..at]` needs no escape and is not yet written.
+    let mut run = 0;
+    let mut at = 0;
+    while let Some(word) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) {
+        if needs_escape(u64::from_le_bytes(*word)) {
+            for (k, &b) in word.iter().enumerate() {
+                if let Some(escape) = escape(b) {
+                    out.extend_from_slice(&bytes[run..at + k]);
+                    write_escape(out, b, escape);
+                    run = at + k + 1;
+                }
+            }
+        }
+        at += 8;
+    }
+    for (k, &b) in bytes[at.min(bytes.len())..].iter().enumerate() {
+        if let Some(escape) = escape(b) {
+            out.extend_from_slice(&bytes[run..at + k]);
+            write_escape(out, b, escape);
+            run = at + k + 1;
+        }
+    }
+    out.extend_from_slice(&bytes[run..]);
+    out.push(b'"');
+}
+
+/// Whether any of the eight bytes of `word` is `"`, `\\` or below 0x20: the "has a zero byte" test
+/// `(v - 0x01..) & !v & 0x80..` (exact as a yes/no answer) applied to `word ^ '"'`, `word ^ '\\'` and
+/// `word & 0xE0..`, which are zero exactly in those bytes. The caller re-checks each byte of a word that
+/// answers yes, so this test only decides speed.
+#[inline(always)]
+fn needs_escape(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |v: u64| (v.wrapping_sub(ONES) & !v & HIGHS) != 0;
+    has_zero(word ^ (ONES * u64::from(b'"')))
+        || has_zero(word ^ (ONES * u64::from(b'\\')))
+        || has_zero(word & (ONES * 0xE0))
+}
+
+/// serde_json's escape of a byte, if it needs one: a short form, or `u` for `\u00XX`.
+#[inline(always)]
+fn escape(b: u8) -> Option<u8> {
+    match b {
+        b'"' => Some(b'"'),
+        b'\\' => Some(b'\\'),
+        b'\n' => Some(b'n'),
+        b'\r' => Some(b'r'),
+        b'\t' => Some(b't'),
+        0x08 => Some(b'b'),
+        0x0C => Some(b'f'),
+        0x00..=0x1F => Some(b'u'),
+        _ => None,
+    }
+}
+
+#[cold]
+fn write_escape(out: &mut Vec<u8>, b: u8, escape: u8) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'\\');
+    out.push(escape);
+    if escape == b'u' {
+        out.extend_from_slice(&[
+            b'0',
+            b'0',
+            HEX[usize::from(b >> 4)],
+            HEX[usize::from(b & 0xF)],
+        ]);
+    }
+}
+
 /// Writes `value` as JSON with serde_json (strings with their escapes, floats, nested values).
 pub(super) fn write_serde<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
     // Serialising into a Vec cannot fail: every map key is a string and no Serialize impl errors.
@@ -165,14 +340,44 @@ pub(super) struct TokenLogprobs<'a> {
 impl TokenLogprobs<'_> {
     pub(super) fn write(&self, out: &mut Vec<u8>) {
         out.push(b'[');
-        for (i, (&lp, &id)) in self.lps.iter().zip(self.ids).enumerate() {
-            if i > 0 {
-                out.push(b',');
+        if self.tok.is_none() {
+            // The common case, a triple per generated token.
+            let mut batched = Batched::new(out);
+            for (i, (&lp, &id)) in self.lps.iter().zip(self.ids).enumerate() {
+                batched.literal(if i > 0 { b",[" } else { b"[" });
+                if lp.is_finite() {
+                    batched.f32(lp);
+                } else {
+                    batched.literal(b"null");
+                }
+                batched.literal(b",");
+                batched.u32(id);
+                batched.literal(b",null]");
             }
-            write_triple(out, Some(lp), id, self.tok);
+        } else {
+            for (i, (&lp, &id)) in self.lps.iter().zip(self.ids).enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_triple(out, Some(lp), id, self.tok);
+            }
         }
         out.push(b']');
     }
+}
+
+/// A list of ids, `[1,2,3]`.
+pub(super) fn write_ids(out: &mut Vec<u8>, ids: &[u32]) {
+    out.push(b'[');
+    let mut batched = Batched::new(out);
+    for (i, &id) in ids.iter().enumerate() {
+        if i > 0 {
+            batched.literal(b",");
+        }
+        batched.u32(id);
+    }
+    drop(batched);
+    out.push(b']');
 }
 
 /// `input_token_logprobs`: one triple per covered prompt position, the first with a `null` logprob.
