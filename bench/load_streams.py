@@ -3,9 +3,10 @@
 
 Starts `target/release/sglang-mock` on a free port, opens N connections at once (default 1,000), each streaming
 one request of T tokens (default 512, `ignore_eos`), and reads every event with plain asyncio streams (no
-third-party packages). It reports output tokens per second over the whole run, the number of failed streams
-(a non-200 status, a broken connection, a missing `data: [DONE]`, or the wrong number of tokens; must be zero)
-and the server's peak resident memory (VmHWM from /proc/<pid>/status).
+third-party packages). It reports output tokens per second over the whole run, the most streams open at once
+(between a response's head and its end), the number of failed streams (a non-200 status, a broken connection, a
+missing `data: [DONE]`, or the wrong number of tokens; must be zero) and the server's peak resident memory (VmHWM
+from /proc/<pid>/status). It raises its open-file limit, which the server inherits, to fit the streams.
 
 The server runs with `--incremental-streaming-output`, so each event carries one token and the client's parsing
 stays linear in the output; pass --cumulative to measure SGLang's default cumulative chunks instead.
@@ -38,8 +39,21 @@ def vm_hwm_kib(pid: int) -> int:
     return -1
 
 
+class Open:
+    """Streams between their response head and their end, and the most that were at once."""
+
+    now = 0
+    peak = 0
+
+    @classmethod
+    def enter(cls) -> None:
+        cls.now += 1
+        cls.peak = max(cls.peak, cls.now)
+
+
 async def one_stream(port: int, body: bytes, tokens: int, cumulative: bool) -> tuple[int, str]:
     """Stream one request; returns (tokens received, error or "")."""
+    streaming = False
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
     except OSError as e:
@@ -55,6 +69,8 @@ async def one_stream(port: int, body: bytes, tokens: int, cumulative: bool) -> t
         status = head.split(b" ", 2)[1]
         if status != b"200":
             return 0, f"status {status.decode()}"
+        Open.enter()
+        streaming = True
         chunked = b"transfer-encoding: chunked" in head.lower()
         events = 0
         buf = b""
@@ -97,6 +113,8 @@ async def one_stream(port: int, body: bytes, tokens: int, cumulative: bool) -> t
     except (OSError, asyncio.IncompleteReadError, ValueError) as e:
         return 0, f"{type(e).__name__}: {e}"
     finally:
+        if streaming:
+            Open.now -= 1
         writer.close()
 
 
@@ -112,6 +130,23 @@ async def run(port: int, streams: int, tokens: int, cumulative: bool) -> tuple[i
     results = await asyncio.gather(*(one_stream(port, body, tokens, cumulative) for _ in range(streams)))
     elapsed = time.monotonic() - started
     return sum(r[0] for r in results), [r[1] for r in results if r[1]], elapsed
+
+
+def raise_fd_limit(streams: int) -> None:
+    """Raises this process's open-file limit, which the server inherits, to hold every stream's socket on each side
+    plus room for the runtime; the hard limit too when allowed (root, or CAP_SYS_RESOURCE)."""
+    need = streams + 1024
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft >= need:
+        return
+    if hard != resource.RLIM_INFINITY and hard < need:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (need, need))
+            return
+        except (ValueError, OSError):
+            sys.exit(f"{streams} streams need {need} open files, and the hard limit is {hard}: "
+                     f"raise it (ulimit -Hn {need} as root) or pass fewer --streams")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
 
 
 def main() -> int:
@@ -131,9 +166,7 @@ def main() -> int:
     if not os.path.exists(args.binary):
         print(f"{args.binary} is missing: cargo build --release -p mock-server --bin sglang-mock", file=sys.stderr)
         return 2
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = min(hard, max(soft, 2 * args.streams + 256))
-    resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    raise_fd_limit(args.streams)
 
     port = free_port()
     cmd = [args.binary, "--port", str(port)]
@@ -158,6 +191,7 @@ def main() -> int:
     print(f"streams: {args.streams} x {args.tokens} tokens ({mode} chunks), {os.cpu_count()} cpus {extra}")
     print(f"elapsed: {elapsed:.2f} s")
     print(f"tokens/s: {total / elapsed:,.0f} ({total:,} tokens)")
+    print(f"peak concurrent streams: {Open.peak:,}")
     print(f"errors: {len(errors)}")
     for e in sorted(set(errors))[:10]:
         print(f"  {errors.count(e)} x {e}")

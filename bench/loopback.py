@@ -2,18 +2,19 @@
 """Loopback benchmark of `sglang-mock` against a Python mock and the ceiling of its own HTTP stack.
 
 Each server runs pinned to one core (taskset -c 0) while `wrk` drives it from the other core with 64 keep-alive
-connections, all POSTing the same /generate request: 1,024 output tokens with `return_logprob`. The servers are
-measured in interleaved rounds in one run, so that load from elsewhere on a shared machine hits all of them alike,
-and the table reports each server's best round and the ratios between them.
+connections, all POSTing the same /generate request with `return_logprob`: 1,024 output tokens (an RL rollout's
+answer) and 16 (what a router load test sends), each length its own table. The servers are measured in
+interleaved rounds in one run, so that load from elsewhere on a shared machine hits all of them alike, and the
+tables report each server's best round and the ratios between them.
 
   - sglang-mock: this project's server (release build).
   - fastapi+orjson: `bench/fastapi_mock.py`, FastAPI on uvicorn with uvloop and httptools, orjson serialisation.
   - ceiling: `mock-server/examples/ceiling.rs`, the same axum stack answering with a pre-built body of the same
-    size (a response captured from sglang-mock).
+    size (a response captured from sglang-mock for the same request).
 
 Needs: wrk (apt-get install wrk), and fastapi, uvicorn[standard], orjson (pip install).
 
-    python3 bench/loopback.py [--seconds 10] [--rounds 3] [--connections 64] [--baseline PATH]
+    python3 bench/loopback.py [--seconds 10] [--rounds 3] [--connections 64] [--tokens 1024,16] [--baseline PATH]
 
 `--baseline PATH` adds another sglang-mock binary (an earlier build, say) as a fourth row of the same rounds,
 so that a change to the server is measured side by side with what it replaces.
@@ -32,24 +33,25 @@ import urllib.request
 from servers import free_port, wait_healthy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REQUEST = {
-    "input_ids": [785, 6722, 315, 9625, 374],
-    "sampling_params": {"max_new_tokens": 1024, "ignore_eos": True, "temperature": 1.0},
-    "return_logprob": True,
-}
+def request(tokens: int) -> dict:
+    return {
+        "input_ids": [785, 6722, 315, 9625, 374],
+        "sampling_params": {"max_new_tokens": tokens, "ignore_eos": True, "temperature": 1.0},
+        "return_logprob": True,
+    }
 
 
-def post_generate(url: str) -> bytes:
-    req = urllib.request.Request(url + "/generate", data=json.dumps(REQUEST).encode(),
+def post_generate(url: str, tokens: int) -> bytes:
+    req = urllib.request.Request(url + "/generate", data=json.dumps(request(tokens)).encode(),
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=30) as r:
         return r.read()
 
 
-def check_body(name: str, body: bytes) -> None:
+def check_body(name: str, body: bytes, tokens: int) -> None:
     out = json.loads(body)
     lps = out["meta_info"]["output_token_logprobs"]
-    assert len(out["output_ids"]) == len(lps) == 1024, f"{name}: wrong number of tokens"
+    assert len(out["output_ids"]) == len(lps) == tokens, f"{name}: wrong number of tokens"
     assert all(item[1] == tok for item, tok in zip(lps, out["output_ids"])), f"{name}: ids disagree"
 
 
@@ -71,8 +73,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--tokens", default="1024,16", help="answer lengths, one table each")
     parser.add_argument("--baseline", help="another sglang-mock binary to measure in the same rounds")
     args = parser.parse_args()
+    lengths = [int(t) for t in args.tokens.split(",")]
     for tool in ("wrk", "taskset"):
         if shutil.which(tool) is None:
             sys.exit(f"{tool} is required (apt-get install wrk util-linux)")
@@ -81,10 +85,6 @@ def main() -> None:
                     "--example", "ceiling"], cwd=ROOT, check=True)
     target = os.path.join(ROOT, "target", "release")
     tmp = tempfile.mkdtemp()
-    lua = os.path.join(tmp, "post.lua")
-    with open(lua, "w") as f:
-        body = json.dumps(REQUEST).replace("\\", "\\\\").replace('"', '\\"')
-        f.write(f'wrk.method = "POST"\nwrk.body = "{body}"\nwrk.headers["Content-Type"] = "application/json"\n')
 
     def start(cmd: list[str]) -> tuple[subprocess.Popen, str]:
         port = free_port()
@@ -94,49 +94,60 @@ def main() -> None:
         wait_healthy(url, proc)
         return proc, url
 
-    servers = {
-        "sglang-mock": [os.path.join(target, "sglang-mock")],
-        "fastapi+orjson": [sys.executable, os.path.join(ROOT, "bench", "fastapi_mock.py")],
-    }
-    # The ceiling serves a real sglang-mock response for this request.
-    proc, url = start(servers["sglang-mock"])
-    captured = post_generate(url)
+    mock = [os.path.join(target, "sglang-mock")]
+    # Per length: the wrk script, and the servers with a ceiling that serves a real sglang-mock response.
+    lua: dict[int, str] = {}
+    servers: dict[int, dict[str, list[str]]] = {}
+    proc, url = start(mock)
+    for tokens in lengths:
+        lua[tokens] = os.path.join(tmp, f"post-{tokens}.lua")
+        with open(lua[tokens], "w") as f:
+            body = json.dumps(request(tokens)).replace("\\", "\\\\").replace('"', '\\"')
+            f.write(f'wrk.method = "POST"\nwrk.body = "{body}"\nwrk.headers["Content-Type"] = "application/json"\n')
+        body_file = os.path.join(tmp, f"response-{tokens}.json")
+        with open(body_file, "wb") as f:
+            f.write(post_generate(url, tokens))
+        servers[tokens] = {
+            "sglang-mock": mock,
+            "fastapi+orjson": [sys.executable, os.path.join(ROOT, "bench", "fastapi_mock.py")],
+            "ceiling (pre-built body)": [os.path.join(target, "examples", "ceiling"), "--body", body_file],
+        }
+        if args.baseline:
+            servers[tokens]["sglang-mock (baseline)"] = [os.path.abspath(args.baseline)]
     proc.terminate()
     proc.wait()
-    body_file = os.path.join(tmp, "response.json")
-    with open(body_file, "wb") as f:
-        f.write(captured)
-    servers["ceiling (pre-built body)"] = [os.path.join(target, "examples", "ceiling"), "--body", body_file]
-    if args.baseline:
-        servers["sglang-mock (baseline)"] = [os.path.abspath(args.baseline)]
 
-    best: dict[str, tuple[float, float]] = {}
-    sizes: dict[str, int] = {}
+    best: dict[tuple[int, str], tuple[float, float]] = {}
+    sizes: dict[tuple[int, str], int] = {}
     for rnd in range(args.rounds):
-        for name, cmd in servers.items():
-            proc, url = start(cmd)
-            try:
-                body = post_generate(url)
-                check_body(name, body)
-                sizes[name] = len(body)
-                run_wrk(url, 2, args.connections, lua)  # warm-up
-                rps, bps = run_wrk(url, args.seconds, args.connections, lua)
-            finally:
-                proc.terminate()
-                proc.wait()
-            print(f"round {rnd + 1}: {name}: {rps:,.0f} req/s, {bps / 1e6:,.1f} MB/s", file=sys.stderr)
-            if name not in best or rps > best[name][0]:
-                best[name] = (rps, bps)
+        for tokens in lengths:
+            for name, cmd in servers[tokens].items():
+                proc, url = start(cmd)
+                try:
+                    body = post_generate(url, tokens)
+                    check_body(name, body, tokens)
+                    sizes[tokens, name] = len(body)
+                    run_wrk(url, 2, args.connections, lua[tokens])  # warm-up
+                    rps, bps = run_wrk(url, args.seconds, args.connections, lua[tokens])
+                finally:
+                    proc.terminate()
+                    proc.wait()
+                print(f"round {rnd + 1}: {tokens} tokens: {name}: {rps:,.0f} req/s, {bps / 1e6:,.1f} MB/s",
+                      file=sys.stderr)
+                if (tokens, name) not in best or rps > best[tokens, name][0]:
+                    best[tokens, name] = (rps, bps)
 
-    python = best["fastapi+orjson"][0]
-    ceiling = best["ceiling (pre-built body)"][0]
-    print(f"\n{args.connections} connections, server pinned to one core, best of {args.rounds} rounds of "
-          f"{args.seconds} s; request: 1,024 output tokens with return_logprob\n")
-    print("| server | requests/s | response MB/s | body bytes | vs FastAPI | vs ceiling |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, (rps, bps) in best.items():
-        print(f"| {name} | {rps:,.0f} | {bps / 1e6:,.1f} | {sizes[name]:,} | {rps / python:.1f}x | "
-              f"{rps / ceiling:.2f} |")
+    for tokens in lengths:
+        python = best[tokens, "fastapi+orjson"][0]
+        ceiling = best[tokens, "ceiling (pre-built body)"][0]
+        print(f"\n{tokens:,} output tokens with return_logprob; {args.connections} connections, server pinned to "
+              f"one core, best of {args.rounds} rounds of {args.seconds} s\n")
+        print("| server | requests/s | response MB/s | body bytes | vs FastAPI | vs ceiling |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for name in servers[tokens]:
+            rps, bps = best[tokens, name]
+            print(f"| {name} | {rps:,.0f} | {bps / 1e6:,.1f} | {sizes[tokens, name]:,} | {rps / python:.1f}x | "
+                  f"{rps / ceiling:.2f} |")
 
 
 if __name__ == "__main__":
