@@ -21,6 +21,11 @@ use crate::engine::item::{
 };
 use crate::model::{Distribution, Logits, Model, Pick, count_since_special, mix, unit};
 
+/// Output tokens a generation makes room for when it starts (at most its `max_new_tokens`).
+const RESERVED_TOKENS: usize = 256;
+/// Text bytes per output token to make room for: a word piece is a space and up to three syllables.
+const BYTES_PER_TOKEN: usize = 6;
+
 /// The state of one sample being generated.
 #[derive(Clone, Debug)]
 pub struct Generation {
@@ -129,6 +134,12 @@ impl Generation {
         let prompt_len = input_ids.len();
         let since_special = count_since_special(model.tokenizer(), &input_ids);
         let max_new_tokens = params.max_new_tokens;
+        // Room for the answer up front, so that a short answer allocates once and a long one regrows a few
+        // times rather than from empty; bounded, so that a large limit on an answer that ends early holds no
+        // memory it does not use.
+        let expected = (max_new_tokens as usize).min(RESERVED_TOKENS);
+        let mut context = input_ids;
+        context.reserve(expected);
         let mut generation = Generation {
             model,
             params,
@@ -148,17 +159,17 @@ impl Generation {
             max_stop_len,
             key,
             forced_output,
-            context: input_ids,
+            context,
             prompt_len,
             since_special,
-            output_logprobs: Vec::new(),
+            output_logprobs: Vec::with_capacity(if return_logprob { expected } else { 0 }),
             output_top: Vec::new(),
             output_ids_lp: Vec::new(),
             input_logprobs: Vec::new(),
             input_top: Vec::new(),
             input_ids_lp: Vec::new(),
             logprob_start: logprob_start.min(prompt_len),
-            decoded: String::new(),
+            decoded: String::with_capacity(expected * BYTES_PER_TOKEN),
             pending: Vec::new(),
             stable_len: 0,
             final_text: None,
