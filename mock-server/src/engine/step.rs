@@ -149,27 +149,12 @@ impl Run {
             let progress = match item {
                 Item::Generating {
                     generation,
-                    ended: ended @ false,
+                    ended: false,
                 } => {
-                    match advance(
-                        generation,
-                        outside.aborted(i, tick),
-                        self.abort_after,
-                        self.abort_message,
-                    ) {
-                        Ok(false) => Progress::Stepped,
-                        Ok(true) => {
-                            *ended = true;
-                            Progress::Finished
-                        }
-                        Err(error) => {
-                            *item = Item::Failed {
-                                error,
-                                reported: true,
-                            };
-                            Progress::Failed
-                        }
-                    }
+                    let aborted = outside.aborted(i, tick);
+                    let (after, message) = (self.abort_after, self.abort_message);
+                    let outcome = guarded(|| advance(generation, aborted, after, message));
+                    settle(item, outcome)
                 }
                 Item::Rejected {
                     reported: reported @ false,
@@ -200,6 +185,9 @@ impl Run {
     /// `outside` holds. Returns the number of item reports the ticks made (a step, an end, a rejection or a
     /// failure each), which is what a driver's yield budget counts.
     pub fn tick_many(&mut self, outside: &dyn Outside, max: usize) -> usize {
+        if let Some(reports) = self.tick_alone(outside, max) {
+            return reports;
+        }
         let mut reports = 0;
         for n in 0..max {
             if self.is_done() || (n > 0 && outside.holds()) {
@@ -222,6 +210,51 @@ impl Run {
             }
         }
         reports
+    }
+
+    /// [`Run::tick_many`] for a run whose one item is still generating (`None` for any other run): the same
+    /// ticks, in a loop that matches the item once and guards against a panic once for the whole stretch
+    /// instead of once per tick.
+    fn tick_alone(&mut self, outside: &dyn Outside, max: usize) -> Option<usize> {
+        let [
+            Item::Generating {
+                generation,
+                ended: false,
+            },
+        ] = &mut self.items[..]
+        else {
+            return None;
+        };
+        // The first tick hands back on its own (the first token's time).
+        let max = if self.tick == 0 { max.min(1) } else { max };
+        if max == 0 {
+            return Some(0);
+        }
+        let (after, message) = (self.abort_after, self.abort_message);
+        let start = self.tick;
+        let mut tick = start;
+        let outcome = guarded(|| {
+            while tick - start < max {
+                if tick > start && outside.holds() {
+                    break;
+                }
+                let ended = advance(generation, outside.aborted(0, tick), after, message);
+                tick += 1;
+                if ended {
+                    return true;
+                }
+            }
+            false
+        });
+        // A tick whose step panicked counts as run, as in `tick`.
+        let ran = tick - start + usize::from(outcome.is_err());
+        self.tick = start + ran;
+        let progress = settle(&mut self.items[0], outcome);
+        if progress != Progress::Stepped {
+            self.open -= 1;
+        }
+        self.progress[0] = progress;
+        Some(ran)
     }
 
     /// What the last tick did to each item, in item order.
@@ -293,20 +326,42 @@ impl Run {
 
 /// One item's step: the abort checks first, then one token. Returns whether the generation has ended.
 /// A generation that was finished from the start ends here without a step.
+#[inline(always)]
 fn advance(
     generation: &mut Generation,
     aborted: bool,
     abort_after: Option<usize>,
     message: &str,
-) -> Result<bool, ApiError> {
+) -> bool {
     if generation.is_finished() {
-        return Ok(true);
+        return true;
     }
     if aborted || abort_after.is_some_and(|after| generation.output_ids().len() >= after) {
         generation.abort(message, None, None);
-        return Ok(true);
+        return true;
     }
-    guarded(|| generation.step())
+    generation.step()
+}
+
+/// What a generating item's step outcome makes of it: still stepping, ended (reported now), or failed
+/// (reported now).
+fn settle(item: &mut Item, outcome: Result<bool, ApiError>) -> Progress {
+    match outcome {
+        Ok(false) => Progress::Stepped,
+        Ok(true) => {
+            if let Item::Generating { ended, .. } = item {
+                *ended = true;
+            }
+            Progress::Finished
+        }
+        Err(error) => {
+            *item = Item::Failed {
+                error,
+                reported: true,
+            };
+            Progress::Failed
+        }
+    }
 }
 
 /// Runs engine code so that a panic becomes a 500 instead of a dropped connection.
@@ -410,24 +465,10 @@ mod tests {
         }
     }
 
-    /// `tick_many` is a run of `tick`s: it hands back after the first tick, after every tick that ends or
-    /// fails an item and before a tick the outside holds, so the driver sees the same events at the same
-    /// ticks, and the generations come out the same.
-    #[test]
-    fn ticking_many_at_once_stops_at_every_event_and_ends_as_ticking_one_at_a_time() {
-        let mut mixed = plan(&[6, 40, 0, 25, 31], Some(4));
-        // A panic in tick 0: the planner caps top-logprob lists, the engine asked for this many cannot.
-        mixed.items[2].request.params.max_new_tokens = 9;
-        mixed.items[2].request.top_logprobs_num = usize::MAX;
-        mixed.items[2].request.return_logprob = true;
-        let outside = Holding {
-            aborts: Interventions {
-                aborts: vec![(3, 17)],
-                ..Interventions::default()
-            },
-            hold_before: vec![12, 13, 30],
-            next_tick: std::cell::Cell::new(0),
-        };
+    /// Drives `plan` once tick by tick and once through `tick_many`, and checks that `tick_many` handed back
+    /// exactly where the driver had something to see (the first tick, an end, a failure, a hold) with the
+    /// same progress, reported every item report, and left the same generations.
+    fn check_tick_many(plan: &GeneratePlan, outside: &Holding, abort_after: Option<usize>) {
         let events = |run: &Run| {
             (
                 run.ticks(),
@@ -435,10 +476,16 @@ mod tests {
                 run.first_failure().is_some(),
             )
         };
-        let mut one = Run::new(&model(), &mixed, Profile::Latest, None);
+        let mut one = Run::new(&model(), plan, Profile::Latest, abort_after);
         let mut want = Vec::new();
+        let mut want_reports = 0;
         while !one.is_done() {
-            one.tick(&outside);
+            one.tick(outside);
+            want_reports += one
+                .progress()
+                .iter()
+                .filter(|p| **p != Progress::Idle)
+                .count();
             let eventful = one.ticks() == 1
                 || outside.hold_before.contains(&one.ticks())
                 || one
@@ -449,30 +496,78 @@ mod tests {
                 want.push(events(&one));
             }
         }
-        let mut many = Run::new(&model(), &mixed, Profile::Latest, None);
+        let mut many = Run::new(&model(), plan, Profile::Latest, abort_after);
         let mut got = Vec::new();
         let mut reports = 0;
         while !many.is_done() {
-            reports += many.tick_many(&outside, 1000);
+            reports += many.tick_many(outside, 1000);
             got.push(events(&many));
         }
         assert_eq!(got, want);
-        // Items 0 and 1 report each of their 6 and 40 steps (the last as their end), item 3 its 17 steps and
-        // its abort, items 2 and 4 their failure and rejection.
-        assert_eq!(reports, 6 + 40 + (17 + 1) + 1 + 1);
-        // With nothing refused or failing, the first tick alone still hands back (the first token's time).
-        let mut fresh = Run::new(&model(), &plan(&[5], None), Profile::Latest, None);
-        assert_eq!(fresh.tick_many(&Interventions::default(), 100), 1);
-        assert_eq!(fresh.ticks(), 1);
-        assert_eq!(fresh.tick_many(&Interventions::default(), 100), 4);
-        assert!(fresh.is_done());
-        for i in 0..5 {
+        assert_eq!(reports, want_reports);
+        for i in 0..plan.items.len() {
             assert_eq!(
                 many.generation(i).map(Generation::output_ids),
                 one.generation(i).map(Generation::output_ids),
                 "item {i}"
             );
         }
+    }
+
+    fn holding(aborts: Vec<(usize, usize)>, hold_before: Vec<usize>) -> Holding {
+        Holding {
+            aborts: Interventions {
+                aborts,
+                ..Interventions::default()
+            },
+            hold_before,
+            next_tick: std::cell::Cell::new(0),
+        }
+    }
+
+    /// `tick_many` is a run of `tick`s, for a batch (where some items end, fail or were refused at once) and
+    /// for a single item (which takes a tighter loop): aborted from outside, cut by the `abort-running`
+    /// fault, run to its length, and panicking in its first step.
+    #[test]
+    fn ticking_many_at_once_stops_at_every_event_and_ends_as_ticking_one_at_a_time() {
+        let mut mixed = plan(&[6, 40, 0, 25, 31], Some(4));
+        // A panic in tick 0: the planner caps top-logprob lists, the engine asked for this many cannot.
+        mixed.items[2].request.params.max_new_tokens = 9;
+        mixed.items[2].request.top_logprobs_num = usize::MAX;
+        mixed.items[2].request.return_logprob = true;
+        let holds = vec![12, 13, 30];
+        check_tick_many(&mixed, &holding(vec![(3, 17)], holds.clone()), None);
+        // Item 0 reports 6 steps (the last as its end), item 1 40, item 3 17 and its abort, items 2 and 4
+        // their failure and rejection; the batch hands back at tick 1, 6, 12, 13, 18, 30 and 40.
+        let mut run = Run::new(&model(), &mixed, Profile::Latest, None);
+        let outside = holding(vec![(3, 17)], holds.clone());
+        let mut reports = 0;
+        let mut handed_back = Vec::new();
+        while !run.is_done() {
+            reports += run.tick_many(&outside, 1000);
+            handed_back.push(run.ticks());
+        }
+        assert_eq!(reports, 6 + 40 + (17 + 1) + 1 + 1);
+        assert_eq!(handed_back, [1, 6, 12, 13, 18, 30, 40]);
+
+        let single = plan(&[50], None);
+        check_tick_many(&single, &holding(vec![(0, 21)], holds.clone()), None);
+        check_tick_many(&single, &holding(vec![], holds.clone()), Some(33));
+        check_tick_many(&single, &holding(vec![], vec![]), None);
+        let mut panicking = plan(&[50], None);
+        panicking.items[0].request.top_logprobs_num = usize::MAX;
+        panicking.items[0].request.return_logprob = true;
+        // No prompt logprobs, so the generation starts and its first step panics.
+        panicking.items[0].request.logprob_start = 3;
+        check_tick_many(&panicking, &holding(vec![], vec![]), None);
+
+        // With nothing refused or failing, the first tick alone still hands back (the first token's time).
+        let mut fresh = Run::new(&model(), &plan(&[5], None), Profile::Latest, None);
+        assert_eq!(fresh.tick_many(&Interventions::default(), 100), 1);
+        assert_eq!(fresh.ticks(), 1);
+        assert_eq!(fresh.tick_many(&Interventions::default(), 100), 4);
+        assert!(fresh.is_done());
+        assert_eq!(fresh.tick_many(&Interventions::default(), 100), 0);
     }
 
     #[test]

@@ -186,6 +186,9 @@ impl Generation {
 
     fn compute_input_logprobs(&mut self) {
         let start = self.logprob_start;
+        if start >= self.prompt_len {
+            return;
+        }
         let tokenizer = self.model.tokenizer();
         let mut top = Vec::with_capacity(self.top_logprobs_num);
         for p in start..self.prompt_len {
