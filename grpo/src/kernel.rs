@@ -4,7 +4,9 @@ use std::ops::Range;
 
 use crate::advantage::TokenSource;
 use crate::batch::Batch;
-use crate::config::{PolicyLossConfig, PolicyLossKind, RatioLevel};
+use multiversion::multiversion;
+
+use crate::config::{Dispatch, PolicyLossConfig, PolicyLossKind, RatioLevel};
 use crate::stats::exp_in_range;
 use crate::token::{KlEstimator, Tis, kl, sequence_log_ratio, tis_weight};
 
@@ -164,13 +166,14 @@ struct SamplePlan {
 
 impl Batch {
     /// The fused per-token pass: for every block of every sample, the ratio, the per-token loss `f(ratio,
-    /// advantage, current)`, TIS, OPSM, the KL and entropy terms, and the per-sample masked sums.
+    /// advantage, current)`, TIS, OPSM, the KL and entropy terms, and the per-sample masked sums. Runs the
+    /// copy of the pass that `config.dispatch` selects (see [`run_dispatched`]).
     pub(crate) fn kernel<F>(
         &self,
         x: &KernelInputs<'_>,
         p: &KernelParams<'_>,
         sums: &mut Sums,
-        mut token_out: Option<&mut [f32]>,
+        token_out: Option<&mut [f32]>,
         f: F,
     ) where
         F: Fn(f32, f32, f32) -> (f32, bool),
@@ -181,26 +184,39 @@ impl Batch {
             p,
             f,
         };
-        let mut s = Scratch::new();
-        for i in 0..self.len() {
-            let plan = pass.plan_sample(i, token_out.is_none());
-            if let TokenSource::Broadcast(a) = x.advantages {
-                s.adv.fill(a[i] as f32);
-            }
-            let range = self.range(i);
-            let mut start = range.start;
-            while start < range.end {
-                let end = (start + BLOCK).min(range.end);
-                if plan.fast {
-                    pass.fast_block(i, start..end, plan.scalar, &mut s, sums);
-                } else {
-                    let out = token_out.as_deref_mut().map(|o| &mut o[start..end]);
-                    pass.general_block(i, start..end, &plan, &mut s, sums, out);
-                }
-                start = end;
-            }
+        match p.config.dispatch {
+            Dispatch::Detect => run_dispatched(&pass, sums, token_out),
+            Dispatch::Fallback => run_fallback(&pass, sums, token_out),
         }
     }
+}
+
+/// The pass compiled once for each target below and once for the build's own target, the copy chosen at
+/// run time from the CPU's features (the first listed target the CPU has, else the build's; multiversion
+/// detects once per process and then dispatches on a cached index). Everything the pass calls is
+/// `#[inline(always)]`, so each copy is the whole loop compiled with that target's instructions: 16 `f32`
+/// lanes per AVX-512 register make the kernel's 16 partial sums one register each, where SSE2 needs four.
+///
+/// The copies compute the same bits: the source is the same, and Rust never contracts `a * b + c` into an
+/// FMA or reassociates floating-point operations, whatever the target allows, so wider registers change
+/// how many lanes one instruction handles, never which operations run in which order.
+///
+/// multiversion requires Ice Lake's AVX-512 extensions (VBMI2, GFNI, ...) for an AVX-512 target, so that
+/// CPUs whose clock drops under AVX-512 (Skylake-X) take the AVX2 copy instead.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+fn run_dispatched<F>(pass: &Pass<'_, F>, sums: &mut Sums, token_out: Option<&mut [f32]>)
+where
+    F: Fn(f32, f32, f32) -> (f32, bool),
+{
+    pass.run(sums, token_out);
+}
+
+/// The pass compiled for the build's target only, as [`Dispatch::Fallback`] asks.
+fn run_fallback<F>(pass: &Pass<'_, F>, sums: &mut Sums, token_out: Option<&mut [f32]>)
+where
+    F: Fn(f32, f32, f32) -> (f32, bool),
+{
+    pass.run(sums, token_out);
 }
 
 /// One run of the kernel: the batch, its inputs and settings, and the per-token surrogate `f`.
@@ -215,6 +231,32 @@ impl<F> Pass<'_, F>
 where
     F: Fn(f32, f32, f32) -> (f32, bool),
 {
+    /// Every block of every sample, with one set of scratch buffers. Inlined into each compiled copy of
+    /// the pass (see [`run_dispatched`]).
+    #[inline(always)]
+    fn run(&self, sums: &mut Sums, mut token_out: Option<&mut [f32]>) {
+        let (batch, x) = (self.batch, self.x);
+        let mut s = Scratch::new();
+        for i in 0..batch.len() {
+            let plan = self.plan_sample(i, token_out.is_none());
+            if let TokenSource::Broadcast(a) = x.advantages {
+                s.adv.fill(a[i] as f32);
+            }
+            let range = batch.range(i);
+            let mut start = range.start;
+            while start < range.end {
+                let end = (start + BLOCK).min(range.end);
+                if plan.fast {
+                    self.fast_block(i, start..end, plan.scalar, &mut s, sums);
+                } else {
+                    let out = token_out.as_deref_mut().map(|o| &mut o[start..end]);
+                    self.general_block(i, start..end, &plan, &mut s, sums, out);
+                }
+                start = end;
+            }
+        }
+    }
+
     /// The sequence ratio, the OPSM decision, the scalar advantage and whether the fast path applies.
     #[inline(always)]
     fn plan_sample(&self, i: usize, no_token_out: bool) -> SamplePlan {
