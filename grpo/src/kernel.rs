@@ -35,21 +35,6 @@ fn block_sum(x: &[f32], m: &[f32]) -> f64 {
     acc.iter().map(|&a| f64::from(a)).sum::<f64>() + f64::from(tail)
 }
 
-/// `sum x` over one block, in `LANES` partial sums.
-#[inline(always)]
-fn block_total(x: &[f32]) -> f64 {
-    let mut acc = [0.0f32; LANES];
-    let n = x.len() / LANES * LANES;
-    for k in (0..n).step_by(LANES) {
-        let xs: &[f32; LANES] = x[k..k + LANES].try_into().unwrap_or(&[0.0; LANES]);
-        for j in 0..LANES {
-            acc[j] += xs[j];
-        }
-    }
-    let tail: f32 = x[n..].iter().sum();
-    acc.iter().map(|&a| f64::from(a)).sum::<f64>() + f64::from(tail)
-}
-
 /// Three block sums with one mask.
 #[inline(always)]
 fn block_sums3(x: &[f32], y: &[f32], z: &[f32], m: &[f32]) -> [f64; 3] {
@@ -74,6 +59,20 @@ pub(crate) struct KernelParams<'a> {
     pub(crate) eps_low: f32,
     pub(crate) eps_high: f32,
     pub(crate) dual: f32,
+    /// The fast path's clip for a positive advantage and for a negative one (see [`fast_ppo_block`]).
+    above: FastClip,
+    below: FastClip,
+}
+
+/// The PPO fast path's clip for one sign of the advantage, in log-ratio space: clipping `rho = exp(v)` to
+/// `[lo, hi]` is clipping `v` to `[ln lo, ln hi]`, which folds into the log-ratio bound, so one clamp
+/// `[v_lo, v_hi]` and then `exp`. The clip flag is `v` beyond `threshold` (above it for a positive
+/// advantage, below it for a negative one).
+#[derive(Clone, Copy)]
+struct FastClip {
+    v_lo: f32,
+    v_hi: f32,
+    threshold: f32,
 }
 
 /// Per-sample masked sums gathered by the kernel.
@@ -97,13 +96,30 @@ impl KernelParams<'_> {
         } else {
             (config.log_ratio_clamp as f32).clamp(0.0, 87.0)
         };
+        let eps_low = config.eps_clip as f32;
+        let eps_high = config.eps_clip_high as f32;
+        let dual = config.dual_clip.map_or(f32::INFINITY, |c| c as f32);
+        // Once per call rather than once per block: `ln` is a libm call.
+        let ln_hi = (1.0 + eps_high).ln();
+        let lo = 1.0 - eps_low;
+        let ln_lo = if lo > 0.0 { lo.ln() } else { f32::NEG_INFINITY };
         KernelParams {
             config,
             bound,
             ppo: config.kind == PolicyLossKind::Ppo,
-            eps_low: config.eps_clip as f32,
-            eps_high: config.eps_clip_high as f32,
-            dual: config.dual_clip.map_or(f32::INFINITY, |c| c as f32),
+            eps_low,
+            eps_high,
+            dual,
+            above: FastClip {
+                v_lo: -bound,
+                v_hi: ln_hi.min(bound),
+                threshold: ln_hi,
+            },
+            below: FastClip {
+                v_lo: ln_lo.max(-bound),
+                v_hi: dual.ln().min(bound),
+                threshold: ln_lo,
+            },
         }
     }
 }
@@ -129,7 +145,7 @@ struct Scratch {
     mask: [f32; BLOCK],
     delta: [f32; BLOCK],
     ratio: [f32; BLOCK],
-    /// The per-token losses (on the fast path: the clip flags).
+    /// The per-token losses.
     loss: [f32; BLOCK],
     clip: [f32; BLOCK],
     /// TIS weights, clip flags and `|e^d - 1|`; the first one also holds the KL terms.
@@ -247,7 +263,7 @@ where
             while start < range.end {
                 let end = (start + BLOCK).min(range.end);
                 if plan.fast {
-                    self.fast_block(i, start..end, plan.scalar, &mut s, sums);
+                    self.fast_block(i, start..end, plan.scalar, sums);
                 } else {
                     let out = token_out.as_deref_mut().map(|o| &mut o[start..end]);
                     self.general_block(i, start..end, &plan, &mut s, sums, out);
@@ -295,12 +311,14 @@ where
 
     /// One block of sample `i` on the PPO fast path (see [`fast_ppo_block`]), added to its sums.
     #[inline(always)]
-    fn fast_block(&self, i: usize, t: Range<usize>, scalar: f32, s: &mut Scratch, sums: &mut Sums) {
+    fn fast_block(&self, i: usize, t: Range<usize>, scalar: f32, sums: &mut Sums) {
         let (cur, old) = (&self.x.current[t.clone()], &self.x.old[t.clone()]);
         let mask = &self.batch.loss_mask()[t];
-        let len = cur.len();
-        let out = (&mut s.delta[..len], &mut s.ratio[..len], &mut s.loss[..len]);
-        let [sb, cl, sd] = fast_ppo_block(cur, old, mask, scalar, self.p, out);
+        let [sb, cl, sd] = if scalar > 0.0 {
+            fast_ppo_block::<true>(cur, old, mask, self.p.above)
+        } else {
+            fast_ppo_block::<false>(cur, old, mask, self.p.below)
+        };
         sums.pg[i] -= f64::from(scalar) * sb;
         sums.clip[i] += cl;
         sums.ppo_kl[i] -= sd;
@@ -378,63 +396,87 @@ where
 }
 
 /// The PPO fast path over one block: one non-zero advantage `a` for the whole sample and nothing that needs
-/// the per-token loss. Then `L = -a * b` with `b = min(rho, 1 + eps_high)` for `a > 0` and
+/// the per-token loss. Then `L = -a * b` with `b = min(rho, 1 + eps_high)` for `a > 0` (`ABOVE`) and
 /// `b = min(max(rho, 1 - eps_low), c)` for `a < 0` (R5 with the sign known), so the kernel sums `b` and
-/// multiplies by `-a` once per block. Fills `delta` (masked log-ratios), `bounded` (masked `b`) and `flags`
-/// (masked clip flags) and returns their sums. Matches the general path to f32 rounding (a
-/// property test checks it).
+/// multiplies by `-a` once per block. Returns the block's sums of the masked `b`, the masked clip flags and
+/// the masked log-ratios. Matches the general path to f32 rounding (a property test checks it).
 ///
-/// Inlined, with the three outputs as separate slices: measured against the code before it was split
-/// out, the `-C target-cpu=native` build lost about 8% when it stayed out of line.
+/// `b` and the log-ratios are summed as [`block_sum`] sums (token `k` of the block into lane `k % LANES`
+/// in `f32`, then the lanes and the in-order tail in `f64`), as they are computed rather than stored and
+/// read back, so that the scratch buffers stay out of the fast path; on AVX-512, where the 16 lanes are
+/// one register, the 16 dependent additions of each lane then overlap with the loop's other work instead
+/// of forming a chain of their own after it.
+///
+/// The clip flags are counted in integers. The mask is 0 or 1 (`Batch::new` checks it), so the masked
+/// flags are 0 or 1, and their sum in `f32` lanes and then in `f64` is an exact integer of at most
+/// `BLOCK` in any order: the count, converted once, has the same bits, without the `f32` additions and
+/// the 16-term conversion and reduction per block.
 #[inline(always)]
-fn fast_ppo_block(
+fn fast_ppo_block<const ABOVE: bool>(
     cur: &[f32],
     old: &[f32],
     mask: &[u8],
-    scalar: f32,
-    p: &KernelParams<'_>,
-    (delta, bounded, flags): (&mut [f32], &mut [f32], &mut [f32]),
+    clip: FastClip,
 ) -> [f64; 3] {
-    let bound = p.bound;
-    // Clipping `rho = exp(v)` to `[lo, hi]` is clipping `v` to `[ln lo, ln hi]`, which folds into the
-    // log-ratio bound: one clamp, then `exp`. The clip flag is read off `v` directly.
-    let (v_lo, v_hi, flag_above, threshold) = if scalar > 0.0 {
-        let ln_hi = (1.0 + p.eps_high).ln();
-        (-bound, ln_hi.min(bound), true, ln_hi)
-    } else {
-        let lo = 1.0 - p.eps_low;
-        let ln_lo = if lo > 0.0 { lo.ln() } else { f32::NEG_INFINITY };
-        (ln_lo.max(-bound), p.dual.ln().min(bound), false, ln_lo)
-    };
-    for (((((d, b), f), &c), &o), &k) in delta
-        .iter_mut()
-        .zip(bounded.iter_mut())
-        .zip(flags.iter_mut())
-        .zip(cur)
-        .zip(old)
-        .zip(mask)
-    {
-        let m = f32::from(k);
-        let v = c - o;
-        *d = v * m;
-        let clipped = if flag_above {
-            v > threshold
-        } else {
-            v < threshold
-        };
-        let v = if v < v_lo {
-            v_lo
-        } else if v > v_hi {
-            v_hi
-        } else {
-            v
-        };
-        *b = exp_in_range(v) * m;
-        *f = f32::from(u8::from(clipped)) * m;
+    let len = cur.len().min(old.len()).min(mask.len());
+    let n = len / LANES * LANES;
+    let (mut acc_b, mut acc_d) = ([0.0f32; LANES], [0.0f32; LANES]);
+    let mut flags = [0u32; LANES];
+    for k in (0..n).step_by(LANES) {
+        let cs: &[f32; LANES] = cur[k..k + LANES].try_into().unwrap_or(&[0.0; LANES]);
+        let os: &[f32; LANES] = old[k..k + LANES].try_into().unwrap_or(&[0.0; LANES]);
+        let ms: &[u8; LANES] = mask[k..k + LANES].try_into().unwrap_or(&[0; LANES]);
+        for j in 0..LANES {
+            let (b, f, d) = fast_ppo_token::<ABOVE>(cs[j], os[j], ms[j], clip);
+            acc_b[j] += b;
+            flags[j] += f;
+            acc_d[j] += d;
+        }
     }
-    // The values are already masked (by multiplication, so a non-finite `delta` stays non-finite); plain
-    // sums remain.
-    [block_total(bounded), block_total(flags), block_total(delta)]
+    // The tail (fewer than `LANES` tokens, only in a sample's last block) is summed in order, as
+    // `block_sum` sums it.
+    let (mut tail_b, mut tail_d) = ([0.0f32; LANES], [0.0f32; LANES]);
+    let mut tail_flags = 0u32;
+    let r = len - n;
+    for j in 0..r {
+        let (b, f, d) = fast_ppo_token::<ABOVE>(cur[n + j], old[n + j], mask[n + j], clip);
+        (tail_b[j], tail_d[j]) = (b, d);
+        tail_flags += f;
+    }
+    let total = |acc: &[f32; LANES], tail: &[f32]| {
+        let tail: f32 = tail.iter().sum();
+        acc.iter().map(|&a| f64::from(a)).sum::<f64>() + f64::from(tail)
+    };
+    [
+        total(&acc_b, &tail_b[..r]),
+        f64::from(flags.iter().sum::<u32>() + tail_flags),
+        total(&acc_d, &tail_d[..r]),
+    ]
+}
+
+/// One token of the fast path: the masked bounded ratio `b`, the masked clip flag (0 or 1) and the masked
+/// log-ratio `v`. The values are masked by multiplication, so a non-finite `v` keeps the `ppo_kl` sum
+/// non-finite.
+#[inline(always)]
+fn fast_ppo_token<const ABOVE: bool>(c: f32, o: f32, k: u8, clip: FastClip) -> (f32, u32, f32) {
+    let m = f32::from(k);
+    let v = c - o;
+    let clipped = if ABOVE {
+        v > clip.threshold
+    } else {
+        v < clip.threshold
+    };
+    // The same selection as `if v < v_lo { v_lo } else if v > v_hi { v_hi } else { v }`, written so that
+    // both comparisons read `v` (they run in parallel) rather than the second waiting for the first: the
+    // exp after it is a long chain of dependent operations, and this shortens it.
+    let (low, high) = (v < clip.v_lo, v > clip.v_hi);
+    let bounded = if high { clip.v_hi } else { v };
+    let bounded = if low { clip.v_lo } else { bounded };
+    (
+        exp_in_range(bounded) * m,
+        u32::from(clipped) * u32::from(k),
+        v * m,
+    )
 }
 
 /// Log-ratios `cur - old` into `delta` and the bounded token ratios `exp(clamp(cur - old))` into `ratio`.
