@@ -75,6 +75,84 @@ struct FastClip {
     threshold: f32,
 }
 
+/// One fast-path block before its reduction to `f64`: the `f32` lanes and in-order tail sums of the masked
+/// bounded ratios and log-ratios, and the clip count.
+#[derive(Clone, Copy)]
+struct BlockLanes {
+    bounded: [f32; LANES],
+    delta: [f32; LANES],
+    tail_bounded: f32,
+    tail_delta: f32,
+    flags: u32,
+}
+
+/// Blocks reduced together on the fast path (a sample of 2,048 tokens is 8 blocks).
+const PENDING: usize = 8;
+
+/// Up to [`PENDING`] blocks of one sample waiting for their reduction to `f64`.
+///
+/// Each block's total is `((l_0 + l_1) + ... + l_15) + tail` in `f64`, sixteen dependent additions; one
+/// block at a time that is a serial chain per total, each lane extracted from its register first. Stored
+/// lane-major (`[lane][block]`), the same additions for eight blocks are eight-wide vector additions,
+/// each block still adding its own lanes in the same order, so every total has the same bits.
+struct Pending {
+    bounded: [[f32; PENDING]; LANES],
+    delta: [[f32; PENDING]; LANES],
+    tail_bounded: [f32; PENDING],
+    tail_delta: [f32; PENDING],
+    flags: [u32; PENDING],
+    len: usize,
+}
+
+impl Pending {
+    fn new() -> Pending {
+        Pending {
+            bounded: [[0.0; PENDING]; LANES],
+            delta: [[0.0; PENDING]; LANES],
+            tail_bounded: [0.0; PENDING],
+            tail_delta: [0.0; PENDING],
+            flags: [0; PENDING],
+            len: 0,
+        }
+    }
+
+    /// Adds a block; the caller takes the totals before a ninth.
+    #[inline(always)]
+    fn push(&mut self, b: BlockLanes) {
+        let q = self.len % PENDING;
+        for j in 0..LANES {
+            self.bounded[j][q] = b.bounded[j];
+            self.delta[j][q] = b.delta[j];
+        }
+        self.tail_bounded[q] = b.tail_bounded;
+        self.tail_delta[q] = b.tail_delta;
+        self.flags[q] = b.flags;
+        self.len = q + 1;
+    }
+
+    /// The pending blocks' totals `[bounded, clip count, delta]` in block order, and an empty queue.
+    #[inline(always)]
+    fn take_totals(&mut self) -> impl Iterator<Item = [f64; 3]> {
+        // `Iterator::sum` of floats starts from -0.0; so do these.
+        let (mut b, mut d) = ([-0.0f64; PENDING], [-0.0f64; PENDING]);
+        for j in 0..LANES {
+            for q in 0..PENDING {
+                b[q] += f64::from(self.bounded[j][q]);
+                d[q] += f64::from(self.delta[j][q]);
+            }
+        }
+        let (tb, td, flags) = (self.tail_bounded, self.tail_delta, self.flags);
+        let n = std::mem::take(&mut self.len);
+        (0..n).map(move |q| {
+            [
+                b[q] + f64::from(tb[q]),
+                f64::from(flags[q]),
+                d[q] + f64::from(td[q]),
+            ]
+        })
+    }
+}
+
 /// Per-sample masked sums gathered by the kernel.
 pub(crate) struct Sums {
     pub(crate) pg: Vec<f64>,
@@ -255,19 +333,19 @@ where
         let mut s = Scratch::new();
         for i in 0..batch.len() {
             let plan = self.plan_sample(i, token_out.is_none());
+            let range = batch.range(i);
+            if plan.fast {
+                self.fast_sample(i, range, plan.scalar, sums);
+                continue;
+            }
             if let TokenSource::Broadcast(a) = x.advantages {
                 s.adv.fill(a[i] as f32);
             }
-            let range = batch.range(i);
             let mut start = range.start;
             while start < range.end {
                 let end = (start + BLOCK).min(range.end);
-                if plan.fast {
-                    self.fast_block(i, start..end, plan.scalar, sums);
-                } else {
-                    let out = token_out.as_deref_mut().map(|o| &mut o[start..end]);
-                    self.general_block(i, start..end, &plan, &mut s, sums, out);
-                }
+                let out = token_out.as_deref_mut().map(|o| &mut o[start..end]);
+                self.general_block(i, start..end, &plan, &mut s, sums, out);
                 start = end;
             }
         }
@@ -309,19 +387,32 @@ where
         }
     }
 
-    /// One block of sample `i` on the PPO fast path (see [`fast_ppo_block`]), added to its sums.
+    /// Sample `i` on the PPO fast path (see [`fast_ppo_block`]), block by block, its block totals reduced
+    /// [`PENDING`] blocks at a time and added to its sums in block order.
     #[inline(always)]
-    fn fast_block(&self, i: usize, t: Range<usize>, scalar: f32, sums: &mut Sums) {
-        let (cur, old) = (&self.x.current[t.clone()], &self.x.old[t.clone()]);
-        let mask = &self.batch.loss_mask()[t];
-        let [sb, cl, sd] = if scalar > 0.0 {
-            fast_ppo_block::<true>(cur, old, mask, self.p.above)
-        } else {
-            fast_ppo_block::<false>(cur, old, mask, self.p.below)
-        };
-        sums.pg[i] -= f64::from(scalar) * sb;
-        sums.clip[i] += cl;
-        sums.ppo_kl[i] -= sd;
+    fn fast_sample(&self, i: usize, range: Range<usize>, scalar: f32, sums: &mut Sums) {
+        let mut pending = Pending::new();
+        let mut start = range.start;
+        while start < range.end {
+            let end = (start + BLOCK).min(range.end);
+            let t = start..end;
+            let (cur, old) = (&self.x.current[t.clone()], &self.x.old[t.clone()]);
+            let mask = &self.batch.loss_mask()[t];
+            let lanes = if scalar > 0.0 {
+                fast_ppo_block::<true>(cur, old, mask, self.p.above)
+            } else {
+                fast_ppo_block::<false>(cur, old, mask, self.p.below)
+            };
+            pending.push(lanes);
+            if pending.len == PENDING || end == range.end {
+                for [sb, cl, sd] in pending.take_totals() {
+                    sums.pg[i] -= f64::from(scalar) * sb;
+                    sums.clip[i] += cl;
+                    sums.ppo_kl[i] -= sd;
+                }
+            }
+            start = end;
+        }
     }
 
     /// One block of sample `i` on the general path: ratios, per-token losses, TIS, OPSM, the masked sums,
@@ -398,14 +489,15 @@ where
 /// The PPO fast path over one block: one non-zero advantage `a` for the whole sample and nothing that needs
 /// the per-token loss. Then `L = -a * b` with `b = min(rho, 1 + eps_high)` for `a > 0` (`ABOVE`) and
 /// `b = min(max(rho, 1 - eps_low), c)` for `a < 0` (R5 with the sign known), so the kernel sums `b` and
-/// multiplies by `-a` once per block. Returns the block's sums of the masked `b`, the masked clip flags and
-/// the masked log-ratios. Matches the general path to f32 rounding (a property test checks it).
+/// multiplies by `-a` once per block. Returns the block's partial sums of the masked `b` and the masked
+/// log-ratios, and its count of clipped tokens under mask 1. Matches the general path to f32 rounding (a
+/// property test checks it).
 ///
-/// `b` and the log-ratios are summed as [`block_sum`] sums (token `k` of the block into lane `k % LANES`
-/// in `f32`, then the lanes and the in-order tail in `f64`), as they are computed rather than stored and
-/// read back, so that the scratch buffers stay out of the fast path; on AVX-512, where the 16 lanes are
-/// one register, the 16 dependent additions of each lane then overlap with the loop's other work instead
-/// of forming a chain of their own after it.
+/// `b` and the log-ratios are summed as [`block_sum`] sums: token `k` of the block into lane `k % LANES`
+/// in `f32`, the tail in order; [`Pending`] then adds the lanes and the tail in `f64`. They are summed as
+/// they are computed rather than stored and read back, so that the scratch buffers stay out of the fast
+/// path; on AVX-512, where the 16 lanes are one register, the 16 dependent additions of each lane then
+/// overlap with the loop's other work instead of forming a chain of their own after it.
 ///
 /// The clip flags are counted in integers. The mask is 0 or 1 (`Batch::new` checks it), so the masked
 /// flags are 0 or 1, and their sum in `f32` lanes and then in `f64` is an exact integer of at most
@@ -417,7 +509,7 @@ fn fast_ppo_block<const ABOVE: bool>(
     old: &[f32],
     mask: &[u8],
     clip: FastClip,
-) -> [f64; 3] {
+) -> BlockLanes {
     let len = cur.len().min(old.len()).min(mask.len());
     let n = len / LANES * LANES;
     let (mut acc_b, mut acc_d) = ([0.0f32; LANES], [0.0f32; LANES]);
@@ -443,15 +535,13 @@ fn fast_ppo_block<const ABOVE: bool>(
         (tail_b[j], tail_d[j]) = (b, d);
         tail_flags += f;
     }
-    let total = |acc: &[f32; LANES], tail: &[f32]| {
-        let tail: f32 = tail.iter().sum();
-        acc.iter().map(|&a| f64::from(a)).sum::<f64>() + f64::from(tail)
-    };
-    [
-        total(&acc_b, &tail_b[..r]),
-        f64::from(flags.iter().sum::<u32>() + tail_flags),
-        total(&acc_d, &tail_d[..r]),
-    ]
+    BlockLanes {
+        bounded: acc_b,
+        delta: acc_d,
+        tail_bounded: tail_b[..r].iter().sum(),
+        tail_delta: tail_d[..r].iter().sum(),
+        flags: flags.iter().sum::<u32>() + tail_flags,
+    }
 }
 
 /// One token of the fast path: the masked bounded ratio `b`, the masked clip flag (0 or 1) and the masked
