@@ -335,7 +335,7 @@ where
             let plan = self.plan_sample(i, token_out.is_none());
             let range = batch.range(i);
             if plan.fast {
-                self.fast_sample(i, range, plan.scalar, sums);
+                self.fast_sample(i, range, plan.scalar, &mut s, sums);
                 continue;
             }
             if let TokenSource::Broadcast(a) = x.advantages {
@@ -388,16 +388,32 @@ where
     }
 
     /// Sample `i` on the PPO fast path (see [`fast_ppo_block`]), block by block, its block totals reduced
-    /// [`PENDING`] blocks at a time and added to its sums in block order.
+    /// [`PENDING`] blocks at a time and added to its sums in block order; the KL and entropy sums as the
+    /// general path computes them.
     #[inline(always)]
-    fn fast_sample(&self, i: usize, range: Range<usize>, scalar: f32, sums: &mut Sums) {
+    fn fast_sample(
+        &self,
+        i: usize,
+        range: Range<usize>,
+        scalar: f32,
+        s: &mut Scratch,
+        sums: &mut Sums,
+    ) {
+        let kl_or_entropy = self.x.reference.is_some() || self.x.entropy.is_some();
         let mut pending = Pending::new();
         let mut start = range.start;
         while start < range.end {
             let end = (start + BLOCK).min(range.end);
             let t = start..end;
             let (cur, old) = (&self.x.current[t.clone()], &self.x.old[t.clone()]);
-            let mask = &self.batch.loss_mask()[t];
+            let mask = &self.batch.loss_mask()[t.clone()];
+            if kl_or_entropy {
+                let m = &mut s.mask[..mask.len()];
+                for (d, &k) in m.iter_mut().zip(mask) {
+                    *d = f32::from(k);
+                }
+                self.kl_and_entropy(i, t, m, &mut s.extra[0][..mask.len()], sums);
+            }
             let lanes = if scalar > 0.0 {
                 fast_ppo_block::<true>(cur, old, mask, self.p.above)
             } else {
@@ -475,9 +491,21 @@ where
         if let Some(out) = token_out {
             out.copy_from_slice(loss);
         }
-        if let (Some(kl_cfg), Some(reference)) = (config.kl_loss, x.reference) {
-            let k = &mut s.extra[0][..len];
-            kl_terms(cur, &reference[t.clone()], kl_cfg.estimator, k);
+        self.kl_and_entropy(i, t, m, &mut s.extra[0][..len], sums);
+    }
+
+    /// The KL and entropy sums of one block of sample `i`, whichever path its policy loss took: `m` is the
+    /// block's mask as `f32`, `k` scratch for the KL terms.
+    #[inline(always)]
+    fn kl_and_entropy(&self, i: usize, t: Range<usize>, m: &[f32], k: &mut [f32], sums: &mut Sums) {
+        let x = self.x;
+        if let (Some(kl_cfg), Some(reference)) = (self.p.config.kl_loss, x.reference) {
+            kl_terms(
+                &x.current[t.clone()],
+                &reference[t.clone()],
+                kl_cfg.estimator,
+                k,
+            );
             sums.kl[i] += block_sum(k, m);
         }
         if let Some(entropy) = x.entropy {
