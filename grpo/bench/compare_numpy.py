@@ -10,9 +10,11 @@ runs `cargo run --release -p grpo --example pipeline` on it (the example times t
 copy of the same input bytes with a best-of-N loop), times the numpy implementation below with the same
 best-of-N loop, checks that the numbers agree, and prints a markdown table.
 
-The Rust side runs twice: the default build (x86-64 baseline, SSE2 only: the crate forbids unsafe code, so
-it cannot switch to AVX at run time as numpy does) and a build with `-C target-cpu=native` in
-target/grpo-native (skip it with --no-native).
+The Rust side runs three times: the default build, whose kernel picks its AVX-512, AVX2 + FMA or baseline
+copy at run time from the CPU's features (as numpy does); the same build with GRPO_DISPATCH=fallback, which
+forces the copy compiled for the build's target (SSE2 on x86-64: what the crate ran before it dispatched);
+and a build with `-C target-cpu=native` in target/grpo-native (skip it with --no-native). The dispatched
+and the fallback runs must agree bit for bit.
 
 Usage (from anywhere in the workspace; numpy is the only dependency):
     python3 grpo/bench/compare_numpy.py [--samples 512] [--length 2048] [--group-size 8] [--repeats 20]
@@ -123,7 +125,9 @@ def main():
         rollout.astype("<f4").tofile(d / "rollout_log_probs.f32")
         current.astype("<f4").tofile(d / "current_log_probs.f32")
 
-        builds = [("default x86-64 build (SSE2)", {})]
+        builds = [("default build, kernel chosen at run time", {}),
+                  ("default build, forced fallback (`GRPO_DISPATCH=fallback`, SSE2)",
+                   {"GRPO_DISPATCH": "fallback"})]
         if not args.no_native:
             # A separate target folder, so the shared one keeps its default-flag artefacts.
             builds.append(("`-C target-cpu=native`", {"RUSTFLAGS": "-C target-cpu=native",
@@ -152,11 +156,20 @@ def main():
                 failures.append(f"{name}: {key}: rust {rust[key]!r} vs numpy {value!r}")
         if rust["tokens"] != tokens:
             failures.append(f"{name}: token count {rust['tokens']} vs {tokens}")
+    # The dispatched kernel and the fallback compute the same operations in the same order: same bits. The
+    # example prints each float in its shortest round-trip form, so the parsed floats are the Rust values;
+    # `hex` tells -0.0 from 0.0, which `==` does not.
+    (dispatched, rust_d, adv_d), (fallback, rust_f, adv_f) = runs[0], runs[1]
+    if adv_d.tobytes() != adv_f.tobytes():
+        failures.append(f"{dispatched} and {fallback}: advantages differ")
+    for key in ("loss", "pg_loss", "pg_clipfrac", "ppo_kl"):
+        if rust_d[key].hex() != rust_f[key].hex():
+            failures.append(f"{dispatched} and {fallback}: {key} {rust_d[key]!r} vs {rust_f[key]!r}")
 
     print(f"{args.samples} samples x {args.length} tokens = {tokens:,} tokens, groups of {args.group_size}, "
           f"best of {args.repeats} (numpy) and {args.rust_repeats} (Rust); numpy {np.__version__}")
-    print("agreement: " + ("OK (advantages within 1e-9; pg_loss, pg_clipfrac and ppo_kl within 1e-5 relative)"
-                           if not failures else "FAILED"))
+    print("agreement: " + ("OK (advantages within 1e-9; pg_loss, pg_clipfrac and ppo_kl within 1e-5 relative; "
+                           "dispatched and fallback bit for bit)" if not failures else "FAILED"))
     for f in failures:
         print("  " + f)
     print()

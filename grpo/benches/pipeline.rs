@@ -1,11 +1,13 @@
 //! Criterion benchmarks of the GRPO pipeline over 512 samples of 2,048 tokens, in tokens per second:
-//! advantages, PPO loss with aggregation, both together, and a plain copy of the inputs as the ceiling.
+//! advantages, PPO loss with aggregation, both together, and a plain copy of the inputs as the ceiling; then
+//! the pipeline with the kernel chosen from the CPU's features against the build target's copy.
 
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use grpo::{
-    AdvantageConfig, Aggregation, Batch, BatchOptions, LogProbs, PolicyLossConfig, SampleParts,
+    AdvantageConfig, Aggregation, Batch, BatchOptions, Dispatch, LogProbs, PolicyLossConfig,
+    SampleParts,
 };
 
 const SAMPLES: usize = 512;
@@ -50,16 +52,37 @@ fn data() -> (Batch, Vec<f32>) {
     )
 }
 
-fn pipeline(c: &mut Criterion) {
-    let (batch, current) = data();
-    let adv_config = AdvantageConfig::default();
-    let loss_config = PolicyLossConfig {
+/// The benchmark's loss settings, with the kernel copy `dispatch` selects.
+fn loss_config(dispatch: Dispatch) -> PolicyLossConfig {
+    PolicyLossConfig {
         use_rollout_log_probs: true,
         eps_clip_high: 0.28,
         dual_clip: Some(3.0),
         aggregation: Aggregation::SeqMeanTokenMean,
+        dispatch,
         ..PolicyLossConfig::default()
-    };
+    }
+}
+
+/// Copies the pipeline's per-token inputs (current and rollout logprobs, mask) into `out`.
+fn copy_inputs(batch: &Batch, current: &[f32], out: &mut (Vec<f32>, Vec<f32>, Vec<u8>)) {
+    let rollout = batch.rollout_log_probs().unwrap_or_default();
+    out.0.copy_from_slice(black_box(current));
+    out.1.copy_from_slice(black_box(rollout));
+    out.2.copy_from_slice(black_box(batch.loss_mask()));
+    black_box(&*out);
+}
+
+/// Buffers for [`copy_inputs`].
+fn copy_buffers(batch: &Batch) -> (Vec<f32>, Vec<f32>, Vec<u8>) {
+    let n = batch.num_tokens();
+    (vec![0.0; n], vec![0.0; n], vec![0; n])
+}
+
+fn pipeline(c: &mut Criterion) {
+    let (batch, current) = data();
+    let adv_config = AdvantageConfig::default();
+    let loss_config = loss_config(Dispatch::Detect);
     let advantages = batch.advantages(&adv_config);
     let lp = LogProbs::new(&current);
 
@@ -79,22 +102,40 @@ fn pipeline(c: &mut Criterion) {
             black_box(batch.policy_loss(&advantages, black_box(&lp), &loss_config))
         })
     });
-    let rollout = batch.rollout_log_probs().expect("present");
-    let (mut c2, mut r2, mut m2) = (
-        vec![0.0f32; current.len()],
-        vec![0.0f32; rollout.len()],
-        vec![0u8; rollout.len()],
-    );
+    let mut copies = copy_buffers(&batch);
     group.bench_function("memcpy_inputs", |b| {
-        b.iter(|| {
-            c2.copy_from_slice(black_box(&current));
-            r2.copy_from_slice(black_box(rollout));
-            m2.copy_from_slice(black_box(batch.loss_mask()));
-            black_box((&c2, &r2, &m2));
-        })
+        b.iter(|| copy_inputs(&batch, &current, &mut copies))
     });
     group.finish();
 }
 
-criterion_group!(benches, pipeline);
+/// The whole pipeline with the kernel copy chosen at run time (`Dispatch::Detect`, AVX-512 or AVX2 where the
+/// CPU has them) and with the copy for the build's target (`Dispatch::Fallback`: SSE2 on a default x86-64
+/// build), next to the copy of the inputs; both copies return the same bits.
+fn dispatch(c: &mut Criterion) {
+    let (batch, current) = data();
+    let adv_config = AdvantageConfig::default();
+    let lp = LogProbs::new(&current);
+    let mut group = c.benchmark_group("dispatch");
+    group.throughput(Throughput::Elements(batch.num_tokens() as u64));
+    for (name, dispatch) in [
+        ("pipeline_detect", Dispatch::Detect),
+        ("pipeline_fallback", Dispatch::Fallback),
+    ] {
+        let loss_config = loss_config(dispatch);
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let advantages = batch.advantages(black_box(&adv_config));
+                black_box(batch.policy_loss(&advantages, black_box(&lp), &loss_config))
+            })
+        });
+    }
+    let mut copies = copy_buffers(&batch);
+    group.bench_function("memcpy_inputs", |b| {
+        b.iter(|| copy_inputs(&batch, &current, &mut copies))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, pipeline, dispatch);
 criterion_main!(benches);

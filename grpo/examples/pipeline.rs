@@ -4,6 +4,10 @@
 //!
 //! Usage: `cargo run --release -p grpo --example pipeline -- DATA_DIR GROUP_SIZE REPEATS`.
 //!
+//! `GRPO_DISPATCH=fallback` in the environment runs the kernel's copy for the build's own target
+//! ([`Dispatch::Fallback`]) instead of the one chosen from the CPU's features; any other value, or none,
+//! leaves the choice to the crate.
+//!
 //! `DATA_DIR` holds little-endian raw arrays: `rewards.f64` (one per sample), `response_lengths.u32`,
 //! `loss_mask.u8`, `rollout_log_probs.f32` and `current_log_probs.f32` (flat, sample after sample). The
 //! example writes `rust_advantages.f64` (per-sample advantages) and `rust_results.txt` (`key value` lines).
@@ -13,7 +17,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use grpo::{
-    AdvantageConfig, Aggregation, Batch, BatchOptions, LogProbs, PolicyLossConfig,
+    AdvantageConfig, Aggregation, Batch, BatchOptions, Dispatch, LogProbs, PolicyLossConfig,
     PolicyLossOutput, SampleParts,
 };
 
@@ -30,21 +34,22 @@ fn f32s(bytes: &[u8]) -> Vec<f32> {
 }
 
 /// The benchmark's loss settings; `compare_numpy.py` implements the same.
-fn loss_config() -> PolicyLossConfig {
+fn loss_config(dispatch: Dispatch) -> PolicyLossConfig {
     PolicyLossConfig {
         use_rollout_log_probs: true,
         eps_clip: 0.2,
         eps_clip_high: 0.28,
         dual_clip: Some(3.0),
         aggregation: Aggregation::SeqMeanTokenMean,
+        dispatch,
         ..PolicyLossConfig::default()
     }
 }
 
-fn pipeline(batch: &Batch, current: &[f32]) -> (Vec<f64>, PolicyLossOutput) {
+fn pipeline(batch: &Batch, current: &[f32], dispatch: Dispatch) -> (Vec<f64>, PolicyLossOutput) {
     let advantages = batch.advantages(&AdvantageConfig::default());
     let out = batch
-        .policy_loss(&advantages, &LogProbs::new(current), &loss_config())
+        .policy_loss(&advantages, &LogProbs::new(current), &loss_config(dispatch))
         .expect("valid inputs");
     (advantages.per_sample().to_vec(), out)
 }
@@ -69,6 +74,10 @@ fn main() {
     let dir = Path::new(dir);
     let n: usize = n.parse().expect("GROUP_SIZE is an integer");
     let repeats: usize = repeats.parse().expect("REPEATS is an integer");
+    let dispatch = match std::env::var("GRPO_DISPATCH").as_deref() {
+        Ok("fallback") => Dispatch::Fallback,
+        _ => Dispatch::Detect,
+    };
 
     let rewards: Vec<f64> = read(dir, "rewards.f64")
         .chunks_exact(8)
@@ -97,9 +106,9 @@ fn main() {
     let options = BatchOptions::grpo(n);
     let batch = Batch::new(&parts, &options).expect("valid batch");
 
-    let (advantages, out) = pipeline(&batch, &current);
+    let (advantages, out) = pipeline(&batch, &current, dispatch);
     let t_pipeline = best_of(repeats, || {
-        black_box(pipeline(black_box(&batch), black_box(&current)));
+        black_box(pipeline(black_box(&batch), black_box(&current), dispatch));
     });
     let t_batch = best_of(repeats, || {
         black_box(Batch::new(black_box(&parts), &options).expect("valid batch"));

@@ -32,6 +32,25 @@ pub struct KlLoss {
     pub estimator: KlEstimator,
 }
 
+/// Which compiled copy of the fused per-token kernel [`Batch::policy_loss`](crate::batch::Batch::policy_loss)
+/// runs.
+///
+/// The kernel is compiled several times from the same source: for the build's target (SSE2 on a default
+/// x86-64 build) and, on x86-64, for AVX2 + FMA and for AVX-512; which one runs is decided at run time
+/// from the CPU's features, once per process. The copies perform the same floating-point operations in the
+/// same order (Rust neither fuses `a * b + c` into an FMA nor reassociates sums), so they return the same
+/// bits: the choice changes speed only. The integration test `dispatch::dispatched_and_fallback_agree_bitwise`
+/// checks that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dispatch {
+    /// The widest instruction set the CPU supports among those the kernel was compiled for.
+    #[default]
+    Detect,
+    /// The copy compiled for the build's target only, as every CPU of that target can run it: what the crate
+    /// did before it dispatched at run time. For tests and benchmarks that compare the two.
+    Fallback,
+}
+
 /// Settings of [`Batch::policy_loss`](crate::batch::Batch::policy_loss). The default is slime's: PPO with `eps_clip = eps_clip_high = 0.2`, no
 /// dual clip, token ratio, seq-mean-token-mean, no TIS, no KL or entropy term.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -62,6 +81,8 @@ pub struct PolicyLossConfig {
     /// Bound on `|log_pi - log_pi_old|` before `exp` (verl uses 20; slime has none). It keeps the ratio
     /// finite and changes nothing unless a log-ratio exceeds it.
     pub log_ratio_clamp: f64,
+    /// Which compiled copy of the kernel runs; every choice gives the same bits.
+    pub dispatch: Dispatch,
 }
 
 impl Default for PolicyLossConfig {
@@ -79,6 +100,7 @@ impl Default for PolicyLossConfig {
             entropy_coef: 0.0,
             aggregation: Aggregation::SeqMeanTokenMean,
             log_ratio_clamp: 20.0,
+            dispatch: Dispatch::Detect,
         }
     }
 }

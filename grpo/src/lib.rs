@@ -84,7 +84,7 @@ pub use advantage::{
 };
 pub use aggregate::Aggregation;
 pub use batch::{Batch, BatchOptions, Grouping, Groups, Ragged, SampleParts};
-pub use config::{KlLoss, PolicyLossConfig, PolicyLossKind, RatioLevel};
+pub use config::{Dispatch, KlLoss, PolicyLossConfig, PolicyLossKind, RatioLevel};
 pub use error::{BatchError, LossError};
 pub use input::LogProbs;
 pub use loss::{PolicyLossOutput, TisMetrics};

@@ -61,14 +61,26 @@ pub fn exp_f32(x: f32) -> f32 {
 /// `e^x` for `x` already within `[-87, 88]` (the kernel clamps log-ratios to a smaller range anyway).
 #[inline(always)]
 pub(crate) fn exp_in_range(x: f32) -> f32 {
+    let (r, t) = exp_reduce(x);
+    exp_finish(r, t)
+}
+
+/// The first half of [`exp_in_range`]: `x = n ln 2 + r`, returned as `r` and `t`, whose low mantissa bits
+/// hold `n`. Split from the polynomial so that a loop can interleave the two halves of different tokens.
+#[inline(always)]
+pub(crate) fn exp_reduce(x: f32) -> (f32, f32) {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
-    // 1.5 * 2^23: adding it rounds to the nearest integer in the low mantissa bits, without SSE4.1.
-    const ROUND: f32 = 12_582_912.0;
     let t = x * LOG2E + ROUND;
     let n = t - ROUND;
     let r = (x - n * LN2_HI) - n * LN2_LO;
+    (r, t)
+}
+
+/// The second half of [`exp_in_range`]: `e^r 2^n` from [`exp_reduce`]'s `r` and `t`.
+#[inline(always)]
+pub(crate) fn exp_finish(r: f32, t: f32) -> f32 {
     // Estrin's scheme rather than Horner's: the same polynomial with a dependency chain half as long, which
     // is what limits a loop of these (the out-of-order window overlaps only a few iterations).
     let r2 = r * r;
@@ -82,3 +94,6 @@ pub(crate) fn exp_in_range(x: f32) -> f32 {
     let bits = t.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127) << 23;
     y * f32::from_bits(bits)
 }
+
+/// 1.5 * 2^23: adding it rounds to the nearest integer in the low mantissa bits, without SSE4.1.
+const ROUND: f32 = 12_582_912.0;

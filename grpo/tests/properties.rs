@@ -449,20 +449,34 @@ proptest! {
                 lp + ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
             })
             .collect();
-        let lp = LogProbs::new(&current);
-        let loss_config = PolicyLossConfig { use_rollout_log_probs: true, dual_clip: Some(3.0), ..Default::default() };
-        // The broadcast path multiplies the summed clipped ratios by the advantage once per block instead of
-        // per token, so the results agree to f32 rounding, not bit for bit.
-        let a = batch.policy_loss(&broadcast, &lp, &loss_config).expect("loss");
-        let b = batch.policy_loss(&materialised, &lp, &loss_config).expect("loss");
-        let (with_tokens, tokens) = batch.policy_loss_with_tokens(&broadcast, &lp, &loss_config).expect("loss");
-        prop_assert_eq!(tokens.offsets(), batch.offsets());
-        // Per-token losses are bounded by 3 |A| (dual clip 3, clip-high 1.2), and the aggregate can cancel
-        // terms of that size, so the tolerance scales with the largest advantage, not with the result.
-        let scale = 1.0 + 3.0 * broadcast.per_sample().iter().fold(0.0f64, |m, a| m.max(a.abs()));
-        for other in [b, with_tokens] {
-            for (x, y) in [(a.loss, other.loss), (a.pg_loss, other.pg_loss), (a.pg_clipfrac, other.pg_clipfrac), (a.ppo_kl, other.ppo_kl)] {
-                prop_assert!((x - y).abs() <= 1e-6 * scale, "{a:?} vs {other:?}");
+        // The KL and entropy terms must be summed whichever path a sample takes.
+        let reference: Vec<f32> = current.iter().map(|&c| c - 0.25).collect();
+        let entropy: Vec<f32> = current.iter().map(|&c| c.abs()).collect();
+        let plain = LogProbs::new(&current);
+        let with_terms = LogProbs { reference: Some(&reference), entropy: Some(&entropy), ..plain };
+        let base = PolicyLossConfig { use_rollout_log_probs: true, dual_clip: Some(3.0), ..Default::default() };
+        let kl_entropy = PolicyLossConfig {
+            kl_loss: Some(KlLoss { coef: 0.1, estimator: KlEstimator::K3 }),
+            entropy_coef: 0.01,
+            ..base
+        };
+        for (lp, loss_config) in [(plain, base), (with_terms, kl_entropy)] {
+            // The broadcast path multiplies the summed clipped ratios by the advantage once per block instead
+            // of per token, so the results agree to f32 rounding, not bit for bit.
+            let a = batch.policy_loss(&broadcast, &lp, &loss_config).expect("loss");
+            let b = batch.policy_loss(&materialised, &lp, &loss_config).expect("loss");
+            let (with_tokens, tokens) = batch.policy_loss_with_tokens(&broadcast, &lp, &loss_config).expect("loss");
+            prop_assert_eq!(tokens.offsets(), batch.offsets());
+            // Per-token losses are bounded by 3 |A| (dual clip 3, clip-high 1.2), and the aggregate can cancel
+            // terms of that size, so the tolerance scales with the largest advantage, not with the result.
+            let scale = 1.0 + 3.0 * broadcast.per_sample().iter().fold(0.0f64, |m, a| m.max(a.abs()));
+            for other in [b, with_tokens] {
+                for (x, y) in [(a.loss, other.loss), (a.pg_loss, other.pg_loss), (a.pg_clipfrac, other.pg_clipfrac), (a.ppo_kl, other.ppo_kl)] {
+                    prop_assert!((x - y).abs() <= 1e-6 * scale, "{a:?} vs {other:?}");
+                }
+                // The same per-token terms summed the same way: equal.
+                prop_assert_eq!(a.kl_loss, other.kl_loss);
+                prop_assert_eq!(a.entropy_loss, other.entropy_loss);
             }
         }
     }

@@ -9,5 +9,8 @@ mod validation;
 /// Property tests of section R9 and the no-NaN guarantee, with proptest.
 mod properties;
 
+/// The kernel's copy chosen from the CPU's features against the build target's copy, bit for bit.
+mod dispatch;
+
 /// Shared builders for the test modules.
 mod util;
