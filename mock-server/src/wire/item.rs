@@ -463,14 +463,19 @@ mod tests {
     /// flush their buffer many times and values of every length.
     #[test]
     fn id_lists_and_triple_lists_match_what_serde_json_writes() {
-        let ids: Vec<u32> = (0..3000u32)
-            .map(|i| match i % 5 {
+        // Every digit count at its edges, then spread values.
+        let edges = (0..10u32).flat_map(|k| {
+            let p = 10u32.pow(k);
+            [p - 1, p, p + 1]
+        });
+        let ids: Vec<u32> = edges
+            .chain([u32::MAX - 1, u32::MAX])
+            .chain((0..3000u32).map(|i| match i % 3 {
                 0 => i,
                 1 => u32::MAX - i,
-                2 => 10u32.pow(i % 10),
-                3 => 10u32.pow(i % 10) - 1,
                 _ => i.wrapping_mul(2_654_435_761),
-            })
+            }))
+            .take(3000)
             .collect();
         let lps: Vec<f32> = (0..3000u32)
             .map(|i| match i % 7 {

@@ -103,10 +103,34 @@ impl<'a> Batched<'a> {
         self.len += n;
     }
 
+    /// Appends a short string of unknown length (at most [`PIECE`] bytes), as two overlapping eight-byte
+    /// copies when it has eight bytes or more (a logprob usually has 9 to 12): fixed-size moves instead of a
+    /// call to `memcpy`.
+    #[inline(always)]
+    fn short(&mut self, bytes: &[u8]) {
+        let n = bytes.len();
+        match (bytes.first_chunk::<8>(), bytes.last_chunk::<8>()) {
+            (Some(head), Some(tail)) if n <= 16 => {
+                let room = self.room();
+                room[..8].copy_from_slice(head);
+                room[n - 8..n].copy_from_slice(tail);
+                self.len += n;
+            }
+            _ => self.literal(bytes),
+        }
+    }
+
+    /// Appends one byte.
+    #[inline(always)]
+    pub(super) fn byte(&mut self, b: u8) {
+        self.room()[0] = b;
+        self.len += 1;
+    }
+
     /// Appends `value` in decimal, two digits at a time from the right.
     #[inline(always)]
     pub(super) fn u32(&mut self, value: u32) {
-        let len = value.checked_ilog10().unwrap_or(0) as usize + 1;
+        let len = decimal_len(value);
         let room = self.room();
         let mut v = value;
         let mut i = len;
@@ -131,7 +155,23 @@ impl<'a> Batched<'a> {
     #[inline(always)]
     pub(super) fn f32(&mut self, value: f32) {
         let mut buffer = zmij::Buffer::new();
-        self.literal(buffer.format_finite(value).as_bytes());
+        self.short(buffer.format_finite(value).as_bytes());
+    }
+}
+
+/// The number of decimal digits of `v`, by comparisons ordered for token ids (five or six digits).
+#[inline(always)]
+fn decimal_len(v: u32) -> usize {
+    if v < 100_000 {
+        if v < 100 {
+            1 + usize::from(v >= 10)
+        } else {
+            3 + usize::from(v >= 1_000) + usize::from(v >= 10_000)
+        }
+    } else if v < 10_000_000 {
+        6 + usize::from(v >= 1_000_000)
+    } else {
+        8 + usize::from(v >= 100_000_000) + usize::from(v >= 1_000_000_000)
     }
 }
 
@@ -344,13 +384,16 @@ impl TokenLogprobs<'_> {
             // The common case, a triple per generated token.
             let mut batched = Batched::new(out);
             for (i, (&lp, &id)) in self.lps.iter().zip(self.ids).enumerate() {
-                batched.literal(if i > 0 { b",[" } else { b"[" });
+                if i > 0 {
+                    batched.byte(b',');
+                }
+                batched.byte(b'[');
                 if lp.is_finite() {
                     batched.f32(lp);
                 } else {
                     batched.literal(b"null");
                 }
-                batched.literal(b",");
+                batched.byte(b',');
                 batched.u32(id);
                 batched.literal(b",null]");
             }
@@ -372,7 +415,7 @@ pub(super) fn write_ids(out: &mut Vec<u8>, ids: &[u32]) {
     let mut batched = Batched::new(out);
     for (i, &id) in ids.iter().enumerate() {
         if i > 0 {
-            batched.literal(b",");
+            batched.byte(b',');
         }
         batched.u32(id);
     }
