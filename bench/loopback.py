@@ -11,6 +11,10 @@ tables report each server's best round and the ratios between them.
   - fastapi+orjson: `bench/fastapi_mock.py`, FastAPI on uvicorn with uvloop and httptools, orjson serialisation.
   - ceiling: `mock-server/examples/ceiling.rs`, the same axum stack answering with a pre-built body of the same
     size (a response captured from sglang-mock for the same request).
+  - floor: what sglang-mock cannot go below, computed rather than served: the ceiling's time per answer (HTTP
+    alone) plus generating the answer without encoding it and encoding the finished answer, each timed in the
+    same rounds by `mock-server/examples/floor.rs` on the server's core through the server's own code. The
+    table then shows how close the server is to its own floor.
 
 Needs: wrk (apt-get install wrk), and fastapi, uvicorn[standard], orjson (pip install).
 
@@ -82,7 +86,7 @@ def main() -> None:
             sys.exit(f"{tool} is required (apt-get install wrk util-linux)")
 
     subprocess.run(["cargo", "build", "--release", "-p", "mock-server", "--bin", "sglang-mock",
-                    "--example", "ceiling"], cwd=ROOT, check=True)
+                    "--example", "ceiling", "--example", "floor"], cwd=ROOT, check=True)
     target = os.path.join(ROOT, "target", "release")
     tmp = tempfile.mkdtemp()
 
@@ -119,8 +123,14 @@ def main() -> None:
 
     best: dict[tuple[int, str], tuple[float, float]] = {}
     sizes: dict[tuple[int, str], int] = {}
+    floor: dict[int, dict[str, float]] = {}
     for rnd in range(args.rounds):
         for tokens in lengths:
+            out = subprocess.run(["taskset", "-c", "0", os.path.join(target, "examples", "floor"), str(tokens), "5"],
+                                 check=True, capture_output=True, text=True).stdout
+            parts = json.loads(out)
+            for key in ("generate_us", "encode_us"):
+                floor.setdefault(tokens, {})[key] = min(floor.get(tokens, {}).get(key, float("inf")), parts[key])
             for name, cmd in servers[tokens].items():
                 proc, url = start(cmd)
                 try:
@@ -148,6 +158,14 @@ def main() -> None:
             rps, bps = best[tokens, name]
             print(f"| {name} | {rps:,.0f} | {bps / 1e6:,.1f} | {sizes[tokens, name]:,} | {rps / python:.1f}x | "
                   f"{rps / ceiling:.2f} |")
+        gen, enc = floor[tokens]["generate_us"], floor[tokens]["encode_us"]
+        http = 1e6 / ceiling
+        floor_rps = 1e6 / (http + gen + enc)
+        size = sizes[tokens, "sglang-mock"]
+        print(f"| floor: HTTP {http:.1f} us + generating {gen:.1f} us + encoding {enc:.1f} us per answer | "
+              f"{floor_rps:,.0f} | {floor_rps * size / 1e6:,.1f} | {size:,} | {floor_rps / python:.1f}x | "
+              f"{floor_rps / ceiling:.2f} |")
+        print(f"\nsglang-mock reaches {best[tokens, 'sglang-mock'][0] / floor_rps:.2f} of its floor.")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 //! through the axum router without a socket), and of the floor under a whole answer: generating without
 //! encoding, and encoding a pre-generated answer, through the same code the server runs.
 //!
-//! Groups: `generate_1024_logprobs` (the loopback benchmark's request), `floor_1024_logprobs` (its two parts),
+//! Groups: `generate_1024_logprobs` (the loopback benchmark's request), `floor_1024_logprobs` (its two parts,
+//! and the answer's logprobs formatted alone),
 //! `generate_16_logprobs` (the short answer a router load test sends) and `stream_512` (one SSE stream of 512
 //! tokens, the unit of `bench/load_streams.py`).
 
@@ -77,16 +78,20 @@ fn whole_requests(c: &mut Criterion) {
 }
 
 /// The two halves of a 1,024-token answer, each through the server's own code: `generate` runs the plan's
-/// step core to its end, `encode` writes the finished run's body.
+/// step core to its end, `encode` writes the finished run's body; `format_logprobs` is the largest part of
+/// `encode` alone.
 fn floor(c: &mut Criterion) {
     let oracle = Oracle::new(ServerConfig::default()).expect("default config is valid");
     let plan = oracle
         .plan(request_body(1024, false).as_bytes())
         .expect("the benchmark's request is valid");
     let config = oracle.config();
+    // As the server's non-stream driver runs it, without the runtime around it.
     let generate = || {
         let mut run = Run::new(oracle.model(), &plan, config.profile, None);
-        run.run_to_end(&Interventions::default());
+        while !run.is_done() {
+            run.tick_many(&Interventions::default(), usize::MAX);
+        }
         run
     };
     let run = generate();
@@ -99,10 +104,27 @@ fn floor(c: &mut Criterion) {
     let encode = || encode_body(&ctx, &plan, &run, &[0.25], 1.7e9).expect("a finished run encodes");
     let size = encode().len();
 
+    // The largest single part of encoding: the answer's 1,024 logprobs in shortest form, alone.
+    let logprobs = run
+        .generation(0)
+        .expect("the benchmark's request runs")
+        .output_logprobs()
+        .to_vec();
+    let format_logprobs = || {
+        let mut out = Vec::with_capacity(16 * logprobs.len());
+        for &lp in &logprobs {
+            out.extend_from_slice(zmij::Buffer::new().format_finite(lp).as_bytes());
+        }
+        out
+    };
+
     let mut group = c.benchmark_group("floor_1024_logprobs");
     group.throughput(Throughput::Elements(1));
     group.bench_function("generate", |b| b.iter(|| black_box(generate())));
     group.bench_function("encode", |b| b.iter(|| black_box(encode())));
+    group.bench_function("format_logprobs", |b| {
+        b.iter(|| black_box(format_logprobs()))
+    });
     group.throughput(Throughput::Bytes(size as u64));
     group.bench_function("encode_bytes", |b| b.iter(|| black_box(encode())));
     group.finish();
