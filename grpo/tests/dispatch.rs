@@ -10,22 +10,6 @@ use grpo::{
     SampleParts, Tis, TisMode,
 };
 use proptest::prelude::*;
-use proptest::test_runner::{Config, FileFailurePersistence};
-
-/// 64 cases unless `PROPTEST_CASES` says otherwise; failures are kept in `grpo/proptest-regressions/`.
-fn config() -> Config {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(64);
-    Config {
-        cases,
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            "proptest-regressions/dispatch.txt",
-        ))),
-        ..Config::default()
-    }
-}
 
 /// SplitMix64: fills a batch's values from one seed, so that proptest varies (and shrinks) the shape and
 /// the seed rather than hundreds of thousands of floats.
@@ -319,7 +303,7 @@ fn length() -> impl Strategy<Value = usize> {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(crate::util::proptest_config("proptest-regressions/dispatch.txt"))]
 
     #[test]
     fn dispatched_and_fallback_agree_bitwise(

@@ -6,25 +6,8 @@ use grpo::{
     StdScale, Tis, TisMode, kl, masked_whiten, ppo_clip_loss, tis_weight,
 };
 use proptest::prelude::*;
-use proptest::test_runner::{Config, FileFailurePersistence};
 
 use crate::util::reward_batch;
-
-/// 64 cases per property unless `PROPTEST_CASES` says otherwise; failures are kept in
-/// `grpo/proptest-regressions/` (cargo runs tests from the package folder).
-fn config() -> Config {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(64);
-    Config {
-        cases,
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            "proptest-regressions/properties.txt",
-        ))),
-        ..Config::default()
-    }
-}
 
 fn reward() -> impl Strategy<Value = f64> {
     prop_oneof![Just(0.0), Just(1.0), Just(0.8), Just(1.2), -1e3..1e3f64]
@@ -101,7 +84,7 @@ enum Corruption {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(crate::util::proptest_config("proptest-regressions/properties.txt"))]
 
     /// R9.1: per group the normalised rewards sum to about 0 (all conventions, with and without std).
     #[test]
@@ -423,7 +406,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(crate::util::proptest_config("proptest-regressions/properties.txt"))]
 
     /// Broadcast advantages (GRPO's scalar per sample, which take the kernel's fast path) and the same values
     /// materialised per token give the same loss, and so does the variant that also returns per-token losses.

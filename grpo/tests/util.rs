@@ -23,3 +23,18 @@ pub(crate) fn reward_batch(rewards: &[f64], grouping: Grouping) -> Batch {
     )
     .expect("valid batch")
 }
+
+/// Proptest's settings for a test module: 64 cases unless `PROPTEST_CASES` says otherwise, failures kept in
+/// `grpo/proptest-regressions/<file>` (cargo runs tests from the package folder).
+pub(crate) fn proptest_config(file: &'static str) -> proptest::test_runner::Config {
+    use proptest::test_runner::{Config, FileFailurePersistence};
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(64);
+    Config {
+        cases,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(file))),
+        ..Config::default()
+    }
+}

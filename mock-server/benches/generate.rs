@@ -13,18 +13,13 @@ use axum::body::Body;
 use axum::http::Request;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use http_body_util::BodyExt;
-use mock_server::engine::{Interventions, Run};
-use mock_server::oracle::Oracle;
-use mock_server::wire::{EncodeCtx, encode_body};
 use mock_server::{AppState, ServerConfig, app};
 use tower::ServiceExt;
 
-/// The loopback benchmark's request (`bench/loopback.py`) with `max_new_tokens` and `stream` filled in.
-fn request_body(tokens: u32, stream: bool) -> String {
-    format!(
-        r#"{{"input_ids":[785,6722,315,9625,374],"sampling_params":{{"max_new_tokens":{tokens},"ignore_eos":true,"temperature":1.0}},"return_logprob":true,"stream":{stream}}}"#
-    )
-}
+#[path = "../examples/support/answer.rs"]
+mod answer;
+
+use answer::{Answer, request_body};
 
 async fn post(router: axum::Router, body: String) -> usize {
     let request = Request::post("/generate")
@@ -81,27 +76,10 @@ fn whole_requests(c: &mut Criterion) {
 /// step core to its end, `encode` writes the finished run's body; `format_logprobs` is the largest part of
 /// `encode` alone.
 fn floor(c: &mut Criterion) {
-    let oracle = Oracle::new(ServerConfig::default()).expect("default config is valid");
-    let plan = oracle
-        .plan(request_body(1024, false).as_bytes())
-        .expect("the benchmark's request is valid");
-    let config = oracle.config();
-    // As the server's non-stream driver runs it, without the runtime around it.
-    let generate = || {
-        let mut run = Run::new(oracle.model(), &plan, config.profile, None);
-        while !run.is_done() {
-            run.tick_many(&Interventions::default(), usize::MAX);
-        }
-        run
-    };
+    let answer = Answer::new(1024).expect("the benchmark's request is valid");
+    let generate = || answer.generate();
     let run = generate();
-    let ctx = EncodeCtx::new(
-        config.profile,
-        oracle.model(),
-        &plan,
-        &config.weight_version,
-    );
-    let encode = || encode_body(&ctx, &plan, &run, &[0.25], 1.7e9).expect("a finished run encodes");
+    let encode = || answer.encode(&run);
     let size = encode().len();
 
     // The largest single part of encoding: the answer's 1,024 logprobs in shortest form, alone.

@@ -8,12 +8,9 @@ use http_body_util::BodyExt;
 use mock_server::{AppState, ServerConfig, app};
 use tower::ServiceExt;
 
-/// The loopback benchmark's request (`bench/loopback.py`), with `max_new_tokens` filled in.
-fn body(tokens: u32) -> String {
-    format!(
-        r#"{{"input_ids":[785,6722,315,9625,374],"sampling_params":{{"max_new_tokens":{tokens},"ignore_eos":true,"temperature":1.0}},"return_logprob":true}}"#
-    )
-}
+#[path = "support/answer.rs"]
+#[allow(dead_code)]
+mod answer;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
@@ -21,7 +18,7 @@ async fn main() {
     let mut args = std::env::args().skip(1).map(|a| a.parse::<u32>());
     let tokens = args.next().and_then(Result::ok).unwrap_or(1024);
     let requests = args.next().and_then(Result::ok).unwrap_or(200);
-    let body = body(tokens);
+    let body = answer::request_body(tokens, false);
     let started = std::time::Instant::now();
     let mut bytes = 0;
     for _ in 0..requests {
