@@ -568,6 +568,14 @@ mod tests {
         assert_eq!(fresh.tick_many(&Interventions::default(), 100), 4);
         assert!(fresh.is_done());
         assert_eq!(fresh.tick_many(&Interventions::default(), 100), 0);
+
+        // `max` bounds the ticks, for one item and for a batch alike.
+        for lengths in [&[50][..], &[50, 40]] {
+            let mut bounded = Run::new(&model(), &plan(lengths, None), Profile::Latest, None);
+            bounded.tick_many(&Interventions::default(), 100);
+            let reports = bounded.tick_many(&Interventions::default(), 3);
+            assert_eq!((reports, bounded.ticks()), (3 * lengths.len(), 4));
+        }
     }
 
     #[test]
