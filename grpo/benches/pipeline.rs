@@ -4,7 +4,8 @@
 
 use std::hint::black_box;
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
 use grpo::{
     AdvantageConfig, Aggregation, Batch, BatchOptions, Dispatch, LogProbs, PolicyLossConfig,
     SampleParts,
@@ -79,6 +80,25 @@ fn copy_buffers(batch: &Batch) -> (Vec<f32>, Vec<f32>, Vec<u8>) {
     (vec![0.0; n], vec![0.0; n], vec![0; n])
 }
 
+/// One pass of the pipeline: GRPO advantages, then the policy loss with its aggregation.
+fn run_pipeline(
+    batch: &Batch,
+    adv_config: &AdvantageConfig,
+    lp: &LogProbs<'_>,
+    loss_config: &PolicyLossConfig,
+) {
+    let advantages = batch.advantages(black_box(adv_config));
+    let _ = black_box(batch.policy_loss(&advantages, black_box(lp), loss_config));
+}
+
+/// The copy of the pipeline's inputs, the ceiling a group's other rows are read against.
+fn bench_copy(group: &mut BenchmarkGroup<'_, WallTime>, batch: &Batch, current: &[f32]) {
+    let mut copies = copy_buffers(batch);
+    group.bench_function("memcpy_inputs", |b| {
+        b.iter(|| copy_inputs(batch, current, &mut copies))
+    });
+}
+
 fn pipeline(c: &mut Criterion) {
     let (batch, current) = data();
     let adv_config = AdvantageConfig::default();
@@ -97,15 +117,9 @@ fn pipeline(c: &mut Criterion) {
         })
     });
     group.bench_function("pipeline", |b| {
-        b.iter(|| {
-            let advantages = batch.advantages(black_box(&adv_config));
-            black_box(batch.policy_loss(&advantages, black_box(&lp), &loss_config))
-        })
+        b.iter(|| run_pipeline(&batch, &adv_config, &lp, &loss_config))
     });
-    let mut copies = copy_buffers(&batch);
-    group.bench_function("memcpy_inputs", |b| {
-        b.iter(|| copy_inputs(&batch, &current, &mut copies))
-    });
+    bench_copy(&mut group, &batch, &current);
     group.finish();
 }
 
@@ -124,16 +138,10 @@ fn dispatch(c: &mut Criterion) {
     ] {
         let loss_config = loss_config(dispatch);
         group.bench_function(name, |b| {
-            b.iter(|| {
-                let advantages = batch.advantages(black_box(&adv_config));
-                black_box(batch.policy_loss(&advantages, black_box(&lp), &loss_config))
-            })
+            b.iter(|| run_pipeline(&batch, &adv_config, &lp, &loss_config))
         });
     }
-    let mut copies = copy_buffers(&batch);
-    group.bench_function("memcpy_inputs", |b| {
-        b.iter(|| copy_inputs(&batch, &current, &mut copies))
-    });
+    bench_copy(&mut group, &batch, &current);
     group.finish();
 }
 
