@@ -425,7 +425,7 @@ impl MetaInfo<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::json::{TokenLogprobs, write_triple};
+    use super::super::json::{InputTokenLogprobs, TokenLogprobs, write_triple};
     use super::*;
 
     #[test]
@@ -498,6 +498,29 @@ mod tests {
         }
         .write(&mut out);
         let triples: Vec<(f32, u32, ())> = lps
+            .iter()
+            .zip(&ids)
+            .map(|(&lp, &id)| (lp, id, ()))
+            .collect();
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            serde_json::to_string(&triples).expect("serialisable")
+        );
+
+        // Input logprobs take the same writer, with a missing value (the first position's) as `null`.
+        let input: Vec<Option<f32>> = lps
+            .iter()
+            .enumerate()
+            .map(|(i, &lp)| (i % 11 != 0).then_some(lp))
+            .collect();
+        out.clear();
+        InputTokenLogprobs {
+            lps: &input,
+            ids: &ids,
+            tok: None,
+        }
+        .write(&mut out);
+        let triples: Vec<(Option<f32>, u32, ())> = input
             .iter()
             .zip(&ids)
             .map(|(&lp, &id)| (lp, id, ()))

@@ -379,34 +379,43 @@ pub(super) struct TokenLogprobs<'a> {
 
 impl TokenLogprobs<'_> {
     pub(super) fn write(&self, out: &mut Vec<u8>) {
-        out.push(b'[');
-        if self.tok.is_none() {
-            // The common case, a triple per generated token.
-            let mut batched = Batched::new(out);
-            for (i, (&lp, &id)) in self.lps.iter().zip(self.ids).enumerate() {
-                if i > 0 {
-                    batched.byte(b',');
-                }
-                batched.byte(b'[');
-                if lp.is_finite() {
-                    batched.f32(lp);
-                } else {
-                    batched.literal(b"null");
-                }
-                batched.byte(b',');
-                batched.u32(id);
-                batched.literal(b",null]");
-            }
-        } else {
-            for (i, (&lp, &id)) in self.lps.iter().zip(self.ids).enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_triple(out, Some(lp), id, self.tok);
-            }
-        }
-        out.push(b']');
+        write_triples(out, self.lps.iter().map(|&lp| Some(lp)), self.ids, self.tok);
     }
+}
+
+/// A list of `[logprob, token_id, text|null]` triples, `logprobs` and `ids` in step.
+fn write_triples(
+    out: &mut Vec<u8>,
+    logprobs: impl Iterator<Item = Option<f32>>,
+    ids: &[u32],
+    tok: Option<&Tokenizer>,
+) {
+    out.push(b'[');
+    if tok.is_none() {
+        // The common case, a triple per token, written as `write_triple` writes it.
+        let mut batched = Batched::new(out);
+        for (i, (lp, &id)) in logprobs.zip(ids).enumerate() {
+            if i > 0 {
+                batched.byte(b',');
+            }
+            batched.byte(b'[');
+            match lp {
+                Some(lp) if lp.is_finite() => batched.f32(lp),
+                _ => batched.literal(b"null"),
+            }
+            batched.byte(b',');
+            batched.u32(id);
+            batched.literal(b",null]");
+        }
+    } else {
+        for (i, (lp, &id)) in logprobs.zip(ids).enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_triple(out, lp, id, tok);
+        }
+    }
+    out.push(b']');
 }
 
 /// A list of ids, `[1,2,3]`.
@@ -432,14 +441,7 @@ pub(super) struct InputTokenLogprobs<'a> {
 
 impl InputTokenLogprobs<'_> {
     pub(super) fn write(&self, out: &mut Vec<u8>) {
-        out.push(b'[');
-        for (i, (&lp, &id)) in self.lps.iter().zip(self.ids).enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            write_triple(out, lp, id, self.tok);
-        }
-        out.push(b']');
+        write_triples(out, self.lps.iter().copied(), self.ids, self.tok);
     }
 }
 
