@@ -169,12 +169,13 @@ pub(crate) fn logits(
 }
 
 impl Logits {
-    /// The draw of [`Distribution::pick`] and the logprob of [`Distribution::logprob_of`] for the plainest and
-    /// most common step of a rollout: temperature 1, reported at temperature 1, nothing masked and no top-k /
-    /// top-p / min-p filter. It does the same arithmetic in the same order (sorted order with `<|im_end|>` moved
-    /// to its rank, the normaliser summed in that order, the draw walked down it) without building the
-    /// distribution, so the id and the logprob are the same bits. A draw that lands in the uniform tail returns
-    /// `None`, and the caller takes the general path for it (about one step in a hundred).
+    /// The draw of [`Distribution::pick`] for the plainest and most common step of a rollout: temperature 1,
+    /// reported at temperature 1, nothing masked and no top-k / top-p / min-p filter. Returns the id and its
+    /// probability `w / Z`, whose `ln` is [`Distribution::logprob_of`] (taken only when a logprob is reported).
+    /// It does the same arithmetic in the same order (sorted order with `<|im_end|>` moved to its rank, the
+    /// normaliser summed in that order, the draw walked down it) without building the distribution, so the id and
+    /// the logprob are the same bits. A draw that lands in the uniform tail returns `None`, and the caller takes
+    /// the general path for it (about one step in a hundred).
     #[inline(always)]
     pub(crate) fn pick_plain(&self, vocab_size: u32, u: f64) -> Option<(u32, f64)> {
         // `<|im_end|>`, last, rises past every candidate it outweighs, or equals with a larger id.
@@ -199,7 +200,7 @@ impl Logits {
         let mut target = u * z;
         for (position, &weight) in sorted.iter().enumerate() {
             if target < weight {
-                return Some((self.ids.id(slot_at(position)), (weight / z).ln()));
+                return Some((self.ids.id(slot_at(position)), weight / z));
             }
             target -= weight;
         }
@@ -588,10 +589,10 @@ mod tests {
                 let d = Distribution::new(&l, vocab, 1.0, &[]);
                 let general = d.pick(None, 1.0, 0.0, u);
                 match l.pick_plain(vocab, u) {
-                    Some((id, logprob)) => {
+                    Some((id, p)) => {
                         assert_eq!(id, general.id, "case {case}");
                         assert_eq!(
-                            logprob.to_bits(),
+                            p.ln().to_bits(),
                             d.logprob_of(&general).to_bits(),
                             "case {case}"
                         );

@@ -235,9 +235,10 @@ impl Generation {
             _ => None,
         };
         let id = match plain {
-            Some((id, logprob)) => {
+            Some((id, p)) => {
+                // The logarithm only when it is reported: a step without logprobs skips it.
                 if self.return_logprob {
-                    self.output_logprobs.push(logprob as f32);
+                    self.output_logprobs.push(p.ln() as f32);
                 }
                 id
             }
