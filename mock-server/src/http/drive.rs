@@ -193,7 +193,7 @@ impl Yielder {
         (STEPS_PER_YIELD.saturating_sub(self.steps) / items.max(1)).max(1)
     }
 
-    /// Counts `steps` item steps and yields once they reach [`STEPS_PER_YIELD`].
+    /// Counts `steps` item reports and yields once they reach [`STEPS_PER_YIELD`].
     async fn count(&mut self, steps: usize) {
         self.steps += steps;
         if self.steps >= STEPS_PER_YIELD {
@@ -202,15 +202,11 @@ impl Yielder {
         }
     }
 
+    /// Counts the last tick's item reports, unless the latency model makes the run sleep anyway.
     async fn after(&mut self, run: &Run, timed: bool) {
-        self.steps += run
-            .progress()
-            .iter()
-            .filter(|p| **p != Progress::Idle)
-            .count();
-        if !timed && self.steps >= STEPS_PER_YIELD {
-            self.steps = 0;
-            tokio::task::yield_now().await;
+        if !timed {
+            let reports = run.progress().iter().filter(|p| **p != Progress::Idle);
+            self.count(reports.count()).await;
         }
     }
 }
