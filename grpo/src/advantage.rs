@@ -67,6 +67,19 @@ pub enum Estimator {
     ReinforcePlusPlusBaseline,
 }
 
+impl Estimator {
+    /// Every estimator, in declaration order: what the property tests range over.
+    pub const ALL: [Estimator; 7] = [
+        Estimator::Grpo,
+        Estimator::DrGrpo,
+        Estimator::Gspo,
+        Estimator::Cispo,
+        Estimator::Rloo,
+        Estimator::ReinforcePlusPlus,
+        Estimator::ReinforcePlusPlusBaseline,
+    ];
+}
+
 /// Settings for [`Batch::advantages`]. The default is slime's GRPO.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdvantageConfig {
@@ -210,7 +223,7 @@ pub fn normalize_rewards(
     let group_std = group_stds(rewards, groups, skip_nan, &mean, &count);
     let batch_std = match scale {
         StdScale::Batch => nanstd(rewards),
-        _ => f64::NAN,
+        StdScale::Group | StdScale::None => f64::NAN,
     };
     rewards
         .iter()
@@ -464,7 +477,11 @@ impl Batch {
         let shaped = match config.estimator {
             Estimator::ReinforcePlusPlus => true,
             Estimator::ReinforcePlusPlusBaseline => kl.is_some() && config.kl_coef != 0.0,
-            _ => false,
+            Estimator::Grpo
+            | Estimator::DrGrpo
+            | Estimator::Gspo
+            | Estimator::Cispo
+            | Estimator::Rloo => false,
         };
         if !shaped && !config.whiten {
             return Advantages {
@@ -496,7 +513,12 @@ impl Batch {
                             .map(|&k| (a - config.kl_coef * f64::from(k)) as f32),
                     );
                 }
-                _ => tokens.extend(std::iter::repeat_n(a as f32, range.len())),
+                Estimator::ReinforcePlusPlusBaseline
+                | Estimator::Grpo
+                | Estimator::DrGrpo
+                | Estimator::Gspo
+                | Estimator::Cispo
+                | Estimator::Rloo => tokens.extend(std::iter::repeat_n(a as f32, range.len())),
             }
         }
         if config.whiten {

@@ -13,6 +13,11 @@ pub enum PolicyLossKind {
     Cispo,
 }
 
+impl PolicyLossKind {
+    /// Every surrogate: what the property tests range over.
+    pub const ALL: [PolicyLossKind; 2] = [PolicyLossKind::Ppo, PolicyLossKind::Cispo];
+}
+
 /// Whether the importance ratio is per token or GSPO's per-sequence geometric mean.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RatioLevel {

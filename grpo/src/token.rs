@@ -21,6 +21,25 @@ pub enum KlEstimator {
     LowVarKl,
 }
 
+impl KlEstimator {
+    /// Every estimator, in declaration order: what the property tests range over.
+    pub const ALL: [KlEstimator; 5] = [
+        KlEstimator::K1,
+        KlEstimator::Abs,
+        KlEstimator::K2,
+        KlEstimator::K3,
+        KlEstimator::LowVarKl,
+    ];
+
+    /// Whether the estimate is never negative (all but k1, the plain difference).
+    pub const fn is_non_negative(self) -> bool {
+        match self {
+            KlEstimator::K1 => false,
+            KlEstimator::Abs | KlEstimator::K2 | KlEstimator::K3 | KlEstimator::LowVarKl => true,
+        }
+    }
+}
+
 /// KL estimate of one token from `x = log_pi - log_pi_ref`.
 ///
 /// k3 is evaluated in `f64` as `expm1(-x) + x` and floored at 0, its true lower bound, so rounding can never
