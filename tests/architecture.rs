@@ -251,9 +251,10 @@ fn only_http_imports_http() {
     );
     let http = ["http"];
     let mut wrong = Vec::new();
+    // The command line sits above the HTTP layer: it starts the server.
     for module in graph
         .modules()
-        .filter(|m| !under(m, &http) && !m.is_empty())
+        .filter(|m| !under(m, &http) && !under(m, &["cli"]) && !m.is_empty())
     {
         for reference in graph.references(module) {
             if under(&reference.target, &http) {
@@ -268,37 +269,60 @@ fn only_http_imports_http() {
     );
 }
 
+/// The command line is the top of the server crate: nothing imports it, and nothing else names the crates it
+/// alone depends on (the `cli` feature), so the library builds without them.
+#[test]
+fn only_the_command_line_names_the_cli_crates() {
+    let graph = mock_server();
+    let cli = ["cli"];
+    let mut wrong = Vec::new();
+    for module in graph.modules().filter(|m| !under(m, &cli)) {
+        for reference in graph.references(module) {
+            if under(&reference.target, &cli) {
+                wrong.push(format!("{} writes `{}`", show(module), reference.written));
+            }
+        }
+        for name in graph.externs(module) {
+            if ["clap", "anyhow", "tracing_subscriber"].contains(&name) {
+                wrong.push(format!(
+                    "{} ({}) names the crate `{name}`",
+                    show(module),
+                    graph.file(module).display()
+                ));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the command line's crates and module leak into the library:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// A crate that links the server library without its command line compiles none of clap, anyhow or
+/// tracing-subscriber.
+#[test]
+fn the_server_library_links_no_cli_crates() {
+    let crates = normal_dependencies(&["-p", "mock-server", "--no-default-features"]);
+    assert!(
+        crates.contains("mock-server") && crates.contains("axum"),
+        "cargo tree listed {crates:?}"
+    );
+    for cli in ["clap", "anyhow", "tracing-subscriber"] {
+        assert!(
+            !crates.contains(cli),
+            "mock-server without `cli` links {cli}"
+        );
+    }
+}
+
 /// What a trainer links when it depends on the client library: no server, no CLI crates.
 #[test]
 fn the_client_library_links_neither_the_server_nor_the_cli() {
-    let output = std::process::Command::new(env!("CARGO"))
-        .args([
-            "tree",
-            "-p",
-            "rollout-client",
-            "-e",
-            "normal",
-            "--prefix",
-            "none",
-            "--offline",
-            "--locked",
-        ])
-        .current_dir(workspace())
-        .output()
-        .expect("cargo runs");
-    assert!(
-        output.status.success(),
-        "cargo tree failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let tree = String::from_utf8_lossy(&output.stdout);
-    let crates: BTreeSet<&str> = tree
-        .lines()
-        .filter_map(|line| line.split(' ').next())
-        .collect();
+    let crates = normal_dependencies(&["-p", "rollout-client"]);
     assert!(
         crates.contains("rollout-client") && crates.contains("reqwest"),
-        "an unexpected tree:\n{tree}"
+        "cargo tree listed {crates:?}"
     );
     let linked: Vec<&str> = [
         "axum",
@@ -308,10 +332,28 @@ fn the_client_library_links_neither_the_server_nor_the_cli() {
         "tracing-subscriber",
     ]
     .into_iter()
-    .filter(|name| crates.contains(name))
+    .filter(|name| crates.contains(*name))
     .collect();
+    assert!(linked.is_empty(), "rollout-client links {linked:?}");
+}
+
+/// The crates `cargo tree` lists for `selection` (a package and its features), normal dependencies only.
+fn normal_dependencies(selection: &[&str]) -> BTreeSet<String> {
+    let output = std::process::Command::new(env!("CARGO"))
+        .arg("tree")
+        .args(selection)
+        .args(["-e", "normal", "--prefix", "none", "--offline", "--locked"])
+        .current_dir(workspace())
+        .output()
+        .expect("cargo runs");
     assert!(
-        linked.is_empty(),
-        "rollout-client links {linked:?}:\n{tree}"
+        output.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&output.stderr)
     );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.split(' ').next())
+        .map(str::to_owned)
+        .collect()
 }

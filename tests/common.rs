@@ -2,11 +2,10 @@
 
 use std::future::Future;
 
-use mock_server::{Oracle, ServerConfig};
+use mock_server::{Oracle, Server, ServerConfig};
 use proptest::test_runner::{Config, RngSeed, TestRunner};
 use rollout_client::request::{GenerateRequest, IdsInput, SamplingParams};
 use rollout_client::{Client, RetryPolicy, Sample, StreamMode};
-use tokio::net::TcpListener;
 use tokio::runtime::Runtime;
 
 /// Cases per property test: `PROPTEST_CASES` when set, else a number small enough for a
@@ -49,22 +48,23 @@ pub(crate) fn runtime() -> Runtime {
         .expect("tokio runtime")
 }
 
-/// A mock server on 127.0.0.1:0 inside `rt`, with its oracle; it stops with the runtime.
+/// A mock server on 127.0.0.1:0 inside `rt`, with its oracle; it stops when dropped.
 pub(crate) struct Mock {
     pub(crate) url: String,
     pub(crate) oracle: Oracle,
+    _server: Server,
 }
 
 impl Mock {
     pub(crate) fn start(rt: &Runtime, config: ServerConfig) -> Mock {
-        let oracle = Oracle::new(config.clone()).expect("mock config");
-        let url = rt.block_on(async {
-            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-            let url = format!("http://{}", listener.local_addr().expect("addr"));
-            tokio::spawn(mock_server::run(listener, config, std::future::pending()));
-            url
-        });
-        Mock { url, oracle }
+        let server = rt
+            .block_on(Server::start(ServerConfig { port: 0, ..config }))
+            .expect("mock starts");
+        Mock {
+            url: server.url(),
+            oracle: server.oracle(),
+            _server: server,
+        }
     }
 
     /// A client without retries, so a fault surfaces as the first error.

@@ -51,45 +51,79 @@ impl FromStr for Profile {
     }
 }
 
-/// Everything the server needs to know at start-up. `Default` matches the binary's flag defaults.
+/// Everything the server needs to know at start-up, and the one definition of the binary's flags.
+///
+/// Each field is a flag of `sglang-mock` (with the `cli` feature, clap reads this struct): its doc comment is
+/// the flag's help, `SGLANG_MOCK_<FIELD>` its environment variable, and [`Default`] its default. The fields
+/// set from files (`scripted`, `faults`) have their own flags in [`crate::cli`].
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct ServerConfig {
-    /// Reported in `/server_info`; the listener is bound by the caller.
+    /// Address to listen on.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_HOST", default_value_t = ServerConfig::default().host))]
     pub host: String,
-    /// Reported in `/server_info`; the listener is bound by the caller.
+    /// Port to listen on (0 picks a free port; the ready line on stdout carries the bound URL).
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_PORT", default_value_t = ServerConfig::default().port))]
     pub port: u16,
     /// Seed of the toy model: same seed and request give the same bytes.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_SEED", default_value_t = ServerConfig::default().seed))]
     pub seed: u64,
+    /// Model path reported by /model_info and /server_info.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_MODEL_PATH", default_value_t = ServerConfig::default().model_path))]
     pub model_path: String,
-    /// Defaults to `model_path` when `None`, as in SGLang.
+    /// Name reported by /v1/models (defaults to the model path, as in SGLang).
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_SERVED_MODEL_NAME"))]
     pub served_model_name: Option<String>,
+    /// Vocabulary size of the toy model.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_VOCAB_SIZE", default_value_t = ServerConfig::default().vocab_size))]
     pub vocab_size: u32,
-    /// Maximum prompt + completion length in tokens.
+    /// Context length: maximum prompt plus completion tokens.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_CONTEXT_LENGTH", default_value_t = ServerConfig::default().context_length))]
     pub context_length: u32,
-    /// When set, every endpoint except `/health*` and `/metrics` needs `Authorization: Bearer <key>`.
+    /// Require `Authorization: Bearer <key>` on every endpoint except /health* and /metrics.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_API_KEY"))]
     pub api_key: Option<String>,
-    /// Stream `text`, `output_ids` and output logprobs as deltas instead of cumulatively (\[LATEST\] only).
+    /// Stream text, output_ids and output logprobs as deltas instead of cumulatively (latest profile only).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "SGLANG_MOCK_INCREMENTAL_STREAMING_OUTPUT")
+    )]
     pub incremental_streaming_output: bool,
+    /// SGLang version to imitate: `latest` or `mid` (v0.5.x).
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_PROFILE", default_value_t = ServerConfig::default().profile))]
     pub profile: Profile,
-    /// Emit a stream chunk every this many tokens unless the request overrides it.
+    /// Emit a stream chunk every this many tokens (requests may override it).
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_STREAM_INTERVAL", default_value_t = ServerConfig::default().stream_interval, value_parser = clap::value_parser!(u32).range(1..)))]
     pub stream_interval: u32,
     /// Report logprobs of the untempered (T = 1) distribution.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "SGLANG_MOCK_RETURN_ORIGINAL_LOGPROB")
+    )]
     pub return_original_logprob: bool,
     /// Largest accepted request body in bytes; larger bodies get a 413 in SGLang's error shape.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_MAX_BODY_BYTES", default_value_t = ServerConfig::default().max_body_bytes))]
     pub max_body_bytes: usize,
-    /// The `weight_version` reported until a weight update changes it (SGLang's `--weight-version`).
+    /// The weight_version reported until a weight update changes it (SGLang's --weight-version).
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_WEIGHT_VERSION", default_value_t = ServerConfig::default().weight_version))]
     pub weight_version: String,
     /// Scripted answers: the first rule whose pattern the decoded prompt contains decides the answer's text.
+    #[cfg_attr(feature = "cli", arg(skip))]
     pub scripted: Vec<ScriptRule>,
     /// The server-wide fault schedule (replaceable at runtime through `/admin/faults`).
+    #[cfg_attr(feature = "cli", arg(skip))]
     pub faults: FaultConfig,
     /// Simulated time to first token and inter-token latency; zero by default.
+    #[cfg_attr(feature = "cli", command(flatten))]
     pub latency: LatencyConfig,
-    /// Most requests generating at once (SGLang's `--max-running-requests`); more wait in the queue.
+    /// Most requests generating at once; more wait in the queue (SGLang's --max-running-requests).
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_MAX_RUNNING_REQUESTS"))]
     pub max_running_requests: Option<usize>,
-    /// Most requests waiting at once (SGLang's `--max-queued-requests`); more get a 503.
+    /// Most requests waiting at once; more get a 503 (SGLang's --max-queued-requests).
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_MAX_QUEUED_REQUESTS"))]
     pub max_queued_requests: Option<usize>,
-    /// Simulated time a weight update takes once in-flight requests have drained, in milliseconds.
+    /// Simulated duration of a weight update once in-flight requests have drained, in milliseconds.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_WEIGHT_UPDATE_MS", default_value_t = ServerConfig::default().weight_update_ms))]
     pub weight_update_ms: u64,
 }
 

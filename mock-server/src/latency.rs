@@ -10,18 +10,25 @@ use crate::model::{mix, unit};
 /// Simulated latency. Every field is in milliseconds of simulated time; `time_scale` turns them into real time.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct LatencyConfig {
-    /// Constant part of the time to first token.
+    /// Simulated time to first token, constant part (ms).
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_TTFT_MS", default_value_t = LatencyConfig::default().ttft_ms))]
     pub ttft_ms: f64,
-    /// Added to the time to first token for every prompt token (prefill cost).
+    /// Simulated time to first token per prompt token, the prefill cost (ms).
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_TTFT_PER_TOKEN_MS", default_value_t = LatencyConfig::default().ttft_per_token_ms))]
     pub ttft_per_token_ms: f64,
-    /// Time between two output tokens.
+    /// Simulated inter-token latency (ms).
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_ITL_MS", default_value_t = LatencyConfig::default().itl_ms))]
     pub itl_ms: f64,
-    /// Largest deviation added to or removed from each delay; a delay never goes below zero.
+    /// Largest jitter added to or removed from each delay; a delay never goes below zero (ms).
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_JITTER_MS", default_value_t = LatencyConfig::default().jitter_ms))]
     pub jitter_ms: f64,
     /// Seed of the jitter: the same seed, request and token position give the same delay.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_JITTER_SEED", default_value_t = LatencyConfig::default().jitter_seed))]
     pub jitter_seed: u64,
-    /// Multiplies every delay (0.5 runs twice as fast; 0 disables latency).
+    /// Multiplies every simulated delay (0.5 runs twice as fast; 0 disables latency).
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_TIME_SCALE", default_value_t = LatencyConfig::default().time_scale))]
     pub time_scale: f64,
 }
 

@@ -209,6 +209,53 @@ impl Oracle {
     }
 }
 
+/// What `sglang-mock oracle` prints for one body: the HTTP status and the bytes of the answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Printed {
+    /// 200, or the status of the error the server answers with.
+    pub status: u16,
+    /// A 200 non-stream answer is its JSON body and a newline; a 200 stream is its SSE events through
+    /// `data: [DONE]`; an error is its JSON error body (or `Internal Server Error`) and a newline.
+    pub bytes: Vec<u8>,
+}
+
+impl Oracle {
+    /// The answer to `body` as the `oracle` command prints it (see [`Printed`]). A body that parses and asks
+    /// for a stream is answered with the stream's events: a value error in a stream is an event of a 200 answer.
+    pub fn print(&self, body: &[u8]) -> Printed {
+        let streamed = request::parse_generate(body).is_ok_and(|req| req.stream);
+        let answer = if streamed {
+            self.expect_stream(body).map(|events| {
+                let mut out = Vec::new();
+                for event in events {
+                    out.extend_from_slice(&wire::sse_event(event.to_string().as_bytes()));
+                }
+                out.extend_from_slice(wire::DONE_EVENT);
+                out
+            })
+        } else {
+            self.expect(body).map(|expected| {
+                let mut out = expected.body.to_string().into_bytes();
+                out.push(b'\n');
+                out
+            })
+        };
+        match answer {
+            Ok(bytes) => Printed { status: 200, bytes },
+            Err(err) => {
+                let mut bytes = err
+                    .json_body()
+                    .unwrap_or_else(|| b"Internal Server Error".to_vec());
+                bytes.push(b'\n');
+                Printed {
+                    status: err.status(),
+                    bytes,
+                }
+            }
+        }
+    }
+}
+
 fn invalid_json(err: serde_json::Error) -> ApiError {
     ApiError::internal(format!("oracle produced invalid JSON: {err}"))
 }

@@ -106,3 +106,95 @@ def test_the_oracle_predicts_the_server(sglang_mock, stream):
 def test_the_oracle_raises_on_what_the_server_refuses():
     with pytest.raises(SglangMockError, match="temperature"):
         oracle({"text": "x", "sampling_params": {"temperature": -1}})
+
+
+@pytest.mark.sglang_mock(seed=5)
+def test_the_fixture_is_its_url_and_knows_its_flags(sglang_mock):
+    assert isinstance(sglang_mock, str) and str(sglang_mock) == sglang_mock.url
+    assert sglang_mock.url.startswith("http://127.0.0.1:")
+    assert sglang_mock.flags == {"seed": 5}
+    # The server reports the port it bound itself (port 0), the one in the URL.
+    info = httpx.get(f"{sglang_mock}/server_info").json()
+    assert f"http://127.0.0.1:{info['port']}" == sglang_mock.url
+
+
+@pytest.mark.sglang_mock(seed=5)
+def test_the_fixtures_oracle_is_bound_to_its_flags(sglang_mock):
+    body = {"text": "bound", "sampling_params": {"max_new_tokens": 7}, "return_logprob": True}
+    assert normalized(generate(sglang_mock, body)) == sglang_mock.oracle(body)
+    # The default flags give another answer: the oracle did use seed 5.
+    assert sglang_mock.oracle(body) != oracle(body)
+
+
+@pytest.mark.sglang_mock(weight_version="v1")
+def test_reset_clears_faults_pause_weight_version_and_counters(sglang_mock):
+    body = {"text": "reset", "sampling_params": {"max_new_tokens": 3}}
+    httpx.post(f"{sglang_mock}/admin/faults", json={"rules": [{"fault": "status;code=503"}]})
+    assert httpx.post(f"{sglang_mock}/generate", json=body).status_code == 503
+    httpx.post(f"{sglang_mock}/update_weight_version", json={"new_version": "v2"})
+    httpx.post(f"{sglang_mock}/pause_generation", json={"mode": "in_place"})
+    sglang_mock.reset()
+    stats = httpx.get(f"{sglang_mock}/admin/stats").json()
+    assert stats == {
+        "requests_total": 0, "requests": {}, "faults_total": 0, "faults": {},
+        "running": 0, "waiting": 0, "paused": False, "weight_version": "v1",
+    }
+    assert httpx.get(f"{sglang_mock}/admin/faults").json()["rules"] == []
+    assert generate(sglang_mock, body)["meta_info"]["weight_version"] == "v1"
+
+
+def test_reset_sends_the_api_key():
+    with serve(api_key="sk-test") as server:
+        assert httpx.post(f"{server}/admin/reset").status_code == 401
+        server.reset()
+
+
+def test_the_fixture_resets_between_tests_and_conftest_sets_flags(pytester):
+    """In a directory whose conftest.py overrides ``sglang_mock_flags``: every test gets those flags, and what
+    one test does to the shared server is gone for the next."""
+    pytester.makeconftest(
+        """
+        import pytest
+
+        @pytest.fixture
+        def sglang_mock_flags():
+            return {"profile": "mid", "seed": 3}
+        """
+    )
+    pytester.makepyfile(
+        """
+        import httpx
+        import pytest
+
+        def test_first_breaks_the_server(sglang_mock):
+            assert sglang_mock.flags == {"profile": "mid", "seed": 3}
+            httpx.post(f"{sglang_mock}/admin/faults", json={"rules": [{"fault": "status;code=503"}]})
+            httpx.post(f"{sglang_mock}/pause_generation", json={"mode": "in_place"})
+
+        def test_second_finds_it_as_it_started(sglang_mock, sglang_mock_servers):
+            assert sglang_mock_servers.url({"profile": "mid", "seed": 3}) == sglang_mock
+            stats = httpx.get(f"{sglang_mock}/admin/stats").json()
+            assert (stats["requests_total"], stats["paused"]) == (0, False)
+            body = {"text": "x", "sampling_params": {"max_new_tokens": 2}}
+            assert httpx.post(f"{sglang_mock}/generate", json=body).status_code == 200
+            # The MID profile serves the endpoint LATEST answers with 404: the conftest's flags are in effect.
+            assert httpx.get(f"{sglang_mock}/get_weight_version").status_code == 200
+
+        @pytest.mark.sglang_mock(seed=4)
+        def test_a_marker_adds_to_the_conftest_flags(sglang_mock):
+            assert sglang_mock.flags == {"profile": "mid", "seed": 4}
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3)
+
+
+def test_the_package_is_typed_and_versioned_like_the_binary():
+    import importlib.resources
+    import subprocess
+
+    import sglang_mock
+
+    assert importlib.resources.files("sglang_mock").joinpath("py.typed").is_file()
+    out = subprocess.run([sglang_mock.binary(), "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["sglang-mock", sglang_mock.__version__]

@@ -129,7 +129,7 @@ pub enum CommandError {
         source: PromptsError,
     },
     #[error("could not start the embedded sglang-mock")]
-    Mock(#[source] std::io::Error),
+    Mock(#[source] mock_server::StartError),
     #[error("could not set up the client")]
     Client(#[from] ClientError),
     #[error("the rollout failed")]

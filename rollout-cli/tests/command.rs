@@ -2,7 +2,7 @@
 //! GRPO advantages, the JSONL file, and streamed runs equal to non-streamed ones.
 
 use clap::Parser;
-use mock_server::ServerConfig;
+use mock_server::{Server, ServerConfig};
 use rollout_cli::command::{self, RolloutArgs};
 use rollout_cli::prompts::{self, LabeledPrompt};
 use rollout_cli::run::{self, RunConfig};
@@ -10,13 +10,11 @@ use rollout_client::rollout::RolloutConfig;
 use rollout_client::sample::read_jsonl;
 use rollout_client::tokenize::PromptTokenizer;
 use rollout_client::{Client, GenerateRequest, Sample, SamplingParams};
-use tokio::net::TcpListener;
 
-async fn start(config: ServerConfig) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(mock_server::run(listener, config, std::future::pending()));
-    url
+async fn start(config: ServerConfig) -> Server {
+    Server::start(ServerConfig { port: 0, ..config })
+        .await
+        .expect("mock starts")
 }
 
 fn temp_path(name: &str) -> std::path::PathBuf {
@@ -27,7 +25,8 @@ fn temp_path(name: &str) -> std::path::PathBuf {
 async fn server_tokenization_equals_the_mock_tokenizer() {
     let config = ServerConfig::default();
     let oracle = mock_server::Oracle::new(config.clone()).unwrap();
-    let client = Client::builder(start(config).await).build().unwrap();
+    let server = start(config).await;
+    let client = Client::builder(server.url()).build().unwrap();
     for text in [
         "What is 17 + 25?",
         "<|im_start|>user\nka rito<|im_end|>\n",
@@ -116,10 +115,8 @@ async fn multi_agent_command_shapes_rewards() {
 /// here the model's answer filed as environment output, the quiet form of #1976.
 #[tokio::test]
 async fn generated_tokens_filed_as_environment_fail_the_group() {
-    let client = Client::builder(start(ServerConfig::default()).await)
-        .build()
-        .unwrap()
-        .scoped();
+    let server = start(ServerConfig::default()).await;
+    let client = Client::builder(server.url()).build().unwrap().scoped();
     let turn = client
         .generate(&GenerateRequest::from_ids(
             vec![300, 301, 302],
@@ -156,7 +153,8 @@ async fn generated_tokens_filed_as_environment_fail_the_group() {
 #[tokio::test]
 async fn streamed_and_plain_runs_give_identical_samples() {
     let prompts: Vec<LabeledPrompt> = prompts::builtin().into_iter().take(4).collect();
-    let url = start(rollout_cli::scripted::mock_config(&prompts)).await;
+    let server = start(rollout_cli::scripted::mock_config(&prompts)).await;
+    let url = server.url();
     let client = Client::builder(&url).build().unwrap();
     let mut config = RunConfig {
         n_samples_per_prompt: 3,
@@ -233,7 +231,8 @@ async fn aborted_samples_are_resumed_by_the_run() {
         },
         ..ServerConfig::default()
     };
-    let client = Client::builder(start(server).await).build().unwrap();
+    let server = start(server).await;
+    let client = Client::builder(server.url()).build().unwrap();
     let config = RunConfig {
         n_samples_per_prompt: 4,
         rollout: RolloutConfig {
@@ -282,7 +281,8 @@ async fn aborted_samples_are_resumed_by_the_run() {
 
 #[tokio::test]
 async fn url_mode_talks_to_any_server_without_scripts_or_seeds() {
-    let url = start(ServerConfig::default()).await;
+    let server = start(ServerConfig::default()).await;
+    let url = server.url();
     let output = temp_path("url.jsonl");
     let args = RolloutArgs::parse_from([
         "rollout",

@@ -1,20 +1,18 @@
 //! End to end against `sglang-mock` (started in-process on 127.0.0.1:0), checked against its oracle.
 
 use mock_server::engine::FinishReason as MockFinish;
-use mock_server::{Oracle, Profile, ServerConfig};
+use mock_server::{Oracle, Profile, Server, ServerConfig};
 use rollout_client::rollout::{self, EnvTurn, Environment, RolloutConfig};
 use rollout_client::{
     Client, ClientError, FinishReason, GenerateRequest, ResponseError, RetryPolicy, Sample,
     SampleStatus, SamplingParams, StopMatch, StreamMode, Turn,
 };
-use tokio::net::TcpListener;
 
 /// Starts the mock; it stops when the test's runtime shuts down.
-async fn start(config: ServerConfig) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(mock_server::run(listener, config, std::future::pending()));
-    url
+async fn start(config: ServerConfig) -> Server {
+    Server::start(ServerConfig { port: 0, ..config })
+        .await
+        .expect("mock starts")
 }
 
 fn client(url: &str, mode: StreamMode) -> Client {
@@ -120,7 +118,8 @@ async fn every_profile_and_stream_mode_matches_the_oracle() {
     ];
     for (name, config, mode) in profiles {
         let oracle = Oracle::new(config.clone()).unwrap();
-        let c = client(&start(config).await, mode);
+        let server = start(config).await;
+        let c = client(&server.url(), mode);
         for seed in 0..3 {
             let mut req =
                 GenerateRequest::from_ids(vec![151644, 872, 198, 3838, 374], params(24, seed));
@@ -157,7 +156,8 @@ async fn every_profile_and_stream_mode_matches_the_oracle() {
 async fn n_and_batches_match_the_oracle_streamed_or_not() {
     let config = ServerConfig::default();
     let oracle = Oracle::new(config.clone()).unwrap();
-    let c = client(&start(config).await, StreamMode::Auto);
+    let server = start(config).await;
+    let c = client(&server.url(), StreamMode::Auto);
     let mut n3 = GenerateRequest::from_ids(vec![1, 2, 3, 4], params(12, 5));
     n3.sampling_params.n = Some(3);
     let mut batch = GenerateRequest {
@@ -194,7 +194,8 @@ impl Environment for Calculator {
 async fn multi_turn_logprobs_equal_the_oracle_token_for_token() {
     let config = ServerConfig::default();
     let oracle = Oracle::new(config.clone()).unwrap();
-    let c = client(&start(config).await, StreamMode::Auto);
+    let server = start(config).await;
+    let c = client(&server.url(), StreamMode::Auto);
     // A stop string ends turns early, so the rollout alternates generation and tool output.
     let mut sp = params(40, 11);
     sp.stop = Some(vec![".".into(), "!".into(), "?".into()]);
@@ -238,7 +239,8 @@ async fn multi_turn_logprobs_equal_the_oracle_token_for_token() {
 
 #[tokio::test]
 async fn group_rollout_against_the_mock() {
-    let c = client(&start(ServerConfig::default()).await, StreamMode::Auto);
+    let server = start(ServerConfig::default()).await;
+    let c = client(&server.url(), StreamMode::Auto);
     let cfg = RolloutConfig {
         sampling_params: params(16, 0),
         stream: true,
@@ -262,7 +264,8 @@ async fn group_rollout_against_the_mock() {
 
 #[tokio::test]
 async fn mock_errors_become_typed_errors() {
-    let c = client(&start(ServerConfig::default()).await, StreamMode::Auto);
+    let server = start(ServerConfig::default()).await;
+    let c = client(&server.url(), StreamMode::Auto);
     let mut req = GenerateRequest::from_ids(vec![], params(4, 0));
     match c.generate(&req).await.unwrap_err() {
         ClientError::Status {
@@ -282,11 +285,12 @@ async fn mock_errors_become_typed_errors() {
 
 #[tokio::test]
 async fn api_key_is_sent() {
-    let url = start(ServerConfig {
+    let server = start(ServerConfig {
         api_key: Some("sk-mock".into()),
         ..ServerConfig::default()
     })
     .await;
+    let url = server.url();
     let req = GenerateRequest::from_ids(vec![1, 2], params(2, 0));
     let e = client(&url, StreamMode::Auto)
         .generate(&req)

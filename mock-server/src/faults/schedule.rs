@@ -63,6 +63,13 @@ impl Faults {
         }
     }
 
+    /// Install `config` afresh, as [`Faults::replace`], and zero the counters of requests and injected faults.
+    pub fn reset(&self, config: FaultConfig) {
+        self.replace(config);
+        lock(&self.requests).clear();
+        lock(&self.injected).clear();
+    }
+
     /// Count a request to `endpoint` and pick its fault: the header's if given (a bad header is an error),
     /// otherwise the first scheduled rule that fires.
     pub fn decide(

@@ -1,5 +1,5 @@
 //! The RL control plane and admin endpoints: `/abort_request`, `/pause_generation`, `/continue_generation`,
-//! the weight-update family, `/flush_cache`, `/admin/faults`, `/admin/stats` and `/metrics`.
+//! the weight-update family, `/flush_cache`, `/admin/faults`, `/admin/stats`, `/admin/reset` and `/metrics`.
 
 use std::time::Duration;
 
@@ -257,6 +257,18 @@ pub(crate) async fn faults(
         }
     }
     json_value(&serde_json::to_value(state.faults().config()).unwrap_or_default())
+}
+
+/// `POST /admin/reset`: the server as it started, for the next test. The fault schedule is the start-up one
+/// with its rule counters afresh, the request and fault counters of `/admin/stats` are zero, a pause is
+/// lifted and the weight version is the configured one. Requests in flight are left to finish, and the
+/// Prometheus counters of `/metrics` keep counting, as a scraper expects of them. Answers as `/admin/stats`.
+pub(crate) async fn reset(State(state): State<AppState>) -> Response {
+    state.faults().reset(state.config().faults.clone());
+    let control = state.control();
+    control.resume();
+    control.set_weight_version(&state.config().weight_version);
+    stats(State(state)).await
 }
 
 /// `GET /admin/stats`: requests seen per endpoint, faults injected per kind, and the control plane's state.

@@ -180,27 +180,19 @@ pub(crate) struct Live {
     pub(crate) addr: SocketAddr,
     pub(crate) oracle: Oracle,
     pub(crate) client: reqwest::Client,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    server: mock_server::Server,
 }
 
 impl Live {
     pub(crate) async fn start(config: ServerConfig) -> Live {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        let server = mock_server::Server::start(ServerConfig { port: 0, ..config })
             .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("local addr");
-        let oracle = Oracle::new(config.clone()).expect("valid test config");
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(mock_server::run(listener, config, async {
-            let _ = rx.await;
-        }));
+            .expect("valid test config");
         Live {
-            addr,
-            oracle,
+            addr: server.addr(),
+            oracle: server.oracle(),
             client: reqwest::Client::new(),
-            shutdown: Some(tx),
-            task: Some(task),
+            server,
         }
     }
 
@@ -236,22 +228,8 @@ impl Live {
     }
 
     /// Stop accepting, finish in-flight requests, and report how `run` ended.
-    pub(crate) async fn stop(mut self) -> std::io::Result<()> {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        match self.task.take() {
-            Some(task) => task.await.expect("server task joins"),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for Live {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
+    pub(crate) async fn stop(self) -> std::io::Result<()> {
+        self.server.shutdown().await
     }
 }
 

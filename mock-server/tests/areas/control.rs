@@ -480,3 +480,67 @@ async fn a_waiting_abort_keeps_every_requested_logprob_key_empty() {
     }
     assert_eq!(running.await.unwrap().status, 200);
 }
+
+/// `/admin/reset` undoes what a test did to a shared server: a replaced fault schedule, the counters, a pause
+/// and a weight version; the start-up schedule fires again from its first request.
+#[tokio::test]
+async fn admin_reset_restores_the_server_as_it_started() {
+    let server = InProcess::new(ServerConfig {
+        weight_version: "v0".to_owned(),
+        faults: mock_server::FaultConfig {
+            seed: 0,
+            rules: vec![mock_server::FaultRule {
+                first: Some(1),
+                ..mock_server::FaultRule::new("missing-logprobs".parse().expect("a fault"))
+            }],
+        },
+        ..ServerConfig::default()
+    });
+    let startup_schedule = server.get("/admin/faults").await.json();
+    let body =
+        json!({"text": "reset", "sampling_params": {"max_new_tokens": 3}, "return_logprob": true});
+    let has_logprobs = |v: &Value| v["meta_info"].get("output_token_logprobs").is_some();
+    // The start-up rule takes the first request only.
+    assert!(!has_logprobs(
+        &post(&server, "/generate", body.clone()).await.json()
+    ));
+    assert!(has_logprobs(
+        &post(&server, "/generate", body.clone()).await.json()
+    ));
+    post(
+        &server,
+        "/admin/faults",
+        json!({"rules": [{"fault": "status;code=503"}]}),
+    )
+    .await;
+    post(
+        &server,
+        "/update_weight_version",
+        json!({"new_version": "v9"}),
+    )
+    .await;
+    post(&server, "/pause_generation", json!({"mode": "in_place"})).await;
+    let before = stats(&server).await;
+    assert_eq!(
+        (before["paused"].clone(), before["weight_version"].clone()),
+        (json!(true), json!("v9"))
+    );
+    assert_eq!(before["requests"]["/generate"], 2);
+
+    let reply = post(&server, "/admin/reset", json!({})).await;
+    assert_eq!(reply.status, 200);
+    let after = reply.json();
+    assert_eq!(
+        after,
+        json!({
+            "requests_total": 0, "requests": {}, "faults_total": 0, "faults": {},
+            "running": 0, "waiting": 0, "paused": false, "weight_version": "v0",
+        })
+    );
+    assert_eq!(server.get("/admin/faults").await.json(), startup_schedule);
+    // Not paused (the request would wait forever) and the start-up rule counts from zero again.
+    let first = post(&server, "/generate", body.clone()).await.json();
+    assert!(!has_logprobs(&first), "{first}");
+    assert_eq!(first["meta_info"]["weight_version"], "v0");
+    assert!(has_logprobs(&post(&server, "/generate", body).await.json()));
+}

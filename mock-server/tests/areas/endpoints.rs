@@ -264,26 +264,20 @@ async fn a_bad_model_config_is_an_error_not_a_panic() {
     })
     .expect_err("vocab too small");
     assert!(err.to_string().contains("vocab_size 10"), "{err}");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let result = mock_server::run(
-        listener,
-        ServerConfig {
-            vocab_size: 10,
-            ..ServerConfig::default()
-        },
-        async {},
-    )
+    let result = mock_server::Server::start(ServerConfig {
+        vocab_size: 10,
+        port: 0,
+        ..ServerConfig::default()
+    })
     .await;
-    assert_eq!(
-        result.map_err(|e| e.kind()),
-        Err(std::io::ErrorKind::InvalidInput)
+    assert!(
+        matches!(result, Err(mock_server::StartError::Config(_))),
+        "{result:?}"
     );
 }
 
-/// Start the real binary with flags from the environment, read the address it logs, and stop it with
-/// SIGTERM: it must exit cleanly.
+/// Start the real binary with flags from the environment, read the address from its ready line, and stop it
+/// with SIGTERM: it must exit cleanly.
 #[cfg(unix)]
 #[tokio::test]
 async fn the_binary_reads_env_flags_and_stops_on_sigterm() {
@@ -313,34 +307,30 @@ async fn the_binary_reads_env_flags_and_stops_on_sigterm() {
         .env("SGLANG_MOCK_WEIGHT_VERSION", "v7")
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .expect("binary starts");
-    // The binary logs to stderr; the "listening" line carries the address it bound.
-    let log = child.stderr.take().expect("stderr piped");
+    // Once it listens, the binary prints one JSON ready line on stdout with the URL it bound.
+    let out = child.stdout.take().expect("stdout piped");
     let pid = child.id();
     let mut reap = Reap(Some(child));
-    let addr = tokio::task::spawn_blocking(move || {
-        let mut reader = BufReader::new(log);
+    let (ready, reader) = tokio::task::spawn_blocking(move || {
+        let mut reader = BufReader::new(out);
         let mut line = String::new();
-        while reader.read_line(&mut line).unwrap_or(0) > 0 {
-            if let Some(at) = line.find("127.0.0.1:") {
-                let digits: String = line[at + 10..]
-                    .chars()
-                    .take_while(char::is_ascii_digit)
-                    .collect();
-                return Some((format!("127.0.0.1:{digits}"), reader));
-            }
-            line.clear();
-        }
-        None
+        reader.read_line(&mut line).expect("stdout readable");
+        (line, reader)
     })
     .await
     .expect("reader joins");
-    let Some((addr, reader)) = addr else {
-        panic!("the binary never logged its address");
-    };
+    let ready: Value = serde_json::from_str(&ready)
+        .unwrap_or_else(|err| panic!("the ready line {ready:?} is not JSON: {err}"));
+    assert_eq!(ready["event"], "ready", "{ready}");
+    assert_eq!(ready["pid"], pid, "{ready}");
+    let port = ready["port"].as_u64().expect("a port");
+    assert_ne!(port, 0, "the ready line names the bound port, not 0");
+    let addr = format!("127.0.0.1:{port}");
+    assert_eq!(ready["url"], format!("http://{addr}"), "{ready}");
     let client = reqwest::Client::new();
     let models = client
         .get(format!("http://{addr}/v1/models"))

@@ -1,7 +1,8 @@
 """Run the ``sglang-mock`` server from Python.
 
-``serve(**flags)`` starts the server that this package installs on a free port, waits until ``/health``
-answers, yields the base URL and stops the server on exit. ``oracle(body, **flags)`` prints nothing and
+``serve(**flags)`` starts the server that this package installs on a free port, waits for its ready line,
+yields it as a :class:`MockServer` (a ``str`` holding the base URL, with ``oracle(body)``, ``reset()`` and the
+flags it runs with) and stops the server on exit. ``oracle(body, **flags)`` prints nothing and
 starts nothing: it returns the answer the server gives to one ``/generate`` body.
 
 Flags are the server's command-line flags with underscores: ``serve(seed=3, profile="mid",
@@ -12,20 +13,25 @@ fault="abort-running;after=2", fault_rate=0.5)``. ``script`` and ``faults`` also
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import json
 import os
+import queue
 import shutil
-import socket
 import subprocess
 import sys
 import sysconfig
 import tempfile
-import time
-import urllib.error
+import threading
 import urllib.request
 from typing import Any, Dict, Iterator, List, Optional
 
-__all__ = ["SglangMockError", "binary", "oracle", "serve"]
+__all__ = ["MockServer", "SglangMockError", "__version__", "binary", "oracle", "serve"]
+
+try:
+    __version__ = importlib.metadata.version("sglang-mock")
+except importlib.metadata.PackageNotFoundError:  # imported from a source tree
+    __version__ = "0+unknown"
 
 _EXE = "sglang-mock.exe" if sys.platform == "win32" else "sglang-mock"
 
@@ -72,20 +78,6 @@ def _args(flags: Dict[str, Any], files: List[str]) -> List[str]:
     return args
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=1) as response:
-            return response.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
-
-
 def _stop(process: subprocess.Popen) -> None:
     if process.poll() is None:
         process.terminate()
@@ -96,52 +88,95 @@ def _stop(process: subprocess.Popen) -> None:
             process.wait()
 
 
-@contextlib.contextmanager
-def serve(*, startup_timeout: float = 30.0, **flags: Any) -> Iterator[str]:
-    """Start ``sglang-mock`` with ``flags`` on a free port of 127.0.0.1 and yield its base URL.
+def _ready_line(process: subprocess.Popen, timeout: float) -> Optional[bytes]:
+    """The first line the server prints on stdout, or ``None`` if it exits or prints nothing in ``timeout``."""
+    lines: "queue.Queue[bytes]" = queue.Queue()
+    assert process.stdout is not None
+    reader = threading.Thread(target=lambda: lines.put(process.stdout.readline()), daemon=True)
+    reader.start()
+    try:
+        line = lines.get(timeout=timeout)
+    except queue.Empty:
+        return None
+    return line or None
 
-    Raises :class:`SglangMockError` with the server's stderr if it exits or is not healthy within
-    ``startup_timeout`` seconds. The server is stopped (SIGTERM, then SIGKILL) when the block ends. The free
-    port is found by binding port 0; if another process takes it before the server binds it, the server is
-    started again on another port (three tries).
+
+class MockServer(str):
+    """A running ``sglang-mock``: the string is its base URL (``f"{server}/generate"`` works as before), and
+    the object knows the flags it runs with, the oracle bound to them and how to reset the server."""
+
+    url: str
+    flags: Dict[str, Any]
+    pid: int
+
+    def __new__(cls, url: str, flags: Dict[str, Any], pid: int) -> "MockServer":
+        server = super().__new__(cls, url)
+        server.url = url
+        server.flags = dict(flags)
+        server.pid = pid
+        return server
+
+    def __repr__(self) -> str:
+        return f"MockServer({self.url!r}, flags={self.flags!r})"
+
+    def oracle(self, body: Any) -> Any:
+        """:func:`oracle` with this server's flags: the answer it gives to one ``/generate`` body."""
+        return oracle(body, **self.flags)
+
+    def reset(self) -> None:
+        """Put the server back as it started (``POST /admin/reset``): the start-up fault schedule with fresh
+        counters, zero request and fault counts, no pause, the configured weight version."""
+        request = urllib.request.Request(self.url + "/admin/reset", data=b"{}", method="POST")
+        request.add_header("Content-Type", "application/json")
+        api_key = self.flags.get("api_key")
+        if api_key:
+            request.add_header("Authorization", f"Bearer {api_key}")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            response.read()
+
+
+@contextlib.contextmanager
+def serve(*, startup_timeout: float = 30.0, **flags: Any) -> Iterator[MockServer]:
+    """Start ``sglang-mock`` with ``flags`` on a free port of 127.0.0.1 and yield it as a :class:`MockServer`
+    (a ``str`` holding the base URL).
+
+    The server binds port 0 itself and reports the port it got on its ready line, so no other process can take
+    the port in between. Raises :class:`SglangMockError` with the server's stderr if it exits or is not ready
+    within ``startup_timeout`` seconds. The server is stopped (SIGTERM, then SIGKILL) when the block ends.
     """
     if "host" in flags or "port" in flags:
         raise TypeError("serve() chooses host and port itself")
     files: List[str] = []
     process: Optional[subprocess.Popen] = None
     try:
-        args = _args(flags, files)
-        for attempt in range(3):
-            port = _free_port()
-            command = [binary(), "--host", "127.0.0.1", "--port", str(port), *args]
-            with tempfile.TemporaryFile() as stderr:
-                process = subprocess.Popen(
-                    command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr
-                )
-                url = f"http://127.0.0.1:{port}"
-                deadline = time.monotonic() + startup_timeout
-                # Healthy means this process answers: another one on the port does not count.
-                while process.poll() is not None or not _healthy(url):
-                    if process.poll() is None and time.monotonic() <= deadline:
-                        time.sleep(0.02)
-                        continue
-                    _stop(process)
-                    stderr.seek(0)
-                    log = stderr.read().decode("utf-8", "replace")
-                    if "cannot bind" in log and attempt < 2:
-                        break
-                    state = (
-                        f"exited with status {process.returncode}"
-                        if time.monotonic() <= deadline
-                        else f"was not healthy after {startup_timeout} s"
-                    )
-                    raise SglangMockError(f"sglang-mock {state}: {' '.join(command)}\n{log}")
+        command = [binary(), "--host", "127.0.0.1", "--port", "0", *_args(flags, files)]
+        with tempfile.TemporaryFile() as stderr:
+            process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr
+            )
+            line = _ready_line(process, startup_timeout)
+            try:
+                ready = json.loads(line) if line is not None else None
+            except ValueError:
+                ready = None
+            if not isinstance(ready, dict) or ready.get("event") != "ready":
+                status = process.poll()
+                _stop(process)
+                stderr.seek(0)
+                log = stderr.read().decode("utf-8", "replace")
+                if status is not None:
+                    state = f"exited with status {status}"
+                elif line is None:
+                    state = f"was not ready after {startup_timeout} s"
                 else:
-                    yield url
-                    return
+                    state = f"printed {line!r} instead of its ready line"
+                raise SglangMockError(f"sglang-mock {state}: {' '.join(command)}\n{log}")
+        yield MockServer(ready["url"], flags, ready["pid"])
     finally:
         if process is not None:
             _stop(process)
+            if process.stdout is not None:
+                process.stdout.close()
         for path in files:
             with contextlib.suppress(OSError):
                 os.unlink(path)

@@ -1,0 +1,260 @@
+//! The `sglang-mock` command line (the `cli` feature): the flags, the `oracle` subcommand, logging, and the
+//! ready line. The server's own flags are [`ServerConfig`]'s fields; this module adds the ones that read files
+//! (`--script`, `--faults`) and the one-rule `--fault` shorthand.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+
+use crate::config::ServerConfig;
+use crate::faults::{Fault, FaultConfig, FaultRule, StreamFilter};
+use crate::http::Server;
+use crate::oracle::Oracle;
+
+/// A deterministic, wire-faithful SGLang server with exact logprobs from a toy model.
+///
+/// Once it listens, the server prints one JSON line on stdout, `{"event":"ready","url":"http://HOST:PORT",...}`;
+/// logs go to stderr.
+#[derive(Debug, Parser)]
+#[command(
+    name = "sglang-mock",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    flags: Flags,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Print the answer the server gives to one /generate body, without a server: the body is read from FILE
+    /// (or stdin), the server flags are the same. A streamed request prints the SSE events. Timing fields are
+    /// 0.0 and ids the server would generate read `"<fresh uuid4 hex>"`. Exit status 0 for an HTTP 200 answer,
+    /// 1 otherwise (the status goes to stderr, the error body to stdout).
+    Oracle {
+        /// The request body; `-` or nothing reads stdin.
+        file: Option<PathBuf>,
+        #[command(flatten)]
+        flags: Flags,
+    },
+}
+
+/// Every flag: the server's configuration and the ones that build its scripted answers and fault schedule.
+#[derive(Debug, clap::Args)]
+pub struct Flags {
+    #[command(flatten)]
+    server: ServerConfig,
+    /// Scripted answers: a JSON list of {"prompt_contains", "answer", "finish_reason"} rules.
+    #[arg(long, env = "SGLANG_MOCK_SCRIPT")]
+    script: Option<String>,
+    /// Fault schedule file: {"seed": N, "rules": [{"fault": "kind;param=value", "rate", "first", "every",
+    /// "window_ms", "endpoint", "stream"}]}.
+    #[arg(long, env = "SGLANG_MOCK_FAULTS")]
+    faults: Option<String>,
+    /// One more scheduled fault rule, `kind;param=value...`; the --fault-* flags below qualify it.
+    #[arg(long, env = "SGLANG_MOCK_FAULT")]
+    fault: Option<Fault>,
+    /// Probability that the --fault rule fires on a matching request (seeded, see --fault-seed).
+    #[arg(long, env = "SGLANG_MOCK_FAULT_RATE")]
+    fault_rate: Option<f64>,
+    /// Seed of the fault schedule's draws (replaces the file's seed when given).
+    #[arg(long, env = "SGLANG_MOCK_FAULT_SEED")]
+    fault_seed: Option<u64>,
+    /// The --fault rule fires on the first N matching requests only.
+    #[arg(long, env = "SGLANG_MOCK_FAULT_FIRST")]
+    fault_first: Option<u64>,
+    /// The --fault rule fires on every k-th matching request.
+    #[arg(long, env = "SGLANG_MOCK_FAULT_EVERY")]
+    fault_every: Option<u64>,
+    /// The --fault rule fires only between these offsets from start-up, `START_MS..END_MS`.
+    #[arg(long, env = "SGLANG_MOCK_FAULT_WINDOW_MS", value_parser = parse_window)]
+    fault_window_ms: Option<(u64, u64)>,
+    /// The path the --fault rule applies to (default /generate).
+    #[arg(long, env = "SGLANG_MOCK_FAULT_ENDPOINT")]
+    fault_endpoint: Option<String>,
+    /// The --fault rule applies to `stream` or `nonstream` requests only.
+    #[arg(long, env = "SGLANG_MOCK_FAULT_STREAM", value_parser = parse_stream_filter)]
+    fault_stream: Option<StreamFilter>,
+}
+
+fn parse_window(s: &str) -> Result<(u64, u64), String> {
+    let (a, b) = s
+        .split_once("..")
+        .ok_or_else(|| format!("expected START_MS..END_MS, got {s:?}"))?;
+    let num = |x: &str| {
+        x.trim()
+            .parse::<u64>()
+            .map_err(|e| format!("{x:?} in {s:?}: {e}"))
+    };
+    Ok((num(a)?, num(b)?))
+}
+
+fn parse_stream_filter(s: &str) -> Result<StreamFilter, String> {
+    match s {
+        "stream" => Ok(StreamFilter::Stream),
+        "nonstream" => Ok(StreamFilter::NonStream),
+        _ => Err(format!("expected stream or nonstream, got {s:?}")),
+    }
+}
+
+impl Flags {
+    /// The configuration these flags describe, with the script and fault files read.
+    pub fn into_config(self) -> anyhow::Result<ServerConfig> {
+        let mut config = self.server;
+        if let Some(path) = &self.script {
+            config.scripted = crate::script::load_rules(path)?;
+        }
+        if let Some(path) = &self.faults {
+            let bytes = std::fs::read(path)
+                .with_context(|| format!("cannot read the fault file {path}"))?;
+            config.faults = FaultConfig::from_json(&bytes)
+                .with_context(|| format!("the fault file {path} is not valid"))?;
+        }
+        if let Some(seed) = self.fault_seed {
+            config.faults.seed = seed;
+        }
+        if let Some(fault) = self.fault {
+            config.faults.rules.push(FaultRule {
+                rate: self.fault_rate,
+                first: self.fault_first,
+                every: self.fault_every,
+                window_ms: self.fault_window_ms,
+                endpoint: self.fault_endpoint,
+                stream: self.fault_stream,
+                ..FaultRule::new(fault)
+            });
+        }
+        config
+            .faults
+            .validate()
+            .context("the --fault flags are not valid")?;
+        Ok(config)
+    }
+}
+
+/// The line the binary prints on stdout once it listens: one JSON object with `"event": "ready"`, the base
+/// `url`, the bound `host` and `port`, and the process id.
+pub fn ready_line(server: &Server) -> String {
+    let addr = server.addr();
+    serde_json::json!({
+        "event": "ready",
+        "url": server.url(),
+        "host": addr.ip().to_string(),
+        "port": addr.port(),
+        "pid": std::process::id(),
+    })
+    .to_string()
+}
+
+/// The binary: parse the command line, then serve until SIGINT or SIGTERM, or answer one `oracle` body.
+pub fn main() -> ExitCode {
+    init_tracing();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => return fail(&anyhow::Error::new(err).context("cannot start the runtime")),
+    };
+    let result = match cli.command {
+        Some(Command::Oracle { file, flags }) => runtime.block_on(oracle(flags, file.as_deref())),
+        None => runtime
+            .block_on(serve(cli.flags))
+            .map(|()| ExitCode::SUCCESS),
+    };
+    result.unwrap_or_else(|err| fail(&err))
+}
+
+fn fail(err: &anyhow::Error) -> ExitCode {
+    eprintln!("Error: {err:?}");
+    ExitCode::FAILURE
+}
+
+fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        // Logs go to stderr, coloured only on a terminal, so redirected logs stay plain text.
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+async fn serve(flags: Flags) -> anyhow::Result<()> {
+    let server = Server::start(flags.into_config()?).await?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{}", ready_line(&server))
+        .and_then(|()| stdout.flush())
+        .context("cannot write the ready line")?;
+    drop(stdout);
+    server
+        .run_until(shutdown_signal())
+        .await
+        .context("server failed")
+}
+
+/// Resolves on the first SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(err) = tokio::signal::ctrl_c().await {
+            tracing::error!(%err, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut sig) => {
+                sig.recv().await;
+            }
+            Err(err) => {
+                tracing::error!(%err, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+    tracing::info!("shutting down");
+}
+
+/// `sglang-mock oracle`: print the answer to one body; exit 0 for an HTTP 200 answer, 1 otherwise.
+async fn oracle(flags: Flags, file: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let body = match file {
+        Some(path) if path != Path::new("-") => std::fs::read(path)
+            .with_context(|| format!("cannot read the request body {}", path.display()))?,
+        _ => {
+            let mut body = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut body)
+                .context("cannot read the request body from stdin")?;
+            body
+        }
+    };
+    let oracle = Oracle::new(flags.into_config()?).context("the flags do not build a model")?;
+    let printed = oracle.print(&body);
+    if printed.status != 200 {
+        eprintln!("HTTP {}", printed.status);
+    }
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(&printed.bytes)
+        .and_then(|()| stdout.flush())
+        .context("cannot write the answer")?;
+    Ok(if printed.status == 200 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

@@ -1,0 +1,139 @@
+//! The router: every route with its handler, the API-key middleware, and SGLang's 404 and 405 answers.
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodFilter, get, on, post};
+
+use super::respond::json_response;
+use super::state::AppState;
+use super::{admin, faults, generate, info, openai};
+use crate::error::ApiError;
+
+/// The router with every endpoint, the API-key middleware when a key is configured, and SGLang's 404/405.
+///
+/// HTTP-level faults apply to every route but the generating ones (which decide their own, knowing
+/// `stream`), the admin endpoints and `/metrics`.
+pub fn router(state: AppState) -> Router {
+    let generate_methods = MethodFilter::POST.or(MethodFilter::PUT);
+    let get_or_post = MethodFilter::GET.or(MethodFilter::POST);
+    let generating = Router::new()
+        .route(
+            "/generate",
+            on(generate_methods, generate::generate_handler),
+        )
+        .route("/v1/completions", post(openai::completions))
+        .route("/v1/chat/completions", post(openai::chat_completions));
+    let unfaulted = Router::new()
+        .route("/admin/faults", on(get_or_post, admin::faults))
+        .route("/admin/stats", get(admin::stats))
+        .route("/admin/reset", post(admin::reset))
+        .route("/metrics", get(admin::metrics));
+    let mut app = worker_routes(get_or_post)
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            faults::http_faults,
+        ))
+        .merge(generating)
+        .merge(unfaulted)
+        .method_not_allowed_fallback(method_not_allowed);
+    if state.config().api_key.is_some() {
+        app = app.layer(middleware::from_fn_with_state(state.clone(), api_key_auth));
+    }
+    app.with_state(state)
+}
+
+/// The routes a router, a trainer or a health check calls besides generation.
+fn worker_routes(get_or_post: MethodFilter) -> Router<AppState> {
+    Router::new()
+        .route("/tokenize", post(openai::tokenize::tokenize))
+        .route("/v1/tokenize", post(openai::tokenize::tokenize))
+        .route("/detokenize", post(openai::tokenize::detokenize))
+        .route("/v1/detokenize", post(openai::tokenize::detokenize))
+        .route("/health", get(info::health))
+        .route("/health_generate", get(info::health_generate))
+        .route("/server_info", get(info::server_info))
+        .route("/get_server_info", get(info::server_info))
+        .route("/model_info", get(info::model_info))
+        .route("/get_model_info", get(info::model_info))
+        .route("/get_weight_version", get(info::weight_version))
+        .route("/weight_version", get(info::weight_version))
+        .route("/v1/models", get(info::list_models))
+        .route("/v1/models/{*model}", get(info::retrieve_model))
+        .route("/get_load", get(info::get_load))
+        .route("/v1/loads", get(info::v1_loads))
+        .route("/flush_cache", on(get_or_post, admin::flush_cache))
+        .route("/ping", get(info::ping))
+        .route("/abort_request", post(admin::abort_request))
+        .route("/pause_generation", post(admin::pause_generation))
+        .route("/continue_generation", post(admin::continue_generation))
+        .route(
+            "/update_weights_from_disk",
+            post(admin::update_weights_from_disk),
+        )
+        .route(
+            "/update_weights_from_tensor",
+            post(admin::update_weights_from_tensor),
+        )
+        .route(
+            "/update_weights_from_distributed",
+            post(admin::update_weights_from_distributed),
+        )
+        .route(
+            "/init_weights_update_group",
+            post(admin::init_weights_update_group),
+        )
+        .route(
+            "/destroy_weights_update_group",
+            post(admin::destroy_weights_update_group),
+        )
+        .route("/update_weight_version", post(admin::update_weight_version))
+        .route(
+            "/release_memory_occupation",
+            on(get_or_post, admin::memory_occupation),
+        )
+        .route(
+            "/resume_memory_occupation",
+            on(get_or_post, admin::memory_occupation),
+        )
+}
+
+/// SGLang's `add_api_key_middleware`: `OPTIONS`, `/health*` and `/metrics*` pass; everything else needs
+/// `Authorization: Bearer <key>` exactly.
+async fn api_key_auth(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let Some(key) = state.config().api_key.as_deref() else {
+        return next.run(req).await;
+    };
+    let path = req.uri().path();
+    if req.method() == Method::OPTIONS
+        || path.starts_with("/health")
+        || path.starts_with("/metrics")
+    {
+        return next.run(req).await;
+    }
+    let authorized = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|given| given == key);
+    if authorized {
+        next.run(req).await
+    } else {
+        ApiError::Unauthorized.into_response()
+    }
+}
+
+async fn not_found() -> Response {
+    json_response(StatusCode::NOT_FOUND, br#"{"detail":"Not Found"}"#.to_vec())
+}
+
+async fn method_not_allowed() -> Response {
+    json_response(
+        StatusCode::METHOD_NOT_ALLOWED,
+        br#"{"detail":"Method Not Allowed"}"#.to_vec(),
+    )
+}
