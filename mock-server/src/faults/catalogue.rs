@@ -1,6 +1,13 @@
-//! The catalogue of fault kinds, their `kind;param=value` syntax and the rules of a fault configuration.
+//! The catalogue of fault kinds: each kind's name, its class (what it acts on), its typed parameters with their
+//! defaults, and the `kind;param=value` syntax, parsed here and nowhere else; and the rules of a fault
+//! configuration.
+//!
+//! A [`Fault`] is one of four classes, each its own enum: [`HttpFault`] (acts before the request runs, on any
+//! endpoint), [`BodyFault`] (rewrites the JSON of each answered object), [`StreamFault`] (acts on the bytes or
+//! events of an answer as it is sent) and [`EngineFault`] (acts inside the engine: aborts). The code that
+//! applies a class matches its enum exhaustively, so a kind added here does not compile until every place
+//! that must handle it does.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -10,8 +17,9 @@ use serde::{Deserialize, Serialize};
 pub const FAULT_HEADER: &str = "x-mock-fault";
 
 macro_rules! fault_kinds {
-    ($($variant:ident => $name:literal [$($param:literal),*] $doc:literal,)*) => {
-        /// Every injectable fault.
+    ($($variant:ident => $name:literal $doc:literal,)*) => {
+        /// The name of every injectable fault, for counters, headers and config files; [`Fault`] carries its
+        /// class and parameters.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum FaultKind { $(#[doc = $doc] $variant,)* }
 
@@ -22,11 +30,6 @@ macro_rules! fault_kinds {
             /// The kind's name in headers, flags and config files.
             pub fn name(self) -> &'static str {
                 match self { $(FaultKind::$variant => $name,)* }
-            }
-
-            /// The parameters the kind accepts.
-            pub fn params(self) -> &'static [&'static str] {
-                match self { $(FaultKind::$variant => &[$($param),*],)* }
             }
 
             pub fn from_name(name: &str) -> Option<FaultKind> {
@@ -42,34 +45,34 @@ macro_rules! fault_kinds {
 }
 
 fault_kinds! {
-    Status => "status" ["code", "retry_after", "message"]
+    Status => "status"
         "HTTP error with SGLang's body for the status (400, 429 with Retry-After, 500, 503, ...).",
-    Delay => "delay" ["ms"] "Wait `ms` before the first byte, then answer normally.",
-    Hang => "hang" ["ms"] "Never answer; close the connection after `ms` (default 10 minutes) or when the server shuts down.",
-    Reset => "reset" [] "Reset the TCP connection before any byte is sent.",
-    MissingMetaInfo => "missing-meta-info" [] "Objects without `meta_info`.",
-    MissingLogprobs => "missing-logprobs" [] "`meta_info` without `output_token_logprobs`.",
-    ShortLogprobs => "short-logprobs" ["by"] "`output_token_logprobs` shorter than `output_ids` by `by` (1).",
-    LongLogprobs => "long-logprobs" ["by"] "`output_token_logprobs` longer than `output_ids` by `by` (1).",
-    NullLogprob => "null-logprob" ["at"] "The logprob of output position `at` (0) is `null`.",
-    NanLogprob => "nan-logprob" ["at", "value"]
+    Delay => "delay" "Wait `ms` before the first byte, then answer normally.",
+    Hang => "hang" "Never answer; close the connection after `ms` (default 10 minutes) or when the server shuts down.",
+    Reset => "reset" "Reset the TCP connection before any byte is sent.",
+    MissingMetaInfo => "missing-meta-info" "Objects without `meta_info`.",
+    MissingLogprobs => "missing-logprobs" "`meta_info` without `output_token_logprobs`.",
+    ShortLogprobs => "short-logprobs" "`output_token_logprobs` shorter than `output_ids` by `by` (1).",
+    LongLogprobs => "long-logprobs" "`output_token_logprobs` longer than `output_ids` by `by` (1).",
+    NullLogprob => "null-logprob" "The logprob of output position `at` (0) is `null`.",
+    NanLogprob => "nan-logprob"
         "The logprob at `at` is a bare `NaN` (or `value=Infinity`/`-Infinity`), as Python's json writes it.",
-    PositiveLogprob => "positive-logprob" ["at", "value"] "The logprob at `at` is positive (`value`, 0.5).",
-    WrongTokenId => "wrong-token-id" ["at"] "The token id of the logprob entry at `at` differs from `output_ids`.",
-    StringLogprob => "string-logprob" ["at"] "The logprob at `at` is a JSON string.",
-    TruncatedBody => "truncated-body" ["keep"]
+    PositiveLogprob => "positive-logprob" "The logprob at `at` is positive (`value`, 0.5).",
+    WrongTokenId => "wrong-token-id" "The token id of the logprob entry at `at` differs from `output_ids`.",
+    StringLogprob => "string-logprob" "The logprob at `at` is a JSON string.",
+    TruncatedBody => "truncated-body"
         "The body stops mid-JSON after `keep` bytes (default half); streams: the first chunk is cut.",
-    TruncateStream => "truncate-stream" ["after"] "The stream ends cleanly after `after` (1) chunks, without `[DONE]`.",
-    CutStream => "cut-stream" ["after"] "The connection breaks after `after` (1) chunks.",
-    MalformedChunk => "malformed-chunk" ["at"] "Chunk `at` (0) carries broken JSON.",
-    DuplicateChunk => "duplicate-chunk" ["at"] "Chunk `at` (0) is sent twice.",
-    ErrorEvent => "error-event" ["after", "message"]
+    TruncateStream => "truncate-stream" "The stream ends cleanly after `after` (1) chunks, without `[DONE]`.",
+    CutStream => "cut-stream" "The connection breaks after `after` (1) chunks.",
+    MalformedChunk => "malformed-chunk" "Chunk `at` (0) carries broken JSON.",
+    DuplicateChunk => "duplicate-chunk" "Chunk `at` (0) is sent twice.",
+    ErrorEvent => "error-event"
         "After `after` (1) chunks an `{\"error\":...}` event and `[DONE]` end the stream.",
-    Stall => "stall" ["ms"]
+    Stall => "stall"
         "Pause `ms` before every streamed chunk, or before the body of a non-streamed answer.",
-    AbortWaiting => "abort-waiting" [] "Aborted in the waiting queue: \"Abort in waiting queue\", no `prompt_tokens`.",
-    AbortRunning => "abort-running" ["after"] "Aborted while running after `after` (1) tokens, partial output kept.",
-    AbortBeforePrefill => "abort-before-prefill" []
+    AbortWaiting => "abort-waiting" "Aborted in the waiting queue: \"Abort in waiting queue\", no `prompt_tokens`.",
+    AbortRunning => "abort-running" "Aborted while running after `after` (1) tokens, partial output kept.",
+    AbortBeforePrefill => "abort-before-prefill"
         "The old (MID) \"Abort before prefill\" shape: no `output_ids`, no logprobs.",
 }
 
@@ -79,13 +82,424 @@ impl fmt::Display for FaultKind {
     }
 }
 
-impl FaultKind {
-    /// Faults that apply to any endpoint (the others only to `/generate`).
-    pub fn is_http_level(self) -> bool {
-        matches!(
-            self,
-            FaultKind::Status | FaultKind::Delay | FaultKind::Hang | FaultKind::Reset
-        )
+/// What a fault acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultClass {
+    /// The HTTP exchange, before the request runs; any endpoint (`/admin/*` and `/metrics` excepted).
+    Http,
+    /// The JSON of each answered object (a non-stream body's objects, each stream chunk).
+    Body,
+    /// The bytes or events of an answer as it is sent.
+    Stream,
+    /// The request inside the engine: where and how it is aborted.
+    Engine,
+}
+
+/// One fault with its parameters, written `kind;param=value;...` (the header and config syntax).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    Http(HttpFault),
+    Body(BodyFault),
+    Stream(StreamFault),
+    Engine(EngineFault),
+}
+
+/// Faults that end or delay the HTTP exchange before the request runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HttpFault {
+    /// HTTP `code` (400 to 599) with SGLang's body for it; `message` replaces the standard text; a 429 carries
+    /// `Retry-After: retry_after`.
+    Status {
+        code: u16,
+        retry_after: u64,
+        message: Option<String>,
+    },
+    /// Wait `ms`, then answer normally.
+    Delay { ms: u64 },
+    /// Never answer; close the connection after `ms` or when the server shuts down.
+    Hang { ms: u64 },
+    /// Reset the TCP connection before any byte.
+    Reset,
+}
+
+/// Faults that rewrite the JSON of each answered object; positions past the end mean the last one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyFault {
+    MissingMetaInfo,
+    MissingLogprobs,
+    ShortLogprobs {
+        by: u64,
+    },
+    LongLogprobs {
+        by: u64,
+    },
+    NullLogprob {
+        at: u64,
+    },
+    NanLogprob {
+        at: u64,
+        value: NonFinite,
+    },
+    /// `value` is the literal written in place of the logprob.
+    PositiveLogprob {
+        at: u64,
+        value: NumberLiteral,
+    },
+    WrongTokenId {
+        at: u64,
+    },
+    StringLogprob {
+        at: u64,
+    },
+}
+
+/// Faults on the bytes or events of an answer as it is sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamFault {
+    /// The body stops after `keep` bytes (`None`: half of it); a stream's first chunk is cut.
+    TruncatedBody {
+        keep: Option<u64>,
+    },
+    TruncateStream {
+        after: u64,
+    },
+    CutStream {
+        after: u64,
+    },
+    MalformedChunk {
+        at: u64,
+    },
+    DuplicateChunk {
+        at: u64,
+    },
+    /// `message` replaces the standard text of the error event.
+    ErrorEvent {
+        after: u64,
+        message: Option<String>,
+    },
+    Stall {
+        ms: u64,
+    },
+}
+
+/// Faults inside the engine: a request aborted where SGLang can abort one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EngineFault {
+    AbortWaiting,
+    AbortRunning { after: u64 },
+    AbortBeforePrefill,
+}
+
+/// The non-finite literal `nan-logprob` writes, as Python's `json.dumps` spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NonFinite {
+    NaN,
+    Infinity,
+    NegInfinity,
+}
+
+impl NonFinite {
+    pub fn literal(self) -> &'static str {
+        match self {
+            NonFinite::NaN => "NaN",
+            NonFinite::Infinity => "Infinity",
+            NonFinite::NegInfinity => "-Infinity",
+        }
+    }
+}
+
+/// A finite JSON number, kept as written (`positive-logprob;value=1e3` writes `1e3`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NumberLiteral(String);
+
+impl NumberLiteral {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The defaults of the parameters a spec leaves out.
+mod default {
+    pub(super) const STATUS_CODE: u16 = 500;
+    pub(super) const RETRY_AFTER_SECS: u64 = 1;
+    pub(super) const DELAY_MS: u64 = 0;
+    pub(super) const HANG_MS: u64 = 600_000;
+    pub(super) const BY: u64 = 1;
+    pub(super) const AT: u64 = 0;
+    pub(super) const AFTER: u64 = 1;
+    pub(super) const STALL_MS: u64 = 0;
+    pub(super) const POSITIVE_LOGPROB: &str = "0.5";
+}
+
+impl Fault {
+    pub fn class(&self) -> FaultClass {
+        match self {
+            Fault::Http(_) => FaultClass::Http,
+            Fault::Body(_) => FaultClass::Body,
+            Fault::Stream(_) => FaultClass::Stream,
+            Fault::Engine(_) => FaultClass::Engine,
+        }
+    }
+
+    /// Whether the fault applies to any endpoint (the others only to the generating ones).
+    pub fn is_http_level(&self) -> bool {
+        self.class() == FaultClass::Http
+    }
+
+    pub fn kind(&self) -> FaultKind {
+        match self {
+            Fault::Http(f) => match f {
+                HttpFault::Status { .. } => FaultKind::Status,
+                HttpFault::Delay { .. } => FaultKind::Delay,
+                HttpFault::Hang { .. } => FaultKind::Hang,
+                HttpFault::Reset => FaultKind::Reset,
+            },
+            Fault::Body(f) => match f {
+                BodyFault::MissingMetaInfo => FaultKind::MissingMetaInfo,
+                BodyFault::MissingLogprobs => FaultKind::MissingLogprobs,
+                BodyFault::ShortLogprobs { .. } => FaultKind::ShortLogprobs,
+                BodyFault::LongLogprobs { .. } => FaultKind::LongLogprobs,
+                BodyFault::NullLogprob { .. } => FaultKind::NullLogprob,
+                BodyFault::NanLogprob { .. } => FaultKind::NanLogprob,
+                BodyFault::PositiveLogprob { .. } => FaultKind::PositiveLogprob,
+                BodyFault::WrongTokenId { .. } => FaultKind::WrongTokenId,
+                BodyFault::StringLogprob { .. } => FaultKind::StringLogprob,
+            },
+            Fault::Stream(f) => match f {
+                StreamFault::TruncatedBody { .. } => FaultKind::TruncatedBody,
+                StreamFault::TruncateStream { .. } => FaultKind::TruncateStream,
+                StreamFault::CutStream { .. } => FaultKind::CutStream,
+                StreamFault::MalformedChunk { .. } => FaultKind::MalformedChunk,
+                StreamFault::DuplicateChunk { .. } => FaultKind::DuplicateChunk,
+                StreamFault::ErrorEvent { .. } => FaultKind::ErrorEvent,
+                StreamFault::Stall { .. } => FaultKind::Stall,
+            },
+            Fault::Engine(f) => match f {
+                EngineFault::AbortWaiting => FaultKind::AbortWaiting,
+                EngineFault::AbortRunning { .. } => FaultKind::AbortRunning,
+                EngineFault::AbortBeforePrefill => FaultKind::AbortBeforePrefill,
+            },
+        }
+    }
+
+    /// The parameters in the canonical spec: every one with a value, in catalogue order.
+    fn params(&self) -> Vec<(&'static str, String)> {
+        let n = |name, v: u64| (name, v.to_string());
+        let text = |name, v: &Option<String>| v.as_ref().map(|v| (name, v.clone()));
+        match self {
+            Fault::Http(f) => match f {
+                HttpFault::Status {
+                    code,
+                    retry_after,
+                    message,
+                } => [
+                    Some(("code", code.to_string())),
+                    Some(n("retry_after", *retry_after)),
+                ]
+                .into_iter()
+                .chain([text("message", message)])
+                .flatten()
+                .collect(),
+                HttpFault::Delay { ms } | HttpFault::Hang { ms } => vec![n("ms", *ms)],
+                HttpFault::Reset => Vec::new(),
+            },
+            Fault::Body(f) => match f {
+                BodyFault::MissingMetaInfo | BodyFault::MissingLogprobs => Vec::new(),
+                BodyFault::ShortLogprobs { by } | BodyFault::LongLogprobs { by } => {
+                    vec![n("by", *by)]
+                }
+                BodyFault::NullLogprob { at }
+                | BodyFault::WrongTokenId { at }
+                | BodyFault::StringLogprob { at } => vec![n("at", *at)],
+                BodyFault::NanLogprob { at, value } => {
+                    vec![n("at", *at), ("value", value.literal().to_owned())]
+                }
+                BodyFault::PositiveLogprob { at, value } => {
+                    vec![n("at", *at), ("value", value.as_str().to_owned())]
+                }
+            },
+            Fault::Stream(f) => match f {
+                StreamFault::TruncatedBody { keep } => {
+                    keep.map(|k| n("keep", k)).into_iter().collect()
+                }
+                StreamFault::TruncateStream { after } | StreamFault::CutStream { after } => {
+                    vec![n("after", *after)]
+                }
+                StreamFault::MalformedChunk { at } | StreamFault::DuplicateChunk { at } => {
+                    vec![n("at", *at)]
+                }
+                StreamFault::ErrorEvent { after, message } => [Some(n("after", *after))]
+                    .into_iter()
+                    .chain([text("message", message)])
+                    .flatten()
+                    .collect(),
+                StreamFault::Stall { ms } => vec![n("ms", *ms)],
+            },
+            Fault::Engine(f) => match f {
+                EngineFault::AbortWaiting | EngineFault::AbortBeforePrefill => Vec::new(),
+                EngineFault::AbortRunning { after } => vec![n("after", *after)],
+            },
+        }
+    }
+}
+
+/// The `param=value` pairs of one spec, read by [`Params::build`] with the kind's typed getters; a pair no
+/// getter asked for is an unknown parameter.
+#[derive(Debug, Default)]
+struct Params<'a> {
+    given: Vec<(&'a str, &'a str)>,
+    /// The parameters the kind accepts, in the order its getters asked for them.
+    asked: Vec<&'static str>,
+}
+
+impl<'a> Params<'a> {
+    /// The value of `name` (the last one if given twice).
+    fn raw(&mut self, name: &'static str) -> Option<&'a str> {
+        self.asked.push(name);
+        self.given
+            .iter()
+            .rev()
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| *value)
+    }
+
+    fn bad(name: &str, value: &str, reason: &'static str) -> FaultError {
+        FaultError::BadValue {
+            param: name.to_owned(),
+            value: value.to_owned(),
+            reason,
+        }
+    }
+
+    /// A non-negative integer.
+    fn int(&mut self, name: &'static str) -> Result<Option<u64>, FaultError> {
+        self.raw(name)
+            .map(|v| {
+                v.parse::<u64>()
+                    .map_err(|_| Self::bad(name, v, "expected a non-negative integer"))
+            })
+            .transpose()
+    }
+
+    fn text(&mut self, name: &'static str) -> Option<String> {
+        self.raw(name).map(str::to_owned)
+    }
+
+    fn status(&mut self) -> Result<Option<u16>, FaultError> {
+        self.raw("code")
+            .map(|v| match v.parse::<u16>() {
+                Ok(code @ 400..=599) => Ok(code),
+                _ => Err(Self::bad(
+                    "code",
+                    v,
+                    "expected an HTTP error status from 400 to 599",
+                )),
+            })
+            .transpose()
+    }
+
+    const VALUE_REASON: &'static str =
+        "expected NaN, Infinity or -Infinity for nan-logprob, a finite number otherwise";
+
+    fn non_finite(&mut self) -> Result<Option<NonFinite>, FaultError> {
+        self.raw("value")
+            .map(|v| match v {
+                "NaN" => Ok(NonFinite::NaN),
+                "Infinity" => Ok(NonFinite::Infinity),
+                "-Infinity" => Ok(NonFinite::NegInfinity),
+                _ => Err(Self::bad("value", v, Self::VALUE_REASON)),
+            })
+            .transpose()
+    }
+
+    fn finite(&mut self) -> Result<Option<NumberLiteral>, FaultError> {
+        self.raw("value")
+            .map(|v| match v.parse::<f64>() {
+                Ok(x) if x.is_finite() => Ok(NumberLiteral(v.to_owned())),
+                _ => Err(Self::bad("value", v, Self::VALUE_REASON)),
+            })
+            .transpose()
+    }
+
+    /// The typed fault of `kind` from the given parameters, each missing one at its default.
+    fn build(mut self, kind: FaultKind) -> Result<Fault, FaultError> {
+        use default::*;
+        let fault = match kind {
+            FaultKind::Status => Fault::Http(HttpFault::Status {
+                code: self.status()?.unwrap_or(STATUS_CODE),
+                retry_after: self.int("retry_after")?.unwrap_or(RETRY_AFTER_SECS),
+                message: self.text("message"),
+            }),
+            FaultKind::Delay => Fault::Http(HttpFault::Delay {
+                ms: self.int("ms")?.unwrap_or(DELAY_MS),
+            }),
+            FaultKind::Hang => Fault::Http(HttpFault::Hang {
+                ms: self.int("ms")?.unwrap_or(HANG_MS),
+            }),
+            FaultKind::Reset => Fault::Http(HttpFault::Reset),
+            FaultKind::MissingMetaInfo => Fault::Body(BodyFault::MissingMetaInfo),
+            FaultKind::MissingLogprobs => Fault::Body(BodyFault::MissingLogprobs),
+            FaultKind::ShortLogprobs => Fault::Body(BodyFault::ShortLogprobs {
+                by: self.int("by")?.unwrap_or(BY),
+            }),
+            FaultKind::LongLogprobs => Fault::Body(BodyFault::LongLogprobs {
+                by: self.int("by")?.unwrap_or(BY),
+            }),
+            FaultKind::NullLogprob => Fault::Body(BodyFault::NullLogprob {
+                at: self.int("at")?.unwrap_or(AT),
+            }),
+            FaultKind::NanLogprob => Fault::Body(BodyFault::NanLogprob {
+                at: self.int("at")?.unwrap_or(AT),
+                value: self.non_finite()?.unwrap_or(NonFinite::NaN),
+            }),
+            FaultKind::PositiveLogprob => Fault::Body(BodyFault::PositiveLogprob {
+                at: self.int("at")?.unwrap_or(AT),
+                value: self
+                    .finite()?
+                    .unwrap_or_else(|| NumberLiteral(POSITIVE_LOGPROB.to_owned())),
+            }),
+            FaultKind::WrongTokenId => Fault::Body(BodyFault::WrongTokenId {
+                at: self.int("at")?.unwrap_or(AT),
+            }),
+            FaultKind::StringLogprob => Fault::Body(BodyFault::StringLogprob {
+                at: self.int("at")?.unwrap_or(AT),
+            }),
+            FaultKind::TruncatedBody => Fault::Stream(StreamFault::TruncatedBody {
+                keep: self.int("keep")?,
+            }),
+            FaultKind::TruncateStream => Fault::Stream(StreamFault::TruncateStream {
+                after: self.int("after")?.unwrap_or(AFTER),
+            }),
+            FaultKind::CutStream => Fault::Stream(StreamFault::CutStream {
+                after: self.int("after")?.unwrap_or(AFTER),
+            }),
+            FaultKind::MalformedChunk => Fault::Stream(StreamFault::MalformedChunk {
+                at: self.int("at")?.unwrap_or(AT),
+            }),
+            FaultKind::DuplicateChunk => Fault::Stream(StreamFault::DuplicateChunk {
+                at: self.int("at")?.unwrap_or(AT),
+            }),
+            FaultKind::ErrorEvent => Fault::Stream(StreamFault::ErrorEvent {
+                after: self.int("after")?.unwrap_or(AFTER),
+                message: self.text("message"),
+            }),
+            FaultKind::Stall => Fault::Stream(StreamFault::Stall {
+                ms: self.int("ms")?.unwrap_or(STALL_MS),
+            }),
+            FaultKind::AbortWaiting => Fault::Engine(EngineFault::AbortWaiting),
+            FaultKind::AbortRunning => Fault::Engine(EngineFault::AbortRunning {
+                after: self.int("after")?.unwrap_or(AFTER),
+            }),
+            FaultKind::AbortBeforePrefill => Fault::Engine(EngineFault::AbortBeforePrefill),
+        };
+        if let Some((param, _)) = self.given.iter().find(|(key, _)| !self.asked.contains(key)) {
+            return Err(FaultError::UnknownParam {
+                kind,
+                param: (*param).to_owned(),
+                accepted: self.asked,
+            });
+        }
+        Ok(fault)
     }
 }
 
@@ -108,7 +522,7 @@ pub enum FaultError {
     UnknownParam {
         kind: FaultKind,
         param: String,
-        accepted: &'static [&'static str],
+        accepted: Vec<&'static str>,
     },
     #[error("fault parameter {param}={value:?} is not valid: {reason}")]
     BadValue {
@@ -128,34 +542,6 @@ fn known_kinds() -> String {
         .join(", ")
 }
 
-/// One fault with its parameters, written `kind;param=value;...` (the header and config syntax).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fault {
-    pub kind: FaultKind,
-    params: BTreeMap<String, String>,
-}
-
-impl Fault {
-    pub fn new(kind: FaultKind) -> Fault {
-        Fault {
-            kind,
-            params: BTreeMap::new(),
-        }
-    }
-
-    /// A parameter as a non-negative integer, `default` when absent. Values were checked when parsed.
-    pub fn u64(&self, name: &str, default: u64) -> u64 {
-        self.params
-            .get(name)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    }
-
-    pub fn str(&self, name: &str) -> Option<&str> {
-        self.params.get(name).map(String::as_str)
-    }
-}
-
 impl FromStr for Fault {
     type Err = FaultError;
 
@@ -164,55 +550,25 @@ impl FromStr for Fault {
         let name = parts.next().unwrap_or("");
         let kind =
             FaultKind::from_name(name).ok_or_else(|| FaultError::UnknownKind(name.into()))?;
-        let mut params = BTreeMap::new();
-        for part in parts.filter(|p| !p.is_empty()) {
-            let (key, value) = part.split_once('=').unwrap_or((part, ""));
-            let (key, value) = (key.trim(), value.trim());
-            if !kind.params().contains(&key) {
-                return Err(FaultError::UnknownParam {
-                    kind,
-                    param: key.to_owned(),
-                    accepted: kind.params(),
-                });
-            }
-            let numeric = matches!(key, "ms" | "after" | "at" | "by" | "keep" | "retry_after");
-            if numeric && value.parse::<u64>().is_err() {
-                return Err(FaultError::BadValue {
-                    param: key.to_owned(),
-                    value: value.to_owned(),
-                    reason: "expected a non-negative integer",
-                });
-            }
-            if key == "code" && !matches!(value.parse::<u16>(), Ok(400..=599)) {
-                return Err(FaultError::BadValue {
-                    param: key.to_owned(),
-                    value: value.to_owned(),
-                    reason: "expected an HTTP error status from 400 to 599",
-                });
-            }
-            if key == "value" {
-                let ok = match kind {
-                    FaultKind::NanLogprob => matches!(value, "NaN" | "Infinity" | "-Infinity"),
-                    _ => value.parse::<f64>().is_ok_and(|v| v.is_finite()),
-                };
-                if !ok {
-                    return Err(FaultError::BadValue {
-                        param: key.to_owned(),
-                        value: value.to_owned(),
-                        reason: "expected NaN, Infinity or -Infinity for nan-logprob, a finite number otherwise",
-                    });
-                }
-            }
-            params.insert(key.to_owned(), value.to_owned());
+        let given = parts
+            .filter(|p| !p.is_empty())
+            .map(|part| {
+                let (key, value) = part.split_once('=').unwrap_or((part, ""));
+                (key.trim(), value.trim())
+            })
+            .collect();
+        Params {
+            given,
+            asked: Vec::new(),
         }
-        Ok(Fault { kind, params })
+        .build(kind)
     }
 }
 
 impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.kind.name())?;
-        for (k, v) in &self.params {
+        f.write_str(self.kind().name())?;
+        for (k, v) in self.params() {
             write!(f, ";{k}={v}")?;
         }
         Ok(())
@@ -312,10 +668,10 @@ impl FaultConfig {
             if !endpoint.starts_with('/') {
                 return bad(format!("endpoint {endpoint:?} does not start with /"));
             }
-            if !generates(endpoint) && !rule.fault.kind.is_http_level() {
+            if !generates(endpoint) && !rule.fault.is_http_level() {
                 return bad(format!(
                     "{} only applies to {GENERATING_ENDPOINTS}, not {endpoint}",
-                    rule.fault.kind
+                    rule.fault.kind()
                 ));
             }
         }
@@ -363,6 +719,45 @@ mod tests {
         ));
         let fault: Fault = " stall ; ms=25 ".parse().unwrap();
         assert_eq!(fault.to_string(), "stall;ms=25");
-        assert_eq!(fault.u64("ms", 0), 25);
+        assert_eq!(fault, Fault::Stream(StreamFault::Stall { ms: 25 }));
+        assert!(matches!(
+            "status;code=429;message".parse::<Fault>(),
+            Ok(Fault::Http(HttpFault::Status { code: 429, retry_after: 1, message: Some(m) })) if m.is_empty()
+        ));
+        assert_eq!(
+            "positive-logprob;value=1e3"
+                .parse::<Fault>()
+                .unwrap()
+                .to_string(),
+            "positive-logprob;at=0;value=1e3"
+        );
+    }
+
+    /// Every kind parses from its bare name into a fault of that kind, and every fault's canonical spec
+    /// parses back into the same fault.
+    #[test]
+    fn every_kind_parses_and_its_spec_round_trips() {
+        for &kind in FaultKind::ALL {
+            let fault: Fault = kind.name().parse().unwrap();
+            assert_eq!(fault.kind(), kind);
+            assert_eq!(
+                fault.to_string().parse::<Fault>(),
+                Ok(fault.clone()),
+                "{fault}"
+            );
+            assert_eq!(
+                fault.is_http_level(),
+                matches!(
+                    kind,
+                    FaultKind::Status | FaultKind::Delay | FaultKind::Hang | FaultKind::Reset
+                ),
+                "{kind}"
+            );
+        }
+        let unknown = "cut-stream;at=1".parse::<Fault>();
+        assert_eq!(
+            unknown.map_err(|e| e.to_string()),
+            Err("fault cut-stream takes no parameter \"at\"; it accepts [\"after\"]".to_owned())
+        );
     }
 }

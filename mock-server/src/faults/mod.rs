@@ -1,4 +1,5 @@
-//! Fault injection: the catalogue of fault kinds and their `kind;param=value` syntax (`catalogue`), the
+//! Fault injection: the catalogue of fault kinds, their classes, typed parameters and `kind;param=value`
+//! syntax (`catalogue`), the
 //! deterministic schedule that picks which request gets which fault and the counters `/admin/stats` reports
 //! (`schedule`), the byte-level mutations of normal response bodies (`mutate`), and faults applied to what a
 //! generating route answers (`stream`).
@@ -9,8 +10,9 @@ mod schedule;
 pub mod stream;
 
 pub use catalogue::{
-    FAULT_HEADER, Fault, FaultConfig, FaultConfigError, FaultError, FaultKind, FaultRule,
+    BodyFault, EngineFault, FAULT_HEADER, Fault, FaultClass, FaultConfig, FaultConfigError,
+    FaultError, FaultKind, FaultRule, HttpFault, NonFinite, NumberLiteral, StreamFault,
     StreamFilter,
 };
-pub use mutate::{is_body_fault, mutate_body, mutate_object};
+pub use mutate::{mutate_body, mutate_object};
 pub use schedule::Faults;

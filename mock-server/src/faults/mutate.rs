@@ -2,26 +2,10 @@
 //! is encoded as usual, then the few bytes a fault changes are spliced (which is also how bare `NaN` and
 //! `Infinity` literals get into a body), found by a small scanner that knows where a JSON value ends.
 
-use super::catalogue::{Fault, FaultKind};
-
-/// Whether a fault changes the JSON of each answered object (non-stream bodies and stream chunks).
-pub fn is_body_fault(kind: FaultKind) -> bool {
-    matches!(
-        kind,
-        FaultKind::MissingMetaInfo
-            | FaultKind::MissingLogprobs
-            | FaultKind::ShortLogprobs
-            | FaultKind::LongLogprobs
-            | FaultKind::NullLogprob
-            | FaultKind::NanLogprob
-            | FaultKind::PositiveLogprob
-            | FaultKind::WrongTokenId
-            | FaultKind::StringLogprob
-    )
-}
+use super::catalogue::BodyFault;
 
 /// Apply a body fault to an encoded body: one object, or an array of objects (a batch).
-pub fn mutate_body(fault: &Fault, body: &[u8]) -> Vec<u8> {
+pub fn mutate_body(fault: &BodyFault, body: &[u8]) -> Vec<u8> {
     if body.first() == Some(&b'[') {
         let elements = split_array(body, 0);
         let mut out = Vec::with_capacity(body.len() + 16);
@@ -39,23 +23,79 @@ pub fn mutate_body(fault: &Fault, body: &[u8]) -> Vec<u8> {
     }
 }
 
-/// Apply a body fault to one `{"text", "output_ids", "meta_info"}` object.
-pub fn mutate_object(fault: &Fault, obj: &[u8]) -> Vec<u8> {
-    if fault.kind == FaultKind::MissingMetaInfo {
-        return remove_key(obj, 0, "meta_info").unwrap_or_else(|| obj.to_vec());
-    }
-    let Some(meta) = find_key(obj, 0, "meta_info") else {
-        return obj.to_vec();
+/// Apply a body fault to one `{"text", "output_ids", "meta_info"}` object. An object without the part the
+/// fault changes (no `meta_info`, no `output_token_logprobs`, no whole entry at the position) is left alone.
+pub fn mutate_object(fault: &BodyFault, obj: &[u8]) -> Vec<u8> {
+    let edited = match fault {
+        BodyFault::MissingMetaInfo => remove_key(obj, 0, "meta_info"),
+        BodyFault::MissingLogprobs => find_key(obj, 0, "meta_info").and_then(|meta| {
+            find_key(obj, meta.value_start, "output_token_logprobs")?;
+            remove_key(obj, meta.value_start, "output_token_logprobs")
+        }),
+        BodyFault::ShortLogprobs { by } => edit_triples(obj, |triples| {
+            triples.truncate(triples.len().saturating_sub(*by as usize));
+            true
+        }),
+        BodyFault::LongLogprobs { by } => edit_triples(obj, |triples| {
+            let extra = triples
+                .last()
+                .cloned()
+                .unwrap_or_else(|| vec![b"-0.5".to_vec(), b"0".to_vec(), b"null".to_vec()]);
+            for _ in 0..*by {
+                triples.push(extra.clone());
+            }
+            true
+        }),
+        BodyFault::NullLogprob { at } => edit_entry(obj, *at, |triple| {
+            triple[0] = b"null".to_vec();
+        }),
+        BodyFault::NanLogprob { at, value } => edit_entry(obj, *at, |triple| {
+            triple[0] = value.literal().as_bytes().to_vec();
+        }),
+        BodyFault::PositiveLogprob { at, value } => edit_entry(obj, *at, |triple| {
+            triple[0] = value.as_str().as_bytes().to_vec();
+        }),
+        BodyFault::StringLogprob { at } => edit_entry(obj, *at, |triple| {
+            let mut quoted = b"\"".to_vec();
+            quoted.extend_from_slice(&triple[0]);
+            quoted.push(b'"');
+            triple[0] = quoted;
+        }),
+        BodyFault::WrongTokenId { at } => edit_entry(obj, *at, |triple| {
+            let id: u64 = std::str::from_utf8(&triple[1])
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            triple[1] = (if id == 0 { 1 } else { id - 1 }).to_string().into_bytes();
+        }),
     };
-    let Some(lps) = find_key(obj, meta.value_start, "output_token_logprobs") else {
-        return obj.to_vec();
-    };
-    if fault.kind == FaultKind::MissingLogprobs {
-        return remove_key(obj, meta.value_start, "output_token_logprobs")
-            .unwrap_or_else(|| obj.to_vec());
-    }
+    edited.unwrap_or_else(|| obj.to_vec())
+}
+
+/// One `[logprob, token_id, text]` entry: each element's JSON bytes.
+type Triple = Vec<Vec<u8>>;
+
+/// Edit the entry at output position `at` (the last one when past the end), if there is a whole one.
+fn edit_entry(obj: &[u8], at: u64, edit: impl FnOnce(&mut Triple)) -> Option<Vec<u8>> {
+    edit_triples(obj, |triples| {
+        let i = (at as usize).min(triples.len().saturating_sub(1));
+        match triples.get_mut(i) {
+            Some(triple) if triple.len() >= 3 => {
+                edit(triple);
+                true
+            }
+            _ => false,
+        }
+    })
+}
+
+/// Rewrite `meta_info.output_token_logprobs` through `edit`; `None` when the list is absent or `edit` changed
+/// nothing.
+fn edit_triples(obj: &[u8], edit: impl FnOnce(&mut Vec<Triple>) -> bool) -> Option<Vec<u8>> {
+    let meta = find_key(obj, 0, "meta_info")?;
+    let lps = find_key(obj, meta.value_start, "output_token_logprobs")?;
     let list = &obj[lps.value_start..lps.value_end];
-    let mut triples: Vec<Vec<Vec<u8>>> = split_array(list, 0)
+    let mut triples: Vec<Triple> = split_array(list, 0)
         .into_iter()
         .map(|(s, e)| {
             split_array(&list[s..e], 0)
@@ -64,54 +104,8 @@ pub fn mutate_object(fault: &Fault, obj: &[u8]) -> Vec<u8> {
                 .collect()
         })
         .collect();
-    let at = |n: usize| (fault.u64("at", 0) as usize).min(n.saturating_sub(1));
-    match fault.kind {
-        FaultKind::ShortLogprobs => {
-            let by = fault.u64("by", 1) as usize;
-            triples.truncate(triples.len().saturating_sub(by));
-        }
-        FaultKind::LongLogprobs => {
-            let extra = triples
-                .last()
-                .cloned()
-                .unwrap_or_else(|| vec![b"-0.5".to_vec(), b"0".to_vec(), b"null".to_vec()]);
-            for _ in 0..fault.u64("by", 1) {
-                triples.push(extra.clone());
-            }
-        }
-        kind => {
-            if triples.is_empty() {
-                return obj.to_vec();
-            }
-            let i = at(triples.len());
-            let triple = &mut triples[i];
-            if triple.len() < 3 {
-                return obj.to_vec();
-            }
-            match kind {
-                FaultKind::NullLogprob => triple[0] = b"null".to_vec(),
-                FaultKind::NanLogprob => {
-                    triple[0] = fault.str("value").unwrap_or("NaN").as_bytes().to_vec();
-                }
-                FaultKind::PositiveLogprob => {
-                    triple[0] = fault.str("value").unwrap_or("0.5").as_bytes().to_vec();
-                }
-                FaultKind::StringLogprob => {
-                    let mut quoted = b"\"".to_vec();
-                    quoted.extend_from_slice(&triple[0]);
-                    quoted.push(b'"');
-                    triple[0] = quoted;
-                }
-                FaultKind::WrongTokenId => {
-                    let id: u64 = std::str::from_utf8(&triple[1])
-                        .ok()
-                        .and_then(|s| s.parse().ok())
-                        .unwrap_or(0);
-                    triple[1] = (if id == 0 { 1 } else { id - 1 }).to_string().into_bytes();
-                }
-                _ => return obj.to_vec(),
-            }
-        }
+    if !edit(&mut triples) {
+        return None;
     }
     let mut list_out = Vec::with_capacity(list.len() + 16);
     list_out.push(b'[');
@@ -128,7 +122,7 @@ pub fn mutate_object(fault: &Fault, obj: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&obj[..lps.value_start]);
     out.extend_from_slice(&list_out);
     out.extend_from_slice(&obj[lps.value_end..]);
-    out
+    Some(out)
 }
 
 /// The byte span of one key and its value inside a JSON object.
@@ -281,12 +275,15 @@ fn split_array(b: &[u8], start: usize) -> Vec<(usize, usize)> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::catalogue::Fault;
     use super::*;
 
     const OBJ: &str = r#"{"text":"ab","output_ids":[5,6],"meta_info":{"id":"r","input_token_logprobs":[],"output_token_logprobs":[[-0.25,5,null],[-1.5,6,"b"]],"completion_tokens":2}}"#;
 
     fn apply(spec: &str) -> String {
-        let fault: Fault = spec.parse().unwrap();
+        let Ok(Fault::Body(fault)) = spec.parse() else {
+            panic!("{spec} is not a body fault");
+        };
         String::from_utf8(mutate_object(&fault, OBJ.as_bytes())).unwrap()
     }
     #[test]

@@ -89,12 +89,12 @@ impl Faults {
         }
         if let Some(spec) = header {
             let fault: Fault = spec.parse()?;
-            if !generates(endpoint) && !fault.kind.is_http_level() {
+            if !generates(endpoint) && !fault.is_http_level() {
                 return Err(FaultError::BadRule {
                     index: 0,
                     reason: format!(
                         "{} only applies to {GENERATING_ENDPOINTS}, not {endpoint}",
-                        fault.kind
+                        fault.kind()
                     ),
                 });
             }
@@ -197,7 +197,7 @@ mod tests {
                     faults
                         .decide("/generate", false, None)
                         .unwrap()
-                        .map(|f| f.kind)
+                        .map(|f| f.kind())
                 })
                 .collect::<Vec<_>>()
         };

@@ -6,8 +6,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 
-use super::catalogue::{Fault, FaultKind};
-use super::mutate::{is_body_fault, mutate_body};
+use super::catalogue::{BodyFault, Fault, StreamFault};
+use super::mutate::mutate_body;
 use crate::error::ApiError;
 use crate::wire::{DONE_EVENT, sse_event};
 
@@ -15,7 +15,7 @@ use crate::wire::{DONE_EVENT, sse_event};
 #[derive(Debug, Clone, Copy)]
 pub struct Format {
     /// A body or one stream event (JSON) under a body fault.
-    pub mutate: fn(&Fault, &[u8]) -> Vec<u8>,
+    pub mutate: fn(&BodyFault, &[u8]) -> Vec<u8>,
     /// The JSON of the event that `error-event` sends, from its message.
     pub error_event: fn(&str) -> Vec<u8>,
 }
@@ -32,40 +32,61 @@ fn native_error_event(message: &str) -> Vec<u8> {
 }
 
 /// The non-stream body under `fault`: mutated, cut, or sent after a stall. A stream-only fault on a
-/// non-stream request is a 400 that says so. Faults that act elsewhere leave the body alone.
+/// non-stream request is a 400 that says so. HTTP and engine faults acted earlier and leave the body alone.
 pub async fn non_stream_body(
     fault: &Fault,
     body: Vec<u8>,
     format: Format,
 ) -> Result<Vec<u8>, ApiError> {
-    match fault.kind {
-        kind if is_body_fault(kind) => Ok((format.mutate)(fault, &body)),
-        FaultKind::TruncatedBody => {
-            let keep = fault.u64("keep", body.len() as u64 / 2) as usize;
-            Ok(body[..keep.min(body.len().saturating_sub(1))].to_vec())
+    match fault {
+        Fault::Body(fault) => Ok((format.mutate)(fault, &body)),
+        Fault::Http(_) | Fault::Engine(_) => Ok(body),
+        Fault::Stream(stream) => match stream {
+            StreamFault::TruncatedBody { keep } => {
+                let keep = keep.unwrap_or(body.len() as u64 / 2) as usize;
+                Ok(body[..keep.min(body.len().saturating_sub(1))].to_vec())
+            }
+            StreamFault::Stall { ms } => {
+                tokio::time::sleep(Duration::from_millis(*ms)).await;
+                Ok(body)
+            }
+            StreamFault::TruncateStream { .. }
+            | StreamFault::CutStream { .. }
+            | StreamFault::MalformedChunk { .. }
+            | StreamFault::DuplicateChunk { .. }
+            | StreamFault::ErrorEvent { .. } => Err(ApiError::Http {
+                status: 400,
+                message: format!(
+                    "fault {} only applies to streamed requests (\"stream\": true)",
+                    fault.kind()
+                ),
+            }),
+        },
+    }
+}
+
+/// A fault that acts on the events of a stream: body faults rewrite each chunk, stream faults cut, break,
+/// repeat, corrupt or delay them.
+#[derive(Debug, Clone)]
+pub enum EventFault {
+    Body(BodyFault),
+    Stream(StreamFault),
+}
+
+impl EventFault {
+    /// The part of `fault` that acts on a stream's events; HTTP and engine faults act elsewhere.
+    pub fn of(fault: Fault) -> Option<EventFault> {
+        match fault {
+            Fault::Body(fault) => Some(EventFault::Body(fault)),
+            Fault::Stream(fault) => Some(EventFault::Stream(fault)),
+            Fault::Http(_) | Fault::Engine(_) => None,
         }
-        FaultKind::Stall => {
-            tokio::time::sleep(Duration::from_millis(fault.u64("ms", 0))).await;
-            Ok(body)
-        }
-        FaultKind::TruncateStream
-        | FaultKind::CutStream
-        | FaultKind::MalformedChunk
-        | FaultKind::DuplicateChunk
-        | FaultKind::ErrorEvent => Err(ApiError::Http {
-            status: 400,
-            message: format!(
-                "fault {} only applies to streamed requests (\"stream\": true)",
-                fault.kind
-            ),
-        }),
-        _ => Ok(body),
     }
 }
 
 struct State<S> {
     inner: std::pin::Pin<Box<S>>,
-    fault: Fault,
+    fault: EventFault,
     format: Format,
     /// Data events passed on so far.
     sent: u64,
@@ -80,11 +101,10 @@ fn broken() -> std::io::Error {
     )
 }
 
-/// The events of `inner` under a stream or body fault, written in `format`. Faults that act elsewhere pass
-/// the events on unchanged.
+/// The events of `inner` under a stream or body fault, written in `format`.
 pub fn apply<S>(
     inner: S,
-    fault: Fault,
+    fault: EventFault,
     format: Format,
 ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static
 where
@@ -113,60 +133,64 @@ where
             return None;
         };
         let is_done = &event[..] == DONE_EVENT;
-        let f = &st.fault;
-        if f.kind == FaultKind::Stall {
-            tokio::time::sleep(Duration::from_millis(f.u64("ms", 0))).await;
+        if let EventFault::Stream(StreamFault::Stall { ms }) = &st.fault {
+            tokio::time::sleep(Duration::from_millis(*ms)).await;
         }
         if is_done {
             return Some((Ok(event), st));
         }
         let n = st.sent;
         st.sent += 1;
-        let out = match f.kind {
-            kind if is_body_fault(kind) => {
+        let out = match &st.fault {
+            EventFault::Body(fault) => {
                 let json = &event[b"data: ".len()..event.len() - 2];
                 if json.starts_with(br#"{"error""#) {
                     event
                 } else {
-                    sse_event(&(st.format.mutate)(f, json))
+                    sse_event(&(st.format.mutate)(fault, json))
                 }
             }
-            FaultKind::TruncatedBody => {
-                st.over = true;
-                st.queued.push(Err(broken()));
-                event.slice(..event.len() / 2)
-            }
-            FaultKind::TruncateStream | FaultKind::CutStream | FaultKind::ErrorEvent
-                if n >= f.u64("after", 1) =>
-            {
-                st.over = true;
-                match f.kind {
-                    FaultKind::TruncateStream => return None,
-                    FaultKind::CutStream => {
-                        // Let the server flush what it has before the connection breaks.
-                        tokio::task::yield_now().await;
-                        return Some((Err(broken()), st));
-                    }
-                    _ => {
-                        let message = f
-                            .str("message")
-                            .unwrap_or("Internal server error (injected mid-stream).");
-                        st.queued.push(Ok(Bytes::from_static(DONE_EVENT)));
-                        (st.format.error_event)(message).into()
-                    }
+            EventFault::Stream(fault) => match fault {
+                StreamFault::TruncatedBody { .. } => {
+                    st.over = true;
+                    st.queued.push(Err(broken()));
+                    event.slice(..event.len() / 2)
                 }
-            }
-            FaultKind::MalformedChunk if n == f.u64("at", 0) => {
-                let json = &event[b"data: ".len()..event.len() - 2];
-                let mut broken_json = json[..json.len() / 2].to_vec();
-                broken_json.extend_from_slice(b"\"}");
-                sse_event(&broken_json)
-            }
-            FaultKind::DuplicateChunk if n == f.u64("at", 0) => {
-                st.queued.push(Ok(event.clone()));
-                event
-            }
-            _ => event,
+                // The stream ends here, cleanly and without `[DONE]`.
+                StreamFault::TruncateStream { after } if n >= *after => return None,
+                StreamFault::CutStream { after } if n >= *after => {
+                    st.over = true;
+                    // Let the server flush what it has before the connection breaks.
+                    tokio::task::yield_now().await;
+                    return Some((Err(broken()), st));
+                }
+                StreamFault::ErrorEvent { after, message } if n >= *after => {
+                    st.over = true;
+                    let message = message
+                        .as_deref()
+                        .unwrap_or("Internal server error (injected mid-stream).");
+                    let error = (st.format.error_event)(message);
+                    st.queued.push(Ok(Bytes::from_static(DONE_EVENT)));
+                    error.into()
+                }
+                StreamFault::MalformedChunk { at } if n == *at => {
+                    let json = &event[b"data: ".len()..event.len() - 2];
+                    let mut broken_json = json[..json.len() / 2].to_vec();
+                    broken_json.extend_from_slice(b"\"}");
+                    sse_event(&broken_json)
+                }
+                StreamFault::DuplicateChunk { at } if n == *at => {
+                    st.queued.push(Ok(event.clone()));
+                    event
+                }
+                // Before its chunk, or a stall (which acted above): the event passes unchanged.
+                StreamFault::TruncateStream { .. }
+                | StreamFault::CutStream { .. }
+                | StreamFault::ErrorEvent { .. }
+                | StreamFault::MalformedChunk { .. }
+                | StreamFault::DuplicateChunk { .. }
+                | StreamFault::Stall { .. } => event,
+            },
         };
         // An error event is framed here; everything else already is.
         let out = if out.starts_with(b"data: ") {

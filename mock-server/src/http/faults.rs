@@ -14,7 +14,7 @@ use super::extract::Conn;
 use super::state::AppState;
 use crate::control::QUEUE_FULL_MESSAGE;
 use crate::error::ApiError;
-use crate::faults::{FAULT_HEADER, Fault, FaultKind};
+use crate::faults::{FAULT_HEADER, Fault, HttpFault};
 
 /// The `X-Mock-Fault` header of a request: `Ok(None)` without one, an error for one that is not UTF-8.
 fn fault_header(headers: &axum::http::HeaderMap) -> Result<Option<&str>, ApiError> {
@@ -43,7 +43,7 @@ pub(crate) fn decide_fault(
             message: err.to_string(),
         })?;
     if let Some(fault) = &fault {
-        state.faults().record(fault.kind);
+        state.faults().record(fault.kind());
         tracing::info!(endpoint, fault = %fault, "injecting fault");
     }
     Ok(fault)
@@ -55,22 +55,30 @@ pub(crate) async fn http_fault(
     fault: &Fault,
     conn: Option<&ConnHandle>,
 ) -> Option<Response> {
-    match fault.kind {
-        FaultKind::Status => Some(status_fault(fault)),
-        FaultKind::Delay => {
-            tokio::time::sleep(Duration::from_millis(fault.u64("ms", 0))).await;
+    let fault = match fault {
+        Fault::Http(fault) => fault,
+        // The other classes act on the answer, in the engine, or on the stream, later.
+        Fault::Body(_) | Fault::Stream(_) | Fault::Engine(_) => return None,
+    };
+    match fault {
+        HttpFault::Status {
+            code,
+            retry_after,
+            message,
+        } => Some(status_fault(*code, *retry_after, message.clone())),
+        HttpFault::Delay { ms } => {
+            tokio::time::sleep(Duration::from_millis(*ms)).await;
             None
         }
-        FaultKind::Hang => {
+        HttpFault::Hang { ms } => {
             // A hung request must not hold a graceful shutdown for its whole `ms` (ten minutes by default).
             tokio::select! {
-                () = tokio::time::sleep(Duration::from_millis(fault.u64("ms", 600_000))) => {}
+                () = tokio::time::sleep(Duration::from_millis(*ms)) => {}
                 () = state.shutting_down() => {}
             }
             Some(reset_response(conn))
         }
-        FaultKind::Reset => Some(reset_response(conn)),
-        _ => None,
+        HttpFault::Reset => Some(reset_response(conn)),
     }
 }
 
@@ -90,9 +98,7 @@ fn reset_response(conn: Option<&ConnHandle>) -> Response {
 }
 
 /// The `status` fault: SGLang's body for the status, `Retry-After` on a 429.
-fn status_fault(fault: &Fault) -> Response {
-    let code = fault.u64("code", 500) as u16;
-    let message = fault.str("message").map(str::to_owned);
+fn status_fault(code: u16, retry_after: u64, message: Option<String>) -> Response {
     let err = match code {
         400 => {
             ApiError::value(message.unwrap_or_else(|| "Bad request (injected fault).".to_owned()))
@@ -113,7 +119,7 @@ fn status_fault(fault: &Fault) -> Response {
     };
     let mut response = err.into_response();
     if code == 429 {
-        let secs = fault.u64("retry_after", 1).to_string();
+        let secs = retry_after.to_string();
         if let Ok(value) = axum::http::HeaderValue::from_str(&secs) {
             response.headers_mut().insert(header::RETRY_AFTER, value);
         }

@@ -18,7 +18,7 @@ use crate::control::{Admission, QUEUE_FULL_MESSAGE};
 use crate::engine::{GeneratePlan, RidSource};
 use crate::error::ApiError;
 use crate::faults::stream as stream_faults;
-use crate::faults::{Fault, FaultKind};
+use crate::faults::{EngineFault, Fault};
 use crate::request;
 use crate::wire::{self, EncodeCtx, WaitingAbort};
 
@@ -91,10 +91,18 @@ pub(crate) async fn execute(
         items = plan.items.len(),
         stream = plan.stream,
     );
-    let fault_kind = fault.as_ref().map(|f| f.kind);
-    if let Some(kind @ (FaultKind::AbortWaiting | FaultKind::AbortBeforePrefill)) = fault_kind {
-        return never_scheduled(state, &plan, kind, started);
-    }
+    let abort_after = match &fault {
+        Some(Fault::Engine(engine)) => match engine {
+            EngineFault::AbortWaiting => {
+                return never_scheduled(state, &plan, NeverScheduled::Waiting, started);
+            }
+            EngineFault::AbortBeforePrefill => {
+                return never_scheduled(state, &plan, NeverScheduled::BeforePrefill, started);
+            }
+            EngineFault::AbortRunning { after } => Some(*after as usize),
+        },
+        Some(Fault::Http(_) | Fault::Body(_) | Fault::Stream(_)) | None => None,
+    };
     let tokens: usize = plan
         .items
         .iter()
@@ -110,19 +118,18 @@ pub(crate) async fn execute(
         control: Arc::clone(&control),
         ctl: Arc::clone(handle.ctl()),
         latency: state.config().latency,
-        abort_after: (fault_kind == Some(FaultKind::AbortRunning))
-            .then(|| fault.as_ref().map_or(1, |f| f.u64("after", 1)) as usize),
+        abort_after,
         weight_version: control.weight_version(),
         metrics: Arc::clone(state.metrics()),
     };
     if plan.stream {
         span.in_scope(|| tracing::info!("streaming"));
         let stream = drive::sse_stream(ctx, plan, handle, guard);
-        let body = match fault {
-            Some(fault) if !fault.kind.is_http_level() => {
+        let body = match fault.and_then(stream_faults::EventFault::of) {
+            Some(fault) => {
                 Body::from_stream(stream_faults::apply(stream, fault, stream_faults::NATIVE))
             }
-            _ => Body::from_stream(stream),
+            None => Body::from_stream(stream),
         };
         return sse_response(body);
     }
@@ -169,18 +176,25 @@ pub(crate) async fn execute(
     }
 }
 
+/// Where a request that never ran was aborted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NeverScheduled {
+    Waiting,
+    BeforePrefill,
+}
+
 /// The abort shapes of a request that never reaches the scheduler: aborted in the waiting queue, or (MID)
 /// before prefill.
 fn never_scheduled(
     state: &AppState,
     plan: &GeneratePlan,
-    kind: FaultKind,
+    kind: NeverScheduled,
     started: Instant,
 ) -> Response {
     let weight_version = state.control().weight_version();
     let ctx = EncodeCtx::new(state.config().profile, state.model(), plan, &weight_version);
     let e2e = started.elapsed().as_secs_f64();
-    let objects = if kind == FaultKind::AbortWaiting {
+    let objects = if kind == NeverScheduled::Waiting {
         wire::waiting_abort_objects(&ctx, plan, WaitingAbort::Aborted, e2e, plan.stream)
     } else {
         plan.items

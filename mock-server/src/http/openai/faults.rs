@@ -11,7 +11,7 @@
 
 use serde_json::{Value, json};
 
-use crate::faults::{Fault, FaultKind};
+use crate::faults::BodyFault;
 
 /// A raw JSON token travels inside a string wrapped in this marker, and is unwrapped by [`write`].
 const RAW: &str = "\u{1}raw\u{1}";
@@ -21,10 +21,10 @@ const RAW_ESCAPED: &str = "\\u0001raw\\u0001";
 /// The text given to the token at `at` by `wrong-token-id`.
 pub(crate) const WRONG_TOKEN: &str = "<|wrong-token|>";
 
-/// Apply a body fault to an OpenAI body or chunk; other kinds leave it alone. Only choices that carry
-/// logprobs are touched by the logprob faults.
-pub(crate) fn mutate(fault: &Fault, value: &mut Value) {
-    if fault.kind == FaultKind::MissingMetaInfo {
+/// Apply a body fault to an OpenAI body or chunk. Only choices that carry logprobs are touched by the
+/// logprob faults.
+pub(crate) fn mutate(fault: &BodyFault, value: &mut Value) {
+    if *fault == BodyFault::MissingMetaInfo {
         if let Some(obj) = value.as_object_mut() {
             obj.remove("usage");
             obj.remove("metadata");
@@ -38,10 +38,23 @@ pub(crate) fn mutate(fault: &Fault, value: &mut Value) {
         let Some(logprobs) = choice.get_mut("logprobs").filter(|l| !l.is_null()) else {
             continue;
         };
-        match fault.kind {
-            FaultKind::MissingLogprobs => *logprobs = Value::Null,
-            FaultKind::ShortLogprobs | FaultKind::LongLogprobs => resize(fault, logprobs),
-            _ => mutate_entry(fault, logprobs),
+        match fault {
+            // Handled above: the whole answer loses its usage and metadata.
+            BodyFault::MissingMetaInfo => {}
+            BodyFault::MissingLogprobs => *logprobs = Value::Null,
+            BodyFault::ShortLogprobs { by } => resize(logprobs, *by as usize, true),
+            BodyFault::LongLogprobs { by } => resize(logprobs, *by as usize, false),
+            BodyFault::NullLogprob { at } => set_logprob(logprobs, *at, |_| Value::Null),
+            BodyFault::NanLogprob { at, value } => {
+                set_logprob(logprobs, *at, |_| raw(value.literal()));
+            }
+            BodyFault::PositiveLogprob { at, value } => {
+                set_logprob(logprobs, *at, |_| raw(value.as_str()));
+            }
+            BodyFault::StringLogprob { at } => {
+                set_logprob(logprobs, *at, |slot| json!(slot.to_string()));
+            }
+            BodyFault::WrongTokenId { at } => wrong_token(logprobs, *at),
         }
     }
 }
@@ -82,10 +95,9 @@ fn token_lists(logprobs: &mut Value) -> Vec<&mut Vec<Value>> {
     }
 }
 
-fn resize(fault: &Fault, logprobs: &mut Value) {
-    let by = fault.u64("by", 1) as usize;
+fn resize(logprobs: &mut Value, by: usize, shorter: bool) {
     for list in token_lists(logprobs) {
-        if fault.kind == FaultKind::ShortLogprobs {
+        if shorter {
             list.truncate(list.len().saturating_sub(by));
         } else if let Some(last) = list.last().cloned() {
             list.extend(std::iter::repeat_n(last, by));
@@ -93,36 +105,34 @@ fn resize(fault: &Fault, logprobs: &mut Value) {
     }
 }
 
-/// The logprob (or token) at `at`: chat's `content[at]`, or position `at` of the completion arrays.
-fn mutate_entry(fault: &Fault, logprobs: &mut Value) {
-    let at = fault.u64("at", 0) as usize;
+/// The logprob at `at`: chat's `content[at].logprob`, or position `at` of the completion's `token_logprobs`.
+fn set_logprob(logprobs: &mut Value, at: u64, value: impl FnOnce(&Value) -> Value) {
+    let at = at as usize;
     let slot = if logprobs.get("content").is_some() {
-        let Some(entry) = logprobs.get_mut("content").and_then(|c| c.get_mut(at)) else {
-            return;
-        };
-        if fault.kind == FaultKind::WrongTokenId {
+        logprobs
+            .get_mut("content")
+            .and_then(|c| c.get_mut(at))
+            .and_then(|entry| entry.get_mut("logprob"))
+    } else {
+        logprobs
+            .get_mut("token_logprobs")
+            .and_then(|list| list.get_mut(at))
+    };
+    if let Some(slot) = slot {
+        *slot = value(slot);
+    }
+}
+
+/// The token at `at` is another token's: chat's `content[at]` (its `token` and `bytes`), or position `at` of
+/// the completion's `tokens`.
+fn wrong_token(logprobs: &mut Value, at: u64) {
+    let at = at as usize;
+    if logprobs.get("content").is_some() {
+        if let Some(entry) = logprobs.get_mut("content").and_then(|c| c.get_mut(at)) {
             entry["token"] = json!(WRONG_TOKEN);
             entry["bytes"] = json!(WRONG_TOKEN.as_bytes());
-            return;
         }
-        entry.get_mut("logprob")
-    } else {
-        let key = if fault.kind == FaultKind::WrongTokenId {
-            "tokens"
-        } else {
-            "token_logprobs"
-        };
-        logprobs.get_mut(key).and_then(|list| list.get_mut(at))
-    };
-    let Some(slot) = slot else {
-        return;
-    };
-    *slot = match fault.kind {
-        FaultKind::WrongTokenId => json!(WRONG_TOKEN),
-        FaultKind::NullLogprob => Value::Null,
-        FaultKind::NanLogprob => raw(fault.str("value").unwrap_or("NaN")),
-        FaultKind::PositiveLogprob => raw(fault.str("value").unwrap_or("0.5")),
-        FaultKind::StringLogprob => json!(slot.to_string()),
-        _ => return,
-    };
+    } else if let Some(slot) = logprobs.get_mut("tokens").and_then(|list| list.get_mut(at)) {
+        *slot = json!(WRONG_TOKEN);
+    }
 }

@@ -33,7 +33,7 @@ use super::respond::{json_response, sse_response};
 use super::state::AppState;
 use crate::error::ApiError;
 use crate::faults::stream as stream_faults;
-use crate::faults::{Fault, FaultKind};
+use crate::faults::{BodyFault, Fault};
 use crate::request as native;
 use crate::wire::{DONE_EVENT, sse_event};
 pub(super) use request::{Api, OpenAiRequest};
@@ -94,7 +94,7 @@ async fn handle(
         Err(err) => return openai_error(err).into_response(),
     };
     // Aborts happen in the engine; every other fault rewrites the OpenAI answer (or leaves it alone).
-    let engine_fault = fault.clone().filter(|f| is_engine_fault(f.kind));
+    let engine_fault = fault.clone().filter(|f| matches!(f, Fault::Engine(_)));
     let answer = execute(&state, plan, engine_fault, started).await;
     // Planning errors were answered above; what fails here (a full queue's 503) passes in SGLang's shape.
     if answer.status() != StatusCode::OK {
@@ -105,7 +105,7 @@ async fn handle(
     if openai.stream {
         let translator = ChunkTranslator::new(openai, incremental, created);
         let events = translate_stream(answer.into_body().into_data_stream(), translator);
-        let body = match fault {
+        let body = match fault.and_then(stream_faults::EventFault::of) {
             Some(fault) => Body::from_stream(stream_faults::apply(events, fault, FORMAT)),
             None => Body::from_stream(events),
         };
@@ -121,7 +121,7 @@ const FORMAT: stream_faults::Format = stream_faults::Format {
     error_event: openai_error_event,
 };
 
-fn mutate_answer(fault: &Fault, json: &[u8]) -> Vec<u8> {
+fn mutate_answer(fault: &BodyFault, json: &[u8]) -> Vec<u8> {
     match serde_json::from_slice::<Value>(json) {
         Ok(mut value) => {
             faults::mutate(fault, &mut value);
@@ -134,13 +134,6 @@ fn mutate_answer(fault: &Fault, json: &[u8]) -> Vec<u8> {
 
 fn openai_error_event(message: &str) -> Vec<u8> {
     faults::write(&response::stream_error(message, "BadRequestError", 400))
-}
-
-fn is_engine_fault(kind: FaultKind) -> bool {
-    matches!(
-        kind,
-        FaultKind::AbortWaiting | FaultKind::AbortRunning | FaultKind::AbortBeforePrefill
-    )
 }
 
 /// A native `ValueError` is the OpenAI layer's `BadRequestError`; other errors keep their shape.
