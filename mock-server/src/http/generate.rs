@@ -203,7 +203,7 @@ fn never_scheduled(
             .map(|(i, item)| {
                 let mut json = Vec::new();
                 let index = (plan.stream && plan.is_batch).then_some(i);
-                wire::encode_before_prefill(&mut json, item, index);
+                wire::encode_before_prefill(&mut json, &ctx, item, index);
                 json
             })
             .collect()

@@ -1,16 +1,12 @@
-//! The reduced objects of requests that never ran: aborted in the waiting queue, or (MID) before prefill.
+//! The objects of requests that never ran: aborted in the waiting queue, or (MID) before prefill. Their
+//! shapes are [`Shape::AbortedWaiting`] and [`Shape::AbortedBeforePrefill`] of the one object writer.
 
 use super::item::EncodeCtx;
+use super::json::{
+    FinishJson, InputPositions, InputTokenLogprobs, OutputPositions, TokenLogprobs, WaitingAbort,
+};
+use super::meta::{LogprobFields, Meta, Object, Shape};
 use crate::engine::PlannedItem;
-
-/// The finish reason of a request that ended in the waiting queue (`TokenizerManager._handle_abort_req`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WaitingAbort<'a> {
-    /// `/abort_request` or a pause reached it before it ran: `{"type":"abort","message":"Abort in waiting queue"}`.
-    Aborted,
-    /// The scheduler refused it, e.g. a full queue: `{"type":"abort","status_code":503,"message":...}`.
-    Refused { status_code: u16, message: &'a str },
-}
 
 /// The reduced object SGLang sends for a request aborted in the waiting queue: `meta_info` holds only `id`,
 /// `finish_reason`, `weight_version`, `e2e_latency`, the (empty) logprob lists when requested and
@@ -23,54 +19,169 @@ pub fn encode_waiting_abort(
     e2e_latency: f64,
     index: Option<usize>,
 ) {
-    let string = |out: &mut Vec<u8>, s: &str| {
-        let _ = serde_json::to_writer(&mut *out, s);
+    let empty = || {
+        (
+            InputPositions {
+                positions: 0,
+                entries: &[],
+                per_position: 1,
+                tok: None,
+            },
+            OutputPositions {
+                entries: &[],
+                per_position: 1,
+                tok: None,
+            },
+        )
     };
-    out.extend_from_slice(br#"{"text":"","output_ids":[],"meta_info":{"id":"#);
-    string(out, &item.rid);
-    out.extend_from_slice(br#","finish_reason":{"type":"abort","#);
-    match reason {
-        WaitingAbort::Aborted => out.extend_from_slice(br#""message":"Abort in waiting queue""#),
-        WaitingAbort::Refused {
-            status_code,
-            message,
-        } => {
-            out.extend_from_slice(format!(r#""status_code":{status_code},"message":"#).as_bytes());
-            string(out, message);
-        }
+    let logprobs = item.request.return_logprob.then(|| LogprobFields {
+        input_token_logprobs: InputTokenLogprobs {
+            lps: &[],
+            ids: &[],
+            tok: None,
+        },
+        output_token_logprobs: TokenLogprobs {
+            lps: &[],
+            ids: &[],
+            tok: None,
+        },
+        output_token_logprobs_length: 0,
+        top: (item.top_logprobs_num > 0).then(empty),
+        token_ids: item.token_ids_logprob_requested.then(empty),
+    });
+    Object {
+        shape: Shape::AbortedWaiting,
+        text: "",
+        output_ids: &[],
+        meta: Meta {
+            id: &item.rid,
+            finish_reason: Some(FinishJson::Waiting(reason)),
+            prompt_tokens: 0,
+            weight_version: ctx.weight_version,
+            num_retractions: 0,
+            logprobs,
+            completion_tokens: 0,
+            cached_tokens: 0,
+            e2e_latency: Some(e2e_latency),
+            response_sent_to_client_ts: None,
+        },
+        index,
     }
-    out.extend_from_slice(br#"},"weight_version":"#);
-    string(out, ctx.weight_version);
-    out.extend_from_slice(br#","e2e_latency":"#);
-    let _ = serde_json::to_writer(&mut *out, &e2e_latency);
-    if item.request.return_logprob {
-        out.extend_from_slice(br#","input_token_logprobs":[],"output_token_logprobs":[]"#);
-        if item.top_logprobs_num > 0 {
-            out.extend_from_slice(br#","input_top_logprobs":[],"output_top_logprobs":[]"#);
-        }
-        if item.token_ids_logprob_requested {
-            out.extend_from_slice(
-                br#","input_token_ids_logprobs":[],"output_token_ids_logprobs":[]"#,
-            );
-        }
-    }
-    out.extend_from_slice(br#","completion_tokens":0}"#);
-    if let Some(index) = index {
-        out.extend_from_slice(format!(r#","index":{index}"#).as_bytes());
-    }
-    out.push(b'}');
+    .write(out, ctx.profile);
 }
 
 /// \[MID\] "Abort before prefill": `{"text":"","meta_info":{"id","finish_reason","prompt_tokens":0,
 /// "completion_tokens":0}}`, with no `output_ids` and no logprob keys at all.
-pub fn encode_before_prefill(out: &mut Vec<u8>, item: &PlannedItem, index: Option<usize>) {
-    out.extend_from_slice(br#"{"text":"","meta_info":{"id":"#);
-    let _ = serde_json::to_writer(&mut *out, &item.rid);
-    out.extend_from_slice(
-        br#","finish_reason":{"type":"abort","message":"Abort before prefill"},"prompt_tokens":0,"completion_tokens":0}"#,
-    );
-    if let Some(index) = index {
-        out.extend_from_slice(format!(r#","index":{index}"#).as_bytes());
+pub fn encode_before_prefill(
+    out: &mut Vec<u8>,
+    ctx: &EncodeCtx<'_>,
+    item: &PlannedItem,
+    index: Option<usize>,
+) {
+    Object {
+        shape: Shape::AbortedBeforePrefill,
+        text: "",
+        output_ids: &[],
+        meta: Meta {
+            id: &item.rid,
+            finish_reason: Some(FinishJson::BeforePrefill),
+            prompt_tokens: 0,
+            weight_version: ctx.weight_version,
+            num_retractions: 0,
+            logprobs: None,
+            completion_tokens: 0,
+            cached_tokens: 0,
+            e2e_latency: None,
+            response_sent_to_client_ts: None,
+        },
+        index,
     }
-    out.push(b'}');
+    .write(out, ctx.profile);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Profile, ServerConfig};
+    use crate::engine::{GeneratePlan, RidSource};
+    use crate::model::Model;
+
+    struct NoFreshRids;
+
+    impl RidSource for NoFreshRids {
+        fn fresh_rid(&mut self) -> String {
+            "fresh".to_owned()
+        }
+    }
+
+    fn planned(body: &str) -> (Model, GeneratePlan) {
+        let config = ServerConfig::default();
+        let model = config.build_model().unwrap();
+        let parsed = crate::request::parse_generate(body.as_bytes()).unwrap();
+        let plan =
+            crate::request::plan_generate(&parsed, &config, model.tokenizer(), &mut NoFreshRids)
+                .unwrap();
+        (model, plan)
+    }
+
+    /// The bytes SGLang's `_handle_abort_req` and the MID "Abort before prefill" produce, written out by hand:
+    /// the shapes' key lists must give exactly these objects.
+    #[test]
+    fn never_run_objects_are_exactly_sglangs() {
+        let (model, plan) = planned(
+            r#"{"text":"a","rid":"r1","return_logprob":true,"top_logprobs_num":2,"token_ids_logprob":[5]}"#,
+        );
+        let ctx = EncodeCtx::new(Profile::Latest, &model, &plan, "v3");
+        let item = &plan.items[0];
+        let mut out = Vec::new();
+        let refused = WaitingAbort::Refused {
+            status_code: 503,
+            message: "full",
+        };
+        encode_waiting_abort(&mut out, &ctx, item, refused, 0.25, Some(1));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            concat!(
+                r#"{"text":"","output_ids":[],"meta_info":{"id":"r1","#,
+                r#""finish_reason":{"type":"abort","status_code":503,"message":"full"},"#,
+                r#""weight_version":"v3","e2e_latency":0.25,"#,
+                r#""input_token_logprobs":[],"output_token_logprobs":[],"#,
+                r#""input_top_logprobs":[],"output_top_logprobs":[],"#,
+                r#""input_token_ids_logprobs":[],"output_token_ids_logprobs":[],"#,
+                r#""completion_tokens":0},"index":1}"#
+            )
+        );
+
+        let (model, plan) = planned(r#"{"text":"a","rid":"r2"}"#);
+        for profile in [Profile::Latest, Profile::Mid] {
+            let ctx = EncodeCtx::new(profile, &model, &plan, "default");
+            let mut out = Vec::new();
+            encode_waiting_abort(
+                &mut out,
+                &ctx,
+                &plan.items[0],
+                WaitingAbort::Aborted,
+                1.5,
+                None,
+            );
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                concat!(
+                    r#"{"text":"","output_ids":[],"meta_info":{"id":"r2","#,
+                    r#""finish_reason":{"type":"abort","message":"Abort in waiting queue"},"#,
+                    r#""weight_version":"default","e2e_latency":1.5,"completion_tokens":0}}"#
+                )
+            );
+            let mut out = Vec::new();
+            encode_before_prefill(&mut out, &ctx, &plan.items[0], Some(0));
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                concat!(
+                    r#"{"text":"","meta_info":{"id":"r2","#,
+                    r#""finish_reason":{"type":"abort","message":"Abort before prefill"},"#,
+                    r#""prompt_tokens":0,"completion_tokens":0},"index":0}"#
+                )
+            );
+        }
+    }
 }

@@ -1,9 +1,10 @@
 //! Whole non-stream bodies: one object per item, or an array for a batch.
 
-use super::aborts::{WaitingAbort, encode_waiting_abort};
+use super::aborts::encode_waiting_abort;
 use super::item::{
     Chunk, EncodeCtx, Finished, OutputMode, Sent, encode_item, has_non_finite_logprob,
 };
+use super::json::WaitingAbort;
 use crate::config::Profile;
 use crate::engine::{GeneratePlan, Generation, Run};
 use crate::error::ApiError;

@@ -7,8 +7,8 @@ use crate::model::{Model, Tokenizer};
 
 use super::json::{
     Abort, FinishJson, InputPositions, InputTokenLogprobs, OutputPositions, TokenLogprobs,
-    write_ids, write_int, write_serde, write_str,
 };
+use super::meta::{LogprobFields, Meta, Object, Shape};
 /// How the output fields of one chunk relate to earlier chunks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutputMode {
@@ -101,33 +101,29 @@ pub fn encode_item(
         ),
         OutputMode::MidDeltaIds => (full_text, sent.ids.min(ids.len()), 0),
     };
-    let latest = ctx.profile == Profile::Latest;
     let logprobs = item
         .request
         .return_logprob
         .then(|| logprob_fields(ctx, item, generation, lp_from));
-    let finish_reason = generation.finish_reason().map(FinishJson::Engine);
-    let body = ItemJson {
+    Object {
+        shape: Shape::Generated,
         text,
         output_ids: &ids[ids_from..],
-        meta_info: MetaInfo {
+        meta: Meta {
             id: &item.rid,
-            finish_reason,
+            finish_reason: generation.finish_reason().map(FinishJson::Engine),
             prompt_tokens: generation.prompt_tokens(),
             weight_version: ctx.weight_version,
-            num_retractions: latest.then_some(num_retractions),
+            num_retractions,
             logprobs,
-            reasoning_tokens: latest.then_some(0),
             completion_tokens: ids.len(),
             cached_tokens: 0,
             e2e_latency: finished.map(|f| f.e2e_latency),
-            response_sent_to_client_ts: finished
-                .filter(|_| latest)
-                .map(|f| f.response_sent_to_client_ts),
+            response_sent_to_client_ts: finished.map(|f| f.response_sent_to_client_ts),
         },
         index,
-    };
-    body.write(out);
+    }
+    .write(out, ctx.profile);
 }
 
 /// The logprob fields of an item from output position `lp_from` on (0, or the first position not yet sent
@@ -139,7 +135,6 @@ fn logprob_fields<'a>(
     lp_from: usize,
 ) -> LogprobFields<'a> {
     let tok = ctx.return_text_in_logprobs.then_some(ctx.tokenizer);
-    let latest = ctx.profile == Profile::Latest;
     let ids = generation.output_ids();
     let lps = generation.output_logprobs();
     let n_out = lps.len();
@@ -157,7 +152,7 @@ fn logprob_fields<'a>(
             ids: &ids[lp_from.min(n_out)..n_out.min(ids.len())],
             tok,
         },
-        output_token_logprobs_length: latest.then_some(n_out),
+        output_token_logprobs_length: n_out,
         top: (k > 0).then(|| {
             (
                 InputPositions {
@@ -205,7 +200,6 @@ pub fn encode_aborted(
     finished: Finished,
     index: Option<usize>,
 ) {
-    let latest = ctx.profile == Profile::Latest;
     let req = &item.request;
     let logprobs = req.return_logprob.then(|| LogprobFields {
         input_token_logprobs: InputTokenLogprobs {
@@ -218,7 +212,7 @@ pub fn encode_aborted(
             ids: &[],
             tok: None,
         },
-        output_token_logprobs_length: latest.then_some(0),
+        output_token_logprobs_length: 0,
         top: (item.top_logprobs_num > 0).then_some({
             (
                 InputPositions {
@@ -250,10 +244,11 @@ pub fn encode_aborted(
             )
         }),
     });
-    let body = ItemJson {
+    Object {
+        shape: Shape::Failed,
         text: "",
         output_ids: &[],
-        meta_info: MetaInfo {
+        meta: Meta {
             id: &item.rid,
             finish_reason: Some(FinishJson::Abort(Abort {
                 message,
@@ -262,17 +257,16 @@ pub fn encode_aborted(
             })),
             prompt_tokens: req.input_ids.len(),
             weight_version: ctx.weight_version,
-            num_retractions: latest.then_some(0),
+            num_retractions: 0,
             logprobs,
-            reasoning_tokens: latest.then_some(0),
             completion_tokens: 0,
             cached_tokens: 0,
             e2e_latency: Some(finished.e2e_latency),
-            response_sent_to_client_ts: latest.then_some(finished.response_sent_to_client_ts),
+            response_sent_to_client_ts: Some(finished.response_sent_to_client_ts),
         },
         index,
-    };
-    body.write(out);
+    }
+    .write(out, ctx.profile);
 }
 
 /// Whether any logprob this item would report is NaN or infinite (a MID non-stream body then fails with 500).
@@ -316,117 +310,11 @@ fn slice_positions(
     &entries[start..]
 }
 
-/// One item's object. Written by hand rather than through serde: a 1,024-token answer has some 3,000 numbers,
-/// and serde_json's per-element machinery cost as much as generating them.
-struct ItemJson<'a> {
-    text: &'a str,
-    output_ids: &'a [u32],
-    meta_info: MetaInfo<'a>,
-    index: Option<usize>,
-}
-
-impl ItemJson<'_> {
-    fn write(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(br#"{"text":"#);
-        write_str(out, self.text);
-        out.extend_from_slice(br#","output_ids":"#);
-        write_ids(out, self.output_ids);
-        out.extend_from_slice(br#","meta_info":"#);
-        self.meta_info.write(out);
-        if let Some(index) = self.index {
-            out.extend_from_slice(br#","index":"#);
-            write_int(out, index);
-        }
-        out.push(b'}');
-    }
-}
-
-/// `meta_info` in insertion order: id, finish_reason, prompt_tokens, weight_version, [num_retractions],
-/// [logprob keys], [reasoning_tokens], completion_tokens, cached_tokens, [e2e_latency],
-/// [response_sent_to_client_ts].
-struct MetaInfo<'a> {
-    id: &'a str,
-    finish_reason: Option<FinishJson<'a>>,
-    prompt_tokens: usize,
-    weight_version: &'a str,
-    num_retractions: Option<u32>,
-    logprobs: Option<LogprobFields<'a>>,
-    reasoning_tokens: Option<u32>,
-    completion_tokens: usize,
-    cached_tokens: usize,
-    e2e_latency: Option<f64>,
-    response_sent_to_client_ts: Option<f64>,
-}
-
-struct LogprobFields<'a> {
-    input_token_logprobs: InputTokenLogprobs<'a>,
-    output_token_logprobs: TokenLogprobs<'a>,
-    output_token_logprobs_length: Option<usize>,
-    top: Option<(InputPositions<'a>, OutputPositions<'a>)>,
-    token_ids: Option<(InputPositions<'a>, OutputPositions<'a>)>,
-}
-
-impl MetaInfo<'_> {
-    fn write(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(br#"{"id":"#);
-        write_serde(out, self.id);
-        out.extend_from_slice(br#","finish_reason":"#);
-        write_serde(out, &self.finish_reason);
-        out.extend_from_slice(br#","prompt_tokens":"#);
-        write_int(out, self.prompt_tokens);
-        out.extend_from_slice(br#","weight_version":"#);
-        write_serde(out, self.weight_version);
-        if let Some(n) = self.num_retractions {
-            out.extend_from_slice(br#","num_retractions":"#);
-            write_int(out, n);
-        }
-        if let Some(lp) = &self.logprobs {
-            out.extend_from_slice(br#","input_token_logprobs":"#);
-            lp.input_token_logprobs.write(out);
-            out.extend_from_slice(br#","output_token_logprobs":"#);
-            lp.output_token_logprobs.write(out);
-            if let Some(len) = lp.output_token_logprobs_length {
-                out.extend_from_slice(br#","output_token_logprobs_length":"#);
-                write_int(out, len);
-            }
-            // Top and token-id lists are rarer and smaller; serde writes them.
-            if let Some((input, output)) = &lp.top {
-                out.extend_from_slice(br#","input_top_logprobs":"#);
-                write_serde(out, input);
-                out.extend_from_slice(br#","output_top_logprobs":"#);
-                write_serde(out, output);
-            }
-            if let Some((input, output)) = &lp.token_ids {
-                out.extend_from_slice(br#","input_token_ids_logprobs":"#);
-                write_serde(out, input);
-                out.extend_from_slice(br#","output_token_ids_logprobs":"#);
-                write_serde(out, output);
-            }
-        }
-        if let Some(n) = self.reasoning_tokens {
-            out.extend_from_slice(br#","reasoning_tokens":"#);
-            write_int(out, n);
-        }
-        out.extend_from_slice(br#","completion_tokens":"#);
-        write_int(out, self.completion_tokens);
-        out.extend_from_slice(br#","cached_tokens":"#);
-        write_int(out, self.cached_tokens);
-        if let Some(latency) = self.e2e_latency {
-            out.extend_from_slice(br#","e2e_latency":"#);
-            write_serde(out, &latency);
-        }
-        if let Some(ts) = self.response_sent_to_client_ts {
-            out.extend_from_slice(br#","response_sent_to_client_ts":"#);
-            write_serde(out, &ts);
-        }
-        out.push(b'}');
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::super::json::{InputTokenLogprobs, TokenLogprobs, write_triple};
-    use super::*;
+    use super::super::json::{
+        InputTokenLogprobs, TokenLogprobs, write_ids, write_int, write_str, write_triple,
+    };
 
     #[test]
     fn integers_are_written_in_decimal() {

@@ -15,6 +15,15 @@ pub struct Abort<'a> {
     pub err_type: &'a str,
 }
 
+/// The finish reason of a request that ended in the waiting queue (`TokenizerManager._handle_abort_req`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitingAbort<'a> {
+    /// `/abort_request` or a pause reached it before it ran: `{"type":"abort","message":"Abort in waiting queue"}`.
+    Aborted,
+    /// The scheduler refused it, e.g. a full queue: `{"type":"abort","status_code":503,"message":...}`.
+    Refused { status_code: u16, message: &'a str },
+}
+
 /// A `Vec<u8>` writer for serde_json, which writes a number or a bracket at a time: short pieces are pushed byte by
 /// byte instead of through a `memcpy` call each.
 pub(super) struct SmallWrites<'a>(&'a mut Vec<u8>);
@@ -301,6 +310,10 @@ pub(super) fn write_triple(
 pub(super) enum FinishJson<'a> {
     Engine(&'a FinishReason),
     Abort(Abort<'a>),
+    /// `{"type":"abort","message":"Abort in waiting queue"}`, or a refusal with its status first.
+    Waiting(WaitingAbort<'a>),
+    /// \[MID\] `{"type":"abort","message":"Abort before prefill"}`.
+    BeforePrefill,
 }
 
 impl Serialize for FinishJson<'_> {
@@ -338,6 +351,28 @@ impl Serialize for FinishJson<'_> {
                     s.end()
                 }
             },
+            FinishJson::Waiting(WaitingAbort::Aborted) => {
+                let mut s = serializer.serialize_struct("FinishAbort", 2)?;
+                s.serialize_field("type", "abort")?;
+                s.serialize_field("message", "Abort in waiting queue")?;
+                s.end()
+            }
+            FinishJson::Waiting(WaitingAbort::Refused {
+                status_code,
+                message,
+            }) => {
+                let mut s = serializer.serialize_struct("FinishAbort", 3)?;
+                s.serialize_field("type", "abort")?;
+                s.serialize_field("status_code", status_code)?;
+                s.serialize_field("message", message)?;
+                s.end()
+            }
+            FinishJson::BeforePrefill => {
+                let mut s = serializer.serialize_struct("FinishAbort", 2)?;
+                s.serialize_field("type", "abort")?;
+                s.serialize_field("message", "Abort before prefill")?;
+                s.end()
+            }
             FinishJson::Abort(abort) => {
                 let mut s = serializer.serialize_struct("FinishAbort", 4)?;
                 s.serialize_field("type", "abort")?;

@@ -2,7 +2,9 @@
 //! the logprob triples `[logprob, token_id, text|null]` are written by hand straight from the engine's slices;
 //! nested values (finish reasons, top-logprob lists, escaped strings) go through serde_json.
 //!
-//! - `item`: one item object ([`encode_item`]), built from the JSON pieces of `json`;
+//! - `meta`: the one writer of an item object and its `meta_info`; which keys each [`Shape`] carries, and in
+//!   what order, is the data of [`keys`];
+//! - `item`: a generated or refused item's object ([`encode_item`]), from the JSON pieces of `json`;
 //! - `aborts`: the objects of requests aborted before they ran;
 //! - `body`: whole non-stream bodies from a finished [`Run`](crate::engine::Run);
 //! - `stream`: the events due after each tick of a streamed run;
@@ -12,15 +14,17 @@ mod aborts;
 mod body;
 mod item;
 mod json;
+mod meta;
 mod sse;
 mod stream;
 
-pub use aborts::{WaitingAbort, encode_before_prefill, encode_waiting_abort};
+pub use aborts::{encode_before_prefill, encode_waiting_abort};
 pub use body::{encode_body, join_body, waiting_abort_objects};
 pub use item::{
     Chunk, EncodeCtx, Finished, OutputMode, Sent, encode_aborted, encode_item,
     has_non_finite_logprob,
 };
-pub use json::Abort;
+pub use json::{Abort, WaitingAbort};
+pub use meta::{Key, Shape, keys};
 pub use sse::{DONE_EVENT, chunk_due, error_stream_body, sse_event, stream_mode};
 pub use stream::StreamEncoder;

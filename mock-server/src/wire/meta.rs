@@ -1,0 +1,269 @@
+//! The one writer of an item object and its `meta_info`, for every shape an item can take.
+//!
+//! Which keys a shape carries, and in what order, is data: [`keys`] gives the list for a profile and a
+//! [`Shape`], and [`Object::write`] writes exactly those keys in that order from the values it holds. A new
+//! `meta_info` field is a [`Key`], a value in [`Meta`], and its place in the lists of [`keys`]; the encoders of
+//! items, aborts and stream chunks all write through here.
+
+use crate::config::Profile;
+
+use super::json::{
+    FinishJson, InputPositions, InputTokenLogprobs, OutputPositions, TokenLogprobs, write_ids,
+    write_int, write_serde, write_str,
+};
+
+/// The shapes of an item object in SGLang's answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// An item the engine ran: a stream chunk, a finished item, one aborted while it ran.
+    Generated,
+    /// An item the scheduler refused before running it (`logprob_start_len` too large): a 400 abort with
+    /// empty output.
+    Failed,
+    /// Aborted in the waiting queue (`TokenizerManager._handle_abort_req`): no `prompt_tokens`, no
+    /// `cached_tokens`, `e2e_latency` before the logprob keys.
+    AbortedWaiting,
+    /// \[MID\] "Abort before prefill": no `output_ids`, no logprob keys.
+    AbortedBeforePrefill,
+}
+
+/// One key of `meta_info`. The logprob keys are written only when the request asked for logprobs
+/// (and the top and token-id lists only when it asked for those).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Key {
+    Id,
+    FinishReason,
+    PromptTokens,
+    WeightVersion,
+    NumRetractions,
+    /// `input_token_logprobs` and `output_token_logprobs`.
+    TokenLogprobs,
+    OutputTokenLogprobsLength,
+    /// `input_top_logprobs` and `output_top_logprobs`.
+    TopLogprobs,
+    /// `input_token_ids_logprobs` and `output_token_ids_logprobs`.
+    TokenIdsLogprobs,
+    ReasoningTokens,
+    CompletionTokens,
+    CachedTokens,
+    /// Only on an item's final object.
+    E2eLatency,
+    /// Only on an item's final object.
+    ResponseSentToClientTs,
+}
+
+/// The keys of `meta_info` for `shape` under `profile`, in SGLang's insertion order.
+pub fn keys(profile: Profile, shape: Shape) -> &'static [Key] {
+    use Key::*;
+    match (profile, shape) {
+        (Profile::Latest, Shape::Generated | Shape::Failed) => &[
+            Id,
+            FinishReason,
+            PromptTokens,
+            WeightVersion,
+            NumRetractions,
+            TokenLogprobs,
+            OutputTokenLogprobsLength,
+            TopLogprobs,
+            TokenIdsLogprobs,
+            ReasoningTokens,
+            CompletionTokens,
+            CachedTokens,
+            E2eLatency,
+            ResponseSentToClientTs,
+        ],
+        (Profile::Mid, Shape::Generated | Shape::Failed) => &[
+            Id,
+            FinishReason,
+            PromptTokens,
+            WeightVersion,
+            TokenLogprobs,
+            TopLogprobs,
+            TokenIdsLogprobs,
+            CompletionTokens,
+            CachedTokens,
+            E2eLatency,
+        ],
+        (Profile::Latest | Profile::Mid, Shape::AbortedWaiting) => &[
+            Id,
+            FinishReason,
+            WeightVersion,
+            E2eLatency,
+            TokenLogprobs,
+            TopLogprobs,
+            TokenIdsLogprobs,
+            CompletionTokens,
+        ],
+        (Profile::Latest | Profile::Mid, Shape::AbortedBeforePrefill) => {
+            &[Id, FinishReason, PromptTokens, CompletionTokens]
+        }
+    }
+}
+
+/// Whether objects of `shape` carry `output_ids`.
+fn has_output_ids(shape: Shape) -> bool {
+    match shape {
+        Shape::Generated | Shape::Failed | Shape::AbortedWaiting => true,
+        Shape::AbortedBeforePrefill => false,
+    }
+}
+
+/// One item's object: `{"text", "output_ids", "meta_info", ["index"]}`. Written by hand rather than through
+/// serde: a 1,024-token answer has some 3,000 numbers, and serde_json's per-element machinery cost as much as
+/// generating them.
+pub(super) struct Object<'a> {
+    pub(super) shape: Shape,
+    pub(super) text: &'a str,
+    pub(super) output_ids: &'a [u32],
+    pub(super) meta: Meta<'a>,
+    /// The position in a streamed batch.
+    pub(super) index: Option<usize>,
+}
+
+/// Every value `meta_info` can hold; [`keys`] decides which are written.
+pub(super) struct Meta<'a> {
+    pub(super) id: &'a str,
+    /// `None` is `null`: a chunk of an item still running.
+    pub(super) finish_reason: Option<FinishJson<'a>>,
+    pub(super) prompt_tokens: usize,
+    pub(super) weight_version: &'a str,
+    pub(super) num_retractions: u32,
+    /// `Some` when the request asked for logprobs.
+    pub(super) logprobs: Option<LogprobFields<'a>>,
+    pub(super) completion_tokens: usize,
+    pub(super) cached_tokens: usize,
+    pub(super) e2e_latency: Option<f64>,
+    pub(super) response_sent_to_client_ts: Option<f64>,
+}
+
+pub(super) struct LogprobFields<'a> {
+    pub(super) input_token_logprobs: InputTokenLogprobs<'a>,
+    pub(super) output_token_logprobs: TokenLogprobs<'a>,
+    pub(super) output_token_logprobs_length: usize,
+    pub(super) top: Option<(InputPositions<'a>, OutputPositions<'a>)>,
+    pub(super) token_ids: Option<(InputPositions<'a>, OutputPositions<'a>)>,
+}
+
+impl Object<'_> {
+    pub(super) fn write(&self, out: &mut Vec<u8>, profile: Profile) {
+        out.extend_from_slice(br#"{"text":"#);
+        write_str(out, self.text);
+        if has_output_ids(self.shape) {
+            out.extend_from_slice(br#","output_ids":"#);
+            write_ids(out, self.output_ids);
+        }
+        out.extend_from_slice(br#","meta_info":"#);
+        self.meta.write(out, keys(profile, self.shape));
+        if let Some(index) = self.index {
+            out.extend_from_slice(br#","index":"#);
+            write_int(out, index);
+        }
+        out.push(b'}');
+    }
+}
+
+impl Meta<'_> {
+    fn write(&self, out: &mut Vec<u8>, keys: &[Key]) {
+        out.push(b'{');
+        for (i, &key) in keys.iter().enumerate() {
+            // Every list starts with `id`, so only it goes without a comma.
+            let sep: &[u8] = if i == 0 { b"" } else { b"," };
+            match key {
+                Key::Id => {
+                    out.extend_from_slice(sep);
+                    out.extend_from_slice(br#""id":"#);
+                    write_serde(out, self.id);
+                }
+                Key::FinishReason => {
+                    out.extend_from_slice(sep);
+                    out.extend_from_slice(br#""finish_reason":"#);
+                    write_serde(out, &self.finish_reason);
+                }
+                Key::PromptTokens => {
+                    out.extend_from_slice(sep);
+                    out.extend_from_slice(br#""prompt_tokens":"#);
+                    write_int(out, self.prompt_tokens);
+                }
+                Key::WeightVersion => {
+                    out.extend_from_slice(sep);
+                    out.extend_from_slice(br#""weight_version":"#);
+                    write_serde(out, self.weight_version);
+                }
+                Key::NumRetractions => {
+                    out.extend_from_slice(sep);
+                    out.extend_from_slice(br#""num_retractions":"#);
+                    write_int(out, self.num_retractions);
+                }
+                Key::TokenLogprobs => {
+                    if let Some(lp) = &self.logprobs {
+                        out.extend_from_slice(sep);
+                        out.extend_from_slice(br#""input_token_logprobs":"#);
+                        lp.input_token_logprobs.write(out);
+                        out.extend_from_slice(br#","output_token_logprobs":"#);
+                        lp.output_token_logprobs.write(out);
+                    }
+                }
+                Key::OutputTokenLogprobsLength => {
+                    if let Some(lp) = &self.logprobs {
+                        out.extend_from_slice(sep);
+                        out.extend_from_slice(br#""output_token_logprobs_length":"#);
+                        write_int(out, lp.output_token_logprobs_length);
+                    }
+                }
+                // Top and token-id lists are rarer and smaller; serde writes them.
+                Key::TopLogprobs => {
+                    if let Some((input, output)) =
+                        self.logprobs.as_ref().and_then(|lp| lp.top.as_ref())
+                    {
+                        out.extend_from_slice(sep);
+                        out.extend_from_slice(br#""input_top_logprobs":"#);
+                        write_serde(out, input);
+                        out.extend_from_slice(br#","output_top_logprobs":"#);
+                        write_serde(out, output);
+                    }
+                }
+                Key::TokenIdsLogprobs => {
+                    if let Some((input, output)) =
+                        self.logprobs.as_ref().and_then(|lp| lp.token_ids.as_ref())
+                    {
+                        out.extend_from_slice(sep);
+                        out.extend_from_slice(br#""input_token_ids_logprobs":"#);
+                        write_serde(out, input);
+                        out.extend_from_slice(br#","output_token_ids_logprobs":"#);
+                        write_serde(out, output);
+                    }
+                }
+                Key::ReasoningTokens => {
+                    out.extend_from_slice(sep);
+                    // The toy model does not reason.
+                    out.extend_from_slice(br#""reasoning_tokens":0"#);
+                }
+                Key::CompletionTokens => {
+                    out.extend_from_slice(sep);
+                    out.extend_from_slice(br#""completion_tokens":"#);
+                    write_int(out, self.completion_tokens);
+                }
+                Key::CachedTokens => {
+                    out.extend_from_slice(sep);
+                    out.extend_from_slice(br#""cached_tokens":"#);
+                    write_int(out, self.cached_tokens);
+                }
+                Key::E2eLatency => {
+                    if let Some(latency) = self.e2e_latency {
+                        out.extend_from_slice(sep);
+                        out.extend_from_slice(br#""e2e_latency":"#);
+                        write_serde(out, &latency);
+                    }
+                }
+                Key::ResponseSentToClientTs => {
+                    if let Some(ts) = self.response_sent_to_client_ts {
+                        out.extend_from_slice(sep);
+                        out.extend_from_slice(br#""response_sent_to_client_ts":"#);
+                        write_serde(out, &ts);
+                    }
+                }
+            }
+        }
+        out.push(b'}');
+    }
+}
