@@ -1,7 +1,7 @@
 //! slime's multi-agent example against a scripted mock: every branch of the reward shaping, the shared rollout
 //! id, and every emitted sample's logprobs equal to the oracle's token for token.
 
-use mock_server::config::{ScriptFinish, ScriptRule};
+use mock_server::{ScriptFinish, ScriptRule};
 use rollout_cli::prompts::LabeledPrompt;
 use rollout_cli::reward::math_reward;
 use rollout_cli::scripted;

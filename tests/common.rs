@@ -2,7 +2,8 @@
 
 use std::future::Future;
 
-use mock_server::{Oracle, Server, ServerConfig};
+use mock_server::oracle::Oracle;
+use mock_server::{Server, ServerConfig};
 use proptest::test_runner::{Config, RngSeed, TestRunner};
 use rollout_client::request::{GenerateRequest, IdsInput, SamplingParams};
 use rollout_client::{Client, RetryPolicy, Sample, StreamMode};

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use mock_server::FaultKind;
 use mock_server::ServerConfig;
-use mock_server::config::{ScriptFinish, ScriptRule};
+use mock_server::{ScriptFinish, ScriptRule};
 use rollout_client::multi_agent::{self, MultiAgentConfig};
 use rollout_client::rollout::{self, EnvTurn, Environment, RolloutConfig};
 use rollout_client::tokenize::PromptTokenizer;

@@ -4,7 +4,7 @@
 use futures_util::future::join_all;
 use grpo::{AdvantageConfig, Aggregation, LogProbs, PolicyLossConfig, RatioLevel};
 use mock_server::ServerConfig;
-use mock_server::config::{ScriptFinish, ScriptRule};
+use mock_server::{ScriptFinish, ScriptRule};
 use proptest::prelude::*;
 use rollout_client::multi_agent::{self, MultiAgentConfig};
 use rollout_client::request::IdsInput;

@@ -109,7 +109,7 @@ impl Flags {
     pub fn into_config(self) -> anyhow::Result<ServerConfig> {
         let mut config = self.server;
         if let Some(path) = &self.script {
-            config.scripted = crate::script::load_rules(path)?;
+            config.scripted = crate::script::ScriptRule::load(path)?;
         }
         if let Some(path) = &self.faults {
             let bytes = std::fs::read(path)

@@ -3,9 +3,9 @@
 use std::fmt;
 use std::str::FromStr;
 
-pub use crate::faults::{Fault, FaultConfig, FaultKind, FaultRule, StreamFilter};
-pub use crate::latency::LatencyConfig;
-pub use crate::script::{ScriptFinish, ScriptRule};
+use crate::faults::FaultConfig;
+use crate::latency::LatencyConfig;
+use crate::script::ScriptRule;
 
 /// Which SGLang release the wire format imitates (section 8 of the spec).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -155,13 +155,13 @@ impl Default for ServerConfig {
 }
 
 /// The model path reported when none is configured.
-pub const DEFAULT_MODEL_PATH: &str = "sglang-mock/toy-model";
+pub(crate) const DEFAULT_MODEL_PATH: &str = "sglang-mock/toy-model";
 /// 64 MiB: far above any real prompt, small enough that a hostile body cannot exhaust memory.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 /// SGLang's default `weight_version`.
-pub const DEFAULT_WEIGHT_VERSION: &str = "default";
+pub(crate) const DEFAULT_WEIGHT_VERSION: &str = "default";
 /// The SGLang version the mock reports in `/server_info`.
-pub const SGLANG_VERSION: &str = "0.5.9";
+pub(crate) const SGLANG_VERSION: &str = "0.5.9";
 
 impl ServerConfig {
     /// The name clients see in `/v1/models` and `/server_info`.

@@ -4,13 +4,13 @@ use std::fmt::Write;
 
 /// A JSON number as Python sees it after `orjson.loads`: integers stay `int`, everything else is `float`.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum PyNum {
+pub(crate) enum PyNum {
     Int(i64),
     Float(f64),
 }
 
 impl PyNum {
-    pub fn as_f64(self) -> f64 {
+    pub(crate) fn as_f64(self) -> f64 {
         match self {
             PyNum::Int(i) => i as f64,
             PyNum::Float(f) => f,
@@ -29,7 +29,7 @@ impl std::fmt::Display for PyNum {
 
 /// `repr(x)` for a Python float: shortest round-trip digits, fixed notation for exponents in [-4, 16),
 /// scientific (`1e-05`, `1.5e+16`) otherwise.
-pub fn float_repr(x: f64) -> String {
+pub(crate) fn float_repr(x: f64) -> String {
     if x.is_nan() {
         return "nan".to_owned();
     }
@@ -78,7 +78,7 @@ pub fn float_repr(x: f64) -> String {
 }
 
 /// `repr(s)` for a Python str: single quotes unless the string contains a single quote and no double quote.
-pub fn str_repr(s: &str) -> String {
+pub(crate) fn str_repr(s: &str) -> String {
     let quote = if s.contains('\'') && !s.contains('"') {
         '"'
     } else {
@@ -107,13 +107,13 @@ pub fn str_repr(s: &str) -> String {
 }
 
 /// `repr(list)` of strings: `['a', 'b']`.
-pub fn str_list_repr<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
+pub(crate) fn str_list_repr<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
     let parts: Vec<String> = items.into_iter().map(str_repr).collect();
     format!("[{}]", parts.join(", "))
 }
 
 /// `repr(list)` of integers: `[1, 2, 3]`.
-pub fn int_list_repr<T: std::fmt::Display>(items: &[T]) -> String {
+pub(crate) fn int_list_repr<T: std::fmt::Display>(items: &[T]) -> String {
     let mut out = String::with_capacity(items.len() * 7 + 2);
     out.push('[');
     for (i, item) in items.iter().enumerate() {

@@ -50,8 +50,14 @@ pub enum ScriptError {
     },
 }
 
-/// Load a rules file: a JSON list of [`ScriptRule`]s.
-pub fn load_rules(path: &str) -> Result<Vec<ScriptRule>, ScriptError> {
+impl ScriptRule {
+    /// Load a rules file: a JSON list of [`ScriptRule`]s.
+    pub fn load(path: &str) -> Result<Vec<ScriptRule>, ScriptError> {
+        load_rules(path)
+    }
+}
+
+fn load_rules(path: &str) -> Result<Vec<ScriptRule>, ScriptError> {
     let text = std::fs::read_to_string(path).map_err(|source| ScriptError::Read {
         path: path.to_owned(),
         source,

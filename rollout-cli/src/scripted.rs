@@ -16,7 +16,7 @@
 //! advantages are 0. Mixed rewards inside a group need the model itself (or a real server).
 
 use mock_server::ServerConfig;
-use mock_server::config::{ScriptFinish, ScriptRule};
+use mock_server::{ScriptFinish, ScriptRule};
 
 use rollout_client::multi_agent::{REWRITER_MARKER, SELECTOR_MARKER, SOLVER_MARKER};
 

@@ -24,7 +24,7 @@ fn temp_path(name: &str) -> std::path::PathBuf {
 #[tokio::test]
 async fn server_tokenization_equals_the_mock_tokenizer() {
     let config = ServerConfig::default();
-    let oracle = mock_server::Oracle::new(config.clone()).unwrap();
+    let oracle = mock_server::oracle::Oracle::new(config.clone()).unwrap();
     let server = start(config).await;
     let client = Client::builder(server.url()).build().unwrap();
     for text in [
@@ -219,7 +219,7 @@ fn a_bad_prompts_file_is_a_typed_error_with_the_line() {
 /// run under two engine calls.
 #[tokio::test]
 async fn aborted_samples_are_resumed_by_the_run() {
-    use mock_server::config::{Fault, FaultConfig, FaultRule, StreamFilter};
+    use mock_server::{Fault, FaultConfig, FaultRule, StreamFilter};
     let prompts: Vec<LabeledPrompt> = prompts::builtin().into_iter().take(4).collect();
     let mut rule = FaultRule::new("abort-running;after=2".parse::<Fault>().unwrap());
     rule.first = Some(8);

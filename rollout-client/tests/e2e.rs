@@ -1,7 +1,8 @@
 //! End to end against `sglang-mock` (started in-process on 127.0.0.1:0), checked against its oracle.
 
 use mock_server::engine::FinishReason as MockFinish;
-use mock_server::{Oracle, Profile, Server, ServerConfig};
+use mock_server::oracle::Oracle;
+use mock_server::{Profile, Server, ServerConfig};
 use rollout_client::rollout::{self, EnvTurn, Environment, RolloutConfig};
 use rollout_client::{
     Client, ClientError, FinishReason, GenerateRequest, ResponseError, RetryPolicy, Sample,

@@ -9,11 +9,11 @@ use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 
 /// The message of SGLang's `--max-queued-requests` refusal.
-pub const QUEUE_FULL_MESSAGE: &str = "The request queue is full.";
+pub(crate) const QUEUE_FULL_MESSAGE: &str = "The request queue is full.";
 
 /// How `/pause_generation` treats requests that are already running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PauseMode {
+pub(crate) enum PauseMode {
     /// Abort every in-flight request (SGLang's default): running ones return their partial output.
     Abort,
     /// Running requests go back to the waiting queue and resume after `/continue_generation`.
@@ -23,7 +23,7 @@ pub enum PauseMode {
 }
 
 impl PauseMode {
-    pub fn parse(mode: &str) -> Option<PauseMode> {
+    pub(crate) fn parse(mode: &str) -> Option<PauseMode> {
         match mode {
             "abort" => Some(PauseMode::Abort),
             "retract" => Some(PauseMode::Retract),
@@ -35,7 +35,7 @@ impl PauseMode {
 
 /// What a request learns when it asks to run.
 #[derive(Debug)]
-pub enum Admission {
+pub(crate) enum Admission {
     /// It may run; hold the ticket until it is done.
     Run(RunTicket),
     /// The waiting queue is full (`--max-queued-requests`): SGLang answers 503.
@@ -46,7 +46,7 @@ pub enum Admission {
 
 /// Holds a running slot (when `--max-running-requests` is set) and the running count until dropped.
 #[derive(Debug)]
-pub struct RunTicket {
+pub(crate) struct RunTicket {
     control: Arc<Control>,
     _permit: Option<OwnedSemaphorePermit>,
 }
@@ -61,7 +61,7 @@ impl Drop for RunTicket {
 
 /// Server-wide control state, shared by every handler.
 #[derive(Debug)]
-pub struct Control {
+pub(crate) struct Control {
     weight_version: RwLock<Arc<str>>,
     /// `true` while paused; new requests wait and running ones freeze at their next token.
     paused_tx: watch::Sender<bool>,
@@ -82,7 +82,7 @@ pub struct Control {
 }
 
 impl Control {
-    pub fn new(
+    pub(crate) fn new(
         weight_version: &str,
         max_running: Option<usize>,
         max_queued: Option<usize>,
@@ -104,14 +104,14 @@ impl Control {
     }
 
     /// The `weight_version` responses report now.
-    pub fn weight_version(&self) -> Arc<str> {
+    pub(crate) fn weight_version(&self) -> Arc<str> {
         self.weight_version
             .read()
             .map(|v| Arc::clone(&v))
             .unwrap_or_else(|poisoned| Arc::clone(&poisoned.into_inner()))
     }
 
-    pub fn set_weight_version(&self, version: &str) {
+    pub(crate) fn set_weight_version(&self, version: &str) {
         let mut guard = self
             .weight_version
             .write()
@@ -120,20 +120,20 @@ impl Control {
     }
 
     /// The message of a user or weight-update abort of a running request.
-    pub fn running(&self) -> usize {
+    pub(crate) fn running(&self) -> usize {
         self.running.load(Ordering::Relaxed)
     }
 
-    pub fn waiting(&self) -> usize {
+    pub(crate) fn waiting(&self) -> usize {
         self.waiting.load(Ordering::Relaxed)
     }
 
-    pub fn is_paused(&self) -> bool {
+    pub(crate) fn is_paused(&self) -> bool {
         self.paused.load(Ordering::Relaxed)
     }
 
     /// Register a request's rids so that `/abort_request` can reach it; unregistered when the handle drops.
-    pub fn register(self: &Arc<Self>, rids: Vec<String>) -> CtlHandle {
+    pub(crate) fn register(self: &Arc<Self>, rids: Vec<String>) -> CtlHandle {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let ctl = Arc::new(RequestCtl {
             aborted: rids.iter().map(|_| AtomicBool::new(false)).collect(),
@@ -157,7 +157,7 @@ impl Control {
 
     /// `/abort_request`: abort every item whose rid starts with `rid`, or everything with `abort_all`.
     /// An empty rid without `abort_all` does nothing, as in SGLang. Returns how many items were hit.
-    pub fn abort(&self, rid: &str, abort_all: bool) -> usize {
+    pub(crate) fn abort(&self, rid: &str, abort_all: bool) -> usize {
         if rid.is_empty() && !abort_all {
             return 0;
         }
@@ -181,7 +181,7 @@ impl Control {
     }
 
     /// `/pause_generation`: close the gate; with [`PauseMode::Abort`] also abort everything in flight.
-    pub fn pause(&self, mode: PauseMode) {
+    pub(crate) fn pause(&self, mode: PauseMode) {
         self.retract
             .store(mode == PauseMode::Retract, Ordering::Relaxed);
         self.paused.store(true, Ordering::Release);
@@ -192,13 +192,13 @@ impl Control {
     }
 
     /// `/continue_generation`: open the gate; waiting and frozen requests go on.
-    pub fn resume(&self) {
+    pub(crate) fn resume(&self) {
         self.paused.store(false, Ordering::Release);
         self.paused_tx.send_replace(false);
     }
 
     /// Mark a weight update as in progress until the guard drops: new requests wait for it.
-    pub fn begin_update(self: &Arc<Self>) -> UpdateGuard {
+    pub(crate) fn begin_update(self: &Arc<Self>) -> UpdateGuard {
         self.updating.send_modify(|n| *n += 1);
         UpdateGuard {
             control: Arc::clone(self),
@@ -206,7 +206,7 @@ impl Control {
     }
 
     /// Wait until no request is running (SGLang's weight-update writer lock), unless generation is paused.
-    pub async fn drain_running(&self) {
+    pub(crate) async fn drain_running(&self) {
         let mut rx = self.paused_tx.subscribe();
         loop {
             // Registered before the check, so a request that ends in between still wakes this wait.
@@ -225,7 +225,7 @@ impl Control {
 
     /// Wait for permission to run: the pause gate, a weight update and the running limit. A full waiting queue
     /// refuses at once; an abort while waiting ends the wait.
-    pub async fn admit(self: &Arc<Self>, handle: &CtlHandle) -> Admission {
+    pub(crate) async fn admit(self: &Arc<Self>, handle: &CtlHandle) -> Admission {
         let gate_open = !self.is_paused() && *self.updating.borrow() == 0;
         if gate_open {
             let permit = match &self.slots {
@@ -297,7 +297,7 @@ impl Control {
 
     /// Wait while generation is paused (a retracted or frozen request); returns early when aborted. Returns
     /// whether the pause retracted the request (it then counts as waiting meanwhile).
-    pub async fn wait_unpaused(&self, ctl: &RequestCtl) -> bool {
+    pub(crate) async fn wait_unpaused(&self, ctl: &RequestCtl) -> bool {
         let retracted = self.is_paused() && self.retract.load(Ordering::Relaxed);
         let _waiting = retracted.then(|| Waiting::enter(self));
         self.wait_gate(ctl).await;
@@ -336,7 +336,7 @@ impl Drop for Waiting<'_> {
 
 /// Ends a weight update when dropped.
 #[derive(Debug)]
-pub struct UpdateGuard {
+pub(crate) struct UpdateGuard {
     control: Arc<Control>,
 }
 
@@ -350,7 +350,7 @@ impl Drop for UpdateGuard {
 
 /// The abort flags of one `/generate` request, one per item.
 #[derive(Debug)]
-pub struct RequestCtl {
+pub(crate) struct RequestCtl {
     rids: Vec<String>,
     aborted: Vec<AtomicBool>,
     any: AtomicBool,
@@ -360,18 +360,18 @@ pub struct RequestCtl {
 impl RequestCtl {
     /// Whether any item of the request has been aborted (one relaxed load: cheap enough for every token).
     #[inline]
-    pub fn any_aborted(&self) -> bool {
+    pub(crate) fn any_aborted(&self) -> bool {
         self.any.load(Ordering::Acquire)
     }
 
-    pub fn is_aborted(&self, item: usize) -> bool {
+    pub(crate) fn is_aborted(&self, item: usize) -> bool {
         self.aborted
             .get(item)
             .is_some_and(|a| a.load(Ordering::Relaxed))
     }
 
     /// Resolves when an abort reaches this request (or at once if one arrived since the last call).
-    pub async fn aborted(&self) {
+    pub(crate) async fn aborted(&self) {
         if self.any_aborted() {
             return;
         }
@@ -381,14 +381,14 @@ impl RequestCtl {
 
 /// A registered request; dropping it removes the request from the registry.
 #[derive(Debug)]
-pub struct CtlHandle {
+pub(crate) struct CtlHandle {
     control: Arc<Control>,
     id: u64,
     ctl: Arc<RequestCtl>,
 }
 
 impl CtlHandle {
-    pub fn ctl(&self) -> &Arc<RequestCtl> {
+    pub(crate) fn ctl(&self) -> &Arc<RequestCtl> {
         &self.ctl
     }
 }

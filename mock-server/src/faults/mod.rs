@@ -7,12 +7,11 @@
 mod catalogue;
 mod mutate;
 mod schedule;
-pub mod stream;
+pub(crate) mod stream;
 
 pub use catalogue::{
     BodyFault, EngineFault, FAULT_HEADER, Fault, FaultClass, FaultConfig, FaultConfigError,
     FaultError, FaultKind, FaultRule, HttpFault, NonFinite, NumberLiteral, StreamFault,
     StreamFilter,
 };
-pub use mutate::{mutate_body, mutate_object};
-pub use schedule::Faults;
+pub(crate) use schedule::Faults;

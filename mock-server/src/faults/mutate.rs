@@ -5,7 +5,7 @@
 use super::catalogue::BodyFault;
 
 /// Apply a body fault to an encoded body: one object, or an array of objects (a batch).
-pub fn mutate_body(fault: &BodyFault, body: &[u8]) -> Vec<u8> {
+pub(super) fn mutate_body(fault: &BodyFault, body: &[u8]) -> Vec<u8> {
     if body.first() == Some(&b'[') {
         let elements = split_array(body, 0);
         let mut out = Vec::with_capacity(body.len() + 16);
@@ -25,7 +25,7 @@ pub fn mutate_body(fault: &BodyFault, body: &[u8]) -> Vec<u8> {
 
 /// Apply a body fault to one `{"text", "output_ids", "meta_info"}` object. An object without the part the
 /// fault changes (no `meta_info`, no `output_token_logprobs`, no whole entry at the position) is left alone.
-pub fn mutate_object(fault: &BodyFault, obj: &[u8]) -> Vec<u8> {
+pub(super) fn mutate_object(fault: &BodyFault, obj: &[u8]) -> Vec<u8> {
     let edited = match fault {
         BodyFault::MissingMetaInfo => remove_key(obj, 0, "meta_info"),
         BodyFault::MissingLogprobs => find_key(obj, 0, "meta_info").and_then(|meta| {

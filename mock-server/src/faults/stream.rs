@@ -13,7 +13,7 @@ use crate::wire::{DONE_EVENT, sse_event};
 
 /// How a route writes its answers, for the faults that rewrite them.
 #[derive(Debug, Clone, Copy)]
-pub struct Format {
+pub(crate) struct Format {
     /// A body or one stream event (JSON) under a body fault.
     pub mutate: fn(&BodyFault, &[u8]) -> Vec<u8>,
     /// The JSON of the event that `error-event` sends, from its message.
@@ -22,7 +22,7 @@ pub struct Format {
 
 /// `/generate`'s answers: body faults splice SGLang's objects; the error event is `{"error":{"message"}}`,
 /// as SGLang's `stream_results` writes a `ValueError`.
-pub const NATIVE: Format = Format {
+pub(crate) const NATIVE: Format = Format {
     mutate: mutate_body,
     error_event: native_error_event,
 };
@@ -33,7 +33,7 @@ fn native_error_event(message: &str) -> Vec<u8> {
 
 /// The non-stream body under `fault`: mutated, cut, or sent after a stall. A stream-only fault on a
 /// non-stream request is a 400 that says so. HTTP and engine faults acted earlier and leave the body alone.
-pub async fn non_stream_body(
+pub(crate) async fn non_stream_body(
     fault: &Fault,
     body: Vec<u8>,
     format: Format,
@@ -68,14 +68,14 @@ pub async fn non_stream_body(
 /// A fault that acts on the events of a stream: body faults rewrite each chunk, stream faults cut, break,
 /// repeat, corrupt or delay them.
 #[derive(Debug, Clone)]
-pub enum EventFault {
+pub(crate) enum EventFault {
     Body(BodyFault),
     Stream(StreamFault),
 }
 
 impl EventFault {
     /// The part of `fault` that acts on a stream's events; HTTP and engine faults act elsewhere.
-    pub fn of(fault: Fault) -> Option<EventFault> {
+    pub(crate) fn of(fault: Fault) -> Option<EventFault> {
         match fault {
             Fault::Body(fault) => Some(EventFault::Body(fault)),
             Fault::Stream(fault) => Some(EventFault::Stream(fault)),
@@ -102,7 +102,7 @@ fn broken() -> std::io::Error {
 }
 
 /// The events of `inner` under a stream or body fault, written in `format`.
-pub fn apply<S>(
+pub(crate) fn apply<S>(
     inner: S,
     fault: EventFault,
     format: Format,

@@ -24,7 +24,7 @@ const E2E_BUCKETS: &[f64] = &[
 
 /// A Prometheus histogram with fixed buckets; the sum is an `f64` kept as its bits in an atomic.
 #[derive(Debug)]
-pub struct Histogram {
+pub(crate) struct Histogram {
     bounds: &'static [f64],
     counts: Vec<AtomicU64>,
     sum_bits: AtomicU64,
@@ -42,7 +42,7 @@ impl Histogram {
     }
 
     /// Record `n` observations of `seconds` at once.
-    pub fn observe_n(&self, seconds: f64, n: u64) {
+    pub(crate) fn observe_n(&self, seconds: f64, n: u64) {
         if n == 0 || !seconds.is_finite() {
             return;
         }
@@ -59,7 +59,7 @@ impl Histogram {
             });
     }
 
-    pub fn observe(&self, seconds: f64) {
+    pub(crate) fn observe(&self, seconds: f64) {
         self.observe_n(seconds, 1);
     }
 
@@ -102,7 +102,7 @@ fn python_float(x: f64) -> String {
 
 /// Every counter and histogram the server keeps.
 #[derive(Debug)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     pub prompt_tokens: AtomicU64,
     pub generation_tokens: AtomicU64,
     pub requests: AtomicU64,
@@ -128,7 +128,7 @@ impl Default for Metrics {
 
 /// Gauges read at scrape time.
 #[derive(Debug, Clone, Copy)]
-pub struct Gauges {
+pub(crate) struct Gauges {
     pub running: usize,
     pub queued: usize,
     pub used_tokens: usize,
@@ -136,7 +136,13 @@ pub struct Gauges {
 
 impl Metrics {
     /// Record a finished sample: its token counts, and its latencies (seconds).
-    pub fn record_sample(&self, prompt_tokens: usize, output_tokens: usize, ttft: f64, e2e: f64) {
+    pub(crate) fn record_sample(
+        &self,
+        prompt_tokens: usize,
+        output_tokens: usize,
+        ttft: f64,
+        e2e: f64,
+    ) {
         self.requests.fetch_add(1, Ordering::Relaxed);
         self.prompt_tokens
             .fetch_add(prompt_tokens as u64, Ordering::Relaxed);
@@ -153,7 +159,7 @@ impl Metrics {
     }
 
     /// The whole exposition. `faults` is the count per injected fault kind.
-    pub fn render(
+    pub(crate) fn render(
         &self,
         model_name: &str,
         gauges: Gauges,

@@ -25,6 +25,6 @@ mod routes;
 mod server;
 mod state;
 
-pub use routes::router;
+pub(crate) use routes::router;
 pub use server::{Server, StartError};
 pub use state::AppState;

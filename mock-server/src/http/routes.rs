@@ -16,7 +16,7 @@ use crate::error::ApiError;
 ///
 /// HTTP-level faults apply to every route but the generating ones (which decide their own, knowing
 /// `stream`), the admin endpoints and `/metrics`.
-pub fn router(state: AppState) -> Router {
+pub(crate) fn router(state: AppState) -> Router {
     let generate_methods = MethodFilter::POST.or(MethodFilter::PUT);
     let get_or_post = MethodFilter::GET.or(MethodFilter::POST);
     let generating = Router::new()

@@ -41,7 +41,7 @@ impl AppState {
     }
 
     /// A state around an already built model (the oracle and tests share one).
-    pub fn with_model(config: ServerConfig, model: Arc<Model>) -> AppState {
+    pub(crate) fn with_model(config: ServerConfig, model: Arc<Model>) -> AppState {
         let control = Control::new(
             &config.weight_version,
             config.max_running_requests,
@@ -63,33 +63,33 @@ impl AppState {
     }
 
     /// Marks the server as shutting down (the graceful shutdown of [`crate::run`] calls it).
-    pub fn begin_shutdown(&self) {
+    pub(crate) fn begin_shutdown(&self) {
         self.inner.shutting_down.send_replace(true);
     }
 
     /// Resolves once the server has begun to shut down.
-    pub async fn shutting_down(&self) {
+    pub(crate) async fn shutting_down(&self) {
         let mut rx = self.inner.shutting_down.subscribe();
         // The sender lives as long as the state, so `wait_for` only ends when the flag is set.
         let _ = rx.wait_for(|&down| down).await;
     }
 
     /// The control plane: in-flight registry, pause gate, queue, weight version.
-    pub fn control(&self) -> &Arc<Control> {
+    pub(crate) fn control(&self) -> &Arc<Control> {
         &self.inner.control
     }
 
     /// The fault schedule and its counters.
-    pub fn faults(&self) -> &Faults {
+    pub(crate) fn faults(&self) -> &Faults {
         &self.inner.faults
     }
 
-    pub fn metrics(&self) -> &Arc<Metrics> {
+    pub(crate) fn metrics(&self) -> &Arc<Metrics> {
         &self.inner.metrics
     }
 
     /// Requests counted by `/get_load` (running plus waiting) and their token budget.
-    pub fn load(&self) -> (usize, usize) {
+    pub(crate) fn load(&self) -> (usize, usize) {
         (
             self.inner.running_requests.load(Ordering::Relaxed),
             self.inner.running_tokens.load(Ordering::Relaxed),

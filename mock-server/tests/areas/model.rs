@@ -2,8 +2,8 @@
 //! independent re-implementation found: logprobs that underflowed to `null` at low temperatures, and explicit
 //! candidates that fell below the uniform tail and broke the sorted order of the vocabulary.
 
-use mock_server::script::{ScriptFinish, ScriptRule};
 use mock_server::{Profile, ServerConfig};
+use mock_server::{ScriptFinish, ScriptRule};
 use serde_json::{Value, json};
 
 use crate::common::InProcess;

@@ -222,7 +222,7 @@ fn the_free_oracle_function_matches_the_oracle() {
     let body = br#"{"text": "free", "sampling_params": {"max_new_tokens": 5}, "rid": "f"}"#;
     let config = ServerConfig::default();
     let a = mock_server::oracle::expect(&config, body).expect("valid");
-    let b = mock_server::Oracle::new(config)
+    let b = mock_server::oracle::Oracle::new(config)
         .expect("valid")
         .expect(body)
         .expect("valid");

@@ -95,7 +95,7 @@ async fn the_oracle_command_prints_the_live_servers_answer() {
                 "50000".into(),
             ],
             ServerConfig {
-                scripted: mock_server::script::load_rules(&script).expect("the script loads"),
+                scripted: mock_server::ScriptRule::load(&script).expect("the script loads"),
                 vocab_size: 50_000,
                 ..ServerConfig::default()
             },

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use mock_server::ServerConfig;
-use mock_server::script::load_rules;
 
 use crate::common::Live;
 
@@ -40,7 +39,7 @@ async fn server_agrees_with_the_python_reference() {
     let script = script.to_str().expect("a UTF-8 path").to_owned();
     let live = Live::start(ServerConfig {
         seed: SERVER_SEED,
-        scripted: load_rules(&script).expect("the cross-check's script file"),
+        scripted: mock_server::ScriptRule::load(&script).expect("the cross-check's script file"),
         ..ServerConfig::default()
     })
     .await;

@@ -1,7 +1,6 @@
 //! Scripted answers: rules from `ServerConfig.scripted` or a `--script` file make the server answer matching
 //! prompts with chosen text, each token still carrying its true logprob; the oracle follows the same rules.
 
-use mock_server::script::load_rules;
 use mock_server::{ScriptFinish, ScriptRule, ServerConfig};
 use serde_json::{Value, json};
 
@@ -139,7 +138,7 @@ async fn a_budget_shorter_than_the_answer_truncates_it() {
 
 #[test]
 fn rules_files_load_and_bad_ones_name_the_file() {
-    let rules = load_rules(data_path("script.json").to_str().unwrap()).unwrap();
+    let rules = mock_server::ScriptRule::load(data_path("script.json").to_str().unwrap()).unwrap();
     assert_eq!(
         rules[0],
         ScriptRule {
@@ -149,9 +148,10 @@ fn rules_files_load_and_bad_ones_name_the_file() {
         }
     );
     assert_eq!(rules[1].finish_reason, ScriptFinish::Length);
-    let err = load_rules(data_path("requests.json").to_str().unwrap()).unwrap_err();
+    let err =
+        mock_server::ScriptRule::load(data_path("requests.json").to_str().unwrap()).unwrap_err();
     assert!(err.to_string().contains("requests.json"), "{err}");
-    let err = load_rules("/nonexistent/rules.json").unwrap_err();
+    let err = mock_server::ScriptRule::load("/nonexistent/rules.json").unwrap_err();
     assert!(err.to_string().contains("/nonexistent/rules.json"), "{err}");
 }
 
