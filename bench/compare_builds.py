@@ -5,8 +5,9 @@ A speed-up may not change a byte of any response or a bit of any logprob. The go
 server against fixtures and against its own engine; this script checks it against the build it replaces, over a
 matrix of requests that reaches every path of the sampler and of the encoders: temperatures (greedy, 0.7, 1,
 1.3), top-k / top-p / min-p, masks from `min_new_tokens`, stop strings and stop ids, top and token-id logprobs,
-input logprobs, text in logprobs, `n > 1`, batches, streams (cumulative and incremental), and the OpenAI
-endpoints. Both servers run with the same seed; the fields that differ between any two runs (fresh request ids,
+input logprobs, text in logprobs, `n > 1`, batches, streams (cumulative and incremental), the OpenAI
+endpoints (echo, `n > 1`, batches, usage options), and engine, body and stream faults on both, under the latest
+and MID profiles and with incremental streaming output. Both servers run with the same seed; the fields that differ between any two runs (fresh request ids,
 `e2e_latency`, `response_sent_to_client_ts`, OpenAI `id` and `created`) are blanked, everything else compared as
 bytes.
 
@@ -16,6 +17,7 @@ bytes.
 """
 
 import argparse
+import http.client
 import itertools
 import json
 import os
@@ -83,28 +85,87 @@ def native_requests():
 
 
 def openai_requests():
+    """The OpenAI matrix: both APIs, streamed and not, with logprobs, echo, `n > 1`, batches, stop strings and
+    usage options."""
     messages = [{"role": "user", "content": "Say something."}]
-    yield "/v1/chat/completions", {"model": "mock", "messages": messages, "max_tokens": 80, "logprobs": True,
-                                   "top_logprobs": 2}
-    yield "/v1/chat/completions", {"model": "mock", "messages": messages, "max_tokens": 80, "stream": True,
-                                   "logprobs": True}
-    yield "/v1/completions", {"model": "mock", "prompt": "Once upon", "max_tokens": 80, "logprobs": 2}
-    yield "/v1/completions", {"model": "mock", "prompt": "Once upon", "max_tokens": 80, "stream": True}
+    chat = [
+        {"logprobs": True, "top_logprobs": 2},
+        {"logprobs": True},
+        {"stop": [" ka"], "n": 2},
+        {"stream_options": {"include_usage": True, "continuous_usage_stats": True}, "logprobs": True},
+    ]
+    completions = [
+        {"logprobs": 2},
+        {"logprobs": 0, "echo": True},
+        {"logprobs": 1, "echo": True, "n": 2},
+        {"prompt": ["Once upon", "a time"], "logprobs": 1},
+        {"stream_options": {"include_usage": True}},
+    ]
+    for extra, stream in itertools.product(chat, (False, True)):
+        body = {"model": "mock", "messages": messages, "max_tokens": 40, **extra}
+        if stream or "stream_options" not in extra:
+            yield "/v1/chat/completions", {**body, "stream": stream}
+    for extra, stream in itertools.product(completions, (False, True)):
+        body = {"model": "mock", "prompt": "Once upon", "max_tokens": 40, **extra}
+        if stream or "stream_options" not in extra:
+            yield "/v1/completions", {**body, "stream": stream}
 
 
-def post(url: str, path: str, body: dict) -> tuple[int, bytes]:
-    req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+# Faults that act in the engine, on the body or on the stream, sent with `X-Mock-Fault`.
+FAULTS = ["abort-waiting", "abort-before-prefill", "abort-running;after=3", "missing-logprobs",
+          "null-logprob;at=1", "short-logprobs", "error-event;after=2", "truncate-stream;after=2",
+          "duplicate-chunk;at=1"]
+
+
+def fault_requests():
+    """Every fault of `FAULTS` on a native and an OpenAI request of each kind."""
+    native = [{"text": "Hello", "sampling_params": {"max_new_tokens": 24}, "return_logprob": True,
+               "top_logprobs_num": 2},
+              {"text": ["Hello", "Bye"], "sampling_params": {"max_new_tokens": 24}, "return_logprob": True}]
+    openai = [("/v1/chat/completions", {"model": "mock", "messages": [{"role": "user", "content": "hi"}],
+                                        "max_tokens": 24, "logprobs": True, "top_logprobs": 2}),
+              ("/v1/completions", {"model": "mock", "prompt": "Once", "max_tokens": 24, "logprobs": 1,
+                                   "echo": True, "n": 2})]
+    stream_only = ("error-event", "truncate-stream", "duplicate-chunk")
+    for fault, stream in itertools.product(FAULTS, (False, True)):
+        if not stream and fault.startswith(stream_only):
+            continue
+        for body in native:
+            yield "/generate", {**body, "stream": stream}, fault
+        for path, body in openai:
+            yield path, {**body, "stream": stream}, fault
+
+
+# The server configurations compared: the default (latest) profile with the whole matrix, and the profile and
+# stream mode that change how answers are written, with the OpenAI and fault matrices.
+CONFIGS = [([], True), (["--profile", "mid"], False), (["--incremental-streaming-output"], False)]
+
+
+def requests(full: bool):
+    plain = itertools.chain(native_requests() if full else (), openai_requests())
+    yield from ((path, body, None) for path, body in plain)
+    yield from fault_requests()
+
+
+def post(url: str, path: str, body: dict, fault: str | None) -> tuple[int, bytes]:
+    headers = {"Content-Type": "application/json"}
+    if fault:
+        headers["X-Mock-Fault"] = fault
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(), headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
+    except http.client.IncompleteRead as e:
+        # A fault that cuts the body: compare what arrived.
+        return -1, e.partial
 
 
-def start(binary: str) -> tuple[subprocess.Popen, str]:
+def start(binary: str, flags: list[str]) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen([binary, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([binary, "--port", str(port), *flags], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     wait_healthy(url, proc)
     return proc, url
@@ -121,24 +182,26 @@ def main() -> None:
                        check=True)
         candidate = os.path.join(ROOT, "target", "release", "sglang-mock")
 
-    base_proc, base_url = start(os.path.abspath(args.baseline))
-    cand_proc, cand_url = start(os.path.abspath(candidate))
     compared, differing, total_bytes = 0, [], 0
-    try:
-        for path, body in itertools.chain(native_requests(), openai_requests()):
-            a_status, a = post(base_url, path, body)
-            b_status, b = post(cand_url, path, body)
-            compared += 1
-            total_bytes += len(b)
-            if (a_status, blank(a)) != (b_status, blank(b)):
-                differing.append((path, body, a_status, b_status))
-    finally:
-        for proc in (base_proc, cand_proc):
-            proc.terminate()
-            proc.wait()
+    for flags, full in CONFIGS:
+        base_proc, base_url = start(os.path.abspath(args.baseline), flags)
+        cand_proc, cand_url = start(os.path.abspath(candidate), flags)
+        try:
+            for path, body, fault in requests(full):
+                a_status, a = post(base_url, path, body, fault)
+                b_status, b = post(cand_url, path, body, fault)
+                compared += 1
+                total_bytes += len(b)
+                if (a_status, blank(a)) != (b_status, blank(b)):
+                    differing.append((flags, path, body, fault, a_status, b_status))
+        finally:
+            for proc in (base_proc, cand_proc):
+                proc.terminate()
+                proc.wait()
     print(f"{compared} requests, {total_bytes:,} bytes from the candidate: {len(differing)} differ")
-    for path, body, a_status, b_status in differing[:10]:
-        print(f"  {path} {json.dumps(body)}: status {a_status} vs {b_status}", file=sys.stderr)
+    for flags, path, body, fault, a_status, b_status in differing[:10]:
+        print(f"  {' '.join(flags)} {path} {json.dumps(body)} fault={fault}: status {a_status} vs {b_status}",
+              file=sys.stderr)
     sys.exit(1 if differing else 0)
 
 

@@ -90,18 +90,24 @@ impl ApiError {
     /// The `data: {"error":{"message":...}}` event a stream carries instead of a 4xx, as SGLang's
     /// `stream_results` does for a `ValueError`.
     pub fn stream_event_json(&self) -> Vec<u8> {
-        let message = match self {
+        serde_json::to_vec(&ValueErrorBody {
+            error: MessageOnly {
+                message: self.client_message(),
+            },
+        })
+        .unwrap_or_default()
+    }
+
+    /// The message a client is shown: an internal error's detail stays in the log.
+    pub fn client_message(&self) -> &str {
+        match self {
             ApiError::Value(m) | ApiError::Validation(m) | ApiError::OpenAiBadRequest(m) => {
                 m.as_str()
             }
             ApiError::Http { message, .. } => message.as_str(),
             ApiError::Internal(_) => "Internal Server Error",
             ApiError::Unauthorized => "Unauthorized",
-        };
-        serde_json::to_vec(&ValueErrorBody {
-            error: MessageOnly { message },
-        })
-        .unwrap_or_default()
+        }
     }
 }
 

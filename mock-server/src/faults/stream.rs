@@ -11,11 +11,15 @@ use super::mutate::mutate_body;
 use crate::error::ApiError;
 use crate::wire::{DONE_EVENT, sse_event};
 
+/// Rewrites a body, or one stream event's JSON, under a body fault.
+pub(crate) type Mutate = fn(&BodyFault, &[u8]) -> Vec<u8>;
+
 /// How a route writes its answers, for the faults that rewrite them.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Format {
-    /// A body or one stream event (JSON) under a body fault.
-    pub mutate: fn(&BodyFault, &[u8]) -> Vec<u8>,
+    /// A body or one stream event (JSON) under a body fault; `None` for a route that applies body faults to
+    /// its typed answer before writing it, and so never hands one here.
+    pub mutate: Option<Mutate>,
     /// The JSON of the event that `error-event` sends, from its message.
     pub error_event: fn(&str) -> Vec<u8>,
 }
@@ -23,7 +27,7 @@ pub(crate) struct Format {
 /// `/generate`'s answers: body faults splice SGLang's objects; the error event is `{"error":{"message"}}`,
 /// as SGLang's `stream_results` writes a `ValueError`.
 pub(crate) const NATIVE: Format = Format {
-    mutate: mutate_body,
+    mutate: Some(mutate_body),
     error_event: native_error_event,
 };
 
@@ -39,7 +43,10 @@ pub(crate) async fn non_stream_body(
     format: Format,
 ) -> Result<Vec<u8>, ApiError> {
     match fault {
-        Fault::Body(fault) => Ok((format.mutate)(fault, &body)),
+        Fault::Body(fault) => Ok(match format.mutate {
+            Some(mutate) => mutate(fault, &body),
+            None => body,
+        }),
         Fault::Http(_) | Fault::Engine(_) => Ok(body),
         Fault::Stream(stream) => match stream {
             StreamFault::TruncatedBody { keep } => {
@@ -144,10 +151,11 @@ where
         let out = match &st.fault {
             EventFault::Body(fault) => {
                 let json = &event[b"data: ".len()..event.len() - 2];
-                if json.starts_with(br#"{"error""#) {
-                    event
-                } else {
-                    sse_event(&(st.format.mutate)(fault, json))
+                match st.format.mutate {
+                    Some(mutate) if !json.starts_with(br#"{"error""#) => {
+                        sse_event(&mutate(fault, json))
+                    }
+                    _ => event,
                 }
             }
             EventFault::Stream(fault) => match fault {

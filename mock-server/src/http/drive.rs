@@ -19,7 +19,7 @@ use crate::engine::{GeneratePlan, Outside, PlannedItem, Progress, Run};
 use crate::error::ApiError;
 use crate::latency::LatencyConfig;
 use crate::model::{Model, mix};
-use crate::wire::{self, DONE_EVENT, EncodeCtx, Finished, StreamEncoder, WaitingAbort};
+use crate::wire::{self, DONE_EVENT, EncodeCtx, Finished, NeverRan, StreamEncoder, WaitingAbort};
 
 /// Steps between cooperative yields, so a long answer or a wide batch cannot hog a worker thread.
 const STEPS_PER_YIELD: usize = 256;
@@ -218,9 +218,22 @@ fn latency_key(item: &PlannedItem) -> u64 {
         .fold(item.request.sample_index, |h, b| mix(h, u64::from(b)))
 }
 
-/// Runs a non-stream request to its end and encodes its body. A scheduler rejection of any item fails the
-/// whole request with that item's 400, as `_wait_one_response` raises it; an engine panic is a 500.
-pub(crate) async fn run_to_end(ctx: &RunCtx, plan: &GeneratePlan) -> Result<Vec<u8>, ApiError> {
+/// A non-stream request that ran to its end: what a route encodes as its body.
+#[derive(Debug)]
+pub(crate) struct Ran {
+    pub(crate) run: Run,
+    /// Each item's `e2e_latency`.
+    pub(crate) e2e: Vec<f64>,
+    /// The `response_sent_to_client_ts` of every item.
+    pub(crate) sent_ts: f64,
+    /// The version the answer reports: read when the run ended, so a request held back by a weight update
+    /// reports the new one.
+    pub(crate) weight_version: Arc<str>,
+}
+
+/// Runs a non-stream request to its end. A scheduler rejection of any item fails the whole request with that
+/// item's 400, as `_wait_one_response` raises it; an engine panic is a 500.
+pub(crate) async fn run_to_end(ctx: &RunCtx, plan: &GeneratePlan) -> Result<Ran, ApiError> {
     if let Some(message) = plan.rejection() {
         return Err(ApiError::value(message));
     }
@@ -244,11 +257,92 @@ pub(crate) async fn run_to_end(ctx: &RunCtx, plan: &GeneratePlan) -> Result<Vec<
     for i in 0..plan.items.len() {
         ctx.record(&run, i, &timings);
     }
-    // The version is read when the answer is written: a request held back by a weight update reports the
-    // new one.
-    let version = ctx.control.weight_version();
-    let ctx = EncodeCtx::new(ctx.config.profile, &ctx.model, plan, &version);
-    wire::encode_body(&ctx, plan, &run, &timings.e2e, unix_now())
+    Ok(Ran {
+        run,
+        e2e: timings.e2e,
+        sent_ts: unix_now(),
+        weight_version: ctx.control.weight_version(),
+    })
+}
+
+/// How a route writes the events of a stream: the server's stream driver advances the run and asks it for
+/// the events due after each tick. `/generate` writes SGLang's native chunks ([`NativeEvents`]); the OpenAI
+/// routes write OpenAI chunks from the same typed state.
+pub(crate) trait Events: Send + 'static {
+    /// The events due after a tick with `run.progress()`; `finished(i)` times item `i`'s final chunk.
+    fn after_tick(
+        &mut self,
+        ctx: &EncodeCtx<'_>,
+        plan: &GeneratePlan,
+        run: &Run,
+        finished: &mut dyn FnMut(usize) -> Finished,
+        out: &mut VecDeque<Bytes>,
+    );
+
+    /// The events of a request whose items never ran (aborted in the waiting queue, refused by a full
+    /// queue, or aborted before prefill).
+    fn never_ran(
+        &mut self,
+        ctx: &EncodeCtx<'_>,
+        plan: &GeneratePlan,
+        how: NeverRan<'_>,
+        out: &mut VecDeque<Bytes>,
+    );
+
+    /// The events after the last one: `data: [DONE]` and whatever precedes it.
+    fn end(&mut self, out: &mut VecDeque<Bytes>);
+
+    /// Whether the stream has ended early (an error event was sent): nothing more is generated.
+    fn closed(&self) -> bool;
+}
+
+/// `/generate`'s events: SGLang's native chunks, then `data: [DONE]`.
+#[derive(Debug)]
+pub(crate) struct NativeEvents(StreamEncoder);
+
+impl NativeEvents {
+    pub(crate) fn new(config: &ServerConfig, plan: &GeneratePlan) -> NativeEvents {
+        NativeEvents(StreamEncoder::new(
+            wire::stream_mode(config),
+            plan.items.len(),
+        ))
+    }
+}
+
+impl Events for NativeEvents {
+    fn after_tick(
+        &mut self,
+        ctx: &EncodeCtx<'_>,
+        plan: &GeneratePlan,
+        run: &Run,
+        finished: &mut dyn FnMut(usize) -> Finished,
+        out: &mut VecDeque<Bytes>,
+    ) {
+        self.0
+            .after_tick(ctx, plan, run, run.progress(), finished, out);
+    }
+
+    fn never_ran(
+        &mut self,
+        ctx: &EncodeCtx<'_>,
+        plan: &GeneratePlan,
+        how: NeverRan<'_>,
+        out: &mut VecDeque<Bytes>,
+    ) {
+        out.extend(
+            wire::never_ran_objects(ctx, plan, how, true)
+                .iter()
+                .map(|json| wire::sse_event(json)),
+        );
+    }
+
+    fn end(&mut self, out: &mut VecDeque<Bytes>) {
+        out.push_back(Bytes::from_static(DONE_EVENT));
+    }
+
+    fn closed(&self) -> bool {
+        false
+    }
 }
 
 /// Where a stream stands before its first chunk.
@@ -262,62 +356,78 @@ enum Admit {
 }
 
 /// The state of one streamed request: its run (once admitted), and the events already due but not yet sent.
-struct StreamRun<G> {
+struct StreamRun<E, G> {
     ctx: RunCtx,
     plan: GeneratePlan,
     /// Started on admission, so that a request waiting in the queue holds no generation.
     run: Option<Run>,
-    encoder: StreamEncoder,
+    events: E,
     timings: Timings,
     queue: VecDeque<Bytes>,
     admit: Admit,
-    finished: bool,
+    /// The last events ([`Events::end`]) are queued.
+    ended: bool,
     /// Held for the life of the stream (the server's load accounting).
     _guard: G,
 }
 
 /// A lazily generated SSE body: each poll runs ticks until some item has a chunk due and sends the due
-/// events one by one, then `data: [DONE]`. Dropping the stream (a client disconnect) stops the generation.
+/// events one by one, written by `events`, then its last events. Dropping the stream (a client disconnect)
+/// stops the generation.
 ///
 /// The stream first waits for the control plane's permission to run (the HTTP headers are already out, as
 /// with SGLang's `StreamingResponse`); an abort or a full queue then ends it with the waiting-queue abort
 /// chunk of every item.
-pub(crate) fn sse_stream<G: Send + 'static>(
+pub(crate) fn sse_stream<E: Events, G: Send + 'static>(
     ctx: RunCtx,
     plan: GeneratePlan,
     handle: CtlHandle,
     guard: G,
+    events: E,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
     let state = StreamRun {
         run: None,
-        encoder: StreamEncoder::new(wire::stream_mode(&ctx.config), plan.items.len()),
+        events,
         timings: Timings::new(plan.items.len()),
         queue: VecDeque::new(),
         admit: Admit::Pending(handle),
-        finished: false,
+        ended: false,
         ctx,
         plan,
         _guard: guard,
     };
     futures_util::stream::unfold(state, |mut state| async move {
-        if state.finished {
-            return None;
-        }
         if let Admit::Pending(_) = state.admit {
             state.admit_now().await;
         }
-        if state.queue.is_empty() {
+        if state.queue.is_empty() && !state.ended {
             state.run_until_due().await;
         }
-        let event = state.queue.pop_front().unwrap_or_else(|| {
-            state.finished = true;
-            Bytes::from_static(DONE_EVENT)
-        });
+        if state.queue.is_empty() && !state.ended {
+            state.ended = true;
+            state.events.end(&mut state.queue);
+        }
+        let event = state.queue.pop_front()?;
         Some((Ok(event), state))
     })
 }
 
-impl<G> StreamRun<G> {
+/// The events of a streamed request whose items never ran, then its last events.
+pub(crate) fn never_ran_stream<E: Events>(
+    ctx: &EncodeCtx<'_>,
+    plan: &GeneratePlan,
+    how: NeverRan<'_>,
+    mut events: E,
+) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static + use<E> {
+    let mut queue = VecDeque::new();
+    events.never_ran(ctx, plan, how, &mut queue);
+    if !events.closed() {
+        events.end(&mut queue);
+    }
+    futures_util::stream::iter(queue.into_iter().map(Ok))
+}
+
+impl<E: Events, G> StreamRun<E, G> {
     async fn admit_now(&mut self) {
         let Admit::Pending(handle) =
             std::mem::replace(&mut self.admit, Admit::Running { _held: None })
@@ -344,15 +454,10 @@ impl<G> StreamRun<G> {
             .aborted_requests
             .fetch_add(1, Ordering::Relaxed);
         let e2e = self.ctx.started.elapsed().as_secs_f64();
-        let objects = wire::waiting_abort_objects(
-            &self.ctx.encode_ctx(&self.plan),
-            &self.plan,
-            reason,
-            e2e,
-            true,
-        );
-        self.queue
-            .extend(objects.iter().map(|json| wire::sse_event(json)));
+        let ctx = self.ctx.encode_ctx(&self.plan);
+        let how = NeverRan::Waiting { reason, e2e };
+        self.events
+            .never_ran(&ctx, &self.plan, how, &mut self.queue);
     }
 
     /// Runs ticks until some event is due or the run is over; nothing without a run (a request that
@@ -363,24 +468,18 @@ impl<G> StreamRun<G> {
         // Counted per call: an event hands control back to the connection anyway, so only a long stretch of
         // ticks without one (a large `stream_interval`) needs to yield.
         let mut yielder = Yielder::default();
-        while self.queue.is_empty() && !run.is_done() {
+        while self.queue.is_empty() && !run.is_done() && !self.events.closed() {
             self.ctx.before_tick(run, &self.plan).await;
             self.ctx.tick(run, &mut self.timings);
             record_ends(&self.ctx, &self.plan, run, &self.timings);
             let e2e = &self.timings.e2e;
-            let finished = |i: usize| Finished {
+            let mut finished = |i: usize| Finished {
                 e2e_latency: e2e[i],
                 response_sent_to_client_ts: unix_now(),
             };
             let encode = self.ctx.encode_ctx(&self.plan);
-            self.encoder.after_tick(
-                &encode,
-                &self.plan,
-                run,
-                run.progress(),
-                finished,
-                &mut self.queue,
-            );
+            self.events
+                .after_tick(&encode, &self.plan, run, &mut finished, &mut self.queue);
             yielder.after(run, timed).await;
         }
     }

@@ -1,5 +1,7 @@
-//! `/generate`: the handler, and [`execute`], which runs a validated plan (the OpenAI routes call it too).
+//! `/generate`: the handler, and [`execute`], which runs a validated plan and hands back a typed
+//! [`Outcome`] that each route encodes (the OpenAI routes call it too).
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -7,7 +9,10 @@ use std::time::Instant;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
+use bytes::Bytes;
+use futures_util::Stream;
+use futures_util::future::Either;
 
 use super::drive::{self, RunCtx};
 use super::extract::{Conn, RawBody};
@@ -20,7 +25,7 @@ use crate::error::ApiError;
 use crate::faults::stream as stream_faults;
 use crate::faults::{EngineFault, Fault};
 use crate::request;
-use crate::wire::{self, EncodeCtx, WaitingAbort};
+use crate::wire::{self, EncodeCtx, NeverRan, WaitingAbort};
 
 /// Fresh request ids as SGLang makes them: `uuid.uuid4().hex`.
 #[derive(Debug, Default)]
@@ -32,30 +37,24 @@ impl RidSource for UuidRids {
     }
 }
 
-/// `/generate` (POST or PUT): parse, decide the fault, plan, then [`execute`].
+/// `/generate` (POST or PUT): parse, decide the fault, plan, [`execute`], then encode what it hands back
+/// as SGLang's native answer.
 pub(crate) async fn generate_handler(
     State(state): State<AppState>,
     Conn(conn): Conn,
     headers: HeaderMap,
     RawBody(bytes): RawBody,
-) -> Response {
+) -> Result<Response, ApiError> {
     let started = Instant::now();
     // Type errors come from FastAPI before the handler runs: a 4xx even for a stream.
-    let parsed = match request::parse_generate(&bytes) {
-        Ok(parsed) => parsed,
-        Err(err) => {
-            tracing::info!(error = %err, "rejected /generate body");
-            return err.into_response();
-        }
-    };
-    let fault = match decide_fault(&state, "/generate", parsed.stream, &headers) {
-        Ok(fault) => fault,
-        Err(err) => return err.into_response(),
-    };
+    let parsed = request::parse_generate(&bytes).inspect_err(|err| {
+        tracing::info!(error = %err, "rejected /generate body");
+    })?;
+    let fault = decide_fault(&state, "/generate", parsed.stream, &headers)?;
     if let Some(fault) = &fault
         && let Some(response) = http_fault(&state, fault, conn.as_ref()).await
     {
-        return response;
+        return Ok(response);
     }
     let plan = request::plan_generate(
         &parsed,
@@ -63,46 +62,132 @@ pub(crate) async fn generate_handler(
         state.model().tokenizer(),
         &mut UuidRids,
     );
-    match plan {
-        Ok(plan) => execute(&state, plan, fault, started).await,
+    let plan = match plan {
+        Ok(plan) => plan,
         Err(err @ (ApiError::Value(_) | ApiError::Validation(_))) if parsed.stream => {
             tracing::info!(error = %err, "rejected streamed /generate request");
-            sse_response(Body::from(wire::error_stream_body(&err)))
+            return Ok(sse_response(Body::from(wire::error_stream_body(&err))));
         }
         Err(err) => {
             tracing::info!(error = %err, "rejected /generate request");
-            err.into_response()
+            return Err(err);
+        }
+    };
+    let engine_fault = match &fault {
+        Some(Fault::Engine(engine)) => Some(engine.clone()),
+        Some(Fault::Http(_) | Fault::Body(_) | Fault::Stream(_)) | None => None,
+    };
+    let config = Arc::clone(state.shared_config());
+    let events = |plan: &GeneratePlan| drive::NativeEvents::new(&config, plan);
+    let outcome = execute(&state, plan, engine_fault, started, events).await?;
+    match outcome {
+        Outcome::Stream(stream) => {
+            let body = match fault.and_then(stream_faults::EventFault::of) {
+                Some(fault) => {
+                    Body::from_stream(stream_faults::apply(stream, fault, stream_faults::NATIVE))
+                }
+                None => Body::from_stream(stream),
+            };
+            Ok(sse_response(body))
+        }
+        Outcome::Ran { plan, ran } => {
+            let encode = EncodeCtx::new(
+                state.config().profile,
+                state.model(),
+                &plan,
+                &ran.weight_version,
+            );
+            let body = wire::encode_body(&encode, &plan, &ran.run, &ran.e2e, ran.sent_ts)?;
+            let body = match &fault {
+                Some(fault) => {
+                    stream_faults::non_stream_body(fault, body, stream_faults::NATIVE).await?
+                }
+                None => body,
+            };
+            Ok(json_response(StatusCode::OK, body))
+        }
+        Outcome::NeverRan {
+            plan,
+            how,
+            weight_version,
+        } => {
+            let encode = EncodeCtx::new(
+                state.config().profile,
+                state.model(),
+                &plan,
+                &weight_version,
+            );
+            let body = wire::join_body(&plan, wire::never_ran_objects(&encode, &plan, how, false));
+            let body = match &fault {
+                Some(fault) => {
+                    stream_faults::non_stream_body(fault, body, stream_faults::NATIVE).await?
+                }
+                None => body,
+            };
+            Ok(json_response(StatusCode::OK, body))
         }
     }
 }
 
-/// Runs a validated plan: abort shapes that never reach the scheduler, admission, the engine, and the
-/// stream, body and abort faults of `fault` (HTTP-level faults were applied before planning). The OpenAI
-/// routes call this too, with only the abort faults, and translate what it answers.
-pub(crate) async fn execute(
+/// What [`execute`] hands back for a route to encode.
+pub(crate) enum Outcome<S> {
+    /// A non-stream request that ran to its end.
+    Ran { plan: GeneratePlan, ran: drive::Ran },
+    /// A non-stream request whose items never ran: aborted in the waiting queue, or before prefill.
+    NeverRan {
+        plan: GeneratePlan,
+        how: NeverRan<'static>,
+        weight_version: Arc<str>,
+    },
+    /// A streamed request: its events, written by the route's [`drive::Events`].
+    Stream(S),
+}
+
+/// Runs a validated plan: the abort shapes that never reach the scheduler, admission, the engine, and the
+/// engine fault (HTTP-level faults were applied before planning; body and stream faults are the route's, on
+/// what it encodes). A stream's events are written by the route's `events` for the plan. Errors that end the
+/// request (a full queue's 503 for a non-stream request, an engine failure) come back as `Err`.
+pub(crate) async fn execute<E: drive::Events>(
     state: &AppState,
     plan: GeneratePlan,
-    fault: Option<Fault>,
+    fault: Option<EngineFault>,
     started: Instant,
-) -> Response {
+    events: impl FnOnce(&GeneratePlan) -> E,
+) -> Result<Outcome<impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static>, ApiError> {
     let span = tracing::info_span!(
         "generate",
         rid = %plan.items.first().map(|i| i.rid.as_str()).unwrap_or(""),
         items = plan.items.len(),
         stream = plan.stream,
     );
-    let abort_after = match &fault {
-        Some(Fault::Engine(engine)) => match engine {
-            EngineFault::AbortWaiting => {
-                return never_scheduled(state, &plan, NeverScheduled::Waiting, started);
-            }
-            EngineFault::AbortBeforePrefill => {
-                return never_scheduled(state, &plan, NeverScheduled::BeforePrefill, started);
-            }
-            EngineFault::AbortRunning { after } => Some(*after as usize),
-        },
-        Some(Fault::Http(_) | Fault::Body(_) | Fault::Stream(_)) | None => None,
+    let (abort_after, never_ran) = match fault {
+        Some(EngineFault::AbortWaiting) => {
+            let e2e = started.elapsed().as_secs_f64();
+            let reason = WaitingAbort::Aborted;
+            (None, Some(NeverRan::Waiting { reason, e2e }))
+        }
+        Some(EngineFault::AbortBeforePrefill) => (None, Some(NeverRan::BeforePrefill)),
+        Some(EngineFault::AbortRunning { after }) => (Some(after as usize), None),
+        None => (None, None),
     };
+    if let Some(how) = never_ran {
+        let weight_version = state.control().weight_version();
+        if !plan.stream {
+            return Ok(Outcome::NeverRan {
+                plan,
+                how,
+                weight_version,
+            });
+        }
+        let encode = EncodeCtx::new(
+            state.config().profile,
+            state.model(),
+            &plan,
+            &weight_version,
+        );
+        let stream = drive::never_ran_stream(&encode, &plan, how, events(&plan));
+        return Ok(Outcome::Stream(Either::Left(stream)));
+    }
     let tokens: usize = plan
         .items
         .iter()
@@ -124,20 +209,15 @@ pub(crate) async fn execute(
     };
     if plan.stream {
         span.in_scope(|| tracing::info!("streaming"));
-        let stream = drive::sse_stream(ctx, plan, handle, guard);
-        let body = match fault.and_then(stream_faults::EventFault::of) {
-            Some(fault) => {
-                Body::from_stream(stream_faults::apply(stream, fault, stream_faults::NATIVE))
-            }
-            None => Body::from_stream(stream),
-        };
-        return sse_response(body);
+        let events = events(&plan);
+        let stream = drive::sse_stream(ctx, plan, handle, guard, events);
+        return Ok(Outcome::Stream(Either::Right(stream)));
     }
-    let result = match control.admit(&handle).await {
+    let outcome = match control.admit(&handle).await {
         Admission::Run(ticket) => {
             let result = drive::run_to_end(&ctx, &plan).await;
             drop(ticket);
-            result
+            result.map(|ran| Outcome::Ran { plan, ran })
         }
         Admission::QueueFull => Err(ApiError::Http {
             status: 503,
@@ -148,74 +228,24 @@ pub(crate) async fn execute(
                 .metrics()
                 .aborted_requests
                 .fetch_add(1, Ordering::Relaxed);
-            let encode = EncodeCtx::new(ctx.config.profile, &ctx.model, &plan, &ctx.weight_version);
             let e2e = started.elapsed().as_secs_f64();
-            Ok(wire::join_body(
-                &plan,
-                wire::waiting_abort_objects(&encode, &plan, WaitingAbort::Aborted, e2e, false),
-            ))
+            Ok(Outcome::NeverRan {
+                plan,
+                how: NeverRan::Waiting {
+                    reason: WaitingAbort::Aborted,
+                    e2e,
+                },
+                weight_version: Arc::clone(&ctx.weight_version),
+            })
         }
     };
     drop(handle);
     drop(guard);
-    let result = match (result, &fault) {
-        (Ok(body), Some(fault)) => {
-            stream_faults::non_stream_body(fault, body, stream_faults::NATIVE).await
-        }
-        (result, _) => result,
-    };
-    match result {
-        Ok(body) => {
+    match &outcome {
+        Ok(_) => {
             tracing::info!(parent: &span, latency_ms = started.elapsed().as_millis() as u64, "done");
-            json_response(StatusCode::OK, body)
         }
-        Err(err) => {
-            tracing::info!(parent: &span, error = %err, "failed");
-            err.into_response()
-        }
+        Err(err) => tracing::info!(parent: &span, error = %err, "failed"),
     }
-}
-
-/// Where a request that never ran was aborted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum NeverScheduled {
-    Waiting,
-    BeforePrefill,
-}
-
-/// The abort shapes of a request that never reaches the scheduler: aborted in the waiting queue, or (MID)
-/// before prefill.
-fn never_scheduled(
-    state: &AppState,
-    plan: &GeneratePlan,
-    kind: NeverScheduled,
-    started: Instant,
-) -> Response {
-    let weight_version = state.control().weight_version();
-    let ctx = EncodeCtx::new(state.config().profile, state.model(), plan, &weight_version);
-    let e2e = started.elapsed().as_secs_f64();
-    let objects = if kind == NeverScheduled::Waiting {
-        wire::waiting_abort_objects(&ctx, plan, WaitingAbort::Aborted, e2e, plan.stream)
-    } else {
-        plan.items
-            .iter()
-            .enumerate()
-            .map(|(i, item)| {
-                let mut json = Vec::new();
-                let index = (plan.stream && plan.is_batch).then_some(i);
-                wire::encode_before_prefill(&mut json, &ctx, item, index);
-                json
-            })
-            .collect()
-    };
-    if plan.stream {
-        let mut out = Vec::new();
-        for object in &objects {
-            out.extend_from_slice(&wire::sse_event(object));
-        }
-        out.extend_from_slice(wire::DONE_EVENT);
-        sse_response(Body::from(out))
-    } else {
-        json_response(StatusCode::OK, wire::join_body(plan, objects))
-    }
+    outcome
 }

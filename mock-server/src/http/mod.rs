@@ -3,8 +3,9 @@
 //!
 //! - `routes`: the router, the API-key middleware, SGLang's 404 and 405; `state`: [`AppState`];
 //!   `extract`: the body extractors that reject in SGLang's error shape; `error`: how an [`ApiError`] becomes a response; `respond`: response helpers;
-//! - `generate`: `/generate` and `execute`; `drive`: the async drivers of the engine's
-//!   step core (non-stream and SSE); `faults`: HTTP-level faults;
+//! - `generate`: `/generate` and `execute`, which runs a plan and hands back a typed outcome that each route
+//!   encodes; `drive`: the async drivers of the engine's step core (non-stream, and SSE whose events a
+//!   route's `Events` writes); `faults`: HTTP-level faults;
 //! - `openai`: `/v1/completions`, `/v1/chat/completions`, `/tokenize`, `/detokenize`;
 //! - `info`: health, server and model info, load; `admin`: the RL control plane and admin endpoints;
 //!   `metrics`: Prometheus; `conn`: a listener whose connections a fault can reset; `server`: [`Server`],

@@ -2,16 +2,14 @@
 //! shapes are [`Shape::AbortedWaiting`] and [`Shape::AbortedBeforePrefill`] of the one object writer.
 
 use super::item::EncodeCtx;
-use super::json::{
-    FinishJson, InputPositions, InputTokenLogprobs, OutputPositions, TokenLogprobs, WaitingAbort,
-};
+use super::json::{FinishJson, WaitingAbort};
 use super::meta::{LogprobFields, Meta, Object, Shape};
 use crate::engine::PlannedItem;
 
 /// The reduced object SGLang sends for a request aborted in the waiting queue: `meta_info` holds only `id`,
 /// `finish_reason`, `weight_version`, `e2e_latency`, the (empty) logprob lists when requested and
 /// `completion_tokens`; there is no `prompt_tokens` and no `cached_tokens`.
-pub fn encode_waiting_abort(
+pub(super) fn encode_waiting_abort(
     out: &mut Vec<u8>,
     ctx: &EncodeCtx<'_>,
     item: &PlannedItem,
@@ -19,36 +17,7 @@ pub fn encode_waiting_abort(
     e2e_latency: f64,
     index: Option<usize>,
 ) {
-    let empty = || {
-        (
-            InputPositions {
-                positions: 0,
-                entries: &[],
-                per_position: 1,
-                tok: None,
-            },
-            OutputPositions {
-                entries: &[],
-                per_position: 1,
-                tok: None,
-            },
-        )
-    };
-    let logprobs = item.request.return_logprob.then(|| LogprobFields {
-        input_token_logprobs: InputTokenLogprobs {
-            lps: &[],
-            ids: &[],
-            tok: None,
-        },
-        output_token_logprobs: TokenLogprobs {
-            lps: &[],
-            ids: &[],
-            tok: None,
-        },
-        output_token_logprobs_length: 0,
-        top: (item.top_logprobs_num > 0).then(empty),
-        token_ids: item.token_ids_logprob_requested.then(empty),
-    });
+    let logprobs = LogprobFields::empty(item);
     Object {
         shape: Shape::AbortedWaiting,
         text: "",
@@ -72,7 +41,7 @@ pub fn encode_waiting_abort(
 
 /// \[MID\] "Abort before prefill": `{"text":"","meta_info":{"id","finish_reason","prompt_tokens":0,
 /// "completion_tokens":0}}`, with no `output_ids` and no logprob keys at all.
-pub fn encode_before_prefill(
+pub(super) fn encode_before_prefill(
     out: &mut Vec<u8>,
     ctx: &EncodeCtx<'_>,
     item: &PlannedItem,

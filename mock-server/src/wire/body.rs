@@ -1,6 +1,6 @@
 //! Whole non-stream bodies: one object per item, or an array for a batch.
 
-use super::aborts::encode_waiting_abort;
+use super::aborts::{encode_before_prefill, encode_waiting_abort};
 use super::item::{
     Chunk, EncodeCtx, Finished, OutputMode, Sent, encode_item, has_non_finite_logprob,
 };
@@ -8,6 +8,26 @@ use super::json::WaitingAbort;
 use crate::config::Profile;
 use crate::engine::{GeneratePlan, Generation, Run};
 use crate::error::ApiError;
+
+/// Whether a finished non-stream answer can be serialised at all: MID serialises with `allow_nan=False`, so a
+/// NaN or infinite logprob in any item fails the whole response with a 500. Every non-stream route (native or
+/// OpenAI) asks this before writing its body.
+pub fn check_serialisable(
+    profile: Profile,
+    plan: &GeneratePlan,
+    run: &Run,
+) -> Result<(), ApiError> {
+    let bad = |(i, item)| {
+        run.generation(i)
+            .is_some_and(|g| has_non_finite_logprob(g, item))
+    };
+    if profile == Profile::Mid && plan.items.iter().enumerate().any(bad) {
+        return Err(ApiError::internal(
+            "ValueError: Out of range float values are not JSON compliant",
+        ));
+    }
+    Ok(())
+}
 
 /// Encodes a finished non-stream request from its run: `latencies[i]` is item `i`'s `e2e_latency` and `ts`
 /// the `response_sent_to_client_ts` of every item.
@@ -27,16 +47,11 @@ pub fn encode_body(
     if plan.is_batch {
         out.push(b'[');
     }
+    check_serialisable(ctx.profile, plan, run)?;
     for (i, item) in plan.items.iter().enumerate() {
         let Some(generation) = run.generation(i) else {
             continue;
         };
-        if ctx.profile == Profile::Mid && has_non_finite_logprob(generation, item) {
-            // MID serialises with `allow_nan=False`: a -inf logprob fails the whole response.
-            return Err(ApiError::internal(
-                "ValueError: Out of range float values are not JSON compliant",
-            ));
-        }
         if i > 0 {
             out.push(b',');
         }
@@ -67,12 +82,21 @@ fn estimated_json_len(generation: &Generation) -> usize {
     512 + 12 * generation.output_ids().len() + generation.text().len() + 32 * triples
 }
 
-/// The waiting-queue abort object of every item of a plan (SGLang's `_handle_abort_req`), one per item.
-pub fn waiting_abort_objects(
+/// Where a request whose items never ran was stopped.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum NeverRan<'a> {
+    /// In the waiting queue (SGLang's `_handle_abort_req`), `e2e` seconds after it arrived.
+    Waiting { reason: WaitingAbort<'a>, e2e: f64 },
+    /// \[MID\] before prefill (the `abort-before-prefill` fault).
+    BeforePrefill,
+}
+
+/// The object of every item of a plan that never ran, one per item; `indexed` gives a streamed batch's
+/// objects their `index`.
+pub fn never_ran_objects(
     ctx: &EncodeCtx<'_>,
     plan: &GeneratePlan,
-    reason: WaitingAbort<'_>,
-    e2e_latency: f64,
+    how: NeverRan<'_>,
     indexed: bool,
 ) -> Vec<Vec<u8>> {
     plan.items
@@ -81,7 +105,12 @@ pub fn waiting_abort_objects(
         .map(|(i, item)| {
             let mut json = Vec::with_capacity(256);
             let index = (indexed && plan.is_batch).then_some(i);
-            encode_waiting_abort(&mut json, ctx, item, reason, e2e_latency, index);
+            match how {
+                NeverRan::Waiting { reason, e2e } => {
+                    encode_waiting_abort(&mut json, ctx, item, reason, e2e, index);
+                }
+                NeverRan::BeforePrefill => encode_before_prefill(&mut json, ctx, item, index),
+            }
             json
         })
         .collect()

@@ -201,49 +201,7 @@ pub fn encode_aborted(
     index: Option<usize>,
 ) {
     let req = &item.request;
-    let logprobs = req.return_logprob.then(|| LogprobFields {
-        input_token_logprobs: InputTokenLogprobs {
-            lps: &[],
-            ids: &[],
-            tok: None,
-        },
-        output_token_logprobs: TokenLogprobs {
-            lps: &[],
-            ids: &[],
-            tok: None,
-        },
-        output_token_logprobs_length: 0,
-        top: (item.top_logprobs_num > 0).then_some({
-            (
-                InputPositions {
-                    positions: 0,
-                    entries: &[],
-                    per_position: item.top_logprobs_num,
-                    tok: None,
-                },
-                OutputPositions {
-                    entries: &[],
-                    per_position: item.top_logprobs_num,
-                    tok: None,
-                },
-            )
-        }),
-        token_ids: item.token_ids_logprob_requested.then_some({
-            (
-                InputPositions {
-                    positions: 0,
-                    entries: &[],
-                    per_position: 1,
-                    tok: None,
-                },
-                OutputPositions {
-                    entries: &[],
-                    per_position: 1,
-                    tok: None,
-                },
-            )
-        }),
-    });
+    let logprobs = LogprobFields::empty(item);
     Object {
         shape: Shape::Failed,
         text: "",
@@ -270,7 +228,7 @@ pub fn encode_aborted(
 }
 
 /// Whether any logprob this item would report is NaN or infinite (a MID non-stream body then fails with 500).
-pub fn has_non_finite_logprob(generation: &Generation, item: &PlannedItem) -> bool {
+pub(super) fn has_non_finite_logprob(generation: &Generation, item: &PlannedItem) -> bool {
     if !item.request.return_logprob {
         return false;
     }

@@ -6,6 +6,7 @@
 //! items, aborts and stream chunks all write through here.
 
 use crate::config::Profile;
+use crate::engine::PlannedItem;
 
 use super::json::{
     FinishJson, InputPositions, InputTokenLogprobs, OutputPositions, TokenLogprobs, write_ids,
@@ -142,6 +143,43 @@ pub(super) struct LogprobFields<'a> {
     pub(super) output_token_logprobs_length: usize,
     pub(super) top: Option<(InputPositions<'a>, OutputPositions<'a>)>,
     pub(super) token_ids: Option<(InputPositions<'a>, OutputPositions<'a>)>,
+}
+
+impl LogprobFields<'_> {
+    /// The logprob fields of an item with no output and no input positions, as the shapes of an item that
+    /// never ran carry them when `return_logprob` is set: every requested list empty.
+    pub(super) fn empty(item: &PlannedItem) -> Option<LogprobFields<'static>> {
+        let empty = || {
+            (
+                InputPositions {
+                    positions: 0,
+                    entries: &[],
+                    per_position: 1,
+                    tok: None,
+                },
+                OutputPositions {
+                    entries: &[],
+                    per_position: 1,
+                    tok: None,
+                },
+            )
+        };
+        item.request.return_logprob.then(|| LogprobFields {
+            input_token_logprobs: InputTokenLogprobs {
+                lps: &[],
+                ids: &[],
+                tok: None,
+            },
+            output_token_logprobs: TokenLogprobs {
+                lps: &[],
+                ids: &[],
+                tok: None,
+            },
+            output_token_logprobs_length: 0,
+            top: (item.top_logprobs_num > 0).then(empty),
+            token_ids: item.token_ids_logprob_requested.then(empty),
+        })
+    }
 }
 
 impl Object<'_> {

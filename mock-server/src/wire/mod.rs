@@ -18,13 +18,9 @@ mod meta;
 mod sse;
 mod stream;
 
-pub use aborts::{encode_before_prefill, encode_waiting_abort};
-pub use body::{encode_body, join_body, waiting_abort_objects};
-pub use item::{
-    Chunk, EncodeCtx, Finished, OutputMode, Sent, encode_aborted, encode_item,
-    has_non_finite_logprob,
-};
+pub use body::{NeverRan, check_serialisable, encode_body, join_body, never_ran_objects};
+pub use item::{Chunk, EncodeCtx, Finished, OutputMode, Sent, encode_aborted, encode_item};
 pub use json::{Abort, WaitingAbort};
 pub use meta::{Key, Shape, keys};
 pub use sse::{DONE_EVENT, chunk_due, error_stream_body, sse_event, stream_mode};
-pub use stream::StreamEncoder;
+pub use stream::{Due, StreamEncoder, due};

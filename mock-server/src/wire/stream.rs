@@ -5,7 +5,8 @@ use bytes::Bytes;
 
 use super::item::{Chunk, EncodeCtx, Finished, OutputMode, Sent, encode_aborted, encode_item};
 use super::sse::{chunk_due, sse_event};
-use crate::engine::{GeneratePlan, Progress, Run};
+use crate::engine::{GeneratePlan, Generation, Progress, Run};
+use crate::error::ApiError;
 
 /// Per-item stream state: the output mode and what each item has sent so far.
 #[derive(Debug)]
@@ -22,9 +23,9 @@ impl StreamEncoder {
         }
     }
 
-    /// Pushes onto `out` the events due after a tick with per-item `progress`, in item order: a chunk for
-    /// an item whose chunk is due (`stream_interval`, and no stop string half matched), the final chunk of
-    /// an item that ended (timed by `finished(i)`), the abort of a rejected item, the error of a failed one.
+    /// Pushes onto `out` the events due after a tick with per-item `progress`, in item order (see [`due`]):
+    /// a chunk of an item that stepped or ended (its final chunk timed by `finished(i)`), the abort of a
+    /// rejected item, the error of a failed one.
     pub fn after_tick(
         &mut self,
         ctx: &EncodeCtx<'_>,
@@ -34,32 +35,18 @@ impl StreamEncoder {
         mut finished: impl FnMut(usize) -> Finished,
         out: &mut impl Extend<Bytes>,
     ) {
-        for (i, (item, &progress)) in plan.items.iter().zip(progress).enumerate() {
+        for (i, due) in due(plan, run, progress) {
+            let item = &plan.items[i];
             let index = plan.is_batch.then_some(i);
             // The buffer is allocated only for an event that is due.
-            let json = match progress {
-                Progress::Idle => continue,
-                Progress::Failed => run
-                    .failure(i)
-                    .map(|err| err.stream_event_json())
-                    .unwrap_or_default(),
-                Progress::Rejected => {
-                    let message = item.abort.as_deref().unwrap_or_default();
+            let json = match due {
+                Due::Failed(err) => err.stream_event_json(),
+                Due::Rejected(message) => {
                     let mut json = Vec::with_capacity(512);
                     encode_aborted(&mut json, ctx, item, message, finished(i), index);
                     json
                 }
-                Progress::Stepped | Progress::Finished => {
-                    let Some(generation) = run.generation(i) else {
-                        continue;
-                    };
-                    let done = progress == Progress::Finished;
-                    if !done
-                        && (!chunk_due(generation.output_ids().len(), item.stream_interval)
-                            || generation.holds_stop_prefix())
-                    {
-                        continue;
-                    }
+                Due::Chunk { generation, done } => {
                     let chunk = Chunk {
                         mode: self.mode,
                         sent: self.sent[i],
@@ -79,4 +66,51 @@ impl StreamEncoder {
             out.extend([sse_event(&json)]);
         }
     }
+}
+
+/// What one item owes its stream after a tick.
+#[derive(Debug)]
+pub enum Due<'a> {
+    /// A chunk of its generation; `done` for the item's final chunk.
+    Chunk {
+        generation: &'a Generation,
+        done: bool,
+    },
+    /// The scheduler refused it, with this message: its abort object.
+    Rejected(&'a str),
+    /// Its engine code failed: the error event.
+    Failed(&'a ApiError),
+}
+
+/// The items that owe their stream an event after a tick with per-item `progress`, in item order: an item
+/// that ended, or stepped with a chunk due (`stream_interval`) and no stop string half matched; a rejected
+/// item; a failed one.
+pub fn due<'a>(
+    plan: &'a GeneratePlan,
+    run: &'a Run,
+    progress: &'a [Progress],
+) -> impl Iterator<Item = (usize, Due<'a>)> + 'a {
+    plan.items
+        .iter()
+        .zip(progress)
+        .enumerate()
+        .filter_map(move |(i, (item, &progress))| {
+            let due = match progress {
+                Progress::Idle => return None,
+                Progress::Failed => Due::Failed(run.failure(i)?),
+                Progress::Rejected => Due::Rejected(item.abort.as_deref().unwrap_or_default()),
+                Progress::Stepped | Progress::Finished => {
+                    let generation = run.generation(i)?;
+                    let done = progress == Progress::Finished;
+                    if !done
+                        && (!chunk_due(generation.output_ids().len(), item.stream_interval)
+                            || generation.holds_stop_prefix())
+                    {
+                        return None;
+                    }
+                    Due::Chunk { generation, done }
+                }
+            };
+            Some((i, due))
+        })
 }

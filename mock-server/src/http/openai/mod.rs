@@ -3,9 +3,11 @@
 //!
 //! As in SGLang, each request becomes a native `/generate` request ([`request::translate`]) that runs
 //! through the same planner, engine, control plane and abort faults as `/generate` itself
-//! (`http::generate::execute`); its answer is then rewritten in OpenAI's shape ([`response`]). Logprobs are
-//! therefore those of `/generate` for the same tokens, bit for bit. HTTP faults apply before the request
-//! runs, and body and stream faults to the OpenAI answer ([`faults`]).
+//! (`http::generate::execute`). What that hands back is typed (the finished run, the items that never ran,
+//! or a stream driven tick by tick), and this module writes it in OpenAI's shape from the engine's own
+//! values ([`response`]), never by reading native JSON back. Logprobs are therefore those of `/generate` for
+//! the same tokens, bit for bit. HTTP faults apply before the request runs, and body and stream faults to
+//! the OpenAI answer ([`faults`]).
 
 pub(super) mod faults;
 pub(super) mod request;
@@ -13,31 +15,32 @@ pub(super) mod response;
 pub(super) mod tokenize;
 
 use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::time::Instant;
 
-use axum::body::{Body, BodyDataStream};
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::Bytes;
-use futures_util::StreamExt;
 use serde_json::Value;
 
 use super::conn::ConnHandle;
+use super::drive::Events;
 use super::extract::{Conn, OpenAiJson};
 use super::faults::{decide_fault, http_fault};
-use super::generate::{UuidRids, execute};
+use super::generate::{Outcome, UuidRids, execute};
 use super::info::unix_seconds;
 use super::respond::{json_response, sse_response};
 use super::state::AppState;
+use crate::engine::{GeneratePlan, Run};
 use crate::error::ApiError;
 use crate::faults::stream as stream_faults;
 use crate::faults::{BodyFault, Fault};
+use crate::model::Tokenizer;
 use crate::request as native;
-use crate::wire::{DONE_EVENT, sse_event};
-pub(super) use request::{Api, OpenAiRequest};
-use response::{ChunkTranslator, Translated};
+use crate::wire::{self, DONE_EVENT, Due, EncodeCtx, Finished, NeverRan, WaitingAbort, sse_event};
+pub(super) use request::Api;
+use response::{ChunkTranslator, Finish, ItemView, Translated};
 
 /// `POST /v1/completions`.
 pub(crate) async fn completions(
@@ -45,7 +48,7 @@ pub(crate) async fn completions(
     Conn(conn): Conn,
     headers: HeaderMap,
     OpenAiJson(body): OpenAiJson,
-) -> Response {
+) -> Result<Response, ApiError> {
     handle(state, conn, &headers, &body, Api::Completions).await
 }
 
@@ -55,7 +58,7 @@ pub(crate) async fn chat_completions(
     Conn(conn): Conn,
     headers: HeaderMap,
     OpenAiJson(body): OpenAiJson,
-) -> Response {
+) -> Result<Response, ApiError> {
     handle(state, conn, &headers, &body, Api::Chat).await
 }
 
@@ -65,72 +68,242 @@ async fn handle(
     headers: &HeaderMap,
     body: &Value,
     api: Api,
-) -> Response {
+) -> Result<Response, ApiError> {
     let started = Instant::now();
     let config = state.config();
-    let openai = match request::translate(api, body, config, state.model().tokenizer()) {
-        Ok(openai) => openai,
-        Err(err) => {
-            tracing::info!(error = %err, path = api.path(), "rejected OpenAI request");
-            return err.into_response();
-        }
-    };
-    let fault = match decide_fault(&state, api.path(), openai.stream, headers) {
-        Ok(fault) => fault,
-        Err(err) => return err.into_response(),
-    };
+    let openai = request::translate(api, body, config, state.model().tokenizer()).inspect_err(
+        |err| tracing::info!(error = %err, path = api.path(), "rejected OpenAI request"),
+    )?;
+    let fault = decide_fault(&state, api.path(), openai.stream, headers)?;
     if let Some(fault) = &fault
         && let Some(response) = http_fault(&state, fault, conn.as_ref()).await
     {
-        return response;
+        return Ok(response);
     }
     // The native body is ours, so it always parses; SGLang's planner then checks the values.
     let native_body = serde_json::to_vec(&openai.native).unwrap_or_default();
-    let plan = native::parse_generate(&native_body).and_then(|parsed| {
-        native::plan_generate(&parsed, config, state.model().tokenizer(), &mut UuidRids)
-    });
-    let plan = match plan {
-        Ok(plan) => plan,
-        Err(err) => return openai_error(err).into_response(),
-    };
+    let plan = native::parse_generate(&native_body)
+        .and_then(|parsed| {
+            native::plan_generate(&parsed, config, state.model().tokenizer(), &mut UuidRids)
+        })
+        .map_err(openai_error)?;
     // Aborts happen in the engine; every other fault rewrites the OpenAI answer (or leaves it alone).
-    let engine_fault = fault.clone().filter(|f| matches!(f, Fault::Engine(_)));
-    let answer = execute(&state, plan, engine_fault, started).await;
-    // Planning errors were answered above; what fails here (a full queue's 503) passes in SGLang's shape.
-    if answer.status() != StatusCode::OK {
-        return answer;
-    }
-    let incremental = config.incremental_streaming_output;
+    let engine_fault = match &fault {
+        Some(Fault::Engine(engine)) => Some(engine.clone()),
+        Some(Fault::Http(_) | Fault::Body(_) | Fault::Stream(_)) | None => None,
+    };
     let created = unix_seconds();
-    if openai.stream {
-        let translator = ChunkTranslator::new(openai, incremental, created);
-        let events = translate_stream(answer.into_body().into_data_stream(), translator);
-        let body = match fault.and_then(stream_faults::EventFault::of) {
-            Some(fault) => Body::from_stream(stream_faults::apply(events, fault, FORMAT)),
-            None => Body::from_stream(events),
-        };
-        return sse_response(body);
-    }
-    non_stream_answer(&openai, answer.into_body(), created, fault).await
+    let stream = openai.stream;
+    let body_fault = match &fault {
+        Some(Fault::Body(body)) => Some(body.clone()),
+        Some(Fault::Http(_) | Fault::Stream(_) | Fault::Engine(_)) | None => None,
+    };
+    let events = |_: &GeneratePlan| OpenAiEvents {
+        translator: ChunkTranslator::new(openai.clone(), created),
+        body_fault,
+        closed: false,
+    };
+    // What fails in the engine or the queue (a full queue's 503, a refused item) passes in SGLang's shape.
+    let outcome = execute(&state, plan, engine_fault, started, events).await?;
+    let views = match outcome {
+        Outcome::Stream(events) => {
+            debug_assert!(stream, "only a streamed request is answered with a stream");
+            // Body faults acted on the chunks as `events` wrote them.
+            let body = match fault {
+                Some(Fault::Stream(fault)) => {
+                    let fault = stream_faults::EventFault::Stream(fault);
+                    Body::from_stream(stream_faults::apply(events, fault, FORMAT))
+                }
+                Some(Fault::Http(_) | Fault::Body(_) | Fault::Engine(_)) | None => {
+                    Body::from_stream(events)
+                }
+            };
+            return Ok(sse_response(body));
+        }
+        Outcome::Ran { plan, ran } => {
+            wire::check_serialisable(config.profile, &plan, &ran.run)?;
+            let tok = plan
+                .return_text_in_logprobs
+                .then_some(state.model().tokenizer());
+            finished_views(&plan, &ran.run, tok, &ran.weight_version)
+        }
+        Outcome::NeverRan {
+            plan,
+            how,
+            weight_version,
+        } => never_ran_views(&plan, how, &weight_version),
+    };
+    let mut answer = response::body(&openai, &views, created);
+    let out = match &fault {
+        Some(Fault::Body(fault)) => {
+            faults::mutate(fault, &mut answer);
+            faults::write(&answer)
+        }
+        Some(fault @ (Fault::Stream(_) | Fault::Http(_) | Fault::Engine(_))) => {
+            stream_faults::non_stream_body(fault, faults::write(&answer), FORMAT).await?
+        }
+        None => faults::write(&answer),
+    };
+    Ok(json_response(StatusCode::OK, out))
 }
 
-/// OpenAI answers under faults: body faults land on the OpenAI fields ([`faults::mutate`]), and a mid-stream
-/// error is the OpenAI layer's `create_streaming_error_response` event.
+/// The views of a finished run's items, in order.
+fn finished_views(
+    plan: &GeneratePlan,
+    run: &Run,
+    tok: Option<&Tokenizer>,
+    weight_version: &str,
+) -> Vec<ItemView> {
+    plan.items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| {
+            let generation = run.generation(i)?;
+            Some(ItemView::generated(
+                item,
+                generation,
+                tok,
+                weight_version,
+                0,
+            ))
+        })
+        .collect()
+}
+
+/// The views of items that never ran: no output, and what SGLang's abort objects report of them (MID's
+/// abort before prefill has no `weight_version`).
+fn never_ran_views(plan: &GeneratePlan, how: NeverRan<'_>, weight_version: &str) -> Vec<ItemView> {
+    let (finish, weight_version) = match how {
+        NeverRan::Waiting {
+            reason: WaitingAbort::Aborted,
+            ..
+        } => (
+            Finish::abort("Abort in waiting queue", None),
+            Some(weight_version),
+        ),
+        NeverRan::Waiting {
+            reason:
+                WaitingAbort::Refused {
+                    status_code,
+                    message,
+                },
+            ..
+        } => (
+            Finish::abort(message, Some(status_code)),
+            Some(weight_version),
+        ),
+        NeverRan::BeforePrefill => (Finish::abort("Abort before prefill", None), None),
+    };
+    plan.items
+        .iter()
+        .map(|item| ItemView::empty(item, finish.clone(), 0, weight_version))
+        .collect()
+}
+
+/// The OpenAI events of a streamed request, written from the run's typed state after each tick: each due
+/// item becomes its chunks, an abort with a status (a refusal, a full queue) or an engine failure the OpenAI
+/// error event that ends the stream, then chat's finish chunks, the usage chunk and `[DONE]`.
+struct OpenAiEvents {
+    translator: ChunkTranslator,
+    /// A body fault acts on every chunk (not on the error event).
+    body_fault: Option<BodyFault>,
+    closed: bool,
+}
+
+impl OpenAiEvents {
+    fn view(&mut self, item: usize, view: &ItemView, out: &mut VecDeque<Bytes>) {
+        match self.translator.event(item, view) {
+            Translated::Chunks(chunks) => self.chunks(chunks, out),
+            Translated::Error(error) => self.close(&error, out),
+        }
+    }
+
+    fn chunks(&self, chunks: Vec<Value>, out: &mut VecDeque<Bytes>) {
+        for mut chunk in chunks {
+            if let Some(fault) = &self.body_fault {
+                faults::mutate(fault, &mut chunk);
+            }
+            out.push_back(sse_event(&faults::write(&chunk)));
+        }
+    }
+
+    /// The error event, then `[DONE]`: nothing more is sent.
+    fn close(&mut self, error: &Value, out: &mut VecDeque<Bytes>) {
+        out.push_back(sse_event(&faults::write(error)));
+        out.push_back(Bytes::from_static(DONE_EVENT));
+        self.closed = true;
+    }
+}
+
+impl Events for OpenAiEvents {
+    fn after_tick(
+        &mut self,
+        ctx: &EncodeCtx<'_>,
+        plan: &GeneratePlan,
+        run: &Run,
+        _finished: &mut dyn FnMut(usize) -> Finished,
+        out: &mut VecDeque<Bytes>,
+    ) {
+        let tok = ctx.return_text_in_logprobs.then_some(ctx.tokenizer);
+        for (i, due) in wire::due(plan, run, run.progress()) {
+            if self.closed {
+                return;
+            }
+            match due {
+                Due::Chunk { generation, .. } => {
+                    let from = self.translator.logprobs_sent(i);
+                    let item = &plan.items[i];
+                    let view = ItemView::generated(item, generation, tok, ctx.weight_version, from);
+                    self.view(i, &view, out);
+                }
+                Due::Rejected(message) => self.close(&response::abort_error(message, 400), out),
+                Due::Failed(err) => {
+                    let error = response::abort_error(err.client_message(), err.status());
+                    self.close(&error, out);
+                }
+            }
+        }
+    }
+
+    fn never_ran(
+        &mut self,
+        ctx: &EncodeCtx<'_>,
+        plan: &GeneratePlan,
+        how: NeverRan<'_>,
+        out: &mut VecDeque<Bytes>,
+    ) {
+        for (i, view) in never_ran_views(plan, how, ctx.weight_version)
+            .iter()
+            .enumerate()
+        {
+            if self.closed {
+                return;
+            }
+            self.view(i, view, out);
+        }
+    }
+
+    fn end(&mut self, out: &mut VecDeque<Bytes>) {
+        if self.closed {
+            return;
+        }
+        let chunks = self.translator.finish();
+        self.chunks(chunks, out);
+        out.push_back(Bytes::from_static(DONE_EVENT));
+    }
+
+    fn closed(&self) -> bool {
+        self.closed
+    }
+}
+
+/// OpenAI answers under stream faults: a mid-stream error is the OpenAI layer's
+/// `create_streaming_error_response` event. Body faults land on the OpenAI fields of the typed answer before
+/// it is written ([`faults::mutate`]), so none reaches the byte-level fault layer.
 const FORMAT: stream_faults::Format = stream_faults::Format {
-    mutate: mutate_answer,
+    mutate: None,
     error_event: openai_error_event,
 };
-
-fn mutate_answer(fault: &BodyFault, json: &[u8]) -> Vec<u8> {
-    match serde_json::from_slice::<Value>(json) {
-        Ok(mut value) => {
-            faults::mutate(fault, &mut value);
-            faults::write(&value)
-        }
-        // Only the server's own JSON reaches here; anything else passes unchanged.
-        Err(_) => json.to_vec(),
-    }
-}
 
 fn openai_error_event(message: &str) -> Vec<u8> {
     faults::write(&response::stream_error(message, "BadRequestError", 400))
@@ -142,108 +315,4 @@ fn openai_error(err: ApiError) -> ApiError {
         ApiError::Value(message) => ApiError::OpenAiBadRequest(message),
         other => other,
     }
-}
-
-async fn non_stream_answer(
-    openai: &OpenAiRequest,
-    body: Body,
-    created: u64,
-    fault: Option<Fault>,
-) -> Response {
-    let bytes = match axum::body::to_bytes(body, usize::MAX).await {
-        Ok(bytes) => bytes,
-        Err(err) => {
-            return ApiError::internal(format!("native answer unreadable: {err}")).into_response();
-        }
-    };
-    let ret = match serde_json::from_slice::<Value>(&bytes) {
-        Ok(Value::Array(items)) => items,
-        Ok(item) => vec![item],
-        Err(err) => {
-            return ApiError::internal(format!("native answer is not JSON: {err}")).into_response();
-        }
-    };
-    let mut out = faults::write(&response::body(openai, &ret, created));
-    if let Some(fault) = fault {
-        out = match stream_faults::non_stream_body(&fault, out, FORMAT).await {
-            Ok(out) => out,
-            Err(err) => return err.into_response(),
-        };
-    }
-    json_response(StatusCode::OK, out)
-}
-
-/// State of a translated stream: the native events not yet read, and OpenAI events not yet sent.
-struct StreamState {
-    native: BodyDataStream,
-    buf: Vec<u8>,
-    translator: ChunkTranslator,
-    pending: VecDeque<Bytes>,
-    done: bool,
-}
-
-impl StreamState {
-    fn push(&mut self, chunk: Value) {
-        self.pending.push_back(sse_event(&faults::write(&chunk)));
-    }
-
-    /// Translate one complete native event.
-    fn native_event(&mut self, json: &[u8]) {
-        if json == b"[DONE]" {
-            for chunk in self.translator.finish() {
-                self.push(chunk);
-            }
-            self.pending.push_back(Bytes::from_static(DONE_EVENT));
-            self.done = true;
-            return;
-        }
-        // The native stream is the server's own output; an event that does not parse cannot occur.
-        let Ok(event) = serde_json::from_slice::<Value>(json) else {
-            return;
-        };
-        match self.translator.event(&event) {
-            Translated::Chunks(chunks) => chunks.into_iter().for_each(|c| self.push(c)),
-            Translated::Error(error) => {
-                self.pending.push_back(sse_event(&faults::write(&error)));
-                self.pending.push_back(Bytes::from_static(DONE_EVENT));
-                self.done = true;
-            }
-        }
-    }
-}
-
-/// The OpenAI events of a native SSE stream, one event per item.
-fn translate_stream(
-    native: BodyDataStream,
-    translator: ChunkTranslator,
-) -> impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
-    let state = StreamState {
-        native,
-        buf: Vec::new(),
-        translator,
-        pending: VecDeque::new(),
-        done: false,
-    };
-    futures_util::stream::unfold(state, |mut st| async move {
-        loop {
-            if let Some(event) = st.pending.pop_front() {
-                return Some((Ok(event), st));
-            }
-            if st.done {
-                return None;
-            }
-            if let Some(end) = st.buf.windows(2).position(|w| w == b"\n\n") {
-                let event: Vec<u8> = st.buf.drain(..end + 2).collect();
-                if let Some(json) = event.strip_prefix(b"data: ") {
-                    st.native_event(&json[..json.len() - 2]);
-                }
-                continue;
-            }
-            match st.native.next().await {
-                Some(Ok(bytes)) => st.buf.extend_from_slice(&bytes),
-                // The native stream ended without `[DONE]` (the server is shutting down): end here too.
-                _ => st.done = true,
-            }
-        }
-    })
 }

@@ -1,60 +1,284 @@
-//! Native `/generate` results turned into OpenAI answers, as SGLang's OpenAI layer does it
+//! OpenAI answers from the engine's results, as SGLang's OpenAI layer builds them from its native results
 //! (`_build_completion_response`, `_build_chat_response`, `_generate_*_stream` and
-//! `to_openai_style_logprobs`): whole bodies, and a per-stream [`ChunkTranslator`] that turns each native
-//! event into OpenAI chunks with logprobs sliced to the delta.
+//! `to_openai_style_logprobs`): whole bodies, and a per-stream [`ChunkTranslator`] that turns each item's
+//! due chunk into OpenAI chunks with logprobs sliced to the delta.
+//!
+//! What SGLang's layer reads of a native item is an [`ItemView`], built here from the typed
+//! [`Generation`] (or from an abort that never ran), never from the native JSON. Logprobs are what Python
+//! reads from that JSON: the f32's shortest decimal, parsed as a float.
 
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
 use super::request::{Api, OpenAiRequest};
+use crate::engine::{FinishReason, Generation, LogprobEntry, PlannedItem};
+use crate::model::Tokenizer;
 
-/// The OpenAI body of a non-stream answer, from the native result objects (one per choice, in order).
-pub(crate) fn body(req: &OpenAiRequest, ret: &[Value], created: u64) -> Value {
-    let choices: Vec<Value> = ret
+/// How an item ended, as the OpenAI layer reads `meta_info.finish_reason`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Finish {
+    /// Still running (`null`).
+    Running,
+    Length,
+    /// A stop token (`matched` is its id) or a stop string (`matched` is the string).
+    Stop(Value),
+    /// An abort: with a status (a refusal, an engine error) the stream ends with an error event.
+    Abort {
+        message: String,
+        status: Option<u16>,
+    },
+}
+
+impl Finish {
+    pub(crate) fn of(reason: Option<&FinishReason>) -> Finish {
+        match reason {
+            None => Finish::Running,
+            Some(FinishReason::Length { .. }) => Finish::Length,
+            Some(FinishReason::StopToken { matched }) => Finish::Stop(json!(matched)),
+            Some(FinishReason::StopStr { matched }) => Finish::Stop(json!(matched)),
+            Some(FinishReason::Abort {
+                message,
+                status_code,
+                ..
+            }) => Finish::Abort {
+                message: message.clone(),
+                status: *status_code,
+            },
+        }
+    }
+
+    /// An abort with `message`; with a status the stream ends with an error event.
+    pub(crate) fn abort(message: &str, status: Option<u16>) -> Finish {
+        Finish::Abort {
+            message: message.to_owned(),
+            status,
+        }
+    }
+
+    /// `finish_reason` of a choice.
+    fn kind(&self) -> Value {
+        match self {
+            Finish::Running => Value::Null,
+            Finish::Length => json!("length"),
+            Finish::Stop(_) => json!("stop"),
+            Finish::Abort { .. } => json!("abort"),
+        }
+    }
+
+    /// `matched_stop` of a choice.
+    fn matched(&self) -> Value {
+        match self {
+            Finish::Stop(matched) => matched.clone(),
+            Finish::Running | Finish::Length | Finish::Abort { .. } => Value::Null,
+        }
+    }
+}
+
+/// One `[logprob, id, text]` entry as `(logprob, text)`.
+#[derive(Debug, Clone)]
+struct Entry {
+    logprob: Value,
+    text: String,
+}
+
+/// The logprob lists of one native item (from some output position on).
+#[derive(Debug, Default)]
+pub(crate) struct Logprobs {
+    output: Vec<Entry>,
+    /// Per output position, the top list as a `{text: logprob}` dict (`null` for an empty position); `None`
+    /// when the request asked for no top logprobs.
+    output_top: Option<Vec<Value>>,
+    input: Vec<Entry>,
+    input_top: Option<Vec<Value>>,
+}
+
+impl Logprobs {
+    fn output_len(&self) -> usize {
+        self.output.len()
+    }
+}
+
+/// What SGLang's OpenAI layer reads of one native item.
+#[derive(Debug)]
+pub(crate) struct ItemView {
+    pub(crate) id: String,
+    /// The text the item's object carries (cumulative).
+    pub(crate) text: String,
+    pub(crate) finish: Finish,
+    pub(crate) prompt_tokens: u64,
+    pub(crate) completion_tokens: u64,
+    /// `None` for a shape without `weight_version` (MID's abort before prefill).
+    pub(crate) weight_version: Option<String>,
+    pub(crate) logprobs: Logprobs,
+}
+
+/// A logprob as Python reads it from SGLang's JSON: the f32's shortest decimal as a float; `null` when not
+/// finite (the native encoder writes `null` there).
+fn number(logprob: f32) -> Value {
+    if !logprob.is_finite() {
+        return Value::Null;
+    }
+    let mut buffer = zmij::Buffer::new();
+    serde_json::from_str::<f64>(buffer.format_finite(logprob)).map_or(Value::Null, Value::from)
+}
+
+/// The text of a token in a logprob entry: the token's text when the request asked for it.
+fn token_text(tok: Option<&Tokenizer>, id: u32) -> String {
+    tok.map(|t| t.token_text(id).into_owned())
+        .unwrap_or_default()
+}
+
+/// One position's top list as `{text: logprob}` (a later equal text wins, as in a Python dict), or `null`
+/// for a position without entries.
+fn top_dict(entries: &[LogprobEntry], tok: Option<&Tokenizer>) -> Value {
+    if entries.is_empty() {
+        return Value::Null;
+    }
+    Value::Object(
+        entries
+            .iter()
+            .map(|e| (token_text(tok, e.id), number(e.logprob)))
+            .collect::<Map<_, _>>(),
+    )
+}
+
+impl ItemView {
+    /// The view of a generated item, its output lists from position `from` on.
+    pub(crate) fn generated(
+        item: &PlannedItem,
+        generation: &Generation,
+        tok: Option<&Tokenizer>,
+        weight_version: &str,
+        from: usize,
+    ) -> ItemView {
+        let logprobs = if item.request.return_logprob {
+            let ids = generation.output_ids();
+            let lps = generation.output_logprobs();
+            let n = lps.len().min(ids.len());
+            let from = from.min(n);
+            let k = item.top_logprobs_num;
+            let in_ids = generation.input_logprob_ids();
+            Logprobs {
+                output: lps[from..n]
+                    .iter()
+                    .zip(&ids[from..n])
+                    .map(|(&lp, &id)| Entry {
+                        logprob: number(lp),
+                        text: token_text(tok, id),
+                    })
+                    .collect(),
+                output_top: (k > 0).then(|| {
+                    let entries = generation.output_top_logprobs();
+                    let start = from.saturating_mul(k).min(entries.len());
+                    entries[start..]
+                        .chunks(k)
+                        .map(|position| top_dict(position, tok))
+                        .collect()
+                }),
+                input: generation
+                    .input_logprobs()
+                    .iter()
+                    .zip(in_ids)
+                    .map(|(lp, &id)| Entry {
+                        logprob: lp.map_or(Value::Null, number),
+                        text: token_text(tok, id),
+                    })
+                    .collect(),
+                input_top: (k > 0).then(|| {
+                    let mut chunks = generation.input_top_logprobs().chunks(k);
+                    (0..in_ids.len())
+                        .map(|p| match p {
+                            // The first covered position has no data.
+                            0 => Value::Null,
+                            _ => top_dict(chunks.next().unwrap_or(&[]), tok),
+                        })
+                        .collect()
+                }),
+            }
+        } else {
+            Logprobs::default()
+        };
+        ItemView {
+            id: item.rid.clone(),
+            text: generation.text().to_owned(),
+            finish: Finish::of(generation.finish_reason()),
+            prompt_tokens: generation.prompt_tokens() as u64,
+            completion_tokens: generation.output_ids().len() as u64,
+            weight_version: Some(weight_version.to_owned()),
+            logprobs,
+        }
+    }
+
+    /// The view of an item that never produced output: no text, no tokens, empty logprob lists.
+    pub(crate) fn empty(
+        item: &PlannedItem,
+        finish: Finish,
+        prompt_tokens: u64,
+        weight_version: Option<&str>,
+    ) -> ItemView {
+        let empty_top = (item.request.return_logprob && item.top_logprobs_num > 0).then(Vec::new);
+        ItemView {
+            id: item.rid.clone(),
+            text: String::new(),
+            finish,
+            prompt_tokens,
+            completion_tokens: 0,
+            weight_version: weight_version.map(str::to_owned),
+            logprobs: Logprobs {
+                output_top: empty_top.clone(),
+                input_top: empty_top,
+                ..Logprobs::default()
+            },
+        }
+    }
+}
+
+/// The OpenAI body of a non-stream answer, from the native items (one per choice, in order).
+pub(crate) fn body(req: &OpenAiRequest, items: &[ItemView], created: u64) -> Value {
+    let choices: Vec<Value> = items
         .iter()
         .enumerate()
         .map(|(idx, item)| {
-            let meta = &item["meta_info"];
-            let finish = &meta["finish_reason"];
-            let text = item["text"].as_str().unwrap_or_default();
+            let finish = &item.finish;
+            let lp = &item.logprobs;
             match req.api {
                 Api::Completions => {
                     let echo = req.echo.as_ref();
                     let prefix = echo.and_then(|e| e.get(idx / req.n)).map_or("", String::as_str);
                     let logprobs = req.logprobs.map(|_| {
-                        let input = echo.map(|_| (&meta["input_token_logprobs"], &meta["input_top_logprobs"]));
-                        completion_logprobs(input, &meta["output_token_logprobs"], &meta["output_top_logprobs"])
+                        let input = echo.map(|_| (&lp.input[..], lp.input_top.as_deref()));
+                        completion_logprobs(input, &lp.output, lp.output_top.as_deref())
                     });
-                    json!({"index": idx, "text": format!("{prefix}{text}"), "logprobs": logprobs,
-                           "finish_reason": finish_type(finish), "matched_stop": matched(finish)})
+                    json!({"index": idx, "text": format!("{prefix}{}", item.text), "logprobs": logprobs,
+                           "finish_reason": finish.kind(), "matched_stop": finish.matched()})
                 }
                 Api::Chat => {
-                    let logprobs = req.logprobs.map(|_| {
-                        chat_logprobs(&meta["output_token_logprobs"], &meta["output_top_logprobs"])
-                    });
+                    let logprobs = req
+                        .logprobs
+                        .map(|_| chat_logprobs(&lp.output, lp.output_top.as_deref()));
                     json!({"index": idx,
-                           "message": {"role": "assistant", "content": text, "reasoning_content": null,
+                           "message": {"role": "assistant", "content": item.text, "reasoning_content": null,
                                        "tool_calls": null},
-                           "logprobs": logprobs, "finish_reason": finish_type(finish),
-                           "matched_stop": matched(finish)})
+                           "logprobs": logprobs, "finish_reason": finish.kind(),
+                           "matched_stop": finish.matched()})
                 }
             }
         })
         .collect();
-    let first = ret.first().map(|r| &r["meta_info"]);
+    let first = items.first();
     let mut usage = Usage::default();
-    for (idx, item) in ret.iter().enumerate() {
-        usage.add(idx, &item["meta_info"], req.n);
+    for (idx, item) in items.iter().enumerate() {
+        usage.add(idx, item, req.n);
     }
     json!({
-        "id": first.map_or(Value::Null, |m| m["id"].clone()),
+        "id": first.map_or(Value::Null, |m| json!(m.id)),
         "object": object(req.api, false),
         "created": created,
         "model": req.model,
         "choices": choices,
         "usage": usage.to_json(),
-        "metadata": {"weight_version": first.map_or(Value::Null, |m| m["weight_version"].clone())},
+        "metadata": {"weight_version": first.and_then(|m| m.weight_version.as_deref())},
     })
 }
 
@@ -64,14 +288,6 @@ fn object(api: Api, chunk: bool) -> &'static str {
         (Api::Chat, false) => "chat.completion",
         (Api::Chat, true) => "chat.completion.chunk",
     }
-}
-
-fn finish_type(finish: &Value) -> Value {
-    finish.get("type").cloned().unwrap_or(Value::Null)
-}
-
-fn matched(finish: &Value) -> Value {
-    finish.get("matched").cloned().unwrap_or(Value::Null)
 }
 
 /// Token counts summed as `UsageProcessor` does: completion tokens of every choice, prompt tokens once per
@@ -84,10 +300,10 @@ struct Usage {
 }
 
 impl Usage {
-    fn add(&mut self, idx: usize, meta: &Value, n: usize) {
-        self.completion += meta["completion_tokens"].as_u64().unwrap_or(0);
+    fn add(&mut self, idx: usize, item: &ItemView, n: usize) {
+        self.completion += item.completion_tokens;
         if idx.is_multiple_of(n.max(1)) {
-            self.prompt += meta["prompt_tokens"].as_u64().unwrap_or(0);
+            self.prompt += item.prompt_tokens;
         }
     }
 
@@ -97,32 +313,12 @@ impl Usage {
     }
 }
 
-/// Native `[logprob, id, text]` entries as `(logprob, text)`.
-fn entries(list: &Value) -> impl Iterator<Item = (&Value, &str)> {
-    list.as_array()
-        .into_iter()
-        .flatten()
-        .map(|e| (&e[0], e[2].as_str().unwrap_or_default()))
-}
-
-/// One position's top list as `{text: logprob}` (a later equal text wins, as in a Python dict), or `null`.
-fn top_dict(top: &Value) -> Value {
-    match top.as_array() {
-        Some(list) => Value::Object(
-            list.iter()
-                .map(|e| (e[2].as_str().unwrap_or_default().to_owned(), e[0].clone()))
-                .collect::<Map<_, _>>(),
-        ),
-        None => Value::Null,
-    }
-}
-
 /// `to_openai_style_logprobs`: input entries (with echo) then output entries; `text_offset` is always -1.
 /// Top lists are listed only where the native answer has them (`logprobs > 0`).
 fn completion_logprobs(
-    input: Option<(&Value, &Value)>,
-    output: &Value,
-    output_top: &Value,
+    input: Option<(&[Entry], Option<&[Value]>)>,
+    output: &[Entry],
+    output_top: Option<&[Value]>,
 ) -> Value {
     let mut tokens = Vec::new();
     let mut token_logprobs = Vec::new();
@@ -131,11 +327,11 @@ fn completion_logprobs(
         .into_iter()
         .chain(std::iter::once((output, output_top)));
     for (list, top) in sources {
-        for (logprob, text) in entries(list) {
-            tokens.push(json!(text));
-            token_logprobs.push(logprob.clone());
+        for entry in list {
+            tokens.push(json!(entry.text));
+            token_logprobs.push(entry.logprob.clone());
         }
-        tops.extend(top.as_array().into_iter().flatten().map(top_dict));
+        tops.extend(top.into_iter().flatten().cloned());
     }
     json!({"text_offset": vec![-1; tokens.len()], "token_logprobs": token_logprobs, "tokens": tokens,
            "top_logprobs": tops})
@@ -143,20 +339,20 @@ fn completion_logprobs(
 
 /// Chat logprobs: one `{token, bytes, logprob, top_logprobs}` per output token, each with the top list of its
 /// own position.
-fn chat_logprobs(output: &Value, output_top: &Value) -> Value {
-    let tops = output_top.as_array();
-    let content: Vec<Value> = entries(output)
+fn chat_logprobs(output: &[Entry], output_top: Option<&[Value]>) -> Value {
+    let content: Vec<Value> = output
+        .iter()
         .enumerate()
-        .map(|(i, (logprob, text))| {
-            let top: Vec<Value> = tops
+        .map(|(i, entry)| {
+            let top: Vec<Value> = output_top
                 .and_then(|t| t.get(i))
-                .map(top_dict)
-                .and_then(|d| d.as_object().cloned())
+                .and_then(Value::as_object)
                 .into_iter()
                 .flatten()
                 .map(|(token, logprob)| json!({"token": token, "bytes": token.as_bytes(), "logprob": logprob}))
                 .collect();
-            json!({"token": text, "bytes": text.as_bytes(), "logprob": logprob, "top_logprobs": top})
+            json!({"token": entry.text, "bytes": entry.text.as_bytes(), "logprob": entry.logprob,
+                   "top_logprobs": top})
         })
         .collect();
     json!({"content": content})
@@ -165,39 +361,36 @@ fn chat_logprobs(output: &Value, output_top: &Value) -> Value {
 /// What a stream has sent so far for one choice.
 #[derive(Debug, Default)]
 struct ChoiceState {
-    /// Bytes of the cumulative text already sent (cumulative native streams only).
+    /// Bytes of the text already sent.
     text_sent: usize,
-    /// Output logprobs already sent (cumulative native streams only).
+    /// Output logprobs already sent.
     logprobs_sent: usize,
     started: bool,
-    finish: Option<Value>,
+    finish: Option<Finish>,
     usage: Usage,
 }
 
-/// Turns the native events of one stream into OpenAI chunks, keeping per-choice offsets.
+/// Turns the due chunks of one stream's items into OpenAI chunks, keeping per-choice offsets.
 #[derive(Debug)]
 pub(crate) struct ChunkTranslator {
     req: OpenAiRequest,
-    /// Native `text` and logprobs arrive as deltas (`--incremental-streaming-output`).
-    incremental: bool,
     created: u64,
     id: Value,
     choices: BTreeMap<usize, ChoiceState>,
 }
 
-/// What one native event becomes.
+/// What one item's chunk becomes.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Translated {
     Chunks(Vec<Value>),
-    /// An abort with a status code (a full queue): the OpenAI error event ends the stream.
+    /// An abort with a status code (a full queue, a refused item): the OpenAI error event ends the stream.
     Error(Value),
 }
 
 impl ChunkTranslator {
-    pub(crate) fn new(req: OpenAiRequest, incremental: bool, created: u64) -> ChunkTranslator {
+    pub(crate) fn new(req: OpenAiRequest, created: u64) -> ChunkTranslator {
         ChunkTranslator {
             req,
-            incremental,
             created,
             id: Value::Null,
             choices: BTreeMap::new(),
@@ -213,42 +406,44 @@ impl ChunkTranslator {
         chunk
     }
 
-    /// The chunks of one native event.
-    pub(crate) fn event(&mut self, event: &Value) -> Translated {
-        let meta = &event["meta_info"];
-        let finish = &meta["finish_reason"];
-        if finish["type"] == "abort"
-            && let Some(code) = finish["status_code"].as_u64()
+    /// The output position from which choice `index` has logprobs still to send.
+    pub(crate) fn logprobs_sent(&self, index: usize) -> usize {
+        self.choices.get(&index).map_or(0, |c| c.logprobs_sent)
+    }
+
+    /// The chunks of choice `index`'s native chunk `item`, whose logprob lists start at
+    /// [`ChunkTranslator::logprobs_sent`].
+    pub(crate) fn event(&mut self, index: usize, item: &ItemView) -> Translated {
+        if let Finish::Abort {
+            message,
+            status: Some(code),
+        } = &item.finish
         {
-            let message = finish["message"].as_str().unwrap_or("Generation aborted.");
-            return Translated::Error(stream_error(message, &status_name(code), code));
+            return Translated::Error(abort_error(message, *code));
         }
         if self.id.is_null() {
-            self.id = meta["id"].clone();
+            self.id = json!(item.id);
         }
-        let index = event["index"].as_u64().unwrap_or(0) as usize;
-        let incremental = self.incremental;
         let req = &self.req;
         let state = self.choices.entry(index).or_default();
-        let text = event["text"].as_str().unwrap_or_default();
-        let mut delta = if incremental {
-            text.to_owned()
-        } else {
-            let new = text.get(state.text_sent..).unwrap_or_default().to_owned();
-            state.text_sent = text.len();
-            new
-        };
+        let mut delta = item
+            .text
+            .get(state.text_sent..)
+            .unwrap_or_default()
+            .to_owned();
+        state.text_sent = item.text.len();
         let first = !state.started;
         state.started = true;
         state.usage = Usage::default();
-        state.usage.add(0, meta, 1);
+        state.usage.add(0, item, 1);
         let logprobs = req
             .logprobs
-            .and_then(|_| stream_logprobs(req, meta, state, first, incremental));
-        if !finish.is_null() {
-            state.finish = Some(finish.clone());
+            .and_then(|_| stream_logprobs(req, &item.logprobs, state, first));
+        if item.finish != Finish::Running {
+            state.finish = Some(item.finish.clone());
         }
         let usage = req.continuous_usage.then(|| state.usage.to_json());
+        let finish = &item.finish;
         let mut chunks = Vec::new();
         match req.api {
             Api::Completions => {
@@ -257,7 +452,7 @@ impl ChunkTranslator {
                     delta = format!("{prefix}{delta}");
                 }
                 let choice = json!({"index": index, "text": delta, "logprobs": logprobs,
-                                    "finish_reason": finish_type(finish), "matched_stop": matched(finish)});
+                                    "finish_reason": finish.kind(), "matched_stop": finish.matched()});
                 chunks.push(self.chunk(vec![choice], Some(usage.unwrap_or(Value::Null))));
             }
             Api::Chat => {
@@ -276,14 +471,14 @@ impl ChunkTranslator {
         Translated::Chunks(chunks)
     }
 
-    /// The chunks after the last native event: chat's finish chunks, and the usage chunk.
+    /// The chunks after the last item's: chat's finish chunks, and the usage chunk.
     pub(crate) fn finish(&mut self) -> Vec<Value> {
         let mut chunks = Vec::new();
         if self.req.api == Api::Chat {
             for (index, state) in &self.choices {
                 if let Some(finish) = &state.finish {
                     let choice = json!({"index": index, "delta": {}, "logprobs": null,
-                                        "finish_reason": finish_type(finish), "matched_stop": matched(finish)});
+                                        "finish_reason": finish.kind(), "matched_stop": finish.matched()});
                     chunks.push(self.chunk(vec![choice], None));
                 }
             }
@@ -302,46 +497,43 @@ impl ChunkTranslator {
     }
 }
 
-/// The logprobs of one chunk: new output entries since the last chunk, and with echo the prompt's entries
-/// on the first chunk. `None` when nothing is new.
+/// The logprobs of one chunk: the output entries new since the last chunk (the view's lists start there),
+/// and with echo the prompt's entries on the first chunk. `None` when nothing is new.
 fn stream_logprobs(
     req: &OpenAiRequest,
-    meta: &Value,
+    lp: &Logprobs,
     state: &mut ChoiceState,
     first: bool,
-    incremental: bool,
 ) -> Option<Value> {
-    let output = &meta["output_token_logprobs"];
-    let top = &meta["output_top_logprobs"];
-    // Cumulative native streams repeat what was sent; incremental ones carry only the new entries.
-    let total = output.as_array().map_or(0, Vec::len);
-    let prev = if incremental {
-        0
-    } else {
-        state.logprobs_sent.min(total)
-    };
-    state.logprobs_sent = total;
+    let new = lp.output_len();
+    state.logprobs_sent += new;
     let echo_input = first && req.echo.is_some();
-    if prev >= total && !echo_input {
+    if new == 0 && !echo_input {
         return None;
     }
-    let slice = |v: &Value| match v.as_array() {
-        Some(list) => Value::Array(list[prev.min(list.len())..total.min(list.len())].to_vec()),
-        None => Value::Null,
-    };
+    let output_top = lp
+        .output_top
+        .as_deref()
+        .map(|top| &top[..new.min(top.len())]);
     Some(match req.api {
         Api::Completions => {
-            let input =
-                echo_input.then(|| (&meta["input_token_logprobs"], &meta["input_top_logprobs"]));
-            completion_logprobs(input, &slice(output), &slice(top))
+            let input = echo_input.then(|| (&lp.input[..], lp.input_top.as_deref()));
+            completion_logprobs(input, &lp.output, output_top)
         }
-        Api::Chat => chat_logprobs(&slice(output), &slice(top)),
+        Api::Chat => chat_logprobs(&lp.output, output_top),
     })
 }
 
 /// `create_streaming_error_response`: `{"error": ErrorResponse}`.
 pub(crate) fn stream_error(message: &str, kind: &str, code: u64) -> Value {
     json!({"error": {"object": "error", "message": message, "type": kind, "param": null, "code": code}})
+}
+
+/// The error event of an abort with a status (a refused item, a full queue, an engine error), as SGLang's
+/// OpenAI layer writes it: the status's Python name as the type.
+pub(crate) fn abort_error(message: &str, code: u16) -> Value {
+    let code = u64::from(code);
+    stream_error(message, &status_name(code), code)
 }
 
 /// Python's `HTTPStatus(code).name`, from the status's reason phrase: 503 is `SERVICE_UNAVAILABLE`.
