@@ -4,10 +4,15 @@
 //! jitter, or the server's `Retry-After` when it sends one. Other 4xx are never retried: the
 //! request itself is wrong. A stream is never retried once bytes of it arrived, because the caller
 //! would otherwise see tokens twice; that case is [`ClientError::StreamInterrupted`].
+//!
+//! Retries are logged in summary, not one line per attempt: the first retry of each kind of failure
+//! (`HTTP 503`, `connect`, ...) is logged in full, repeats are counted and reported at most every
+//! [`RETRY_REPORT_INTERVAL`], and [`Client::retries`] gives the counts for a caller's own summary.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use reqwest::StatusCode;
@@ -84,9 +89,19 @@ pub struct ClientBuilder {
     stream_mode: StreamMode,
     headers: HeaderMap,
     bad_header: Option<String>,
+    rid_prefix: Option<String>,
 }
 
 impl ClientBuilder {
+    /// Give every single-prompt `/generate` request that has no `rid` of its own the id `<prefix><n>`, `n`
+    /// counting up per client and written with 12 digits (so that no rid is a prefix of another), and keep the rids of those in flight ([`Client::in_flight_rids`]), so that a
+    /// caller can abort exactly its own requests. (SGLang 0.5.23's `abort_request` forwards a rid only when it
+    /// names a request exactly; older releases abort every rid that starts with the given one.)
+    pub fn rid_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.rid_prefix = Some(prefix.into());
+        self
+    }
+
     /// An extra header on every request, e.g. a router's routing key or the mock's `X-Mock-Fault`.
     /// An invalid name or value is reported by [`ClientBuilder::build`].
     pub fn header(mut self, name: &str, value: &str) -> Self {
@@ -126,7 +141,9 @@ impl ClientBuilder {
         self
     }
 
-    /// At most this many requests in flight from this client (and its clones). Default 256.
+    /// At most this many generation and tokenization requests in flight from this client (and its clones).
+    /// Control-plane requests (abort, pause, continue) are not counted, so that they reach the server while
+    /// the limit is full of the generations they stop. Default 256.
     pub fn max_concurrency(mut self, n: usize) -> Self {
         self.max_concurrency = n.max(1);
         self
@@ -169,6 +186,10 @@ impl ClientBuilder {
                 limit: Semaphore::new(self.max_concurrency),
                 stream_mode: self.stream_mode,
                 rng: AtomicU64::new(seed),
+                rid_prefix: self.rid_prefix,
+                next_rid: AtomicU64::new(0),
+                in_flight: Mutex::default(),
+                retries: RetryLog::default(),
             }),
             ledger: Arc::default(),
         })
@@ -199,6 +220,114 @@ struct Inner {
     limit: Semaphore,
     stream_mode: StreamMode,
     rng: AtomicU64,
+    rid_prefix: Option<String>,
+    next_rid: AtomicU64,
+    /// The rids given under `rid_prefix` whose requests have not ended.
+    in_flight: Mutex<BTreeSet<String>>,
+    retries: RetryLog,
+}
+
+/// A rid given under the client's prefix, listed in flight until the request ends (or its future is dropped).
+struct InFlight {
+    inner: Arc<Inner>,
+    rid: String,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut rids = self
+            .inner
+            .in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        rids.remove(&self.rid);
+    }
+}
+
+/// How often the counts of repeated retries are logged.
+pub const RETRY_REPORT_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The retries a client made, by kind of failure, and when repeats were last reported.
+#[derive(Debug, Default)]
+struct RetryLog {
+    state: Mutex<RetryState>,
+}
+
+#[derive(Debug, Default)]
+struct RetryState {
+    /// Every retry so far, by kind.
+    total: BTreeMap<String, u64>,
+    /// Repeats not yet reported, by kind.
+    unreported: BTreeMap<String, u64>,
+    last_report: Option<Instant>,
+}
+
+impl RetryLog {
+    /// Counts one retry of `error`: logs it in full when it is the first of its kind, and otherwise reports
+    /// the repeats counted since the last report once [`RETRY_REPORT_INTERVAL`] has passed.
+    fn note(&self, url: &str, retry: u32, delay: Duration, error: &ClientError) {
+        let kind = retry_kind(error);
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let count = state.total.entry(kind.clone()).or_insert(0);
+        *count += 1;
+        let now = Instant::now();
+        if *count == 1 {
+            state.last_report.get_or_insert(now);
+            drop(state);
+            tracing::warn!(
+                url,
+                retry = retry + 1,
+                delay_ms = delay.as_millis() as u64,
+                error = error as &dyn std::error::Error,
+                "retrying request (further retries of this kind are counted, not logged)"
+            );
+            return;
+        }
+        *state.unreported.entry(kind).or_insert(0) += 1;
+        let due = state
+            .last_report
+            .is_none_or(|last| now.duration_since(last) >= RETRY_REPORT_INTERVAL);
+        if due {
+            let repeats = std::mem::take(&mut state.unreported);
+            state.last_report = Some(now);
+            drop(state);
+            tracing::warn!(
+                repeats = %describe_counts(&repeats),
+                "retried requests since the last report"
+            );
+        }
+    }
+
+    fn totals(&self) -> BTreeMap<String, u64> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.total.clone()
+    }
+}
+
+/// The kind of a retried failure, as the retry log counts it: `HTTP 503`, `connect`, `timeout`, ...
+fn retry_kind(error: &ClientError) -> String {
+    match error {
+        ClientError::Status { status, .. } => format!("HTTP {status}"),
+        ClientError::Connect { .. } => "connect".to_owned(),
+        ClientError::Timeout { .. } => "timeout".to_owned(),
+        ClientError::Transport { .. } => "transport".to_owned(),
+        ClientError::StreamInterrupted { .. } => "stream interrupted".to_owned(),
+        ClientError::Response { .. } => "invalid response".to_owned(),
+        ClientError::GaveUp { last, .. } => retry_kind(last),
+        ClientError::InvalidBaseUrl { .. }
+        | ClientError::InvalidHeader { .. }
+        | ClientError::Build(_)
+        | ClientError::Encode(_) => "client".to_owned(),
+    }
+}
+
+/// `HTTP 503 x12, connect x3`.
+pub fn describe_counts(counts: &BTreeMap<String, u64>) -> String {
+    counts
+        .iter()
+        .map(|(kind, n)| format!("{kind} x{n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl std::fmt::Debug for Inner {
@@ -212,6 +341,14 @@ impl std::fmt::Debug for Inner {
             .field("stream_mode", &self.stream_mode)
             .finish()
     }
+}
+
+/// Whether a request counts against [`ClientBuilder::max_concurrency`]: generation and tokenization do,
+/// control-plane requests (abort, pause, continue) do not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    Limited,
+    Control,
 }
 
 /// One failed attempt and whether it may be retried.
@@ -252,6 +389,7 @@ impl Client {
             stream_mode: StreamMode::Auto,
             headers: HeaderMap::new(),
             bad_header: None,
+            rid_prefix: None,
         }
     }
 
@@ -273,6 +411,28 @@ impl Client {
     /// handle): what the server generated for this caller.
     pub fn generated_tokens(&self) -> u64 {
         self.ledger.generated_tokens.load(Ordering::Relaxed)
+    }
+
+    /// Every retry this client (and every handle on its pool) made, by kind of failure (`HTTP 503`,
+    /// `connect`, ...).
+    pub fn retries(&self) -> BTreeMap<String, u64> {
+        self.inner.retries.totals()
+    }
+
+    /// The rid prefix of [`ClientBuilder::rid_prefix`], if any.
+    pub fn rid_prefix(&self) -> Option<&str> {
+        self.inner.rid_prefix.as_deref()
+    }
+
+    /// The rids given under [`ClientBuilder::rid_prefix`] (by this client and every handle on its pool) whose
+    /// requests are in flight: what a caller that stops aborts on the server.
+    pub fn in_flight_rids(&self) -> Vec<String> {
+        let rids = self
+            .inner
+            .in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        rids.iter().cloned().collect()
     }
 
     /// Counts the turns handed to the caller.
@@ -331,7 +491,8 @@ impl Client {
     /// POSTs a control-plane request whose answer carries nothing the client needs.
     async fn post_admin(&self, path: &str, body: Bytes) -> Result<(), ClientError> {
         let url = self.url(path);
-        self.with_retries(&url, body, |resp, url| async move {
+        // Outside the concurrency limit: an abort or a pause must not queue behind the generations it stops.
+        self.with_retries_in(Lane::Control, &url, body, |resp, url| async move {
             resp.bytes()
                 .await
                 .map_err(|e| Failure::retry(transport(&url, e)))?;
@@ -350,7 +511,7 @@ impl Client {
         url: &str,
         many: bool,
     ) -> Result<Vec<Turn>, ClientError> {
-        let body = Bytes::from(serde_json::to_vec(req).map_err(ClientError::Encode)?);
+        let (body, _in_flight) = self.encode(req)?;
         let logprobs = req.return_logprob;
         let expected = req.expected_items();
         let array = req.expects_array();
@@ -386,9 +547,60 @@ impl Client {
         .await
     }
 
-    /// POSTs `body` to `url`, handing a 2xx response to `read`, retrying as the policy says.
+    /// The JSON body of `req`, with a fresh rid under the client's prefix (listed in flight while the
+    /// returned guard lives) when it has one and `req` is a single prompt without a rid.
+    fn encode(&self, req: &GenerateRequest) -> Result<(Bytes, Option<InFlight>), ClientError> {
+        #[derive(serde::Serialize)]
+        struct WithRid<'a> {
+            #[serde(flatten)]
+            req: &'a GenerateRequest,
+            rid: &'a str,
+        }
+        let Some(prefix) = self
+            .inner
+            .rid_prefix
+            .as_deref()
+            .filter(|_| req.rid.is_none() && !req.expects_array())
+        else {
+            let body = serde_json::to_vec(req).map_err(ClientError::Encode)?;
+            return Ok((Bytes::from(body), None));
+        };
+        let n = self.inner.next_rid.fetch_add(1, Ordering::Relaxed);
+        // Fixed width, so that no rid is a prefix of another: releases that abort by prefix hit one request.
+        let rid = format!("{prefix}{n:012}");
+        let body = serde_json::to_vec(&WithRid { req, rid: &rid }).map_err(ClientError::Encode)?;
+        let mut rids = self
+            .inner
+            .in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        rids.insert(rid.clone());
+        drop(rids);
+        let guard = InFlight {
+            inner: Arc::clone(&self.inner),
+            rid,
+        };
+        Ok((Bytes::from(body), Some(guard)))
+    }
+
+    /// POSTs `body` to `url` within the concurrency limit, handing a 2xx response to `read`, retrying as
+    /// the policy says.
     async fn with_retries<T, F, Fut>(
         &self,
+        url: &str,
+        body: Bytes,
+        read: F,
+    ) -> Result<T, ClientError>
+    where
+        F: Fn(reqwest::Response, String) -> Fut,
+        Fut: Future<Output = Result<T, Failure>>,
+    {
+        self.with_retries_in(Lane::Limited, url, body, read).await
+    }
+
+    async fn with_retries_in<T, F, Fut>(
+        &self,
+        lane: Lane,
         url: &str,
         body: Bytes,
         read: F,
@@ -402,12 +614,16 @@ impl Client {
         loop {
             let failure = {
                 // Held for the whole attempt, body included, and released before any backoff.
-                let _permit = self
-                    .inner
-                    .limit
-                    .acquire()
-                    .await
-                    .expect("the client never closes its semaphore");
+                let _permit = match lane {
+                    Lane::Limited => Some(
+                        self.inner
+                            .limit
+                            .acquire()
+                            .await
+                            .expect("the client never closes its semaphore"),
+                    ),
+                    Lane::Control => None,
+                };
                 match self.send(url, body.clone()).await {
                     Ok(resp) => match read(resp, url.to_owned()).await {
                         Ok(v) => return Ok(v),
@@ -429,13 +645,7 @@ impl Client {
                 });
             }
             let delay = policy.delay(retry, failure.retry_after, self.next_unit());
-            tracing::warn!(
-                url,
-                retry = retry + 1,
-                delay_ms = delay.as_millis() as u64,
-                error = &failure.error as &dyn std::error::Error,
-                "retrying request"
-            );
+            self.inner.retries.note(url, retry, delay, &failure.error);
             tokio::time::sleep(delay).await;
             retry += 1;
         }

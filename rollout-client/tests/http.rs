@@ -366,6 +366,82 @@ async fn concurrency_is_limited() {
     );
 }
 
+#[tokio::test]
+async fn a_rid_prefix_names_each_single_request_and_leaves_own_rids_and_batches_alone() {
+    let server = Server::start(|_, _| Reply::json(200, ok_body())).await;
+    let c = Client::builder(&server.url)
+        .rid_prefix("run-7-")
+        .build()
+        .unwrap();
+    assert_eq!(c.rid_prefix(), Some("run-7-"));
+    c.generate(&req(false)).await.unwrap();
+    c.generate(&req(false)).await.unwrap();
+    let mut own = req(false);
+    own.rid = Some("mine".to_owned());
+    c.generate(&own).await.unwrap();
+    let mut batch = req(false);
+    batch.sampling_params.n = Some(2);
+    // The answer is one object where two items are due: only the request body matters here.
+    c.generate_many(&batch).await.unwrap_err();
+    assert!(
+        c.in_flight_rids().is_empty(),
+        "ended requests are not in flight"
+    );
+    let rids: Vec<_> = (0..4)
+        .map(|i| server.request(i).json()["rid"].clone())
+        .collect();
+    assert_eq!(
+        rids,
+        [
+            serde_json::json!("run-7-000000000000"),
+            serde_json::json!("run-7-000000000001"),
+            serde_json::json!("mine"),
+            serde_json::Value::Null,
+        ]
+    );
+}
+
+#[tokio::test]
+async fn control_requests_reach_the_server_while_the_concurrency_limit_is_full() {
+    let server = Server::start(|_, r| match r.path.as_str() {
+        "/generate" => Reply::After(
+            Duration::from_secs(60),
+            Box::new(Reply::json(200, ok_body())),
+        ),
+        _ => Reply::json(200, b"{}".to_vec()),
+    })
+    .await;
+    let c = Client::builder(&server.url)
+        .max_concurrency(1)
+        .rid_prefix("run-")
+        .build()
+        .unwrap();
+    let generating = tokio::spawn({
+        let c = c.clone();
+        async move { c.generate(&req(false)).await }
+    });
+    while server.count() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(c.in_flight_rids(), ["run-000000000000"]);
+    let abort = rollout_client::AbortRequest {
+        rid: "run-000000000000".to_owned(),
+        abort_all: false,
+    };
+    let answered = tokio::time::timeout(Duration::from_secs(10), c.abort(&abort)).await;
+    assert!(
+        matches!(answered, Ok(Ok(()))),
+        "the abort did not wait for the generation's permit: {answered:?}"
+    );
+    assert_eq!(server.request(1).path, "/abort_request");
+    generating.abort();
+    assert!(generating.await.unwrap_err().is_cancelled());
+    assert!(
+        c.in_flight_rids().is_empty(),
+        "a dropped request is not in flight"
+    );
+}
+
 #[test]
 fn backoff_schedule_and_jitter() {
     let p = RetryPolicy {
