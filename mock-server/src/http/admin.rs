@@ -26,13 +26,32 @@ pub(crate) struct AbortReq {
     abort_all: bool,
 }
 
+/// An abort as SGLang's `TokenizerManager.abort_request` makes it: `rid` (by prefix) or everything, counted
+/// in `num_aborted_requests_total` when it reaches the scheduler (`abort_all`, or a rid of a request in
+/// flight). SGLang 0.5.23 counts each abort it dispatches, not each request the abort ends. Returns the items
+/// hit.
+fn abort(state: &AppState, rid: &str, abort_all: bool) -> usize {
+    let hit = state.control().abort(rid, abort_all);
+    if abort_all || hit > 0 {
+        count_abort(state);
+    }
+    hit
+}
+
+fn count_abort(state: &AppState) {
+    state
+        .metrics()
+        .aborted_requests
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// `/abort_request`: 200 with an empty body, even for an unknown rid. The rid matches by prefix.
 pub(crate) async fn abort_request(
     State(state): State<AppState>,
     JsonBody(req): JsonBody<AbortReq>,
 ) -> Response {
     let rid = req.rid.unwrap_or_default();
-    let hit = state.control().abort(&rid, req.abort_all);
+    let hit = abort(&state, &rid, req.abort_all);
     tracing::info!(rid, abort_all = req.abort_all, hit, "abort_request");
     StatusCode::OK.into_response()
 }
@@ -56,6 +75,10 @@ pub(crate) async fn pause_generation(
         .into_response();
     };
     state.control().pause(mode);
+    if mode == PauseMode::Abort {
+        // `pause_generation` in abort mode calls `abort_request(abort_all=True)`.
+        count_abort(&state);
+    }
     tracing::info!(mode = mode_name, "generation paused");
     json_value(&ordered! {
         "message": "Generation paused successfully.",
@@ -89,7 +112,7 @@ pub(crate) struct WeightUpdate {
 async fn run_weight_update(state: &AppState, req: &WeightUpdate) {
     let control = state.control();
     if req.abort_all_requests {
-        control.abort("", true);
+        abort(state, "", true);
     }
     let _update = control.begin_update();
     control.drain_running().await;
@@ -190,7 +213,7 @@ pub(crate) async fn update_weight_version(
         return ApiError::Validation("new_version: Field required".to_owned()).into_response();
     };
     if req.abort_all_requests {
-        state.control().abort("", true);
+        abort(&state, "", true);
     }
     state.control().set_weight_version(&version);
     json_value(&ordered! {

@@ -6,7 +6,6 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -449,10 +448,6 @@ impl<E: Events, G> StreamRun<E, G> {
             },
             Admission::AbortedWaiting => WaitingAbort::Aborted,
         };
-        self.ctx
-            .metrics
-            .aborted_requests
-            .fetch_add(1, Ordering::Relaxed);
         let e2e = self.ctx.started.elapsed().as_secs_f64();
         let ctx = self.ctx.encode_ctx(&self.plan);
         let how = NeverRan::Waiting { reason, e2e };

@@ -3,7 +3,6 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use axum::body::Body;
@@ -224,10 +223,6 @@ pub(crate) async fn execute<E: drive::Events>(
             message: QUEUE_FULL_MESSAGE.to_owned(),
         }),
         Admission::AbortedWaiting => {
-            state
-                .metrics()
-                .aborted_requests
-                .fetch_add(1, Ordering::Relaxed);
             let e2e = started.elapsed().as_secs_f64();
             Ok(Outcome::NeverRan {
                 plan,
