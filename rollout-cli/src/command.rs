@@ -5,8 +5,8 @@
 //! any SGLang server or router.
 
 use std::fmt;
-use std::fs::File;
-use std::io::{BufReader, BufWriter};
+use std::fs::{File, OpenOptions};
+use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -15,12 +15,12 @@ use rollout_client::multi_agent::MultiAgentConfig;
 use rollout_client::rollout::RolloutConfig;
 use rollout_client::sample;
 use rollout_client::tokenize::PromptTokenizer;
-use rollout_client::{Client, ClientError, RetryPolicy, Sample, SamplingParams};
+use rollout_client::{Client, ClientError, Prompt, RetryPolicy, Sample, SamplingParams};
 
 use crate::embedded::EmbeddedMock;
 use crate::progress;
 use crate::prompts::{self, LabeledPrompt, PromptsError};
-use crate::run::{self, RunConfig, RunError, RunOutput};
+use crate::run::{self, GroupSink, Resume, RunConfig, RunError, RunOutput, Stop};
 use crate::summary::Summary;
 
 /// Record a GRPO rollout from SGLang (or an embedded sglang-mock) as JSONL samples with rewards and advantages.
@@ -111,6 +111,15 @@ pub struct RolloutArgs {
     /// Do not draw a progress bar.
     #[arg(long, env = "ROLLOUT_NO_PROGRESS")]
     pub no_progress: bool,
+
+    /// Keep the groups already in --output (by prompt and group index), run only the others and append
+    /// them: how a stopped run is finished. Not with --multi-agent, whose advantages span the whole run.
+    #[arg(long, env = "ROLLOUT_RESUME", conflicts_with = "multi_agent")]
+    pub resume: bool,
+
+    /// Exit 0 even when some groups failed (they are left out of the output and named in the summary).
+    #[arg(long, env = "ROLLOUT_ALLOW_PARTIAL")]
+    pub allow_partial: bool,
 }
 
 /// Why the command failed.
@@ -140,6 +149,40 @@ pub enum CommandError {
         #[source]
         source: std::io::Error,
     },
+    #[error("could not resume from {path}")]
+    Resume {
+        path: PathBuf,
+        #[source]
+        source: ResumeError,
+    },
+}
+
+/// Why an existing output cannot be resumed.
+#[derive(Debug, thiserror::Error)]
+pub enum ResumeError {
+    #[error("could not read it")]
+    Read(#[source] std::io::Error),
+    #[error("line {line} is not a sample")]
+    Line {
+        line: usize,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("line {line} has no group_index")]
+    NoGroup { line: usize },
+    #[error(
+        "group {group_index} was written for another prompt than prompt {group_index} of this run (or this \
+         run has fewer prompts): resume with the same prompts and chat template"
+    )]
+    OtherPrompt { group_index: usize },
+    #[error(
+        "group {group_index} has {found} samples before the last group, not {n}: it was not written by a rollout run with -n {n}"
+    )]
+    PartialGroup {
+        group_index: usize,
+        found: usize,
+        n: usize,
+    },
 }
 
 /// What the command did, printed at the end.
@@ -153,6 +196,15 @@ pub struct Report {
     pub max_new_tokens: u32,
     pub output: PathBuf,
     pub summary: Summary,
+    /// `--allow-partial`: failed groups do not fail the command.
+    pub allow_partial: bool,
+}
+
+impl Report {
+    /// Whether the run failed as a whole: some group failed and `--allow-partial` was not given.
+    pub fn failed(&self) -> bool {
+        self.summary.failed_groups > 0 && !self.allow_partial
+    }
 }
 
 impl fmt::Display for Report {
@@ -215,7 +267,20 @@ fn load_prompts(path: Option<&PathBuf>) -> Result<Vec<LabeledPrompt>, CommandErr
 
 /// Runs the command: embedded mock or `--url`, the rollout, GRPO, the JSONL file; returns the report.
 pub async fn run_command(args: RolloutArgs) -> Result<Report, CommandError> {
+    run_command_until(args, Stop::never()).await
+}
+
+/// [`run_command`] until `stop` fires: then no group is started, the requests in flight are aborted on the
+/// server (one `/abort_request` per rid in flight), and the report covers the groups that had finished,
+/// which the output already holds. Each group is appended to the output as it finishes.
+pub async fn run_command_until(args: RolloutArgs, stop: Stop) -> Result<Report, CommandError> {
     let prompts = load_prompts(args.prompts.as_ref())?;
+    let resume = if args.resume {
+        prepare_resume(&args, &prompts)?
+    } else {
+        Resume::default()
+    };
+    let mut sink = JsonlSink::open(&args.output, args.resume)?;
     let (mock, url, server, seed, scripted_prompts) = match &args.url {
         Some(url) => (None, url.clone(), url.clone(), args.seed, 0),
         None => {
@@ -234,18 +299,25 @@ pub async fn run_command(args: RolloutArgs) -> Result<Report, CommandError> {
             )
         }
     };
-    let client = build_client(&url, &args);
-    let result = match client {
-        Ok(client) => rollout_with_progress(&client, &prompts, &run_config(&args, seed), &args)
-            .await
-            .map_err(CommandError::from),
+    let result = match build_client(&url, &args) {
+        Ok(client) => {
+            let config = run_config(&args, seed);
+            let out =
+                rollout_with_progress(&client, &prompts, &config, &args, &mut sink, stop, resume)
+                    .await
+                    .map_err(CommandError::from);
+            // A run that failed dropped requests the server may still be generating.
+            if out.is_err() {
+                run::abort_in_flight(&client).await;
+            }
+            out
+        }
         Err(e) => Err(e),
     };
     if let Some(mock) = mock {
         mock.stop().await;
     }
     let out = result?;
-    write_samples(&args.output, &out.samples)?;
     Ok(Report {
         server,
         scripted_prompts,
@@ -254,12 +326,22 @@ pub async fn run_command(args: RolloutArgs) -> Result<Report, CommandError> {
         max_new_tokens: args.max_new_tokens,
         output: args.output,
         summary: out.summary,
+        allow_partial: args.allow_partial,
     })
+}
+
+/// A rid prefix unique to this run, so that its rids name its own requests only.
+fn run_rid_prefix() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("rollout-{:x}-{:x}-", std::process::id(), nanos)
 }
 
 /// The client for `url`: the flags' concurrency and API key, slime's retry schedule.
 fn build_client(url: &str, args: &RolloutArgs) -> Result<Client, CommandError> {
     let mut builder = Client::builder(url)
+        .rid_prefix(run_rid_prefix())
         .max_concurrency(args.concurrency)
         .connect_timeout(Duration::from_secs(10))
         .retry(RetryPolicy::default());
@@ -303,12 +385,15 @@ fn run_config(args: &RolloutArgs, seed: Option<u64>) -> RunConfig {
     }
 }
 
-/// [`run::rollout`] under a progress bar, unless `--no-progress`.
+/// [`run::rollout_to`] under a progress bar, unless `--no-progress`.
 async fn rollout_with_progress(
     client: &Client,
     prompts: &[LabeledPrompt],
     config: &RunConfig,
     args: &RolloutArgs,
+    sink: &mut JsonlSink,
+    stop: Stop,
+    resume: Resume,
 ) -> Result<RunOutput, RunError> {
     let progress = (!args.no_progress).then(|| {
         let unit = if args.multi_agent {
@@ -316,21 +401,131 @@ async fn rollout_with_progress(
         } else {
             "samples"
         };
-        progress::bar(prompts.len() * args.n_samples_per_prompt, unit)
+        let todo = prompts.len().saturating_sub(resume.groups.len());
+        progress::bar(todo * args.n_samples_per_prompt, unit)
     });
-    let result = run::rollout(client, prompts, config, progress.as_ref()).await;
+    let result = run::rollout_to(
+        client,
+        prompts,
+        config,
+        progress.as_ref(),
+        sink,
+        stop,
+        resume,
+    )
+    .await;
     if let Some(pb) = &progress {
         pb.finish_and_clear();
     }
     result
 }
 
-/// Writes the samples as JSONL to `path`.
-fn write_samples(path: &Path, samples: &[Sample]) -> Result<(), CommandError> {
-    let output_error = |source| CommandError::Output {
-        path: path.to_owned(),
+/// The output file: each group is appended as one write of whole lines and flushed, so a killed run leaves
+/// every finished group and no torn line (see [`prepare_resume`] for a write the kernel itself cut short).
+#[derive(Debug)]
+pub struct JsonlSink {
+    file: File,
+}
+
+impl JsonlSink {
+    /// Creates (truncates) `path`, or with `append` opens it for appending.
+    pub fn open(path: &Path, append: bool) -> Result<JsonlSink, CommandError> {
+        let file = if append {
+            OpenOptions::new().create(true).append(true).open(path)
+        } else {
+            File::create(path)
+        };
+        let file = file.map_err(|source| CommandError::Output {
+            path: path.to_owned(),
+            source,
+        })?;
+        Ok(JsonlSink { file })
+    }
+}
+
+impl GroupSink for JsonlSink {
+    fn write_group(&mut self, samples: &[Sample]) -> std::io::Result<()> {
+        let mut lines = Vec::new();
+        sample::write_jsonl(&mut lines, samples)?;
+        self.file.write_all(&lines)?;
+        self.file.flush()
+    }
+}
+
+/// Reads the groups an earlier run wrote to `--output`, for `--resume`: each must be whole (`n` samples) and
+/// belong to the prompt of its index. A last group cut short (the run was killed while the kernel wrote it)
+/// and a torn last line are dropped from the file, so that the run writes them again.
+pub fn prepare_resume(
+    args: &RolloutArgs,
+    prompts: &[LabeledPrompt],
+) -> Result<Resume, CommandError> {
+    let path = &args.output;
+    let error = |source| CommandError::Resume {
+        path: path.clone(),
         source,
     };
-    let file = File::create(path).map_err(output_error)?;
-    sample::write_jsonl(BufWriter::new(file), samples).map_err(output_error)
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Resume::default()),
+        Err(e) => return Err(error(ResumeError::Read(e))),
+    };
+    let n = args.n_samples_per_prompt;
+    // Everything after the last newline is a torn line.
+    let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let mut groups: Vec<(usize, Vec<Sample>, usize)> = Vec::new();
+    let mut offset = 0;
+    for (i, line) in bytes[..whole].split_inclusive(|&b| b == b'\n').enumerate() {
+        let start = offset;
+        offset += line.len();
+        let text = String::from_utf8_lossy(line);
+        if text.trim().is_empty() {
+            continue;
+        }
+        let sample = Sample::from_json(&text).map_err(|source| {
+            error(ResumeError::Line {
+                line: i + 1,
+                source,
+            })
+        })?;
+        let group_index = sample
+            .group_index
+            .ok_or_else(|| error(ResumeError::NoGroup { line: i + 1 }))?;
+        match groups.last_mut() {
+            Some((g, members, _)) if *g == group_index && members.len() < n => members.push(sample),
+            _ => groups.push((group_index, vec![sample], start)),
+        }
+    }
+    let mut keep = whole;
+    if let Some((_, members, start)) = groups.last()
+        && members.len() < n
+    {
+        keep = *start;
+        groups.pop();
+    }
+    let mut resume = Resume::default();
+    for (group_index, members, _) in groups {
+        if members.len() != n {
+            return Err(error(ResumeError::PartialGroup {
+                group_index,
+                found: members.len(),
+                n,
+            }));
+        }
+        let expected = prompts
+            .get(group_index)
+            .map(|p| Prompt::from(run::format_prompt(&p.prompt, !args.no_chat_template)));
+        if expected.as_ref() != Some(&members[0].prompt) || !resume.groups.insert(group_index) {
+            return Err(error(ResumeError::OtherPrompt { group_index }));
+        }
+        resume.samples.extend(members);
+    }
+    if keep < bytes.len() {
+        let file = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|e| error(ResumeError::Read(e)))?;
+        file.set_len(keep as u64)
+            .map_err(|e| error(ResumeError::Read(e)))?;
+    }
+    Ok(resume)
 }

@@ -6,19 +6,20 @@
 //! [`rollout_client::train::grpo_advantages`] with rollout logprobs required, and returns the samples (each
 //! with `reward` and `extra["advantage"]`) with a [`Summary`] (`summary.rs`).
 
-use std::collections::BTreeMap;
-use std::time::Instant;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use futures_util::stream;
 use grpo::AdvantageConfig;
 use indicatif::ProgressBar;
+use tokio::sync::watch;
 
 use rollout_client::multi_agent::{self, MultiAgentConfig};
 use rollout_client::rollout::{self, RolloutConfig};
 use rollout_client::tokenize::PromptTokenizer;
 use rollout_client::train::{self, GrpoError, GrpoOutcome};
-use rollout_client::{Client, Reward, RolloutError, Sample, SampleStatus};
+use rollout_client::{AbortRequest, Client, Reward, RolloutError, Sample, SampleStatus};
 
 use crate::prompts::LabeledPrompt;
 use crate::reward::{math_reward, overlong_penalty};
@@ -77,6 +78,10 @@ pub enum RunError {
     },
     #[error("the multi-agent system produced no sample for any prompt")]
     NoSamples,
+    #[error("stopped before any group finished")]
+    StoppedBeforeAnyGroup,
+    #[error("could not write a finished group to the output")]
+    Output(#[source] std::io::Error),
     #[error("GRPO rejected the rollout")]
     Grpo(#[from] GrpoError),
     #[error(
@@ -142,11 +147,101 @@ pub enum GroupFailure {
 /// Everything a rollout produced.
 #[derive(Debug)]
 pub struct RunOutput {
-    /// Ordered by group, then index; each has `reward` and `extra["advantage"]`.
+    /// The groups already in the output (see [`Resume`]) and those of this run, ordered by group, then
+    /// index; each has `reward` and `extra["advantage"]`.
     pub samples: Vec<Sample>,
     pub grpo: GrpoOutcome,
     pub failed: Vec<FailedGroup>,
     pub summary: Summary,
+}
+
+/// Where a stopped run picks up: the groups an earlier run already wrote, skipped by this one.
+#[derive(Debug, Default)]
+pub struct Resume {
+    /// The samples of those groups, as read back.
+    pub samples: Vec<Sample>,
+    /// Their group indices.
+    pub groups: BTreeSet<usize>,
+}
+
+/// Receives each group as soon as it is finished, with its rewards and advantages: the `rollout` command
+/// appends it to the output file, so that a stopped or killed run keeps every group it finished.
+pub trait GroupSink {
+    fn write_group(&mut self, samples: &[Sample]) -> std::io::Result<()>;
+}
+
+/// A sink that keeps nothing (the caller takes the samples from [`RunOutput`]).
+#[derive(Debug, Default)]
+pub struct Discard;
+
+impl GroupSink for Discard {
+    fn write_group(&mut self, _samples: &[Sample]) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A request to stop a run: [`StopHandle::stop`] makes it stop starting groups and drop the requests it has
+/// in flight; the groups finished so far are kept.
+#[derive(Debug, Clone)]
+pub struct Stop(watch::Receiver<bool>);
+
+/// The sending side of a [`Stop`].
+#[derive(Debug)]
+pub struct StopHandle(watch::Sender<bool>);
+
+impl Stop {
+    pub fn new() -> (StopHandle, Stop) {
+        let (tx, rx) = watch::channel(false);
+        (StopHandle(tx), Stop(rx))
+    }
+
+    /// A stop that never comes.
+    pub fn never() -> Stop {
+        Stop::new().1
+    }
+
+    /// Resolves once a stop was requested (never, if the handle is gone without one).
+    async fn requested(&mut self) {
+        if self.0.wait_for(|stop| *stop).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl StopHandle {
+    pub fn stop(&self) {
+        self.0.send_replace(true);
+    }
+}
+
+/// How long a stopped run waits for the server to take its abort.
+const ABORT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Aborts on the server every request this run has in flight, one `/abort_request` per rid
+/// ([`Client::in_flight_rids`]), as slime aborts its requests before a weight update. A server that is gone
+/// only costs [`ABORT_TIMEOUT`].
+pub async fn abort_in_flight(client: &Client) {
+    let rids = client.in_flight_rids();
+    let aborts = rids.into_iter().map(|rid| async move {
+        let abort = AbortRequest {
+            rid,
+            abort_all: false,
+        };
+        client.abort(&abort).await
+    });
+    match tokio::time::timeout(ABORT_TIMEOUT, futures_util::future::join_all(aborts)).await {
+        Ok(results) => {
+            if let Some(error) = results.into_iter().find_map(Result::err) {
+                tracing::warn!(
+                    error = &error as &dyn std::error::Error,
+                    "could not abort a request in flight"
+                );
+            }
+        }
+        Err(_) => {
+            tracing::warn!("the server did not take the aborts of the requests in flight in time");
+        }
+    }
 }
 
 /// The prompt as sent: ChatML-wrapped or raw.
@@ -159,12 +254,41 @@ pub fn format_prompt(prompt: &str, chat_template: bool) -> String {
 }
 
 /// Runs the whole rollout; see the module docs. `progress` counts finished samples (or agent
-/// systems in multi-agent mode) when given.
+/// systems in multi-agent mode) when given. The samples come back in [`RunOutput`] only; see
+/// [`rollout_to`] for a run that hands over each group as it finishes and can be stopped.
 pub async fn rollout(
     client: &Client,
     prompts: &[LabeledPrompt],
     config: &RunConfig,
     progress: Option<&ProgressBar>,
+) -> Result<RunOutput, RunError> {
+    rollout_to(
+        client,
+        prompts,
+        config,
+        progress,
+        &mut Discard,
+        Stop::never(),
+        Resume::default(),
+    )
+    .await
+}
+
+/// Runs the rollout over the prompts whose groups `resume` does not already hold, handing each group to
+/// `sink` when it finishes (GRPO groups; a multi-agent run, whose advantages are normalised over the whole
+/// batch, hands over its samples at the end, or when stopped). Groups are handed over in the order they
+/// finish, each whole and in index order, so every group is a contiguous block of `n` samples.
+///
+/// When `stop` fires, no group is started, the requests in flight are dropped (the caller aborts them on the
+/// server), and the output holds what had finished, with `summary.interrupted` set.
+pub async fn rollout_to(
+    client: &Client,
+    prompts: &[LabeledPrompt],
+    config: &RunConfig,
+    progress: Option<&ProgressBar>,
+    sink: &mut dyn GroupSink,
+    mut stop: Stop,
+    resume: Resume,
 ) -> Result<RunOutput, RunError> {
     if prompts.is_empty() {
         return Err(RunError::NoPrompts);
@@ -174,39 +298,75 @@ pub async fn rollout(
         return Err(RunError::ZeroGroupSize);
     }
     let started = Instant::now();
-    type GroupResult = (Result<Vec<Sample>, GroupFailure>, u64);
-    let results: Vec<(usize, GroupResult)> = stream::iter(prompts.iter().enumerate())
-        .map(|(g, p)| async move {
-            // Each group counts the tokens the server generated for it.
-            let client = client.scoped();
-            let r = match &config.multi_agent {
-                None => run_group(&client, g, p, config, progress).await,
-                Some(ma) => Ok(run_multi_agent(&client, g, p, config, ma, progress).await),
-            };
-            (g, (r, client.generated_tokens()))
-        })
-        .buffer_unordered(config.group_concurrency.max(1))
-        .collect()
-        .await;
-    let elapsed = started.elapsed();
-
-    let ordered: BTreeMap<usize, GroupResult> = results.into_iter().collect();
-    let mut samples = Vec::new();
+    let skipped = resume.groups.len();
+    let mut samples = resume.samples;
     let mut failed = Vec::new();
     let mut left_out_tokens = 0;
-    for (group_index, (r, generated)) in ordered {
-        match r {
-            Ok(s) => {
-                account_group(group_index, generated, &s)?;
-                samples.extend(s);
-            }
-            Err(error) => {
-                // A failed group is left out whole, with every token generated for it.
-                left_out_tokens += generated;
-                failed.push(FailedGroup { group_index, error });
+    let mut finished = 0;
+    let mut interrupted = false;
+    {
+        let todo = prompts
+            .iter()
+            .enumerate()
+            .filter(|(g, _)| !resume.groups.contains(g));
+        let mut results = stream::iter(todo)
+            .map(|(g, p)| async move {
+                // Each group counts the tokens the server generated for it.
+                let client = client.scoped();
+                let r = match &config.multi_agent {
+                    None => run_group(&client, g, p, config, progress).await,
+                    Some(ma) => Ok(run_multi_agent(&client, g, p, config, ma, progress).await),
+                };
+                (g, r, client.generated_tokens())
+            })
+            .buffer_unordered(config.group_concurrency.max(1));
+        loop {
+            let next = tokio::select! {
+                biased;
+                () = stop.requested() => {
+                    interrupted = true;
+                    break;
+                }
+                next = results.next() => next,
+            };
+            let Some((group_index, r, generated)) = next else {
+                break;
+            };
+            match r {
+                Ok(mut group) => {
+                    account_group(group_index, generated, &group)?;
+                    if config.multi_agent.is_none() {
+                        // GRPO normalises within a group: its advantages are final now.
+                        let options = train::slime_options(n, 1);
+                        train::grpo_advantages(
+                            &mut group,
+                            &options,
+                            &AdvantageConfig::default(),
+                            None,
+                        )?;
+                        sink.write_group(&group).map_err(RunError::Output)?;
+                    }
+                    finished += 1;
+                    samples.extend(group);
+                }
+                Err(error) => {
+                    // A failed group is left out whole, with every token generated for it.
+                    left_out_tokens += generated;
+                    failed.push(FailedGroup { group_index, error });
+                }
             }
         }
+        if interrupted {
+            // The requests in flight end on the server before the client lets go of them.
+            abort_in_flight(client).await;
+        }
+        // Dropping the stream here drops the requests still in flight.
     }
+    let elapsed = started.elapsed();
+    // The sink had each group as it finished; the caller gets them in group order (a stable sort keeps each
+    // group's own order).
+    samples.sort_by_key(|s| s.group_index);
+    failed.sort_by_key(|f| f.group_index);
     if samples.is_empty() {
         return Err(match failed.into_iter().next() {
             Some(FailedGroup {
@@ -216,17 +376,26 @@ pub async fn rollout(
                 group_index,
                 source,
             },
+            _ if interrupted => RunError::StoppedBeforeAnyGroup,
             _ => RunError::NoSamples,
         });
     }
-    let ok_groups = prompts.len() - failed.len();
-    let options = train::slime_options(n, ok_groups);
+    let groups = skipped + finished;
+    let options = train::slime_options(n, groups);
     let grpo = train::grpo_advantages(&mut samples, &options, &AdvantageConfig::default(), None)?;
+    if config.multi_agent.is_some() {
+        sink.write_group(&samples).map_err(RunError::Output)?;
+    }
     let summary = Summary {
+        total_prompts: prompts.len(),
+        finished_groups: finished,
+        skipped_groups: skipped,
         failed_groups: failed.len(),
+        interrupted,
         first_failure: failed.first().map(FailedGroup::describe),
         left_out_tokens,
-        ..Summary::of_samples(&samples, &grpo, elapsed, prompts.len())
+        retries: client.retries(),
+        ..Summary::of_samples(&samples, &grpo, elapsed, groups)
     };
     Ok(RunOutput {
         samples,

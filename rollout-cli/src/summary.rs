@@ -63,10 +63,21 @@ impl fmt::Display for Stats {
 /// What the command prints at the end of a rollout.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
+    /// Prompts whose groups the output holds (finished by this run or skipped as already there).
     pub prompts: usize,
+    /// Prompts in the prompt set.
+    pub total_prompts: usize,
     pub samples: usize,
+    /// Groups this run finished and wrote.
+    pub finished_groups: usize,
+    /// Groups already in the output (`--resume`), not run again.
+    pub skipped_groups: usize,
     pub failed_groups: usize,
+    /// The run was stopped (SIGINT or SIGTERM): the groups neither finished, failed nor skipped never ran.
+    pub interrupted: bool,
     pub first_failure: Option<String>,
+    /// Retried requests by kind of failure (`HTTP 503`, `connect`, ...).
+    pub retries: BTreeMap<String, u64>,
     pub by_status: BTreeMap<&'static str, usize>,
     pub prompt_tokens: usize,
     pub response_tokens: usize,
@@ -104,8 +115,9 @@ fn status_name(s: SampleStatus) -> &'static str {
 }
 
 impl Summary {
-    /// The summary of `samples` and what GRPO made of them, over `prompts` prompts in `elapsed`. It says
-    /// nothing of failed groups: the run sets `failed_groups`, `first_failure` and `left_out_tokens`.
+    /// The summary of `samples` and what GRPO made of them, over the `prompts` prompts they came from, in
+    /// `elapsed`. It says nothing of groups that failed, were skipped or never ran, nor of retries: the run
+    /// sets those.
     pub fn of_samples(
         samples: &[Sample],
         grpo: &GrpoOutcome,
@@ -133,9 +145,14 @@ impl Summary {
             samples.iter().filter_map(|s| s.rollout_id).collect();
         Summary {
             prompts,
+            total_prompts: prompts,
             samples: samples.len(),
+            finished_groups: prompts,
+            skipped_groups: 0,
             failed_groups: 0,
+            interrupted: false,
             first_failure: None,
+            retries: BTreeMap::new(),
             by_status,
             prompt_tokens: samples.iter().map(Sample::prompt_len).sum(),
             response_tokens: samples.iter().map(Sample::response_length).sum(),
@@ -178,9 +195,28 @@ impl fmt::Display for Summary {
             .join(", ");
         writeln!(
             f,
-            "samples      {} from {} prompts ({statuses})",
-            self.samples, self.prompts
+            "samples      {} from {} of {} prompts ({statuses})",
+            self.samples, self.prompts, self.total_prompts
         )?;
+        let not_run = self
+            .total_prompts
+            .saturating_sub(self.finished_groups + self.skipped_groups + self.failed_groups);
+        write!(
+            f,
+            "groups       {} finished, {} failed, {} already in the output",
+            self.finished_groups, self.failed_groups, self.skipped_groups
+        )?;
+        if not_run > 0 {
+            write!(f, ", {not_run} not run")?;
+        }
+        writeln!(f)?;
+        if self.interrupted {
+            writeln!(
+                f,
+                "interrupted  stopped by a signal: the output holds every group that had finished; \
+                 --resume runs the rest"
+            )?;
+        }
         if self.rollouts > 0 {
             writeln!(
                 f,
@@ -208,6 +244,14 @@ impl fmt::Display for Summary {
             "generated    {} = {} trained (loss mask 1) + {} masked by --mask-offpolicy-in-partial-rollout",
             self.generated_tokens, self.trained_tokens, self.policy_masked_tokens
         )?;
+        if !self.retries.is_empty() {
+            let total: u64 = self.retries.values().sum();
+            writeln!(
+                f,
+                "retries      {total} ({})",
+                rollout_client::client::describe_counts(&self.retries)
+            )?;
+        }
         if self.left_out_tokens > 0 {
             writeln!(
                 f,

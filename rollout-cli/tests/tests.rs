@@ -2,3 +2,6 @@
 
 /// The `rollout` command and `run::rollout` on the embedded mock: groups, rewards, advantages, JSONL.
 mod command;
+
+/// Writing as groups finish, stopping on signals, `--resume`, exit codes and the retry log.
+mod lost_work;
