@@ -302,15 +302,9 @@ pub async fn run_command_until(args: RolloutArgs, stop: Stop) -> Result<Report, 
     let result = match build_client(&url, &args) {
         Ok(client) => {
             let config = run_config(&args, seed);
-            let out =
-                rollout_with_progress(&client, &prompts, &config, &args, &mut sink, stop, resume)
-                    .await
-                    .map_err(CommandError::from);
-            // A run that failed dropped requests the server may still be generating.
-            if out.is_err() {
-                run::abort_in_flight(&client).await;
-            }
-            out
+            rollout_with_progress(&client, &prompts, &config, &args, &mut sink, stop, resume)
+                .await
+                .map_err(CommandError::from)
         }
         Err(e) => Err(e),
     };

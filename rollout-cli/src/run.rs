@@ -279,8 +279,9 @@ pub async fn rollout(
 /// batch, hands over its samples at the end, or when stopped). Groups are handed over in the order they
 /// finish, each whole and in index order, so every group is a contiguous block of `n` samples.
 ///
-/// When `stop` fires, no group is started, the requests in flight are dropped (the caller aborts them on the
-/// server), and the output holds what had finished, with `summary.interrupted` set.
+/// When `stop` fires, no group is started, the requests in flight are aborted on the server
+/// ([`abort_in_flight`]) and dropped, and the output holds what had finished, with `summary.interrupted`
+/// set. An error that ends the whole run aborts them the same way before it is returned.
 pub async fn rollout_to(
     client: &Client,
     prompts: &[LabeledPrompt],
@@ -304,6 +305,9 @@ pub async fn rollout_to(
     let mut left_out_tokens = 0;
     let mut finished = 0;
     let mut interrupted = false;
+    // An error that ends the whole run (a group whose samples do not add up, GRPO refusing a group, the
+    // output failing).
+    let mut fatal = None;
     {
         let todo = prompts
             .iter()
@@ -333,22 +337,16 @@ pub async fn rollout_to(
                 break;
             };
             match r {
-                Ok(mut group) => {
-                    account_group(group_index, generated, &group)?;
-                    if config.multi_agent.is_none() {
-                        // GRPO normalises within a group: its advantages are final now.
-                        let options = train::slime_options(n, 1);
-                        train::grpo_advantages(
-                            &mut group,
-                            &options,
-                            &AdvantageConfig::default(),
-                            None,
-                        )?;
-                        sink.write_group(&group).map_err(RunError::Output)?;
+                Ok(group) => match finish_group(group_index, generated, group, config, sink) {
+                    Ok(group) => {
+                        finished += 1;
+                        samples.extend(group);
                     }
-                    finished += 1;
-                    samples.extend(group);
-                }
+                    Err(error) => {
+                        fatal = Some(error);
+                        break;
+                    }
+                },
                 Err(error) => {
                     // A failed group is left out whole, with every token generated for it.
                     left_out_tokens += generated;
@@ -356,11 +354,14 @@ pub async fn rollout_to(
                 }
             }
         }
-        if interrupted {
+        if interrupted || fatal.is_some() {
             // The requests in flight end on the server before the client lets go of them.
             abort_in_flight(client).await;
         }
         // Dropping the stream here drops the requests still in flight.
+    }
+    if let Some(error) = fatal {
+        return Err(error);
     }
     let elapsed = started.elapsed();
     // The sink had each group as it finished; the caller gets them in group order (a stable sort keeps each
@@ -403,6 +404,24 @@ pub async fn rollout_to(
         failed,
         summary,
     })
+}
+
+/// A finished group checked against its ledger and, for GRPO groups, given its advantages (slime's GRPO
+/// normalises within a group, so they are final now) and handed to the sink.
+fn finish_group(
+    group_index: usize,
+    generated: u64,
+    mut group: Vec<Sample>,
+    config: &RunConfig,
+    sink: &mut dyn GroupSink,
+) -> Result<Vec<Sample>, RunError> {
+    account_group(group_index, generated, &group)?;
+    if config.multi_agent.is_none() {
+        let options = train::slime_options(config.n_samples_per_prompt, 1);
+        train::grpo_advantages(&mut group, &options, &AdvantageConfig::default(), None)?;
+        sink.write_group(&group).map_err(RunError::Output)?;
+    }
+    Ok(group)
 }
 
 async fn run_group(
