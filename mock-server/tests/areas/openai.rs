@@ -185,6 +185,91 @@ async fn chat_logprobs_are_the_generate_logprobs_of_the_chatml_prompt() {
     assert_eq!(body["usage"]["completion_tokens"], want.output_ids.len());
 }
 
+/// Each top list of an OpenAI answer is the engine's row in its order, most likely first, as SGLang builds
+/// it: 0.5.23's chat `_process_logprobs_tokens` lists the triples of the row; `to_openai_style_logprobs`
+/// makes completions' `{text: logprob}` dict by inserting them in that order. (The answers sorted them by
+/// token text, so `top_logprobs[0]` was not the most likely token.)
+#[tokio::test]
+async fn top_logprobs_are_in_the_engines_order_most_likely_first() {
+    for profile in [Profile::Latest, Profile::Mid] {
+        let server = InProcess::new(ServerConfig {
+            profile,
+            ..ServerConfig::default()
+        });
+        // The request: greedy, so the chosen token is the most likely one.
+        let chat = json!({"model": "toy", "messages": [{"role": "user", "content": "Hi"}], "logprobs": true,
+                          "top_logprobs": 5, "max_tokens": 1, "temperature": 0});
+        for stream in [false, true] {
+            let mut body = chat.clone();
+            body["stream"] = json!(stream);
+            let reply = post(&server, "/v1/chat/completions", &body).await;
+            assert_eq!(reply.status, 200, "{}", reply.text());
+            let content: Vec<Value> = if stream {
+                sse_json(&reply.body)
+                    .iter()
+                    .filter_map(|c| c["choices"][0]["logprobs"]["content"].as_array().cloned())
+                    .flatten()
+                    .collect()
+            } else {
+                reply.json()["choices"][0]["logprobs"]["content"]
+                    .as_array()
+                    .unwrap()
+                    .clone()
+            };
+            assert_eq!(content.len(), 1, "{profile:?} stream={stream}");
+            let top = content[0]["top_logprobs"].as_array().unwrap();
+            assert_eq!(top.len(), 5);
+            assert_eq!(
+                top[0]["token"], content[0]["token"],
+                "{profile:?} stream={stream}: {top:?}"
+            );
+            assert_eq!(top[0]["logprob"], content[0]["logprob"]);
+            let logprobs: Vec<f64> = top.iter().map(|t| t["logprob"].as_f64().unwrap()).collect();
+            assert!(
+                logprobs.windows(2).all(|w| w[0] >= w[1]),
+                "{profile:?} stream={stream}: {logprobs:?}"
+            );
+        }
+
+        let completion = json!({"model": "toy", "prompt": "Once upon", "max_tokens": 4, "logprobs": 3,
+                                "seed": 2});
+        let reply = post(&server, "/v1/completions", &completion).await;
+        let body = reply.json();
+        let lp = &body["choices"][0]["logprobs"];
+        for (i, top) in lp["top_logprobs"].as_array().unwrap().iter().enumerate() {
+            let values: Vec<f64> = top
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|v| v.as_f64().unwrap())
+                .collect();
+            assert_eq!(values.len(), 3);
+            assert!(
+                values.windows(2).all(|w| w[0] >= w[1]),
+                "{profile:?} position {i}: {top}"
+            );
+        }
+        // The raw body lists the keys in that order too (a reader's dict keeps them).
+        let text = reply.text();
+        let first = lp["top_logprobs"][0]
+            .as_object()
+            .unwrap()
+            .keys()
+            .next()
+            .unwrap()
+            .clone();
+        let dict_start = text
+            .find("\"top_logprobs\":[{")
+            .expect("a top list in the body");
+        let key = serde_json::to_string(&first).unwrap();
+        assert_eq!(
+            text[dict_start + "\"top_logprobs\":[{".len()..].find(&key),
+            Some(0),
+            "{text}"
+        );
+    }
+}
+
 /// Per-choice text and logprob lists of a non-stream answer.
 fn choices_of(api: &str, body: &Value) -> Vec<(String, Vec<Value>)> {
     body["choices"]

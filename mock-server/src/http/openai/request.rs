@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::config::ServerConfig;
+use crate::config::{Profile, ServerConfig};
 use crate::error::ApiError;
 use crate::model::Tokenizer;
 use crate::request::validation_error;
@@ -45,6 +45,8 @@ pub(crate) struct OpenAiRequest {
     pub echo: Option<Vec<String>>,
     /// The `/generate` body SGLang builds from the request.
     pub native: Value,
+    /// The server's profile, for what the answer's shape depends on.
+    pub profile: Profile,
 }
 
 /// Sampling fields passed to `sampling_params` under the same name.
@@ -131,6 +133,7 @@ pub(crate) fn translate(
         logprobs,
         echo,
         native: Value::Object(native),
+        profile: config.profile,
     })
 }
 

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 
 use super::request::{Api, OpenAiRequest};
+use crate::config::Profile;
 use crate::engine::{FinishReason, Generation, LogprobEntry, PlannedItem};
 use crate::model::Tokenizer;
 
@@ -82,15 +83,18 @@ struct Entry {
     text: String,
 }
 
+/// One position's top entries in the engine's order (most likely first); `None` for a position without
+/// data (the first input position).
+type TopRow = Option<Vec<Entry>>;
+
 /// The logprob lists of one native item (from some output position on).
 #[derive(Debug, Default)]
 pub(crate) struct Logprobs {
     output: Vec<Entry>,
-    /// Per output position, the top list as a `{text: logprob}` dict (`null` for an empty position); `None`
-    /// when the request asked for no top logprobs.
-    output_top: Option<Vec<Value>>,
+    /// Per output position, the top entries; `None` when the request asked for no top logprobs.
+    output_top: Option<Vec<TopRow>>,
     input: Vec<Entry>,
-    input_top: Option<Vec<Value>>,
+    input_top: Option<Vec<TopRow>>,
 }
 
 impl Logprobs {
@@ -129,18 +133,33 @@ fn token_text(tok: Option<&Tokenizer>, id: u32) -> String {
         .unwrap_or_default()
 }
 
-/// One position's top list as `{text: logprob}` (a later equal text wins, as in a Python dict), or `null`
-/// for a position without entries.
-fn top_dict(entries: &[LogprobEntry], tok: Option<&Tokenizer>) -> Value {
-    if entries.is_empty() {
-        return Value::Null;
-    }
-    Value::Object(
+/// One position's top entries as the native item lists them, or `None` for a position without entries.
+fn top_row(entries: &[LogprobEntry], tok: Option<&Tokenizer>) -> TopRow {
+    (!entries.is_empty()).then(|| {
         entries
             .iter()
-            .map(|e| (token_text(tok, e.id), number(e.logprob)))
-            .collect::<Map<_, _>>(),
-    )
+            .map(|e| Entry {
+                logprob: number(e.logprob),
+                text: token_text(tok, e.id),
+            })
+            .collect()
+    })
+}
+
+/// A top row as `to_openai_style_logprobs` makes it: a Python dict `{text: logprob}` built in the row's
+/// order, so the most likely token comes first and a later equal text replaces the value but keeps the first
+/// one's place; `null` for a position without entries.
+fn top_dict(row: &TopRow) -> Value {
+    match row {
+        None => Value::Null,
+        Some(entries) => {
+            let mut dict = Map::new();
+            for entry in entries {
+                dict.insert(entry.text.clone(), entry.logprob.clone());
+            }
+            Value::Object(dict)
+        }
+    }
 }
 
 impl ItemView {
@@ -173,7 +192,7 @@ impl ItemView {
                     let start = from.saturating_mul(k).min(entries.len());
                     entries[start..]
                         .chunks(k)
-                        .map(|position| top_dict(position, tok))
+                        .map(|position| top_row(position, tok))
                         .collect()
                 }),
                 input: generation
@@ -190,8 +209,8 @@ impl ItemView {
                     (0..in_ids.len())
                         .map(|p| match p {
                             // The first covered position has no data.
-                            0 => Value::Null,
-                            _ => top_dict(chunks.next().unwrap_or(&[]), tok),
+                            0 => None,
+                            _ => top_row(chunks.next().unwrap_or(&[]), tok),
                         })
                         .collect()
                 }),
@@ -256,7 +275,7 @@ pub(crate) fn body(req: &OpenAiRequest, items: &[ItemView], created: u64) -> Val
                 Api::Chat => {
                     let logprobs = req
                         .logprobs
-                        .map(|_| chat_logprobs(&lp.output, lp.output_top.as_deref()));
+                        .map(|_| chat_logprobs(&lp.output, lp.output_top.as_deref(), req.profile));
                     json!({"index": idx,
                            "message": {"role": "assistant", "content": item.text, "reasoning_content": null,
                                        "tool_calls": null},
@@ -316,9 +335,9 @@ impl Usage {
 /// `to_openai_style_logprobs`: input entries (with echo) then output entries; `text_offset` is always -1.
 /// Top lists are listed only where the native answer has them (`logprobs > 0`).
 fn completion_logprobs(
-    input: Option<(&[Entry], Option<&[Value]>)>,
+    input: Option<(&[Entry], Option<&[TopRow]>)>,
     output: &[Entry],
-    output_top: Option<&[Value]>,
+    output_top: Option<&[TopRow]>,
 ) -> Value {
     let mut tokens = Vec::new();
     let mut token_logprobs = Vec::new();
@@ -331,26 +350,37 @@ fn completion_logprobs(
             tokens.push(json!(entry.text));
             token_logprobs.push(entry.logprob.clone());
         }
-        tops.extend(top.into_iter().flatten().cloned());
+        tops.extend(top.into_iter().flatten().map(top_dict));
     }
     json!({"text_offset": vec![-1; tokens.len()], "token_logprobs": token_logprobs, "tokens": tokens,
            "top_logprobs": tops})
 }
 
 /// Chat logprobs: one `{token, bytes, logprob, top_logprobs}` per output token, each with the top list of its
-/// own position.
-fn chat_logprobs(output: &[Entry], output_top: Option<&[Value]>) -> Value {
+/// own position, most likely first. \[LATEST\] lists every entry of the row (0.5.23's
+/// `_process_logprobs_tokens` reads the engine's triples); \[MID\] reads the row through
+/// `to_openai_style_logprobs`' dict, so an equal text appears once (0.5.3).
+fn chat_logprobs(output: &[Entry], output_top: Option<&[TopRow]>, profile: Profile) -> Value {
+    let top_entry = |token: &str, logprob: &Value| json!({"token": token, "bytes": token.as_bytes(), "logprob": logprob});
     let content: Vec<Value> = output
         .iter()
         .enumerate()
         .map(|(i, entry)| {
-            let top: Vec<Value> = output_top
-                .and_then(|t| t.get(i))
-                .and_then(Value::as_object)
-                .into_iter()
-                .flatten()
-                .map(|(token, logprob)| json!({"token": token, "bytes": token.as_bytes(), "logprob": logprob}))
-                .collect();
+            let row = output_top.and_then(|t| t.get(i));
+            let top: Vec<Value> = match profile {
+                Profile::Latest => row
+                    .and_then(Option::as_ref)
+                    .into_iter()
+                    .flatten()
+                    .map(|e| top_entry(&e.text, &e.logprob))
+                    .collect(),
+                Profile::Mid => match row.map(top_dict) {
+                    Some(Value::Object(dict)) => {
+                        dict.iter().map(|(t, lp)| top_entry(t, lp)).collect()
+                    }
+                    _ => Vec::new(),
+                },
+            };
             json!({"token": entry.text, "bytes": entry.text.as_bytes(), "logprob": entry.logprob,
                    "top_logprobs": top})
         })
@@ -520,7 +550,7 @@ fn stream_logprobs(
             let input = echo_input.then(|| (&lp.input[..], lp.input_top.as_deref()));
             completion_logprobs(input, &lp.output, output_top)
         }
-        Api::Chat => chat_logprobs(&lp.output, output_top),
+        Api::Chat => chat_logprobs(&lp.output, output_top, req.profile),
     })
 }
 
