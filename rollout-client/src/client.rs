@@ -95,8 +95,9 @@ pub struct ClientBuilder {
 impl ClientBuilder {
     /// Give every single-prompt `/generate` request that has no `rid` of its own the id `<prefix><n>`, `n`
     /// counting up per client and written with 12 digits (so that no rid is a prefix of another), and keep the rids of those in flight ([`Client::in_flight_rids`]), so that a
-    /// caller can abort exactly its own requests. (SGLang 0.5.23's `abort_request` forwards a rid only when it
-    /// names a request exactly; older releases abort every rid that starts with the given one.)
+    /// caller can abort exactly its own requests. (SGLang's tokenizer manager, 0.5.3 through 0.5.23, forwards
+    /// an abort only for a rid that names a live request exactly; its scheduler then aborts every rid that
+    /// starts with it, hence the fixed width.)
     pub fn rid_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.rid_prefix = Some(prefix.into());
         self
@@ -566,7 +567,7 @@ impl Client {
             return Ok((Bytes::from(body), None));
         };
         let n = self.inner.next_rid.fetch_add(1, Ordering::Relaxed);
-        // Fixed width, so that no rid is a prefix of another: releases that abort by prefix hit one request.
+        // Fixed width, so that no rid is a prefix of another: SGLang's scheduler aborts by prefix.
         let rid = format!("{prefix}{n:012}");
         let body = serde_json::to_vec(&WithRid { req, rid: &rid }).map_err(ClientError::Encode)?;
         let mut rids = self

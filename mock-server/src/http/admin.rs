@@ -28,7 +28,8 @@ pub(crate) struct AbortReq {
 
 /// An abort as SGLang's `TokenizerManager.abort_request` makes it: `rid` (by prefix) or everything, counted
 /// in `num_aborted_requests_total` when it reaches the scheduler (`abort_all`, or a rid of a request in
-/// flight). SGLang 0.5.23 counts each abort it dispatches, not each request the abort ends. Returns the items
+/// flight). SGLang (0.5.3, 0.5.9, 0.5.23) counts each abort it dispatches, not each request the abort ends.
+/// Returns the items
 /// hit.
 fn abort(state: &AppState, rid: &str, abort_all: bool) -> usize {
     let hit = state.control().abort(rid, abort_all);

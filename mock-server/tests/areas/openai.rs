@@ -186,9 +186,9 @@ async fn chat_logprobs_are_the_generate_logprobs_of_the_chatml_prompt() {
 }
 
 /// Each top list of an OpenAI answer is the engine's row in its order, most likely first, as SGLang builds
-/// it: 0.5.23's chat `_process_logprobs_tokens` lists the triples of the row; `to_openai_style_logprobs`
-/// makes completions' `{text: logprob}` dict by inserting them in that order. (The answers sorted them by
-/// token text, so `top_logprobs[0]` was not the most likely token.)
+/// it: `to_openai_style_logprobs` makes the `{text: logprob}` dict by inserting the row's triples in order,
+/// and chat's `_process_logprobs_tokens` lists that dict's items. (The answers sorted them by token text, so
+/// `top_logprobs[0]` was not the most likely token.)
 #[tokio::test]
 async fn top_logprobs_are_in_the_engines_order_most_likely_first() {
     for profile in [Profile::Latest, Profile::Mid] {

@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::config::{Profile, ServerConfig};
+use crate::config::ServerConfig;
 use crate::error::ApiError;
 use crate::model::Tokenizer;
 use crate::request::validation_error;
@@ -45,8 +45,6 @@ pub(crate) struct OpenAiRequest {
     pub echo: Option<Vec<String>>,
     /// The `/generate` body SGLang builds from the request.
     pub native: Value,
-    /// The server's profile, for what the answer's shape depends on.
-    pub profile: Profile,
 }
 
 /// Sampling fields passed to `sampling_params` under the same name.
@@ -133,7 +131,6 @@ pub(crate) fn translate(
         logprobs,
         echo,
         native: Value::Object(native),
-        profile: config.profile,
     })
 }
 

@@ -12,7 +12,6 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 
 use super::request::{Api, OpenAiRequest};
-use crate::config::Profile;
 use crate::engine::{FinishReason, Generation, LogprobEntry, PlannedItem};
 use crate::model::Tokenizer;
 
@@ -275,7 +274,7 @@ pub(crate) fn body(req: &OpenAiRequest, items: &[ItemView], created: u64) -> Val
                 Api::Chat => {
                     let logprobs = req
                         .logprobs
-                        .map(|_| chat_logprobs(&lp.output, lp.output_top.as_deref(), req.profile));
+                        .map(|_| chat_logprobs(&lp.output, lp.output_top.as_deref()));
                     json!({"index": idx,
                            "message": {"role": "assistant", "content": item.text, "reasoning_content": null,
                                        "tool_calls": null},
@@ -357,29 +356,21 @@ fn completion_logprobs(
 }
 
 /// Chat logprobs: one `{token, bytes, logprob, top_logprobs}` per output token, each with the top list of its
-/// own position, most likely first. \[LATEST\] lists every entry of the row (0.5.23's
-/// `_process_logprobs_tokens` reads the engine's triples); \[MID\] reads the row through
-/// `to_openai_style_logprobs`' dict, so an equal text appears once (0.5.3).
-fn chat_logprobs(output: &[Entry], output_top: Option<&[TopRow]>, profile: Profile) -> Value {
-    let top_entry = |token: &str, logprob: &Value| json!({"token": token, "bytes": token.as_bytes(), "logprob": logprob});
+/// own position read through `to_openai_style_logprobs`' dict, as `_process_logprobs_tokens` does (0.5.3,
+/// 0.5.9): most likely first, an equal text once.
+fn chat_logprobs(output: &[Entry], output_top: Option<&[TopRow]>) -> Value {
     let content: Vec<Value> = output
         .iter()
         .enumerate()
         .map(|(i, entry)| {
-            let row = output_top.and_then(|t| t.get(i));
-            let top: Vec<Value> = match profile {
-                Profile::Latest => row
-                    .and_then(Option::as_ref)
-                    .into_iter()
-                    .flatten()
-                    .map(|e| top_entry(&e.text, &e.logprob))
+            let top: Vec<Value> = match output_top.and_then(|t| t.get(i)).map(top_dict) {
+                Some(Value::Object(dict)) => dict
+                    .iter()
+                    .map(|(token, logprob)| {
+                        json!({"token": token, "bytes": token.as_bytes(), "logprob": logprob})
+                    })
                     .collect(),
-                Profile::Mid => match row.map(top_dict) {
-                    Some(Value::Object(dict)) => {
-                        dict.iter().map(|(t, lp)| top_entry(t, lp)).collect()
-                    }
-                    _ => Vec::new(),
-                },
+                _ => Vec::new(),
             };
             json!({"token": entry.text, "bytes": entry.text.as_bytes(), "logprob": entry.logprob,
                    "top_logprobs": top})
@@ -550,7 +541,7 @@ fn stream_logprobs(
             let input = echo_input.then(|| (&lp.input[..], lp.input_top.as_deref()));
             completion_logprobs(input, &lp.output, output_top)
         }
-        Api::Chat => chat_logprobs(&lp.output, output_top, req.profile),
+        Api::Chat => chat_logprobs(&lp.output, output_top),
     })
 }
 
