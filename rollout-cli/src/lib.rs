@@ -4,10 +4,12 @@
 //! the flags (clap), the embedded mock server and its scripted answers, progress bars, the prompts and the
 //! reward. A trainer that wants the client links `rollout-client` alone.
 //!
-//! - [`command`]: the flags ([`command::RolloutArgs`]) and the one entry point, [`command::run_command`],
-//!   which starts the embedded mock when no `--url` is given and writes the JSONL file.
+//! - [`command`]: the flags ([`command::RolloutArgs`]) and the entry point, [`command::run_command_until`]
+//!   ([`command::run_command`] without a stop), which starts the embedded mock when no `--url` is given and
+//!   appends each finished group to the JSONL file.
 //! - [`embedded`]: the in-process sglang-mock of a run without `--url`; [`progress`]: its progress bar.
-//! - [`run`]: [`run::rollout`], the rollout itself: groups (or slime's multi-agent system) per prompt,
+//! - [`run`]: [`run::rollout_to`] (and [`run::rollout`]), the rollout itself, handing each group to a sink
+//!   as it finishes and stopping on request: groups (or slime's multi-agent system) per prompt,
 //!   rewards, GRPO advantages with rollout logprobs required; [`summary`]: the [`summary::Summary`] it
 //!   ends with.
 //! - [`prompts`], [`reward`]: labelled prompts (built-in or JSONL) and the last-number math reward with

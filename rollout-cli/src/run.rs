@@ -219,7 +219,7 @@ const ABORT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Aborts on the server every request this run has in flight, one `/abort_request` per rid
 /// ([`Client::in_flight_rids`]), as slime aborts its requests before a weight update. A server that is gone
-/// only costs [`ABORT_TIMEOUT`].
+/// only costs the five-second `ABORT_TIMEOUT`.
 pub async fn abort_in_flight(client: &Client) {
     let rids = client.in_flight_rids();
     let aborts = rids.into_iter().map(|rid| async move {
