@@ -103,6 +103,22 @@ async fn wait_for_a_group(path: &Path) {
     panic!("no group was written to {}", path.display());
 }
 
+/// Starts the run against a slow mock, writing `name`, and returns once a group is in the output.
+async fn run_until_a_group(name: &str) -> (Server, PathBuf, Child) {
+    let server = slow_mock().await;
+    let output = temp_path(name);
+    let child = spawn_rollout(&flags(&server.url(), &output));
+    wait_for_a_group(&output).await;
+    (server, output, child)
+}
+
+/// `--resume` of the same run against `server`, to its end.
+async fn resume_on(server: &Server, output: &Path) -> Output {
+    let mut resume = flags(&server.url(), output);
+    resume.push("--resume".to_owned());
+    wait_output(spawn_rollout(&resume)).await
+}
+
 /// Every group in `samples` is whole (`N` samples, indices `g * N ..`), contiguous, and appears once;
 /// returns the group indices.
 fn whole_groups(samples: &[Sample]) -> Vec<usize> {
@@ -158,11 +174,8 @@ async fn uninterrupted(url: &str, name: &str) -> Vec<Sample> {
 
 #[tokio::test]
 async fn sigterm_keeps_the_finished_groups_aborts_the_rest_and_resume_completes_them() {
-    let server = slow_mock().await;
+    let (server, output, child) = run_until_a_group("sigterm.jsonl").await;
     let url = server.url();
-    let output = temp_path("sigterm.jsonl");
-    let child = spawn_rollout(&flags(&url, &output));
-    wait_for_a_group(&output).await;
     signal(&child, "TERM");
     let out = wait_output(child).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -182,9 +195,7 @@ async fn sigterm_keeps_the_finished_groups_aborts_the_rest_and_resume_completes_
     assert!(aborted >= 1.0, "{metrics}");
 
     let fast = fast_mock().await;
-    let mut resume = flags(&fast.url(), &output);
-    resume.push("--resume".to_owned());
-    let out = wait_output(spawn_rollout(&resume)).await;
+    let out = resume_on(&fast, &output).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert!(
@@ -207,11 +218,8 @@ async fn sigterm_keeps_the_finished_groups_aborts_the_rest_and_resume_completes_
 
 #[tokio::test]
 async fn sigkill_leaves_only_whole_groups_and_resume_completes_them() {
-    let server = slow_mock().await;
-    let url = server.url();
-    let output = temp_path("sigkill.jsonl");
-    let child = spawn_rollout(&flags(&url, &output));
-    wait_for_a_group(&output).await;
+    // The slow mock lives until the end of the test; the resume runs against a fast one.
+    let (_slow, output, child) = run_until_a_group("sigkill.jsonl").await;
     signal(&child, "KILL");
     let out = wait_output(child).await;
     assert_eq!(out.status.code(), None, "killed by the signal");
@@ -219,9 +227,7 @@ async fn sigkill_leaves_only_whole_groups_and_resume_completes_them() {
     assert!(!whole_groups(&kept).is_empty());
 
     let fast = fast_mock().await;
-    let mut resume = flags(&fast.url(), &output);
-    resume.push("--resume".to_owned());
-    let out = wait_output(spawn_rollout(&resume)).await;
+    let out = resume_on(&fast, &output).await;
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -236,11 +242,7 @@ async fn sigkill_leaves_only_whole_groups_and_resume_completes_them() {
 
 #[tokio::test]
 async fn a_server_that_dies_fails_the_command_with_a_summary_and_a_bounded_log() {
-    let server = slow_mock().await;
-    let url = server.url();
-    let output = temp_path("dead.jsonl");
-    let child = spawn_rollout(&flags(&url, &output));
-    wait_for_a_group(&output).await;
+    let (server, output, child) = run_until_a_group("dead.jsonl").await;
     server.shutdown().await.expect("the mock stops");
     let out = wait_output(child).await;
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -241,6 +241,22 @@ impl Fault {
         }
     }
 
+    /// The engine fault, if this is one: what a generating route hands to the step core.
+    pub fn engine(&self) -> Option<&EngineFault> {
+        match self {
+            Fault::Engine(engine) => Some(engine),
+            Fault::Http(_) | Fault::Body(_) | Fault::Stream(_) => None,
+        }
+    }
+
+    /// The body fault, if this is one.
+    pub fn body(&self) -> Option<&BodyFault> {
+        match self {
+            Fault::Body(body) => Some(body),
+            Fault::Http(_) | Fault::Stream(_) | Fault::Engine(_) => None,
+        }
+    }
+
     /// Whether the fault applies to any endpoint (the others only to the generating ones).
     pub fn is_http_level(&self) -> bool {
         self.class() == FaultClass::Http

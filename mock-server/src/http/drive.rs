@@ -288,7 +288,8 @@ pub(crate) trait Events: Send + 'static {
         out: &mut VecDeque<Bytes>,
     );
 
-    /// The events after the last one: `data: [DONE]` and whatever precedes it.
+    /// The events after the last one: `data: [DONE]` and whatever precedes it; nothing once the stream is
+    /// [`closed`](Events::closed).
     fn end(&mut self, out: &mut VecDeque<Bytes>);
 
     /// Whether the stream has ended early (an error event was sent): nothing more is generated.
@@ -420,9 +421,7 @@ pub(crate) fn never_ran_stream<E: Events>(
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static + use<E> {
     let mut queue = VecDeque::new();
     events.never_ran(ctx, plan, how, &mut queue);
-    if !events.closed() {
-        events.end(&mut queue);
-    }
+    events.end(&mut queue);
     futures_util::stream::iter(queue.into_iter().map(Ok))
 }
 

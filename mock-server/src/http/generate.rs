@@ -72,14 +72,12 @@ pub(crate) async fn generate_handler(
             return Err(err);
         }
     };
-    let engine_fault = match &fault {
-        Some(Fault::Engine(engine)) => Some(engine.clone()),
-        Some(Fault::Http(_) | Fault::Body(_) | Fault::Stream(_)) | None => None,
-    };
-    let config = Arc::clone(state.shared_config());
-    let events = |plan: &GeneratePlan| drive::NativeEvents::new(&config, plan);
+    let engine_fault = fault.as_ref().and_then(Fault::engine).cloned();
+    let events = |plan: &GeneratePlan| drive::NativeEvents::new(state.config(), plan);
     let outcome = execute(&state, plan, engine_fault, started, events).await?;
-    match outcome {
+    let encode =
+        |plan, version| EncodeCtx::new(state.config().profile, state.model(), plan, version);
+    let body = match outcome {
         Outcome::Stream(stream) => {
             let body = match fault.and_then(stream_faults::EventFault::of) {
                 Some(fault) => {
@@ -87,45 +85,26 @@ pub(crate) async fn generate_handler(
                 }
                 None => Body::from_stream(stream),
             };
-            Ok(sse_response(body))
+            return Ok(sse_response(body));
         }
         Outcome::Ran { plan, ran } => {
-            let encode = EncodeCtx::new(
-                state.config().profile,
-                state.model(),
-                &plan,
-                &ran.weight_version,
-            );
-            let body = wire::encode_body(&encode, &plan, &ran.run, &ran.e2e, ran.sent_ts)?;
-            let body = match &fault {
-                Some(fault) => {
-                    stream_faults::non_stream_body(fault, body, stream_faults::NATIVE).await?
-                }
-                None => body,
-            };
-            Ok(json_response(StatusCode::OK, body))
+            let ctx = encode(&plan, &ran.weight_version);
+            wire::encode_body(&ctx, &plan, &ran.run, &ran.e2e, ran.sent_ts)?
         }
         Outcome::NeverRan {
             plan,
             how,
             weight_version,
         } => {
-            let encode = EncodeCtx::new(
-                state.config().profile,
-                state.model(),
-                &plan,
-                &weight_version,
-            );
-            let body = wire::join_body(&plan, wire::never_ran_objects(&encode, &plan, how, false));
-            let body = match &fault {
-                Some(fault) => {
-                    stream_faults::non_stream_body(fault, body, stream_faults::NATIVE).await?
-                }
-                None => body,
-            };
-            Ok(json_response(StatusCode::OK, body))
+            let ctx = encode(&plan, &weight_version);
+            wire::join_body(&plan, wire::never_ran_objects(&ctx, &plan, how, false))
         }
-    }
+    };
+    let body = match &fault {
+        Some(fault) => stream_faults::non_stream_body(fault, body, stream_faults::NATIVE).await?,
+        None => body,
+    };
+    Ok(json_response(StatusCode::OK, body))
 }
 
 /// What [`execute`] hands back for a route to encode.

@@ -15,6 +15,11 @@ pub struct Abort<'a> {
     pub err_type: &'a str,
 }
 
+/// The `message` of a request aborted in the waiting queue (`TokenizerManager._handle_abort_req`).
+pub const WAITING_ABORT_MESSAGE: &str = "Abort in waiting queue";
+/// \[MID\] The `message` of a request aborted before prefill.
+pub const BEFORE_PREFILL_MESSAGE: &str = "Abort before prefill";
+
 /// The finish reason of a request that ended in the waiting queue (`TokenizerManager._handle_abort_req`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitingAbort<'a> {
@@ -354,7 +359,7 @@ impl Serialize for FinishJson<'_> {
             FinishJson::Waiting(WaitingAbort::Aborted) => {
                 let mut s = serializer.serialize_struct("FinishAbort", 2)?;
                 s.serialize_field("type", "abort")?;
-                s.serialize_field("message", "Abort in waiting queue")?;
+                s.serialize_field("message", WAITING_ABORT_MESSAGE)?;
                 s.end()
             }
             FinishJson::Waiting(WaitingAbort::Refused {
@@ -370,7 +375,7 @@ impl Serialize for FinishJson<'_> {
             FinishJson::BeforePrefill => {
                 let mut s = serializer.serialize_struct("FinishAbort", 2)?;
                 s.serialize_field("type", "abort")?;
-                s.serialize_field("message", "Abort before prefill")?;
+                s.serialize_field("message", BEFORE_PREFILL_MESSAGE)?;
                 s.end()
             }
             FinishJson::Abort(abort) => {

@@ -88,16 +88,10 @@ async fn handle(
         })
         .map_err(openai_error)?;
     // Aborts happen in the engine; every other fault rewrites the OpenAI answer (or leaves it alone).
-    let engine_fault = match &fault {
-        Some(Fault::Engine(engine)) => Some(engine.clone()),
-        Some(Fault::Http(_) | Fault::Body(_) | Fault::Stream(_)) | None => None,
-    };
+    let engine_fault = fault.as_ref().and_then(Fault::engine).cloned();
+    let body_fault = fault.as_ref().and_then(Fault::body).cloned();
     let created = unix_seconds();
     let stream = openai.stream;
-    let body_fault = match &fault {
-        Some(Fault::Body(body)) => Some(body.clone()),
-        Some(Fault::Http(_) | Fault::Stream(_) | Fault::Engine(_)) | None => None,
-    };
     let events = |_: &GeneratePlan| OpenAiEvents {
         translator: ChunkTranslator::new(openai.clone(), created),
         body_fault,
@@ -134,12 +128,12 @@ async fn handle(
         } => never_ran_views(&plan, how, &weight_version),
     };
     let mut answer = response::body(&openai, &views, created);
+    // Body faults act on the typed answer; the others (a cut, a stall) on its bytes.
+    if let Some(body_fault) = fault.as_ref().and_then(Fault::body) {
+        faults::mutate(body_fault, &mut answer);
+    }
     let out = match &fault {
-        Some(Fault::Body(fault)) => {
-            faults::mutate(fault, &mut answer);
-            faults::write(&answer)
-        }
-        Some(fault @ (Fault::Stream(_) | Fault::Http(_) | Fault::Engine(_))) => {
+        Some(fault) => {
             stream_faults::non_stream_body(fault, faults::write(&answer), FORMAT).await?
         }
         None => faults::write(&answer),
@@ -178,7 +172,7 @@ fn never_ran_views(plan: &GeneratePlan, how: NeverRan<'_>, weight_version: &str)
             reason: WaitingAbort::Aborted,
             ..
         } => (
-            Finish::abort("Abort in waiting queue", None),
+            Finish::abort(wire::WAITING_ABORT_MESSAGE, None),
             Some(weight_version),
         ),
         NeverRan::Waiting {
@@ -192,7 +186,7 @@ fn never_ran_views(plan: &GeneratePlan, how: NeverRan<'_>, weight_version: &str)
             Finish::abort(message, Some(status_code)),
             Some(weight_version),
         ),
-        NeverRan::BeforePrefill => (Finish::abort("Abort before prefill", None), None),
+        NeverRan::BeforePrefill => (Finish::abort(wire::BEFORE_PREFILL_MESSAGE, None), None),
     };
     plan.items
         .iter()
