@@ -145,16 +145,16 @@ fn a_running_abort_keeps_the_partial_output_and_resumes() {
         .unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// How many requests wait in the mock's queue (`/get_load`).
+/// How many requests wait in the mock's queue (`/v1/loads`).
 async fn waiting(url: &str) -> u64 {
-    let bytes = reqwest::get(format!("{url}/get_load"))
+    let bytes = reqwest::get(format!("{url}/v1/loads"))
         .await
-        .expect("get_load")
+        .expect("v1/loads")
         .bytes()
         .await
         .expect("body");
     let body: serde_json::Value = serde_json::from_slice(&bytes).expect("json");
-    body[0]["num_waiting_reqs"].as_u64().unwrap_or(0)
+    body["loads"][0]["num_waiting_reqs"].as_u64().unwrap_or(0)
 }
 
 /// slime's abort path for real: generation is paused, a request waits, `/abort_request` (a rid

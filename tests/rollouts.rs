@@ -249,7 +249,7 @@ fn random_rollouts_reach_grpo_aligned_and_equal_to_the_oracle() {
 #[test]
 fn random_streamed_rollouts_on_a_mid_server() {
     let config = ServerConfig {
-        profile: mock_server::Profile::Mid,
+        sglang_version: mock_server::SglangVersion::V0_5_3,
         ..ServerConfig::default()
     };
     check_random_rollouts(config, true, 6);

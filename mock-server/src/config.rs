@@ -7,46 +7,72 @@ use crate::faults::FaultConfig;
 use crate::latency::LatencyConfig;
 use crate::script::ScriptRule;
 
-/// Which SGLang release the wire format imitates (section 8 of the spec).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Profile {
-    /// SGLang as of 2026: cumulative stream ids, `num_retractions`, `output_token_logprobs_length`, ...
+/// The SGLang release the server answers as: its routes, its request contract, its wire format and its
+/// control semantics. `mock-server/VERSIONS.md` lists every behaviour that differs, with the file and function of
+/// the release it comes from; each behaviour asks the version through one method below, so that list and this
+/// code have one place to agree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, PartialOrd, Ord)]
+pub enum SglangVersion {
+    /// 0.5.3 (October 2025).
+    V0_5_3,
+    /// 0.5.15 (July 2026), the base of slime's pinned, patched 0.5.15.post1.
+    V0_5_15,
+    /// 0.5.23 (October 2026), the newest release.
     #[default]
-    Latest,
-    /// SGLang v0.5.x: delta `output_ids` in streams, `logprob_start_len=-1` covers the last prompt token,
-    /// a non-finite logprob in a non-stream body is an HTTP 500, `/health` runs a generation,
-    /// `/get_weight_version` is served.
-    Mid,
+    V0_5_23,
 }
 
-impl Profile {
+impl SglangVersion {
+    /// Every release the server can answer as, oldest first.
+    pub const ALL: [SglangVersion; 3] = [
+        SglangVersion::V0_5_3,
+        SglangVersion::V0_5_15,
+        SglangVersion::V0_5_23,
+    ];
+
+    /// The release number, as `/server_info` reports it.
     pub fn as_str(self) -> &'static str {
         match self {
-            Profile::Latest => "latest",
-            Profile::Mid => "mid",
+            SglangVersion::V0_5_3 => "0.5.3",
+            SglangVersion::V0_5_15 => "0.5.15",
+            SglangVersion::V0_5_23 => "0.5.23",
+        }
+    }
+
+    /// `/generate` bodies pass the JSON contract gate after FastAPI's parse: `generate_request` calls
+    /// `api_contract.generate_contract_error` (`srt/entrypoints/http_server.py`, 0.5.23).
+    pub(crate) fn checks_the_json_contract(self) -> bool {
+        match self {
+            SglangVersion::V0_5_3 | SglangVersion::V0_5_15 => false,
+            SglangVersion::V0_5_23 => true,
         }
     }
 }
 
-impl fmt::Display for Profile {
+impl fmt::Display for SglangVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
 }
 
-/// The error for a `--profile` value that names no profile.
+/// The error for a `--sglang-version` value that names no release the server answers as.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown profile {0:?}: expected \"latest\" or \"mid\"")]
-pub struct UnknownProfile(pub String);
+#[error(
+    "unknown SGLang version {0:?}: expected 0.5.3, 0.5.15 or 0.5.23 (or the aliases latest, mid)"
+)]
+pub struct UnknownSglangVersion(pub String);
 
-impl FromStr for Profile {
-    type Err = UnknownProfile;
+impl FromStr for SglangVersion {
+    type Err = UnknownSglangVersion;
 
+    /// A release number, or one of the two names the former `--profile` flag took: `latest` (0.5.23) and
+    /// `mid` (0.5.3).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.to_ascii_lowercase().as_str() {
-            "latest" => Ok(Profile::Latest),
-            "mid" => Ok(Profile::Mid),
-            _ => Err(UnknownProfile(s.to_owned())),
+        match s.trim().to_ascii_lowercase().trim_start_matches('v') {
+            "0.5.3" | "mid" => Ok(SglangVersion::V0_5_3),
+            "0.5.15" => Ok(SglangVersion::V0_5_15),
+            "0.5.23" | "latest" => Ok(SglangVersion::V0_5_23),
+            _ => Err(UnknownSglangVersion(s.to_owned())),
         }
     }
 }
@@ -89,9 +115,13 @@ pub struct ServerConfig {
         arg(long, env = "SGLANG_MOCK_INCREMENTAL_STREAMING_OUTPUT")
     )]
     pub incremental_streaming_output: bool,
-    /// SGLang version to imitate: `latest` or `mid` (v0.5.x).
-    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_PROFILE", default_value_t = ServerConfig::default().profile))]
-    pub profile: Profile,
+    /// SGLang release to answer as: 0.5.3, 0.5.15 or 0.5.23 (`--profile latest` is 0.5.23, `mid` 0.5.3).
+    #[cfg_attr(feature = "cli", arg(long, visible_alias = "profile", env = "SGLANG_MOCK_SGLANG_VERSION", default_value_t = ServerConfig::default().sglang_version))]
+    pub sglang_version: SglangVersion,
+    /// Answer as slime's patched 0.5.15.post1 (its `docker/patch/`) where the mock covers it:
+    /// `/get_weight_version` and `/weight_version` answer the version again. Only with `--sglang-version 0.5.15`.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_SLIME_PATCHES"))]
+    pub slime_patches: bool,
     /// Emit a stream chunk every this many tokens (requests may override it).
     #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_STREAM_INTERVAL", default_value_t = ServerConfig::default().stream_interval, value_parser = clap::value_parser!(u32).range(1..)))]
     pub stream_interval: u32,
@@ -139,7 +169,8 @@ impl Default for ServerConfig {
             context_length: 32_768,
             api_key: None,
             incremental_streaming_output: false,
-            profile: Profile::Latest,
+            sglang_version: SglangVersion::V0_5_23,
+            slime_patches: false,
             stream_interval: 1,
             return_original_logprob: false,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
@@ -160,10 +191,18 @@ pub(crate) const DEFAULT_MODEL_PATH: &str = "sglang-mock/toy-model";
 pub(crate) const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 /// SGLang's default `weight_version`.
 pub(crate) const DEFAULT_WEIGHT_VERSION: &str = "default";
-/// The SGLang version the mock reports in `/server_info`.
-pub(crate) const SGLANG_VERSION: &str = "0.5.9";
 
 impl ServerConfig {
+    /// `/get_weight_version` answers the version (0.5.3, and 0.5.15 with slime's patches) rather than a
+    /// deprecation 404 (0.5.15) or no route (0.5.23).
+    pub(crate) fn serves_weight_version(&self) -> bool {
+        match self.sglang_version {
+            SglangVersion::V0_5_3 => true,
+            SglangVersion::V0_5_15 => self.slime_patches,
+            SglangVersion::V0_5_23 => false,
+        }
+    }
+
     /// The name clients see in `/v1/models` and `/server_info`.
     pub fn served_model_name(&self) -> &str {
         self.served_model_name
@@ -173,6 +212,9 @@ impl ServerConfig {
 
     /// Checks the configuration and builds its toy model: what a server and an oracle need before answering.
     pub fn build_model(&self) -> Result<crate::model::Model, StateError> {
+        if self.slime_patches && self.sglang_version != SglangVersion::V0_5_15 {
+            return Err(StateError::SlimePatches(self.sglang_version));
+        }
         self.faults.validate().map_err(StateError::Faults)?;
         crate::model::Model::new(self.model_config()).map_err(|source| StateError::Model {
             vocab_size: self.vocab_size,
@@ -203,4 +245,6 @@ pub enum StateError {
     },
     #[error("the fault configuration is not valid")]
     Faults(#[source] crate::faults::FaultError),
+    #[error("--slime-patches applies to SGLang 0.5.15 (slime's pinned 0.5.15.post1), not {0}")]
+    SlimePatches(SglangVersion),
 }

@@ -25,6 +25,10 @@ pub enum ApiError {
     /// `{"object":"error","message":...,"type":"BadRequestError","param":null,"code":400}`.
     #[error("{0}")]
     OpenAiBadRequest(String),
+    /// A violation of 0.5.23's JSON contract (`api_contract.generate_contract_error`): HTTP 400 with
+    /// `{"error": <the decoder's text>}`, for a stream too.
+    #[error("{0}")]
+    Contract(String),
     /// The API-key middleware: HTTP 401 with `{"error":"Unauthorized"}`.
     #[error("unauthorized")]
     Unauthorized,
@@ -46,7 +50,10 @@ impl ApiError {
     /// The HTTP status this error is answered with outside a stream.
     pub fn status(&self) -> u16 {
         match self {
-            ApiError::Value(_) | ApiError::Validation(_) | ApiError::OpenAiBadRequest(_) => 400,
+            ApiError::Value(_)
+            | ApiError::Validation(_)
+            | ApiError::OpenAiBadRequest(_)
+            | ApiError::Contract(_) => 400,
             ApiError::Http { status, .. } => *status,
             ApiError::Internal(_) => 500,
             ApiError::Unauthorized => 401,
@@ -80,6 +87,7 @@ impl ApiError {
                 param: None,
                 code: *status,
             }),
+            ApiError::Contract(error) => serde_json::to_vec(&ContractErrorBody { error }),
             ApiError::Unauthorized => Ok(br#"{"error":"Unauthorized"}"#.to_vec()),
             ApiError::Internal(_) => return None,
         };
@@ -101,9 +109,10 @@ impl ApiError {
     /// The message a client is shown: an internal error's detail stays in the log.
     pub fn client_message(&self) -> &str {
         match self {
-            ApiError::Value(m) | ApiError::Validation(m) | ApiError::OpenAiBadRequest(m) => {
-                m.as_str()
-            }
+            ApiError::Value(m)
+            | ApiError::Validation(m)
+            | ApiError::OpenAiBadRequest(m)
+            | ApiError::Contract(m) => m.as_str(),
             ApiError::Http { message, .. } => message.as_str(),
             ApiError::Internal(_) => "Internal Server Error",
             ApiError::Unauthorized => "Unauthorized",
@@ -114,6 +123,11 @@ impl ApiError {
 #[derive(Serialize)]
 struct MessageOnly<'a> {
     message: &'a str,
+}
+
+#[derive(Serialize)]
+struct ContractErrorBody<'a> {
+    error: &'a str,
 }
 
 #[derive(Serialize)]

@@ -27,7 +27,7 @@ pub mod request;
 mod script;
 pub mod wire;
 
-pub use config::{Profile, ServerConfig, StateError, UnknownProfile};
+pub use config::{ServerConfig, SglangVersion, StateError, UnknownSglangVersion};
 pub use error::ApiError;
 pub use faults::{
     BodyFault, EngineFault, FAULT_HEADER, Fault, FaultClass, FaultConfig, FaultConfigError,

@@ -81,7 +81,7 @@ impl Oracle {
 
     /// The validated plan of a body (what the server would run), or the error it answers with.
     pub fn plan(&self, body: &[u8]) -> Result<GeneratePlan, ApiError> {
-        let parsed = request::parse_generate(body)?;
+        let parsed = request::admit_generate(body, self.config.sglang_version)?;
         request::plan_generate(
             &parsed,
             self.config(),
@@ -94,7 +94,7 @@ impl Oracle {
         let mut run = Run::new(
             &self.model,
             plan,
-            self.config.profile,
+            self.config.sglang_version,
             interventions.abort_after,
         );
         run.run_to_end(interventions);
@@ -103,7 +103,7 @@ impl Oracle {
 
     fn encode_ctx<'a>(&'a self, plan: &GeneratePlan) -> EncodeCtx<'a> {
         EncodeCtx::new(
-            self.config.profile,
+            self.config.sglang_version,
             &self.model,
             plan,
             &self.config.weight_version,
@@ -182,7 +182,7 @@ impl Oracle {
         let mut run = Run::new(
             &self.model,
             &plan,
-            self.config.profile,
+            self.config.sglang_version,
             interventions.abort_after,
         );
         let mut encoder = StreamEncoder::new(wire::stream_mode(&self.config), plan.items.len());

@@ -43,6 +43,9 @@ mod python_client;
 /// The server against the independent Python reference model written from `MODEL.md`.
 #[path = "areas/reference.rs"]
 mod reference;
+/// The releases read from their wheels: 0.5.23's contract decoder and each release's route table.
+#[path = "areas/releases.rs"]
+mod releases;
 /// Scripted answers: chosen text with true logprobs, matched on decoded prompts, followed by the oracle.
 #[path = "areas/scripted.rs"]
 mod scripted;

@@ -2,7 +2,7 @@
 
 use mock_server::engine::FinishReason as MockFinish;
 use mock_server::oracle::Oracle;
-use mock_server::{Profile, Server, ServerConfig};
+use mock_server::{Server, ServerConfig, SglangVersion};
 use rollout_client::rollout::{self, EnvTurn, Environment, RolloutConfig};
 use rollout_client::{
     Client, ClientError, FinishReason, GenerateRequest, ResponseError, RetryPolicy, Sample,
@@ -95,7 +95,7 @@ async fn every_profile_and_stream_mode_matches_the_oracle() {
         (
             "mid",
             ServerConfig {
-                profile: Profile::Mid,
+                sglang_version: SglangVersion::V0_5_3,
                 ..ServerConfig::default()
             },
             StreamMode::Auto,
@@ -103,7 +103,7 @@ async fn every_profile_and_stream_mode_matches_the_oracle() {
         (
             "mid/explicit",
             ServerConfig {
-                profile: Profile::Mid,
+                sglang_version: SglangVersion::V0_5_3,
                 ..ServerConfig::default()
             },
             StreamMode::Mid,

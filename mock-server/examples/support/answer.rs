@@ -32,7 +32,7 @@ impl Answer {
     /// The answer generated to its end, ticking as many steps per call as the non-stream driver does.
     pub(crate) fn generate(&self) -> Run {
         let config = self.oracle.config();
-        let mut run = Run::new(self.oracle.model(), &self.plan, config.profile, None);
+        let mut run = Run::new(self.oracle.model(), &self.plan, config.sglang_version, None);
         while !run.is_done() {
             run.tick_many(&Interventions::default(), usize::MAX);
         }
@@ -43,7 +43,7 @@ impl Answer {
     pub(crate) fn encode(&self, run: &Run) -> Vec<u8> {
         let config = self.oracle.config();
         let ctx = EncodeCtx::new(
-            config.profile,
+            config.sglang_version,
             self.oracle.model(),
             &self.plan,
             &config.weight_version,

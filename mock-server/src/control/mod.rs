@@ -79,6 +79,8 @@ pub(crate) struct Control {
     updating: watch::Sender<usize>,
     registry: Mutex<HashMap<u64, Arc<RequestCtl>>>,
     next_id: AtomicU64,
+    /// A session opened by `/begin_weight_update` and not yet closed by `/end_weight_update` (0.5.23).
+    weight_update_session: AtomicBool,
 }
 
 impl Control {
@@ -100,7 +102,18 @@ impl Control {
             updating: watch::Sender::new(0),
             registry: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
+            weight_update_session: AtomicBool::new(false),
         })
+    }
+
+    /// Opens the weight-update session; `false` when one is open already.
+    pub(crate) fn open_weight_update_session(&self) -> bool {
+        !self.weight_update_session.swap(true, Ordering::AcqRel)
+    }
+
+    /// Closes the weight-update session; `false` when none is open.
+    pub(crate) fn close_weight_update_session(&self) -> bool {
+        self.weight_update_session.swap(false, Ordering::AcqRel)
     }
 
     /// The `weight_version` responses report now.

@@ -14,15 +14,15 @@ use std::sync::Arc;
 
 use super::generation::Generation;
 use super::plan::GeneratePlan;
-use crate::config::Profile;
+use crate::config::SglangVersion;
 use crate::error::ApiError;
 use crate::model::Model;
 
 /// The message of an abort from outside, as SGLang's scheduler writes it for each release.
-pub fn abort_message(profile: Profile) -> &'static str {
-    match profile {
-        Profile::Latest => "Aborted",
-        Profile::Mid => "Unknown error",
+pub fn abort_message(version: SglangVersion) -> &'static str {
+    match version {
+        SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => "Aborted",
+        SglangVersion::V0_5_3 => "Unknown error",
     }
 }
 
@@ -106,7 +106,7 @@ impl Run {
     pub fn new(
         model: &Arc<Model>,
         plan: &GeneratePlan,
-        profile: Profile,
+        version: SglangVersion,
         abort_after: Option<usize>,
     ) -> Run {
         let items: Vec<Item> = plan
@@ -137,7 +137,7 @@ impl Run {
             progress: vec![Progress::Idle; n],
             tick: 0,
             abort_after,
-            abort_message: abort_message(profile),
+            abort_message: abort_message(version),
             open: n,
         }
     }
@@ -423,7 +423,7 @@ mod tests {
         let mut run = Run::new(
             &model(),
             &plan(&[1, 3, 0, 5], Some(3)),
-            Profile::Latest,
+            SglangVersion::V0_5_23,
             None,
         );
         run.tick(&Interventions::default());
@@ -476,7 +476,7 @@ mod tests {
                 run.first_failure().is_some(),
             )
         };
-        let mut one = Run::new(&model(), plan, Profile::Latest, abort_after);
+        let mut one = Run::new(&model(), plan, SglangVersion::V0_5_23, abort_after);
         let mut want = Vec::new();
         let mut want_reports = 0;
         while !one.is_done() {
@@ -496,7 +496,7 @@ mod tests {
                 want.push(events(&one));
             }
         }
-        let mut many = Run::new(&model(), plan, Profile::Latest, abort_after);
+        let mut many = Run::new(&model(), plan, SglangVersion::V0_5_23, abort_after);
         let mut got = Vec::new();
         let mut reports = 0;
         while !many.is_done() {
@@ -539,7 +539,7 @@ mod tests {
         check_tick_many(&mixed, &holding(vec![(3, 17)], holds.clone()), None);
         // Item 0 reports 6 steps (the last as its end), item 1 40, item 3 17 and its abort, items 2 and 4
         // their failure and rejection; the batch hands back at tick 1, 6, 12, 13, 18, 30 and 40.
-        let mut run = Run::new(&model(), &mixed, Profile::Latest, None);
+        let mut run = Run::new(&model(), &mixed, SglangVersion::V0_5_23, None);
         let outside = holding(vec![(3, 17)], holds.clone());
         let mut reports = 0;
         let mut handed_back = Vec::new();
@@ -562,7 +562,7 @@ mod tests {
         check_tick_many(&panicking, &holding(vec![], vec![]), None);
 
         // With nothing refused or failing, the first tick alone still hands back (the first token's time).
-        let mut fresh = Run::new(&model(), &plan(&[5], None), Profile::Latest, None);
+        let mut fresh = Run::new(&model(), &plan(&[5], None), SglangVersion::V0_5_23, None);
         assert_eq!(fresh.tick_many(&Interventions::default(), 100), 1);
         assert_eq!(fresh.ticks(), 1);
         assert_eq!(fresh.tick_many(&Interventions::default(), 100), 4);
@@ -571,7 +571,8 @@ mod tests {
 
         // `max` bounds the ticks, for one item and for a batch alike.
         for lengths in [&[50][..], &[50, 40]] {
-            let mut bounded = Run::new(&model(), &plan(lengths, None), Profile::Latest, None);
+            let mut bounded =
+                Run::new(&model(), &plan(lengths, None), SglangVersion::V0_5_23, None);
             bounded.tick_many(&Interventions::default(), 100);
             let reports = bounded.tick_many(&Interventions::default(), 3);
             assert_eq!((reports, bounded.ticks()), (3 * lengths.len(), 4));
@@ -585,7 +586,7 @@ mod tests {
         plan.items[0].request.top_logprobs_num = usize::MAX;
         plan.items[0].request.return_logprob = true;
         plan.items[0].request.logprob_start = 0;
-        let mut run = Run::new(&model(), &plan, Profile::Latest, None);
+        let mut run = Run::new(&model(), &plan, SglangVersion::V0_5_23, None);
         run.tick(&Interventions::default());
         assert_eq!(run.progress(), [Progress::Failed, Progress::Stepped]);
         let error = run
@@ -605,7 +606,7 @@ mod tests {
             aborts: vec![(0, 2)],
             ..Interventions::default()
         };
-        let mut run = Run::new(&model(), &plan(&[6, 6], None), Profile::Latest, None);
+        let mut run = Run::new(&model(), &plan(&[6, 6], None), SglangVersion::V0_5_23, None);
         run.run_to_end(&interventions);
         let first = run.generation(0).expect("a generation");
         assert_eq!(first.output_ids().len(), 2);
@@ -618,7 +619,12 @@ mod tests {
         );
 
         // The abort-running fault stops every item at its count, with MID's message.
-        let mut run = Run::new(&model(), &plan(&[6, 1], None), Profile::Mid, Some(2));
+        let mut run = Run::new(
+            &model(),
+            &plan(&[6, 1], None),
+            SglangVersion::V0_5_3,
+            Some(2),
+        );
         run.run_to_end(&Interventions::default());
         let first = run.generation(0).expect("a generation");
         assert_eq!(first.output_ids().len(), 2);

@@ -149,6 +149,48 @@ pub(crate) async fn update_weights_from_disk(
     })
 }
 
+/// `/update_weights_from_ipc` (0.5.15 and later; checkpoint-engine's path): the weights would arrive over
+/// the ZMQ handles the body names, so the mock runs the update as the others do and answers
+/// `"IPC weight update completed successfully"` (`update_weights_from_ipc` in
+/// `srt/model_executor/model_runner_components/weight_updater.py`).
+pub(crate) async fn update_weights_from_ipc(
+    State(state): State<AppState>,
+    JsonBody(req): JsonBody<WeightUpdate>,
+) -> Response {
+    weight_update_simple(&state, &req, "IPC weight update completed successfully").await
+}
+
+/// `/begin_weight_update` and `/end_weight_update` (0.5.23): open and close a weight-update session
+/// (`begin_weight_update` and `end_weight_update` in `srt/managers/scheduler_components/weight_updater.py`);
+/// opening one twice, or closing none, is a 400 with the scheduler's message.
+pub(crate) async fn begin_weight_update(State(state): State<AppState>) -> Response {
+    session_reply(
+        state.control().open_weight_update_session(),
+        "a weight-update session is already open; call end_weight_update() first",
+    )
+}
+
+pub(crate) async fn end_weight_update(State(state): State<AppState>) -> Response {
+    session_reply(
+        state.control().close_weight_update_session(),
+        "no weight-update session is open; call begin_weight_update() first",
+    )
+}
+
+fn session_reply(success: bool, refusal: &str) -> Response {
+    let status = if success {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_REQUEST
+    };
+    let mut response = json_value(&ordered! {
+        "success": success,
+        "message": if success { "Success" } else { refusal },
+    });
+    *response.status_mut() = status;
+    response
+}
+
 /// `/update_weights_from_tensor`: `{"success","message"}`.
 pub(crate) async fn update_weights_from_tensor(
     State(state): State<AppState>,

@@ -103,11 +103,21 @@ impl Timings {
 
 impl RunCtx {
     fn encode_ctx<'a>(&'a self, plan: &GeneratePlan) -> EncodeCtx<'a> {
-        EncodeCtx::new(self.config.profile, &self.model, plan, &self.weight_version)
+        EncodeCtx::new(
+            self.config.sglang_version,
+            &self.model,
+            plan,
+            &self.weight_version,
+        )
     }
 
     fn start(&self, plan: &GeneratePlan) -> Run {
-        Run::new(&self.model, plan, self.config.profile, self.abort_after)
+        Run::new(
+            &self.model,
+            plan,
+            self.config.sglang_version,
+            self.abort_after,
+        )
     }
 
     /// What happens between ticks: wait while paused (a `retract` pause counts against every unfinished

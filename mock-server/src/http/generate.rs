@@ -45,10 +45,12 @@ pub(crate) async fn generate_handler(
     RawBody(bytes): RawBody,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    // Type errors come from FastAPI before the handler runs: a 4xx even for a stream.
-    let parsed = request::parse_generate(&bytes).inspect_err(|err| {
-        tracing::info!(error = %err, "rejected /generate body");
-    })?;
+    // Type errors come from FastAPI before the handler runs, and 0.5.23's contract gate runs before the
+    // stream starts: a 4xx even for a stream.
+    let parsed =
+        request::admit_generate(&bytes, state.config().sglang_version).inspect_err(|err| {
+            tracing::info!(error = %err, "rejected /generate body");
+        })?;
     let fault = decide_fault(&state, "/generate", parsed.stream, &headers)?;
     if let Some(fault) = &fault
         && let Some(response) = http_fault(&state, fault, conn.as_ref()).await
@@ -76,7 +78,7 @@ pub(crate) async fn generate_handler(
     let events = |plan: &GeneratePlan| drive::NativeEvents::new(state.config(), plan);
     let outcome = execute(&state, plan, engine_fault, started, events).await?;
     let encode =
-        |plan, version| EncodeCtx::new(state.config().profile, state.model(), plan, version);
+        |plan, version| EncodeCtx::new(state.config().sglang_version, state.model(), plan, version);
     let body = match outcome {
         Outcome::Stream(stream) => {
             let body = match fault.and_then(stream_faults::EventFault::of) {
@@ -158,7 +160,7 @@ pub(crate) async fn execute<E: drive::Events>(
             });
         }
         let encode = EncodeCtx::new(
-            state.config().profile,
+            state.config().sglang_version,
             state.model(),
             &plan,
             &weight_version,

@@ -10,19 +10,29 @@ use serde_json::json;
 use super::drive::unix_now;
 use super::respond::{Ordered, empty_ok, json_response, json_value, ordered};
 use super::state::AppState;
-use crate::config::{Profile, SGLANG_VERSION, ServerConfig};
+use crate::config::{ServerConfig, SglangVersion};
 use crate::engine::{Generation, ItemRequest, SamplingParams};
 use crate::error::ApiError;
 
-/// `/health`: 200 with an empty body ([LATEST]); in the MID profile it is `/health_generate`.
-pub(crate) async fn health(State(state): State<AppState>) -> Response {
-    if state.config().profile == Profile::Mid {
-        return health_generate(State(state)).await;
+/// `/ready` (0.5.23): 200 with an empty body, 503 while paused (`ready` in `srt/entrypoints/http_server.py`,
+/// `TokenizerManager.is_ready`).
+pub(crate) async fn ready(State(state): State<AppState>) -> Response {
+    if state.control().is_paused() {
+        let mut response = empty_ok();
+        *response.status_mut() = axum::http::StatusCode::SERVICE_UNAVAILABLE;
+        return response;
     }
     empty_ok()
 }
 
-/// `/health_generate`: one greedy token from prompt `[0]`, as SGLang's health check sends.
+/// `GET /` and `HEAD /` (0.5.15 and later, `sglang_root`): the JSON string `"SGLang is running"`.
+pub(crate) async fn root() -> Response {
+    json_value(&serde_json::Value::from("SGLang is running"))
+}
+
+/// `/health` and `/health_generate`: one greedy token from prompt `[0]`, as SGLang's health check sends (both
+/// paths are one handler in every release; 0.5.15 and later skip the generation only when
+/// `SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION` is false).
 pub(crate) async fn health_generate(State(state): State<AppState>) -> Response {
     let model = Arc::clone(state.model());
     let item = ItemRequest {
@@ -108,7 +118,7 @@ pub(crate) async fn server_info(State(state): State<AppState>) -> Response {
         "speculative_algorithm": serde_json::Value::Null,
         "enable_lora": serde_json::Value::Null,
         "vocab_size": c.vocab_size,
-        "mock_profile": c.profile.as_str(),
+        "mock_profile": c.sglang_version.as_str(),
         "return_original_logprob": c.return_original_logprob,
     };
     let scheduler_info = ordered! {
@@ -120,7 +130,7 @@ pub(crate) async fn server_info(State(state): State<AppState>) -> Response {
             "memory_usage": {"weight": 0.0, "kvcache": 0.0, "token_capacity": max_total_num_tokens},
             "avg_spec_accept_length": null,
         }]),
-        "version": SGLANG_VERSION,
+        "version": c.sglang_version.as_str(),
     };
     // One flat object, like `{**asdict(server_args), **scheduler_info, "internal_states": ..., "version": ...}`.
     let mut body = server_args.0;
@@ -130,39 +140,60 @@ pub(crate) async fn server_info(State(state): State<AppState>) -> Response {
     json_value(&Ordered(body))
 }
 
-/// `/model_info` and `/get_model_info`.
+/// `/model_info` and `/get_model_info`: `model_info` in each release's `srt/entrypoints/http_server.py` (0.5.3
+/// has only `get_model_info`, with its first five keys).
 pub(crate) async fn model_info(State(state): State<AppState>) -> Response {
     let c = state.config();
-    let body = match c.profile {
-        Profile::Latest => ordered! {
+    let weight_version = state.control().weight_version();
+    let body = match c.sglang_version {
+        SglangVersion::V0_5_3 => ordered! {
             "model_path": c.model_path,
             "tokenizer_path": c.model_path,
             "is_generation": true,
             "preferred_sampling_params": serde_json::Value::Null,
-            "weight_version": &*state.control().weight_version(),
+            "weight_version": &*weight_version,
+        },
+        SglangVersion::V0_5_15 => ordered! {
+            "model_path": c.model_path,
+            "tokenizer_path": c.model_path,
+            "is_generation": true,
+            "preferred_sampling_params": serde_json::Value::Null,
+            "weight_version": &*weight_version,
             "has_image_understanding": false,
             "has_audio_understanding": false,
             "model_type": "qwen2",
             "architectures": json!(["Qwen2ForCausalLM"]),
         },
-        Profile::Mid => ordered! {
+        SglangVersion::V0_5_23 => ordered! {
             "model_path": c.model_path,
+            "served_model_name": c.served_model_name(),
             "tokenizer_path": c.model_path,
             "is_generation": true,
             "preferred_sampling_params": serde_json::Value::Null,
-            "weight_version": &*state.control().weight_version(),
+            "weight_version": &*weight_version,
+            "load_format": "auto",
+            "reasoning_parser": serde_json::Value::Null,
+            "tool_call_parser": serde_json::Value::Null,
+            "disaggregation_mode": "null",
+            "has_image_understanding": false,
+            "has_audio_understanding": false,
+            "model_type": "qwen2",
+            "architectures": json!(["Qwen2ForCausalLM"]),
         },
     };
     json_value(&body)
 }
 
-/// `/get_weight_version`: served in MID, a deprecation 404 in LATEST.
+/// `/get_weight_version` (0.5.3 and 0.5.15; 0.5.23 has no such route): served by 0.5.3 and by slime's
+/// patched 0.5.15 (`weight_version` in `docker/patch/v0.5.15.post1/sglang.patch`), a deprecation 404 in 0.5.15.
 pub(crate) async fn weight_version(State(state): State<AppState>) -> Response {
-    match state.config().profile {
-        Profile::Mid => {
+    let c = state.config();
+    match c.sglang_version {
+        SglangVersion::V0_5_3 | SglangVersion::V0_5_15 if c.serves_weight_version() => {
             json_value(&ordered! { "weight_version": &*state.control().weight_version() })
         }
-        Profile::Latest => ApiError::Http {
+        // 0.5.23 never routes here; were it to, the 404 is the nearest answer.
+        SglangVersion::V0_5_3 | SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => ApiError::Http {
             status: 404,
             message:
                 "Endpoint '/get_weight_version' or '/weight_version' is deprecated. Please use \
@@ -242,7 +273,7 @@ pub(crate) async fn v1_loads(State(state): State<AppState>) -> Response {
     let max_total = u64::from(state.config().context_length) * 16;
     json_value(&ordered! {
         "timestamp": iso8601_utc(unix_now()),
-        "version": SGLANG_VERSION,
+        "version": state.config().sglang_version.as_str(),
         "accelerator": "cpu",
         "num_accelerators": 1,
         "loads": json!([{

@@ -10,6 +10,7 @@ use axum::routing::{MethodFilter, get, on, post};
 use super::respond::json_response;
 use super::state::AppState;
 use super::{admin, faults, generate, info, openai};
+use crate::config::SglangVersion;
 use crate::error::ApiError;
 
 /// The router with every endpoint, the API-key middleware when a key is configured, and SGLang's 404/405.
@@ -31,7 +32,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/admin/stats", get(admin::stats))
         .route("/admin/reset", post(admin::reset))
         .route("/metrics", get(admin::metrics));
-    let mut app = worker_routes(get_or_post)
+    let mut app = worker_routes(state.config().sglang_version, get_or_post)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
             state.clone(),
@@ -46,25 +47,46 @@ pub(crate) fn router(state: AppState) -> Router {
     app.with_state(state)
 }
 
-/// The routes a router, a trainer or a health check calls besides generation.
-fn worker_routes(get_or_post: MethodFilter) -> Router<AppState> {
-    Router::new()
+/// The routes a router, a trainer or a health check calls besides generation, as each release's
+/// `srt/entrypoints/http_server.py` declares them (`mock-server/VERSIONS.md` lists the differences;
+/// `tests/python/route_check.py` compares this table with the wheels' route decorators).
+fn worker_routes(version: SglangVersion, get_or_post: MethodFilter) -> Router<AppState> {
+    let common = Router::new()
+        .route("/health", get(info::health_generate))
+        .route("/health_generate", get(info::health_generate))
+        .route("/get_server_info", get(info::server_info))
+        .route("/get_model_info", get(info::model_info))
+        .route("/v1/models", get(info::list_models))
+        .route("/v1/models/{*model}", get(info::retrieve_model));
+    let since_0_5_15 = Router::new()
+        .route("/", get(info::root).head(info::root))
         .route("/tokenize", post(openai::tokenize::tokenize))
         .route("/v1/tokenize", post(openai::tokenize::tokenize))
         .route("/detokenize", post(openai::tokenize::detokenize))
         .route("/v1/detokenize", post(openai::tokenize::detokenize))
-        .route("/health", get(info::health))
-        .route("/health_generate", get(info::health_generate))
         .route("/server_info", get(info::server_info))
-        .route("/get_server_info", get(info::server_info))
         .route("/model_info", get(info::model_info))
-        .route("/get_model_info", get(info::model_info))
-        .route("/get_weight_version", get(info::weight_version))
-        .route("/weight_version", get(info::weight_version))
-        .route("/v1/models", get(info::list_models))
-        .route("/v1/models/{*model}", get(info::retrieve_model))
-        .route("/get_load", get(info::get_load))
         .route("/v1/loads", get(info::v1_loads))
+        .route(
+            "/update_weights_from_ipc",
+            post(admin::update_weights_from_ipc),
+        );
+    let only_0_5_23 = Router::new()
+        .route("/ready", get(info::ready))
+        .route("/begin_weight_update", post(admin::begin_weight_update))
+        .route("/end_weight_update", post(admin::end_weight_update));
+    let by_release = match version {
+        SglangVersion::V0_5_3 => Router::new()
+            .route("/get_weight_version", get(info::weight_version))
+            .route("/get_load", get(info::get_load)),
+        SglangVersion::V0_5_15 => since_0_5_15
+            .route("/get_weight_version", get(info::weight_version))
+            .route("/weight_version", get(info::weight_version))
+            .route("/get_load", get(info::get_load)),
+        SglangVersion::V0_5_23 => since_0_5_15.merge(only_0_5_23),
+    };
+    common
+        .merge(by_release)
         .route("/flush_cache", on(get_or_post, admin::flush_cache))
         .route("/ping", get(info::ping))
         .route("/abort_request", post(admin::abort_request))

@@ -5,7 +5,10 @@ use std::fmt;
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 
-use super::lax::{Ids, IgnoredPresent, KeyStr, OneOrMany, PyBool, PyInt, SamplingInput};
+use super::lax::{
+    HiddenStatesMode, Ids, IgnoredPresent, KeyStr, LaxIds, NullableStr, OneOrMany, PyBool, PyInt,
+    SamplingInput,
+};
 use crate::error::ApiError;
 use crate::pyfmt::str_repr;
 
@@ -167,7 +170,8 @@ impl<'de> Visitor<'de> for BodySeed<'_> {
                             .map(|v| v.map(|i| i.0))
                 }
                 "token_ids_logprob" => {
-                    req.token_ids_logprob = field!("token_ids_logprob", Option<Ids>, "list_type")
+                    req.token_ids_logprob =
+                        field!("token_ids_logprob", Option<LaxIds>, "list_type").map(|ids| ids.0)
                 }
                 "return_text_in_logprobs" => {
                     req.return_text_in_logprobs =
@@ -180,7 +184,7 @@ impl<'de> Visitor<'de> for BodySeed<'_> {
                 "return_hidden_states" => {
                     req.return_hidden_states = match field!(
                         "return_hidden_states",
-                        Option<OneOrMany<PyBool>>,
+                        Option<OneOrMany<HiddenStatesMode>>,
                         "bool_type"
                     ) {
                         None => false,
@@ -195,7 +199,7 @@ impl<'de> Visitor<'de> for BodySeed<'_> {
                 "custom_logit_processor" => {
                     req.custom_logit_processor = field!(
                         "custom_logit_processor",
-                        Option<OneOrMany<String>>,
+                        Option<OneOrMany<NullableStr>>,
                         "string_type"
                     )
                     .map(|v| match v {

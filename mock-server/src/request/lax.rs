@@ -185,6 +185,15 @@ impl<'de> de::Deserialize<'de> for PyBool {
                     _ => Err(E::invalid_value(de::Unexpected::Unsigned(v), &self)),
                 }
             }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<PyBool, E> {
+                if v == 0.0 {
+                    Ok(PyBool(false))
+                } else if v == 1.0 {
+                    Ok(PyBool(true))
+                } else {
+                    Err(E::invalid_value(de::Unexpected::Float(v), &self))
+                }
+            }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<PyBool, E> {
                 match v.to_ascii_lowercase().as_str() {
                     "true" | "t" | "yes" | "y" | "on" | "1" => Ok(PyBool(true)),
@@ -197,9 +206,88 @@ impl<'de> de::Deserialize<'de> for PyBool {
     }
 }
 
-/// A Pydantic lax-mode int: JSON integers in i64 range and floats with no fractional part.
+/// An `Optional[str]` element of a one-or-many field: a string or `null`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct NullableStr(pub(super) Option<String>);
+
+impl<'de> de::Deserialize<'de> for NullableStr {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = NullableStr;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<NullableStr, E> {
+                Ok(NullableStr(Some(v.to_owned())))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<NullableStr, E> {
+                Ok(NullableStr(None))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// `ReturnHiddenStatesMode` of 0.5.23 (`Union[bool, Literal["last"]]`, `srt/managers/schedule_batch.py`):
+/// a lax bool, or `"last"`; either way hidden states are asked for unless it is false.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct HiddenStatesMode(pub(super) bool);
+
+impl<'de> de::Deserialize<'de> for HiddenStatesMode {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        if value == "last" {
+            return Ok(HiddenStatesMode(true));
+        }
+        PyBool::deserialize(value)
+            .map(|b| HiddenStatesMode(b.0))
+            .map_err(de::Error::custom)
+    }
+}
+
+/// A Pydantic lax-mode int (pydantic-core's `int` validator in lax mode): a JSON integer of any size, a float
+/// with no fractional part inside the i64 range, `true`/`false`, and a string Python's `int()` reads (with
+/// surrounding whitespace, a sign and single underscores) or such digits followed by `.` and zeros.
+/// Python's ints are unbounded; the mock's are i64, so an integer beyond that range saturates (every check
+/// after the parse then refuses it as too large, as SGLang's would).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct PyInt(pub(super) i64);
+
+impl PyInt {
+    fn from_str(v: &str) -> Option<PyInt> {
+        let t = v.trim();
+        let (negative, digits) = match t.as_bytes().first()? {
+            b'-' => (true, &t[1..]),
+            b'+' => (false, &t[1..]),
+            _ => (false, t),
+        };
+        let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+        if digits.contains('.') && (fraction.is_empty() || fraction.bytes().any(|b| b != b'0')) {
+            return None;
+        }
+        let bytes = whole.as_bytes();
+        let well_formed = !bytes.is_empty()
+            && bytes.first().is_some_and(u8::is_ascii_digit)
+            && bytes.last().is_some_and(u8::is_ascii_digit)
+            && bytes.iter().all(|b| b.is_ascii_digit() || *b == b'_')
+            && !whole.contains("__");
+        if !well_formed {
+            return None;
+        }
+        let magnitude: u128 = whole
+            .bytes()
+            .filter(u8::is_ascii_digit)
+            .try_fold(0u128, |acc, b| {
+                Some(acc.saturating_mul(10).saturating_add(u128::from(b - b'0')))
+            })?;
+        Some(PyInt(if negative {
+            i64::try_from(magnitude).map_or(i64::MIN, |m| -m)
+        } else {
+            i64::try_from(magnitude).unwrap_or(i64::MAX)
+        }))
+    }
+}
 
 impl<'de> de::Deserialize<'de> for PyInt {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -209,20 +297,25 @@ impl<'de> de::Deserialize<'de> for PyInt {
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a valid integer")
             }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<PyInt, E> {
+                Ok(PyInt(i64::from(v)))
+            }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<PyInt, E> {
                 Ok(PyInt(v))
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<PyInt, E> {
-                i64::try_from(v)
-                    .map(PyInt)
-                    .map_err(|_| E::invalid_value(de::Unexpected::Unsigned(v), &self))
+                Ok(PyInt(i64::try_from(v).unwrap_or(i64::MAX)))
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<PyInt, E> {
-                if v.fract() == 0.0 && v.abs() < 9.0e15 {
+                // pydantic-core refuses floats beyond i64 ("exceeded maximum size").
+                if v.fract() == 0.0 && (-(2f64.powi(63))..2f64.powi(63)).contains(&v) {
                     Ok(PyInt(v as i64))
                 } else {
                     Err(E::invalid_value(de::Unexpected::Float(v), &self))
                 }
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<PyInt, E> {
+                PyInt::from_str(v).ok_or_else(|| E::invalid_value(de::Unexpected::Str(v), &self))
             }
         }
         deserializer.deserialize_any(V)
@@ -270,122 +363,181 @@ impl<'de, T: de::Deserialize<'de>> de::Deserialize<'de> for OneOrMany<T> {
     }
 }
 
-/// One element of an id list: an int, or (for the nested form) a list of ints.
+/// An element of an id list, as the field's validator reads it.
+pub(super) trait IdElement: for<'de> de::Deserialize<'de> {
+    fn id(self) -> i64;
+}
+
+/// An `input_ids` element under `validate_optional_list_i64_1d_2d` (`srt/utils/field_validators.py`, the
+/// `PlainValidator` of 0.5.15 and 0.5.23): what `array("q", ...)` takes, a Python `int` in i64 range, and a
+/// `bool` is one.
+struct StrictId(i64);
+
+impl IdElement for StrictId {
+    fn id(self) -> i64 {
+        self.0
+    }
+}
+
+impl<'de> de::Deserialize<'de> for StrictId {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = StrictId;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a valid integer")
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<StrictId, E> {
+                Ok(StrictId(i64::from(v)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<StrictId, E> {
+                Ok(StrictId(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<StrictId, E> {
+                i64::try_from(v)
+                    .map(StrictId)
+                    .map_err(|_| E::invalid_value(de::Unexpected::Unsigned(v), &self))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+impl IdElement for PyInt {
+    fn id(self) -> i64 {
+        self.0
+    }
+}
+
+/// One element of an id list: an id, or (for the nested form) a list of ids.
 enum IdOrList {
     Id(i64),
     List(Vec<i64>),
 }
 
-impl<'de> de::Deserialize<'de> for IdOrList {
+/// [`IdOrList`] read with the element type `E`.
+struct IdOrListOf<E>(IdOrList, std::marker::PhantomData<E>);
+
+impl<'de, E: IdElement> de::Deserialize<'de> for IdOrListOf<E> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = IdOrList;
+        struct V<E>(std::marker::PhantomData<E>);
+        macro_rules! scalar {
+            ($($method:ident($ty:ty)),*) => {$(
+                fn $method<Er: de::Error>(self, v: $ty) -> Result<Self::Value, Er> {
+                    let id = E::deserialize(de::IntoDeserializer::<Er>::into_deserializer(v))?.id();
+                    Ok(IdOrListOf(IdOrList::Id(id), std::marker::PhantomData))
+                }
+            )*};
+        }
+        impl<'de, E: IdElement> Visitor<'de> for V<E> {
+            type Value = IdOrListOf<E>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a valid integer or a list of integers")
             }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<IdOrList, E> {
-                Ok(IdOrList::Id(v))
+            scalar!(
+                visit_bool(bool),
+                visit_i64(i64),
+                visit_u64(u64),
+                visit_f64(f64)
+            );
+            fn visit_str<Er: de::Error>(self, v: &str) -> Result<Self::Value, Er> {
+                let id = E::deserialize(de::value::StrDeserializer::<Er>::new(v))?.id();
+                Ok(IdOrListOf(IdOrList::Id(id), std::marker::PhantomData))
             }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<IdOrList, E> {
-                i64::try_from(v)
-                    .map(IdOrList::Id)
-                    .map_err(|_| E::invalid_value(de::Unexpected::Unsigned(v), &self))
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                Ok(IdOrListOf(
+                    IdOrList::List(collect_ids::<E, A>(seq)?),
+                    std::marker::PhantomData,
+                ))
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<IdOrList, A::Error> {
-                let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 16));
-                while let Some(PyStrictInt(id)) = seq.next_element()? {
+        }
+        deserializer.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+fn collect_ids<'de, E: IdElement, A: SeqAccess<'de>>(mut seq: A) -> Result<Vec<i64>, A::Error> {
+    let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 16));
+    while let Some(id) = seq.next_element::<E>()? {
+        out.push(id.id());
+    }
+    Ok(out)
+}
+
+/// An id list read with the element type `E`: flat, or a list of flat lists.
+fn deserialize_ids<'de, E: IdElement, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Ids, D::Error> {
+    struct V<E>(std::marker::PhantomData<E>);
+    impl<'de, E: IdElement> Visitor<'de> for V<E> {
+        type Value = Ids;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a list of integers or a list of lists of integers")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Ids, A::Error> {
+            let first = match seq.next_element::<IdOrListOf<E>>()? {
+                None => return Ok(Ids::Flat(Vec::new())),
+                Some(first) => first.0,
+            };
+            let cap = seq.size_hint().unwrap_or(0).min(1 << 16) + 1;
+            match first {
+                IdOrList::Id(id) => {
+                    let mut out = Vec::with_capacity(cap);
                     out.push(id);
+                    while let Some(id) = seq.next_element::<E>()? {
+                        out.push(id.id());
+                    }
+                    Ok(Ids::Flat(out))
                 }
-                Ok(IdOrList::List(out))
+                IdOrList::List(list) => {
+                    let mut out = Vec::with_capacity(cap);
+                    out.push(list);
+                    while let Some(NestedIds::<E>(list, _)) = seq.next_element()? {
+                        out.push(list);
+                    }
+                    Ok(Ids::Nested(out))
+                }
             }
         }
-        deserializer.deserialize_any(V)
     }
+    deserializer.deserialize_seq(V::<E>(std::marker::PhantomData))
 }
 
-/// A token id: a JSON integer in i64 range.
-struct PyStrictInt(i64);
-
-impl<'de> de::Deserialize<'de> for PyStrictInt {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = PyStrictInt;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a valid integer")
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<PyStrictInt, E> {
-                Ok(PyStrictInt(v))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<PyStrictInt, E> {
-                i64::try_from(v)
-                    .map(PyStrictInt)
-                    .map_err(|_| E::invalid_value(de::Unexpected::Unsigned(v), &self))
-            }
-        }
-        deserializer.deserialize_any(V)
-    }
-}
-
+/// `input_ids`: ids as `validate_optional_list_i64_1d_2d` admits them.
 impl<'de> de::Deserialize<'de> for Ids {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Ids;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a list of integers or a list of lists of integers")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Ids, A::Error> {
-                let first = match seq.next_element::<IdOrList>()? {
-                    None => return Ok(Ids::Flat(Vec::new())),
-                    Some(first) => first,
-                };
-                let cap = seq.size_hint().unwrap_or(0).min(1 << 16) + 1;
-                match first {
-                    IdOrList::Id(id) => {
-                        let mut out = Vec::with_capacity(cap);
-                        out.push(id);
-                        while let Some(PyStrictInt(id)) = seq.next_element()? {
-                            out.push(id);
-                        }
-                        Ok(Ids::Flat(out))
-                    }
-                    IdOrList::List(list) => {
-                        let mut out = Vec::with_capacity(cap);
-                        out.push(list);
-                        while let Some(NestedIds(list)) = seq.next_element()? {
-                            out.push(list);
-                        }
-                        Ok(Ids::Nested(out))
-                    }
-                }
-            }
-        }
-        deserializer.deserialize_seq(V)
+        deserialize_ids::<StrictId, D>(deserializer)
+    }
+}
+
+/// `token_ids_logprob`: a plain `Union[List[List[int]], List[int]]`, so Pydantic's lax ints.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct LaxIds(pub(super) Ids);
+
+impl<'de> de::Deserialize<'de> for LaxIds {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserialize_ids::<PyInt, D>(deserializer).map(LaxIds)
     }
 }
 
 /// An inner list of a nested id list.
-struct NestedIds(Vec<i64>);
+struct NestedIds<E>(Vec<i64>, std::marker::PhantomData<E>);
 
-impl<'de> de::Deserialize<'de> for NestedIds {
+impl<'de, E: IdElement> de::Deserialize<'de> for NestedIds<E> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = NestedIds;
+        struct V<E>(std::marker::PhantomData<E>);
+        impl<'de, E: IdElement> Visitor<'de> for V<E> {
+            type Value = NestedIds<E>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a list of integers")
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<NestedIds, A::Error> {
-                let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 16));
-                while let Some(PyStrictInt(id)) = seq.next_element()? {
-                    out.push(id);
-                }
-                Ok(NestedIds(out))
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<NestedIds<E>, A::Error> {
+                Ok(NestedIds(
+                    collect_ids::<E, A>(seq)?,
+                    std::marker::PhantomData,
+                ))
             }
         }
-        deserializer.deserialize_seq(V)
+        deserializer.deserialize_seq(V(std::marker::PhantomData))
     }
 }
 

@@ -4,7 +4,7 @@
 use super::body::{CustomLogitProcessor, GenerateReqInput};
 use super::lax::{Ids, OneOrMany, RawSamplingParams, SamplingInput, SamplingKey};
 use super::sampling::{int_value, resolve_sampling_params};
-use crate::config::{Profile, ServerConfig};
+use crate::config::{ServerConfig, SglangVersion};
 use crate::engine::{GeneratePlan, ItemRequest, PlannedItem, RidSource};
 use crate::error::ApiError;
 use crate::model::Tokenizer;
@@ -224,7 +224,11 @@ fn plan_item(
     let want_logprob = expanded.return_logprob[i];
     let prompt_len = input_ids.len();
     let (logprob_start, abort) = match want_logprob {
-        true => logprob_start(expanded.logprob_start_len[i], prompt_len, config.profile),
+        true => logprob_start(
+            expanded.logprob_start_len[i],
+            prompt_len,
+            config.sglang_version,
+        ),
         false => (prompt_len, None),
     };
     let k = if want_logprob {
@@ -272,9 +276,9 @@ fn plan_item(
 }
 
 /// The first prompt position with a logprob, and the scheduler's abort for a start past the prompt.
-fn logprob_start(start: i64, prompt_len: usize, profile: Profile) -> (usize, Option<String>) {
+fn logprob_start(start: i64, prompt_len: usize, version: SglangVersion) -> (usize, Option<String>) {
     if start < 0 {
-        return (default_logprob_start(profile, prompt_len), None);
+        return (default_logprob_start(version, prompt_len), None);
     }
     let start = start as u64;
     if start < prompt_len as u64 {
@@ -288,10 +292,10 @@ fn logprob_start(start: i64, prompt_len: usize, profile: Profile) -> (usize, Opt
 }
 
 /// The first covered prompt position for `logprob_start_len = -1`.
-pub fn default_logprob_start(profile: Profile, prompt_len: usize) -> usize {
-    match profile {
-        Profile::Latest => prompt_len,
-        Profile::Mid => prompt_len.saturating_sub(1),
+pub fn default_logprob_start(version: SglangVersion, prompt_len: usize) -> usize {
+    match version {
+        SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => prompt_len,
+        SglangVersion::V0_5_3 => prompt_len.saturating_sub(1),
     }
 }
 

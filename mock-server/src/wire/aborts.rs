@@ -36,7 +36,7 @@ pub(super) fn encode_waiting_abort(
         },
         index,
     }
-    .write(out, ctx.profile);
+    .write(out, ctx.version);
 }
 
 /// \[MID\] "Abort before prefill": `{"text":"","meta_info":{"id","finish_reason","prompt_tokens":0,
@@ -65,13 +65,13 @@ pub(super) fn encode_before_prefill(
         },
         index,
     }
-    .write(out, ctx.profile);
+    .write(out, ctx.version);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Profile, ServerConfig};
+    use crate::config::{ServerConfig, SglangVersion};
     use crate::engine::{GeneratePlan, RidSource};
     use crate::model::Model;
 
@@ -100,7 +100,7 @@ mod tests {
         let (model, plan) = planned(
             r#"{"text":"a","rid":"r1","return_logprob":true,"top_logprobs_num":2,"token_ids_logprob":[5]}"#,
         );
-        let ctx = EncodeCtx::new(Profile::Latest, &model, &plan, "v3");
+        let ctx = EncodeCtx::new(SglangVersion::V0_5_23, &model, &plan, "v3");
         let item = &plan.items[0];
         let mut out = Vec::new();
         let refused = WaitingAbort::Refused {
@@ -122,8 +122,8 @@ mod tests {
         );
 
         let (model, plan) = planned(r#"{"text":"a","rid":"r2"}"#);
-        for profile in [Profile::Latest, Profile::Mid] {
-            let ctx = EncodeCtx::new(profile, &model, &plan, "default");
+        for version in [SglangVersion::V0_5_23, SglangVersion::V0_5_3] {
+            let ctx = EncodeCtx::new(version, &model, &plan, "default");
             let mut out = Vec::new();
             encode_waiting_abort(
                 &mut out,

@@ -5,7 +5,7 @@ use super::item::{
     Chunk, EncodeCtx, Finished, OutputMode, Sent, encode_item, has_non_finite_logprob,
 };
 use super::json::WaitingAbort;
-use crate::config::Profile;
+use crate::config::SglangVersion;
 use crate::engine::{GeneratePlan, Generation, Run};
 use crate::error::ApiError;
 
@@ -13,7 +13,7 @@ use crate::error::ApiError;
 /// NaN or infinite logprob in any item fails the whole response with a 500. Every non-stream route (native or
 /// OpenAI) asks this before writing its body.
 pub fn check_serialisable(
-    profile: Profile,
+    version: SglangVersion,
     plan: &GeneratePlan,
     run: &Run,
 ) -> Result<(), ApiError> {
@@ -21,7 +21,7 @@ pub fn check_serialisable(
         run.generation(i)
             .is_some_and(|g| has_non_finite_logprob(g, item))
     };
-    if profile == Profile::Mid && plan.items.iter().enumerate().any(bad) {
+    if version == SglangVersion::V0_5_3 && plan.items.iter().enumerate().any(bad) {
         return Err(ApiError::internal(
             "ValueError: Out of range float values are not JSON compliant",
         ));
@@ -47,7 +47,7 @@ pub fn encode_body(
     if plan.is_batch {
         out.push(b'[');
     }
-    check_serialisable(ctx.profile, plan, run)?;
+    check_serialisable(ctx.version, plan, run)?;
     for (i, item) in plan.items.iter().enumerate() {
         let Some(generation) = run.generation(i) else {
             continue;

@@ -1,7 +1,7 @@
 //! One item object (a non-stream body, an element of a batch body, or a stream chunk) in SGLang's
 //! `meta_info` insertion order, and the object of an item the scheduler rejected.
 
-use crate::config::Profile;
+use crate::config::SglangVersion;
 use crate::engine::{GeneratePlan, Generation, LogprobEntry, PlannedItem};
 use crate::model::{Model, Tokenizer};
 
@@ -38,7 +38,7 @@ pub struct Finished {
 /// Everything [`encode_item`] needs besides the generation itself.
 #[derive(Debug, Clone, Copy)]
 pub struct EncodeCtx<'a> {
-    pub profile: Profile,
+    pub version: SglangVersion,
     pub tokenizer: &'a Tokenizer,
     pub return_text_in_logprobs: bool,
     pub weight_version: &'a str,
@@ -47,13 +47,13 @@ pub struct EncodeCtx<'a> {
 impl<'a> EncodeCtx<'a> {
     /// The context of `plan`'s answer under `profile`, with the weight version the request ran under.
     pub fn new(
-        profile: Profile,
+        version: SglangVersion,
         model: &'a Model,
         plan: &GeneratePlan,
         weight_version: &'a str,
     ) -> Self {
         EncodeCtx {
-            profile,
+            version,
             tokenizer: model.tokenizer(),
             return_text_in_logprobs: plan.return_text_in_logprobs,
             weight_version,
@@ -123,7 +123,7 @@ pub fn encode_item(
         },
         index,
     }
-    .write(out, ctx.profile);
+    .write(out, ctx.version);
 }
 
 /// The logprob fields of an item from output position `lp_from` on (0, or the first position not yet sent
@@ -224,7 +224,7 @@ pub fn encode_aborted(
         },
         index,
     }
-    .write(out, ctx.profile);
+    .write(out, ctx.version);
 }
 
 /// Whether any logprob this item would report is NaN or infinite (a MID non-stream body then fails with 500).

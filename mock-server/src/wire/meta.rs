@@ -5,7 +5,7 @@
 //! `meta_info` field is a [`Key`], a value in [`Meta`], and its place in the lists of [`keys`]; the encoders of
 //! items, aborts and stream chunks all write through here.
 
-use crate::config::Profile;
+use crate::config::SglangVersion;
 use crate::engine::PlannedItem;
 
 use super::json::{
@@ -54,10 +54,10 @@ pub enum Key {
 }
 
 /// The keys of `meta_info` for `shape` under `profile`, in SGLang's insertion order.
-pub fn keys(profile: Profile, shape: Shape) -> &'static [Key] {
+pub fn keys(version: SglangVersion, shape: Shape) -> &'static [Key] {
     use Key::*;
-    match (profile, shape) {
-        (Profile::Latest, Shape::Generated | Shape::Failed) => &[
+    match (version, shape) {
+        (SglangVersion::V0_5_15 | SglangVersion::V0_5_23, Shape::Generated | Shape::Failed) => &[
             Id,
             FinishReason,
             PromptTokens,
@@ -73,7 +73,7 @@ pub fn keys(profile: Profile, shape: Shape) -> &'static [Key] {
             E2eLatency,
             ResponseSentToClientTs,
         ],
-        (Profile::Mid, Shape::Generated | Shape::Failed) => &[
+        (SglangVersion::V0_5_3, Shape::Generated | Shape::Failed) => &[
             Id,
             FinishReason,
             PromptTokens,
@@ -85,7 +85,10 @@ pub fn keys(profile: Profile, shape: Shape) -> &'static [Key] {
             CachedTokens,
             E2eLatency,
         ],
-        (Profile::Latest | Profile::Mid, Shape::AbortedWaiting) => &[
+        (
+            SglangVersion::V0_5_3 | SglangVersion::V0_5_15 | SglangVersion::V0_5_23,
+            Shape::AbortedWaiting,
+        ) => &[
             Id,
             FinishReason,
             WeightVersion,
@@ -95,9 +98,10 @@ pub fn keys(profile: Profile, shape: Shape) -> &'static [Key] {
             TokenIdsLogprobs,
             CompletionTokens,
         ],
-        (Profile::Latest | Profile::Mid, Shape::AbortedBeforePrefill) => {
-            &[Id, FinishReason, PromptTokens, CompletionTokens]
-        }
+        (
+            SglangVersion::V0_5_3 | SglangVersion::V0_5_15 | SglangVersion::V0_5_23,
+            Shape::AbortedBeforePrefill,
+        ) => &[Id, FinishReason, PromptTokens, CompletionTokens],
     }
 }
 
@@ -183,7 +187,7 @@ impl LogprobFields<'_> {
 }
 
 impl Object<'_> {
-    pub(super) fn write(&self, out: &mut Vec<u8>, profile: Profile) {
+    pub(super) fn write(&self, out: &mut Vec<u8>, version: SglangVersion) {
         out.extend_from_slice(br#"{"text":"#);
         write_str(out, self.text);
         if has_output_ids(self.shape) {
@@ -191,7 +195,7 @@ impl Object<'_> {
             write_ids(out, self.output_ids);
         }
         out.extend_from_slice(br#","meta_info":"#);
-        self.meta.write(out, keys(profile, self.shape));
+        self.meta.write(out, keys(version, self.shape));
         if let Some(index) = self.index {
             out.extend_from_slice(br#","index":"#);
             write_int(out, index);

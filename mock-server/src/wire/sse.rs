@@ -3,7 +3,7 @@
 use bytes::Bytes;
 
 use super::item::OutputMode;
-use crate::config::{Profile, ServerConfig};
+use crate::config::{ServerConfig, SglangVersion};
 use crate::error::ApiError;
 
 /// The terminator of every `/generate` stream.
@@ -38,9 +38,9 @@ pub fn chunk_due(len: usize, interval: u32) -> bool {
 
 /// The output mode of streamed chunks under this configuration.
 pub fn stream_mode(config: &ServerConfig) -> OutputMode {
-    match (config.profile, config.incremental_streaming_output) {
-        (Profile::Mid, _) => OutputMode::MidDeltaIds,
-        (Profile::Latest, true) => OutputMode::Incremental,
-        (Profile::Latest, false) => OutputMode::Cumulative,
+    match (config.sglang_version, config.incremental_streaming_output) {
+        (SglangVersion::V0_5_3, _) => OutputMode::MidDeltaIds,
+        (SglangVersion::V0_5_15 | SglangVersion::V0_5_23, true) => OutputMode::Incremental,
+        (SglangVersion::V0_5_15 | SglangVersion::V0_5_23, false) => OutputMode::Cumulative,
     }
 }

@@ -483,3 +483,20 @@ pub(crate) fn reassemble(chunks: &[Value], mode: Mode) -> Vec<Reassembled> {
     }
     items
 }
+
+/// Runs `python3 args...` off the async runtime and fails with its output unless it succeeds.
+pub(crate) async fn python(args: Vec<String>) -> std::process::Output {
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3").args(&args).output()
+    })
+    .await
+    .expect("the blocking task joins")
+    .expect("python3 runs");
+    assert!(
+        output.status.success(),
+        "python3 failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}

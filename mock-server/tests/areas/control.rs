@@ -149,8 +149,8 @@ async fn queued_requests_abort_with_the_waiting_queue_shape_and_a_full_queue_is_
         (s["running"].clone(), s["waiting"].clone()),
         (json!(1), json!(1))
     );
-    let load = server.get("/get_load").await.json();
-    assert_eq!(load[0]["num_waiting_reqs"], 1);
+    let load = server.get("/v1/loads").await.json();
+    assert_eq!(load["loads"][0]["num_waiting_reqs"], 1);
 
     post(&server, "/abort_request", json!({"rid": "queued"})).await;
     let reply = queued.await.unwrap();

@@ -3,16 +3,16 @@
 
 use axum::body::Body;
 use axum::http::Method;
-use mock_server::{Profile, ServerConfig};
+use mock_server::{ServerConfig, SglangVersion};
 use serde_json::{Value, json};
 
 use crate::common::{InProcess, Live, Node};
 
 #[tokio::test]
 async fn health_endpoints_answer_200_with_an_empty_body() {
-    for profile in [Profile::Latest, Profile::Mid] {
+    for version in [SglangVersion::V0_5_23, SglangVersion::V0_5_3] {
         let server = InProcess::new(ServerConfig {
-            profile,
+            sglang_version: version,
             ..ServerConfig::default()
         });
         for path in ["/health", "/health_generate", "/ping"] {
@@ -65,11 +65,36 @@ async fn server_info_has_what_routers_read_under_both_paths() {
 }
 
 #[tokio::test]
-async fn model_info_differs_by_profile_and_is_served_under_both_paths() {
-    let latest = InProcess::new(ServerConfig::default());
-    let reply = latest.get("/model_info").await;
-    assert_eq!(reply.json(), latest.get("/get_model_info").await.json());
+async fn model_info_differs_by_release_and_is_served_under_both_paths() {
+    // The keys of `model_info` in each release's `srt/entrypoints/http_server.py`.
+    let newest = InProcess::new(ServerConfig::default());
+    let reply = newest.get("/model_info").await;
+    assert_eq!(reply.json(), newest.get("/get_model_info").await.json());
     let node = Node::parse(&reply.body);
+    assert_eq!(
+        node.keys(),
+        [
+            "model_path",
+            "served_model_name",
+            "tokenizer_path",
+            "is_generation",
+            "preferred_sampling_params",
+            "weight_version",
+            "load_format",
+            "reasoning_parser",
+            "tool_call_parser",
+            "disaggregation_mode",
+            "has_image_understanding",
+            "has_audio_understanding",
+            "model_type",
+            "architectures"
+        ]
+    );
+    let v0_5_15 = InProcess::new(ServerConfig {
+        sglang_version: SglangVersion::V0_5_15,
+        ..ServerConfig::default()
+    });
+    let node = Node::parse(&v0_5_15.get("/model_info").await.body);
     let keys = node.keys();
     assert_eq!(
         keys,
@@ -86,9 +111,14 @@ async fn model_info_differs_by_profile_and_is_served_under_both_paths() {
         ]
     );
     let mid = InProcess::new(ServerConfig {
-        profile: Profile::Mid,
+        sglang_version: SglangVersion::V0_5_3,
         ..ServerConfig::default()
     });
+    assert_eq!(
+        mid.get("/model_info").await.status,
+        404,
+        "0.5.3 has only /get_model_info"
+    );
     let node = Node::parse(&mid.get("/get_model_info").await.body);
     let keys = node.keys();
     assert_eq!(
@@ -104,21 +134,92 @@ async fn model_info_differs_by_profile_and_is_served_under_both_paths() {
 }
 
 #[tokio::test]
-async fn weight_version_is_served_in_mid_and_deprecated_in_latest() {
+async fn weight_version_is_served_by_0_5_3_and_slime_deprecated_in_0_5_15_and_gone_in_0_5_23() {
     let mid = InProcess::new(ServerConfig {
-        profile: Profile::Mid,
+        sglang_version: SglangVersion::V0_5_3,
         ..ServerConfig::default()
     });
     assert_eq!(
         mid.get("/get_weight_version").await.json(),
         json!({"weight_version": "default"})
     );
-    let latest = InProcess::new(ServerConfig::default());
-    let reply = latest.get("/get_weight_version").await;
+    let v0_5_15 = InProcess::new(ServerConfig {
+        sglang_version: SglangVersion::V0_5_15,
+        ..ServerConfig::default()
+    });
+    for path in ["/get_weight_version", "/weight_version"] {
+        let reply = v0_5_15.get(path).await;
+        assert_eq!(reply.status, 404);
+        assert_eq!(
+            reply.json(),
+            json!({"object": "error", "message": "Endpoint '/get_weight_version' or '/weight_version' is deprecated. Please use '/model_info' instead.", "type": "404", "param": null, "code": 404})
+        );
+    }
+    // slime's `docker/patch/v0.5.15.post1/sglang.patch` serves both paths again.
+    let slime = InProcess::new(ServerConfig {
+        sglang_version: SglangVersion::V0_5_15,
+        slime_patches: true,
+        ..ServerConfig::default()
+    });
+    for path in ["/get_weight_version", "/weight_version"] {
+        assert_eq!(
+            slime.get(path).await.json(),
+            json!({"weight_version": "default"})
+        );
+    }
+    let newest = InProcess::new(ServerConfig::default());
+    let reply = newest.get("/get_weight_version").await;
     assert_eq!(reply.status, 404);
+    assert_eq!(reply.json(), json!({"detail": "Not Found"}));
+}
+
+#[tokio::test]
+async fn ready_is_503_while_paused_and_a_weight_update_session_opens_once() {
+    // `ready` and `begin_weight_update`/`end_weight_update` of 0.5.23's `http_server.py`.
+    let server = InProcess::new(ServerConfig::default());
+    assert_eq!(server.get("/ready").await.status, 200);
+    server
+        .post("/pause_generation", br#"{"mode":"in_place"}"#.to_vec())
+        .await;
+    assert_eq!(server.get("/ready").await.status, 503);
+    server.post("/continue_generation", b"{}".to_vec()).await;
+    assert_eq!(server.get("/ready").await.status, 200);
+    let begin = server.post("/begin_weight_update", b"{}".to_vec()).await;
     assert_eq!(
-        reply.json(),
-        json!({"object": "error", "message": "Endpoint '/get_weight_version' or '/weight_version' is deprecated. Please use '/model_info' instead.", "type": "404", "param": null, "code": 404})
+        (begin.status.as_u16(), begin.json()),
+        (200, json!({"success": true, "message": "Success"}))
+    );
+    let again = server.post("/begin_weight_update", b"{}".to_vec()).await;
+    assert_eq!(
+        (again.status.as_u16(), again.json()),
+        (
+            400,
+            json!({"success": false, "message": "a weight-update session is already open; call end_weight_update() first"})
+        )
+    );
+    let end = server.post("/end_weight_update", b"{}".to_vec()).await;
+    assert_eq!(
+        (end.status.as_u16(), end.json()),
+        (200, json!({"success": true, "message": "Success"}))
+    );
+    let none = server.post("/end_weight_update", b"{}".to_vec()).await;
+    assert_eq!(
+        (none.status.as_u16(), none.json()),
+        (
+            400,
+            json!({"success": false, "message": "no weight-update session is open; call begin_weight_update() first"})
+        )
+    );
+    assert_eq!(
+        InProcess::new(ServerConfig {
+            sglang_version: SglangVersion::V0_5_15,
+            ..ServerConfig::default()
+        })
+        .get("/ready")
+        .await
+        .status,
+        404,
+        "0.5.15 has no /ready"
     );
 }
 
@@ -150,7 +251,11 @@ async fn v1_models_lists_the_served_model() {
 
 #[tokio::test]
 async fn get_load_reports_one_rank() {
-    let server = InProcess::new(ServerConfig::default());
+    // `/get_load` is 0.5.3's and 0.5.15's (0.5.23 removed it for `/v1/loads`).
+    let server = InProcess::new(ServerConfig {
+        sglang_version: SglangVersion::V0_5_15,
+        ..ServerConfig::default()
+    });
     let load = server.get("/get_load").await.json();
     let ranks = load.as_array().expect("a list of ranks");
     assert_eq!(ranks.len(), 1);
@@ -296,7 +401,7 @@ async fn the_binary_reads_env_flags_and_stops_on_sigterm() {
 
     let mut child = Command::new(env!("CARGO_BIN_EXE_sglang-mock"))
         .env("SGLANG_MOCK_PORT", "0")
-        .env("SGLANG_MOCK_PROFILE", "mid")
+        .env("SGLANG_MOCK_SGLANG_VERSION", "0.5.3")
         .env("SGLANG_MOCK_SERVED_MODEL_NAME", "from-env")
         .env(
             "SGLANG_MOCK_SCRIPT",
@@ -347,7 +452,7 @@ async fn the_binary_reads_env_flags_and_stops_on_sigterm() {
     assert_eq!(
         weight.status().as_u16(),
         200,
-        "the MID profile came from the environment"
+        "0.5.3 (which serves /get_weight_version) came from the environment"
     );
     // The script, the fault rule and the weight version came from the environment too.
     let mut answers = Vec::new();

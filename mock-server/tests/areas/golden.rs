@@ -2,7 +2,7 @@
 //! answer must have the golden's keys, key order and shapes at every level; its values must be the oracle's.
 
 use mock_server::oracle::normalize_body;
-use mock_server::{Profile, ServerConfig};
+use mock_server::{ServerConfig, SglangVersion};
 use serde_json::Value;
 
 use crate::common::{InProcess, Node, data_path, read_sse, shape_diff};
@@ -33,12 +33,14 @@ fn golden_files() -> Vec<(String, Value, Node)> {
 
 /// Check one golden file against a fresh server; returns every difference.
 async fn check(name: &str, golden: &Value, ordered: &Node) -> Vec<String> {
-    let profile = match golden["profile"].as_str() {
-        Some("mid") => Profile::Mid,
-        _ => Profile::Latest,
-    };
+    // The golden files name the former profiles, which are the version flag's aliases.
+    let version: SglangVersion = golden["profile"]
+        .as_str()
+        .unwrap_or("latest")
+        .parse()
+        .expect("a golden file names a version");
     let server = InProcess::new(ServerConfig {
-        profile,
+        sglang_version: version,
         incremental_streaming_output: golden["incremental_streaming_output"] == true,
         ..ServerConfig::default()
     });

@@ -9,7 +9,7 @@
 use axum::http::Method;
 use mock_server::engine::Interventions;
 use mock_server::oracle::{normalize_body, normalize_stream};
-use mock_server::{Profile, ServerConfig};
+use mock_server::{ServerConfig, SglangVersion};
 use serde_json::{Value, json};
 
 use crate::common::{InProcess, Reply, advance_ms, items, slow, spawn_generate, sse_json};
@@ -47,9 +47,9 @@ fn normalized_body(server: &InProcess, body: &Value, reply: &Reply) -> Value {
 
 #[tokio::test]
 async fn the_oracle_predicts_the_abort_running_fault() {
-    for profile in [Profile::Latest, Profile::Mid] {
+    for version in [SglangVersion::V0_5_23, SglangVersion::V0_5_3] {
         let server = InProcess::new(ServerConfig {
-            profile,
+            sglang_version: version,
             ..ServerConfig::default()
         });
         let after = Interventions {
@@ -73,7 +73,7 @@ async fn the_oracle_predicts_the_abort_running_fault() {
                 assert_eq!(
                     normalized_chunks(&server, &body, &reply),
                     expected,
-                    "{profile:?} n={n}"
+                    "{version:?} n={n}"
                 );
                 continue;
             }
@@ -82,11 +82,11 @@ async fn the_oracle_predicts_the_abort_running_fault() {
                 .oracle
                 .expect_with(&bytes(&body), &after)
                 .expect("an answer");
-            assert_eq!(got, expected.body, "{profile:?} n={n}");
+            assert_eq!(got, expected.body, "{version:?} n={n}");
             // Independently of the oracle's replay: three tokens each, then SGLang's abort of this release,
             // and those three are the start of the undisturbed answer, logprobs included.
             let whole = server.oracle.expect(&bytes(&body)).expect("an answer");
-            let message = if profile == Profile::Latest {
+            let message = if version == SglangVersion::V0_5_23 {
                 "Aborted"
             } else {
                 "Unknown error"

@@ -2,8 +2,8 @@
 //! independent re-implementation found: logprobs that underflowed to `null` at low temperatures, and explicit
 //! candidates that fell below the uniform tail and broke the sorted order of the vocabulary.
 
-use mock_server::{Profile, ServerConfig};
 use mock_server::{ScriptFinish, ScriptRule};
+use mock_server::{ServerConfig, SglangVersion};
 use serde_json::{Value, json};
 
 use crate::common::InProcess;
@@ -11,10 +11,10 @@ use crate::common::InProcess;
 /// The server seed of the second defect's requests.
 const ISSUE_SEED: u64 = 7;
 
-fn server(seed: u64, profile: Profile) -> InProcess {
+fn server(seed: u64, version: SglangVersion) -> InProcess {
     InProcess::new(ServerConfig {
         seed,
-        profile,
+        sglang_version: version,
         scripted: vec![ScriptRule {
             prompt_contains: "Judgment".into(),
             answer: "Judgment: 2".into(),
@@ -69,9 +69,9 @@ async fn low_temperature_logprobs_are_finite_in_both_profiles() {
     let body = json!({"text": "The capital of France is",
         "sampling_params": {"max_new_tokens": 3, "temperature": 0.01}, "return_logprob": true,
         "top_logprobs_num": 5, "logprob_start_len": 0});
-    for profile in [Profile::Latest, Profile::Mid] {
-        let answer = generate_ok(&server(0, profile), &body).await;
-        assert_all_finite(&answer, &format!("{profile:?}"));
+    for version in [SglangVersion::V0_5_23, SglangVersion::V0_5_3] {
+        let answer = generate_ok(&server(0, version), &body).await;
+        assert_all_finite(&answer, &format!("{version:?}"));
         // The values are those of l / T: far below zero, not clipped.
         let input = answer["meta_info"]["input_token_logprobs"]
             .as_array()
@@ -87,7 +87,7 @@ async fn low_temperature_logprobs_are_finite_in_both_profiles() {
 #[tokio::test]
 async fn scripted_answers_at_low_temperature_report_finite_logprobs() {
     let answer = generate_ok(
-        &server(0, Profile::Latest),
+        &server(0, SglangVersion::V0_5_23),
         &json!({"text": "Judgment please", "sampling_params": {"temperature": 0.01},
             "return_logprob": true, "top_logprobs_num": 3}),
     )
@@ -99,7 +99,7 @@ async fn scripted_answers_at_low_temperature_report_finite_logprobs() {
 /// Defect 1 near the greedy cut-off: from T = 1e-6 to about 1e-5 everything but the top token was `null`.
 #[tokio::test]
 async fn logprobs_are_finite_down_to_the_greedy_cut_off() {
-    let server = server(0, Profile::Latest);
+    let server = server(0, SglangVersion::V0_5_23);
     for temperature in [1e-6, 2e-6, 5e-6, 1e-5, 1e-4] {
         let answer = generate_ok(
             &server,
@@ -141,7 +141,7 @@ fn assert_descending(list: &Value, what: &str) {
 #[tokio::test]
 async fn top_lists_are_in_descending_order() {
     let answer = generate_ok(
-        &server(ISSUE_SEED, Profile::Latest),
+        &server(ISSUE_SEED, SglangVersion::V0_5_23),
         &json!({"input_ids": [95524, 48769, 111243, 8866, 10, 96964, 72476], "return_logprob": true,
             "logprob_start_len": 0, "top_logprobs_num": 20,
             "sampling_params": {"max_new_tokens": 16, "temperature": 1.0}}),
@@ -162,7 +162,7 @@ async fn top_lists_are_in_descending_order() {
 /// the tail is computed here from the server's own reported top list, not from the sampler.
 #[tokio::test]
 async fn min_p_keeps_the_tail_when_its_probability_clears_the_threshold() {
-    let server = server(ISSUE_SEED, Profile::Latest);
+    let server = server(ISSUE_SEED, SglangVersion::V0_5_23);
     let context = json!([30726, 94818, 48746, 18976]);
     let (temperature, min_p, draws) = (1.3, 4.04e-6, 4000usize);
     let listed = generate_ok(
@@ -213,7 +213,7 @@ async fn min_p_keeps_the_tail_when_its_probability_clears_the_threshold() {
 #[tokio::test]
 async fn the_worked_example_of_model_md_is_what_the_server_answers() {
     let answer = generate_ok(
-        &server(0, Profile::Latest),
+        &server(0, SglangVersion::V0_5_23),
         &json!({"input_ids": [72, 101, 108, 343, 422, 114, 108, 100], "return_logprob": true,
             "top_logprobs_num": 11, "sampling_params": {"max_new_tokens": 1, "temperature": 0.7}}),
     )

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use axum::http::Method;
-use mock_server::{Profile, ServerConfig};
+use mock_server::{ServerConfig, SglangVersion};
 use serde_json::{Value, json};
 
 use crate::common::{InProcess, Reply, advance_ms, slow, sse_json};
@@ -191,9 +191,9 @@ async fn chat_logprobs_are_the_generate_logprobs_of_the_chatml_prompt() {
 /// `top_logprobs[0]` was not the most likely token.)
 #[tokio::test]
 async fn top_logprobs_are_in_the_engines_order_most_likely_first() {
-    for profile in [Profile::Latest, Profile::Mid] {
+    for version in [SglangVersion::V0_5_23, SglangVersion::V0_5_3] {
         let server = InProcess::new(ServerConfig {
-            profile,
+            sglang_version: version,
             ..ServerConfig::default()
         });
         // The request: greedy, so the chosen token is the most likely one.
@@ -216,18 +216,18 @@ async fn top_logprobs_are_in_the_engines_order_most_likely_first() {
                     .unwrap()
                     .clone()
             };
-            assert_eq!(content.len(), 1, "{profile:?} stream={stream}");
+            assert_eq!(content.len(), 1, "{version:?} stream={stream}");
             let top = content[0]["top_logprobs"].as_array().unwrap();
             assert_eq!(top.len(), 5);
             assert_eq!(
                 top[0]["token"], content[0]["token"],
-                "{profile:?} stream={stream}: {top:?}"
+                "{version:?} stream={stream}: {top:?}"
             );
             assert_eq!(top[0]["logprob"], content[0]["logprob"]);
             let logprobs: Vec<f64> = top.iter().map(|t| t["logprob"].as_f64().unwrap()).collect();
             assert!(
                 logprobs.windows(2).all(|w| w[0] >= w[1]),
-                "{profile:?} stream={stream}: {logprobs:?}"
+                "{version:?} stream={stream}: {logprobs:?}"
             );
         }
 
@@ -246,7 +246,7 @@ async fn top_logprobs_are_in_the_engines_order_most_likely_first() {
             assert_eq!(values.len(), 3);
             assert!(
                 values.windows(2).all(|w| w[0] >= w[1]),
-                "{profile:?} position {i}: {top}"
+                "{version:?} position {i}: {top}"
             );
         }
         // The raw body lists the keys in that order too (a reader's dict keeps them).
@@ -316,7 +316,7 @@ async fn streams_reassemble_to_the_non_stream_answer_in_every_streaming_mode() {
             ..ServerConfig::default()
         },
         ServerConfig {
-            profile: Profile::Mid,
+            sglang_version: SglangVersion::V0_5_3,
             ..ServerConfig::default()
         },
         ServerConfig {

@@ -2,7 +2,7 @@
 //! wall-clock fields and generated ids), and streams in all three output modes reassembled and compared.
 
 use mock_server::oracle::{normalize_body, normalize_stream};
-use mock_server::{Profile, ServerConfig};
+use mock_server::{ServerConfig, SglangVersion};
 use serde_json::{Value, json};
 
 use crate::common::{InProcess, Mode, items, load_json, reassemble, sse_json};
@@ -27,7 +27,7 @@ fn configs() -> Vec<(ServerConfig, Mode)> {
         ),
         (
             ServerConfig {
-                profile: Profile::Mid,
+                sglang_version: SglangVersion::V0_5_3,
                 seed: 3,
                 ..ServerConfig::default()
             },
@@ -52,7 +52,7 @@ async fn non_streamed_bodies_equal_the_oracle() {
             assert_eq!(
                 body, expected.body,
                 "profile {}, request {request}",
-                config.profile
+                config.sglang_version
             );
             assert_eq!(body.is_array(), expected.is_batch);
             for (item, want) in items(&body).iter().zip(&expected.items) {
@@ -109,7 +109,10 @@ async fn streams_reassemble_to_the_oracle_in_every_mode() {
             let want = items(&expected.body);
             assert_eq!(rebuilt.len(), want.len(), "{request}");
             for (got, want) in rebuilt.iter().zip(&want) {
-                let ctx = format!("profile {} mode {mode:?} request {request}", config.profile);
+                let ctx = format!(
+                    "profile {} mode {mode:?} request {request}",
+                    config.sglang_version
+                );
                 assert_eq!(got.text, want["text"].as_str().unwrap_or(""), "{ctx}");
                 assert_eq!(json!(got.output_ids), want["output_ids"], "{ctx}");
                 let meta = &want["meta_info"];
@@ -203,7 +206,7 @@ async fn streams_equal_the_oracle_chunk_by_chunk() {
             assert_eq!(
                 chunks, expected,
                 "profile {} request {request}",
-                config.profile
+                config.sglang_version
             );
         }
     }

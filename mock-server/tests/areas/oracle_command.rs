@@ -6,7 +6,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use mock_server::oracle::{normalize_body, normalize_item};
-use mock_server::{Profile, ServerConfig};
+use mock_server::{ServerConfig, SglangVersion};
 use serde_json::{Value, json};
 
 use crate::common::{Live, data_path, load_json, sse_json};
@@ -83,7 +83,7 @@ async fn the_oracle_command_prints_the_live_servers_answer() {
             ],
             ServerConfig {
                 seed: 7,
-                profile: Profile::Mid,
+                sglang_version: SglangVersion::V0_5_3,
                 ..ServerConfig::default()
             },
         ),

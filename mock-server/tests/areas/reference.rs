@@ -3,34 +3,16 @@
 //! known-answer tests of the document's worked example.
 
 use std::path::{Path, PathBuf};
-use std::process::Output;
 
 use mock_server::ServerConfig;
 
-use crate::common::Live;
+use crate::common::{Live, python};
 
 /// The server seed of the issue that found the vocabulary order broken; its exact contexts are frequency cases.
 const SERVER_SEED: u64 = 7;
 
 fn reference_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("reference")
-}
-
-/// Runs `python3 args...` off the async runtime and fails with its output unless it succeeds.
-async fn python(args: Vec<String>) -> Output {
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("python3").args(&args).output()
-    })
-    .await
-    .expect("the blocking task joins")
-    .expect("python3 runs");
-    assert!(
-        output.status.success(),
-        "python3 failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -175,7 +175,7 @@ async fn a_scripted_stop_inside_min_new_tokens_has_a_masked_logprob() {
     assert!(lps[..lps.len() - 1].iter().all(|t| t[0].is_f64()));
 
     let mid = InProcess::new(ServerConfig {
-        profile: mock_server::Profile::Mid,
+        sglang_version: mock_server::SglangVersion::V0_5_3,
         ..scripted()
     });
     let reply = mid.generate(&body).await;

@@ -1,7 +1,7 @@
 //! Streaming: exact SSE framing byte by byte, chunk cadence under `stream_interval` (flag and per request),
 //! `index` on batch and `n` chunks, cumulative vs incremental vs MID fields, and `e2e_latency` only at the end.
 
-use mock_server::{Profile, ServerConfig};
+use mock_server::{ServerConfig, SglangVersion};
 use serde_json::{Value, json};
 
 use crate::common::{InProcess, Node, read_sse, sse_json};
@@ -180,7 +180,7 @@ async fn incremental_mode_sends_deltas_of_text_ids_and_logprobs() {
 #[tokio::test]
 async fn mid_streams_send_delta_ids_with_cumulative_text_and_logprobs() {
     let server = InProcess::new(ServerConfig {
-        profile: Profile::Mid,
+        sglang_version: SglangVersion::V0_5_3,
         ..ServerConfig::default()
     });
     let chunks = stream(

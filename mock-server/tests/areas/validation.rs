@@ -1,7 +1,7 @@
 //! Every validation rule of spec §1.1 and §1.2, data-driven from `data/validation.json`: status, body shape
 //! and exact message, non-streamed and streamed.
 
-use mock_server::ServerConfig;
+use mock_server::{ServerConfig, SglangVersion};
 use serde_json::{Value, json};
 
 use crate::common::{InProcess, Reply, read_sse, sse_json};
@@ -12,6 +12,43 @@ fn server() -> InProcess {
         max_body_bytes: 4096,
         ..ServerConfig::default()
     })
+}
+
+/// One server per release, each with the cases' context length and body limit.
+struct Servers(Vec<(SglangVersion, InProcess)>);
+
+impl Servers {
+    fn new() -> Servers {
+        Servers(
+            SglangVersion::ALL
+                .iter()
+                .map(|&sglang_version| {
+                    let server = InProcess::new(ServerConfig {
+                        context_length: 64,
+                        max_body_bytes: 4096,
+                        sglang_version,
+                        ..ServerConfig::default()
+                    });
+                    (sglang_version, server)
+                })
+                .collect(),
+        )
+    }
+
+    /// The server of the release a case names (`"sglang_version"`), by default the newest.
+    fn of(&self, case: &Value) -> &InProcess {
+        let version: SglangVersion = case["sglang_version"]
+            .as_str()
+            .map_or(SglangVersion::default(), |v| {
+                v.parse().expect("a case names a release")
+            });
+        let (_, server) = self
+            .0
+            .iter()
+            .find(|(v, _)| *v == version)
+            .expect("a server per release");
+        server
+    }
 }
 
 /// The request body of a case, with the placeholders that JSON fixtures cannot hold expanded.
@@ -69,6 +106,13 @@ fn check_reply(case: &Value, reply: &Reply) -> Result<(), String> {
     }
     let body = reply.json();
     let message = match shape {
+        // 0.5.23's JSON contract: exactly `{"error": <text>}`.
+        "contract" => match body.as_object() {
+            Some(o) if o.len() == 1 && o["error"].is_string() => {
+                body["error"].as_str().unwrap_or("").to_owned()
+            }
+            _ => return Err(format!("{name}: want {{\"error\": <text>}}, got {body}")),
+        },
         "value" => {
             let keys: Vec<&String> = body
                 .as_object()
@@ -169,11 +213,11 @@ fn check_stream_reply(case: &Value, reply: &Reply) -> Result<(), String> {
 
 #[tokio::test]
 async fn every_validation_rule_non_streamed() {
-    let server = server();
+    let servers = Servers::new();
     let cases = crate::common::load_json("validation.json");
     let mut failures = Vec::new();
     for case in cases.as_array().expect("a list of cases") {
-        let reply = server.post("/generate", body_of(case)).await;
+        let reply = servers.of(case).post("/generate", body_of(case)).await;
         if let Err(e) = check_reply(case, &reply) {
             failures.push(e);
         }
@@ -188,7 +232,7 @@ async fn every_validation_rule_non_streamed() {
 
 #[tokio::test]
 async fn every_validation_rule_streamed() {
-    let server = server();
+    let servers = Servers::new();
     let cases = crate::common::load_json("validation.json");
     let mut failures = Vec::new();
     for case in cases.as_array().expect("a list of cases") {
@@ -201,7 +245,7 @@ async fn every_validation_rule_streamed() {
         }
         let mut case = case.clone();
         case["body"] = body;
-        let reply = server.post("/generate", body_of(&case)).await;
+        let reply = servers.of(&case).post("/generate", body_of(&case)).await;
         if let Err(e) = check_stream_reply(&case, &reply) {
             failures.push(e);
         }
@@ -276,7 +320,7 @@ async fn a_masked_token_reports_null_in_latest_and_fails_a_mid_body() {
         assert_eq!(list[0][1], eos);
     }
     let mid = InProcess::new(ServerConfig {
-        profile: mock_server::Profile::Mid,
+        sglang_version: mock_server::SglangVersion::V0_5_3,
         ..ServerConfig::default()
     });
     let reply = mid.generate(&request).await;
@@ -355,9 +399,12 @@ async fn hostile_bodies_get_answers_not_crashes() {
 /// with the meta_info keys of a normal final chunk of the same request, in each profile, and empty lists.
 #[tokio::test]
 async fn a_scheduler_abort_chunk_has_the_keys_of_a_normal_chunk() {
-    for profile in [mock_server::Profile::Latest, mock_server::Profile::Mid] {
+    for version in [
+        mock_server::SglangVersion::V0_5_23,
+        mock_server::SglangVersion::V0_5_3,
+    ] {
         let server = InProcess::new(ServerConfig {
-            profile,
+            sglang_version: version,
             ..ServerConfig::default()
         });
         for extra in [
@@ -374,7 +421,7 @@ async fn a_scheduler_abort_chunk_has_the_keys_of_a_normal_chunk() {
             let mut normal = body.clone();
             normal["logprob_start_len"] = json!(2);
             body["logprob_start_len"] = json!(3);
-            let what = format!("{profile:?} {extra}");
+            let what = format!("{version:?} {extra}");
             let aborted = sse_json(&server.generate(&body).await.body);
             let normal = sse_json(&server.generate(&normal).await.body);
             assert_eq!(aborted.len(), 1, "{what}");

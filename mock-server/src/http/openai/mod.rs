@@ -115,7 +115,7 @@ async fn handle(
             return Ok(sse_response(body));
         }
         Outcome::Ran { plan, ran } => {
-            wire::check_serialisable(config.profile, &plan, &ran.run)?;
+            wire::check_serialisable(config.sglang_version, &plan, &ran.run)?;
             let tok = plan
                 .return_text_in_logprobs
                 .then_some(state.model().tokenizer());

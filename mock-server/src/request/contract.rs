@@ -1,0 +1,708 @@
+//! SGLang 0.5.23's JSON contract gate for `/generate`: the judgment of `GenerateRequest.from_json_value` in
+//! `sglang/api/v1/api_types.py` (generated from SGLang's proto files), which `generate_request` in
+//! `srt/entrypoints/http_server.py` runs through `api_contract.generate_contract_error` after FastAPI's parse
+//! and answers with HTTP 400 `{"error": <text>}`.
+//!
+//! This is a transcription of the generated decoder, not a schema of our own: the same fields, the same
+//! `null`-means-default rules, the same first-violation order (Python's `dict` order: a repeated key keeps its
+//! first position and its last value) and serde's error texts that the decoder reproduces. The cross-check in
+//! `tests/python/contract_check.py` runs the wheel's own decoder beside this one over generated bodies.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+use crate::pyfmt::float_repr;
+
+/// The contract violation in a `/generate` body that FastAPI's parse admitted, or `None`.
+///
+/// The body is valid JSON here (the parse before rejected anything else); should it not be, the gate has
+/// nothing to judge and admits it.
+pub fn generate_contract_error(body: &[u8]) -> Option<String> {
+    let raw: &RawValue = serde_json::from_slice(body).ok()?;
+    // An empty text marks a value that did not decode, which cannot happen to valid JSON: admit it.
+    decode_generate_request(&J::of(raw)?)
+        .err()
+        .filter(|violation| !violation.is_empty())
+}
+
+/// A parsed JSON value as Python's `json.loads` sees it, decoded one level at a time: integers keep their
+/// literal (Python's `int` has no range), objects keep Python's key order and last-value rule.
+enum J<'a> {
+    Null,
+    Bool(bool),
+    /// A JSON integer literal, any size.
+    Int(&'a str),
+    Float(f64),
+    Str(Cow<'a, str>),
+    Seq(Vec<&'a RawValue>),
+    Map(Vec<(Cow<'a, str>, &'a RawValue)>),
+}
+
+impl<'a> J<'a> {
+    fn of(raw: &'a RawValue) -> Option<J<'a>> {
+        let text = raw.get();
+        Some(match text.as_bytes().first()? {
+            b'n' => J::Null,
+            b't' => J::Bool(true),
+            b'f' => J::Bool(false),
+            b'"' => J::Str(match serde_json::from_str::<&str>(text) {
+                Ok(s) => Cow::Borrowed(s),
+                Err(_) => Cow::Owned(serde_json::from_str::<String>(text).ok()?),
+            }),
+            b'[' => J::Seq(serde_json::from_str(text).ok()?),
+            b'{' => J::Map(serde_json::from_str::<PyDict<'a>>(text).ok()?.0),
+            _ if text.bytes().any(|b| matches!(b, b'.' | b'e' | b'E')) => {
+                J::Float(text.parse().ok()?)
+            }
+            _ => J::Int(text),
+        })
+    }
+
+    fn is_number(&self) -> bool {
+        matches!(self, J::Int(_) | J::Float(_))
+    }
+}
+
+/// Decodes one element; a value the parse before admitted always decodes, so a failure admits the body.
+fn elem(raw: &RawValue) -> Result<J<'_>, String> {
+    J::of(raw).ok_or_else(String::new)
+}
+
+/// An object's entries in Python's `dict` order.
+struct PyDict<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'de> de::Deserialize<'de> for PyDict<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = PyDict<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PyDict<'de>, A::Error> {
+                let mut entries: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::new();
+                while let Some(key) = map.next_key::<PyKey<'de>>()? {
+                    let value: &'de RawValue = map.next_value()?;
+                    match entries.iter_mut().find(|(k, _)| *k == key.0) {
+                        Some(entry) => entry.1 = value,
+                        None => entries.push((key.0, value)),
+                    }
+                }
+                Ok(PyDict(entries))
+            }
+        }
+        deserializer.deserialize_map(V)
+    }
+}
+
+/// A key, borrowed unless it has escapes.
+struct PyKey<'a>(Cow<'a, str>);
+
+impl<'de> de::Deserialize<'de> for PyKey<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = PyKey<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(PyKey(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(PyKey(Cow::Owned(v.to_owned())))
+            }
+        }
+        deserializer.deserialize_str(V)
+    }
+}
+
+type Check = Result<(), String>;
+
+/// serde's `Unexpected` display, as the decoder's `_unexpected` reproduces it.
+fn unexpected(v: &J) -> String {
+    match v {
+        J::Null => "null".to_owned(),
+        J::Bool(b) => format!("boolean `{b}`"),
+        J::Int(lit) => format!("integer `{}`", int_text(lit)),
+        J::Float(x) => format!("floating point `{}`", float_repr(*x)),
+        J::Str(s) => format!("string \"{s}\""),
+        J::Seq(_) => "sequence".to_owned(),
+        J::Map(_) => "map".to_owned(),
+    }
+}
+
+/// Python's `str(int)` of a JSON integer literal (`-0` is `0`).
+fn int_text(lit: &str) -> &str {
+    if lit == "-0" { "0" } else { lit }
+}
+
+fn invalid_type(v: &J, expected: &str) -> String {
+    format!("invalid type: {}, expected {expected}", unexpected(v))
+}
+
+fn expect_bool(v: &J, expected: &str) -> Check {
+    match v {
+        J::Bool(_) => Ok(()),
+        _ => Err(invalid_type(v, expected)),
+    }
+}
+
+fn expect_int(v: &J, expected: &str) -> Check {
+    match v {
+        J::Int(_) => Ok(()),
+        _ => Err(invalid_type(v, expected)),
+    }
+}
+
+fn expect_uint(v: &J, expected: &str) -> Check {
+    match v {
+        J::Int(lit) if lit.starts_with('-') && int_text(lit) != "0" => Err(format!(
+            "invalid value: integer `{lit}`, expected {expected}"
+        )),
+        J::Int(_) => Ok(()),
+        _ => Err(invalid_type(v, expected)),
+    }
+}
+
+fn expect_float(v: &J, expected: &str) -> Check {
+    if v.is_number() {
+        Ok(())
+    } else {
+        Err(invalid_type(v, expected))
+    }
+}
+
+fn expect_str(v: &J, expected: &str) -> Check {
+    match v {
+        J::Str(_) => Ok(()),
+        _ => Err(invalid_type(v, expected)),
+    }
+}
+
+fn expect_seq<'v, 'a>(v: &'v J<'a>, expected: &str) -> Result<&'v [&'a RawValue], String> {
+    match v {
+        J::Seq(items) => Ok(items),
+        _ => Err(invalid_type(v, expected)),
+    }
+}
+
+type Entries<'v, 'a> = &'v [(Cow<'a, str>, &'a RawValue)];
+
+fn expect_map<'v, 'a>(v: &'v J<'a>, expected: &str) -> Result<Entries<'v, 'a>, String> {
+    match v {
+        J::Map(entries) => Ok(entries),
+        _ => Err(invalid_type(v, expected)),
+    }
+}
+
+/// serde's `unknown_field` text: the 400 of a struct that rejects unknown keys.
+fn unknown_field(key: &str, fields: &[&str]) -> String {
+    match fields {
+        [] => format!("unknown field `{key}`, there are no fields"),
+        [one] => format!("unknown field `{key}`, expected `{one}`"),
+        [a, b] => format!("unknown field `{key}`, expected `{a}` or `{b}`"),
+        _ => {
+            let listed: Vec<String> = fields.iter().map(|f| format!("`{f}`")).collect();
+            format!(
+                "unknown field `{key}`, expected one of {}",
+                listed.join(", ")
+            )
+        }
+    }
+}
+
+/// Every element of a list through `check`.
+fn each(items: &[&RawValue], mut check: impl FnMut(&J) -> Check) -> Check {
+    items.iter().try_for_each(|raw| check(&elem(raw)?))
+}
+
+/// A field whose `null` means its default: `None if x is None else decode(x)`.
+fn nullable(v: &J, check: impl FnOnce(&J) -> Check) -> Check {
+    match v {
+        J::Null => Ok(()),
+        _ => check(v),
+    }
+}
+
+/// `_expect_seq(value, "a sequence")` with every element through `check`.
+fn seq_of(v: &J, check: impl FnMut(&J) -> Check) -> Check {
+    each(expect_seq(v, "a sequence")?, check)
+}
+
+/// `_expect_map(x, "a map")` with every value through `check`.
+fn map_of(v: &J, mut check: impl FnMut(&J) -> Check) -> Check {
+    expect_map(v, "a map")?
+        .iter()
+        .try_for_each(|(_, raw)| check(&elem(raw)?))
+}
+
+/// The `XOrList` aliases of scalars: a list decodes element by element, anything else as one value.
+fn scalar_or_list(
+    v: &J,
+    alias: &str,
+    one: fn(&J, &str) -> Check,
+    element: impl FnMut(&J) -> Check,
+) -> Check {
+    match v {
+        J::Seq(items) => each(items, element),
+        _ => one(v, &format!("a value or an array of values for {alias}")),
+    }
+}
+
+fn string_or_list(v: &J) -> Check {
+    scalar_or_list(v, "StringOrList", expect_str, |e| expect_str(e, "a string"))
+}
+
+fn bool_or_list(v: &J) -> Check {
+    scalar_or_list(v, "BoolOrList", expect_bool, |e| {
+        expect_bool(e, "a boolean")
+    })
+}
+
+fn int64_or_list(v: &J) -> Check {
+    scalar_or_list(v, "Int64OrList", expect_int, |e| expect_int(e, "i64"))
+}
+
+fn optional_string(v: &J) -> Check {
+    nullable(v, |v| expect_str(v, "a string"))
+}
+
+fn optional_string_or_list(v: &J) -> Check {
+    scalar_or_list(v, "OptionalStringOrList", expect_str, optional_string)
+}
+
+fn optional_int64_or_list(v: &J) -> Check {
+    scalar_or_list(v, "OptionalInt64OrList", expect_int, |e| {
+        nullable(e, |e| expect_int(e, "i64"))
+    })
+}
+
+fn string_list(v: &J) -> Check {
+    seq_of(v, |e| expect_str(e, "a string"))
+}
+
+fn token_ids(v: &J) -> Check {
+    seq_of(v, |e| expect_int(e, "i64"))
+}
+
+fn int64_list(v: &J) -> Check {
+    token_ids(v)
+}
+
+/// `TokenIdsOrList` and `StringListOrList`: `[]` and `[scalar, ...]` are one flat list, anything else a batch.
+fn flat_or_nested(
+    v: &J,
+    alias: &str,
+    flat_first: impl Fn(&J) -> bool,
+    flat: fn(&J) -> Check,
+) -> Check {
+    match v {
+        J::Seq(items) => {
+            let first = items.first().map(|raw| elem(raw)).transpose()?;
+            if first.as_ref().is_none_or(&flat_first) {
+                flat(v)
+            } else {
+                seq_of(v, flat)
+            }
+        }
+        _ => Err(invalid_type(
+            v,
+            &format!("a value or an array of values for {alias}"),
+        )),
+    }
+}
+
+fn token_ids_or_list(v: &J) -> Check {
+    flat_or_nested(v, "TokenIdsOrList", |e| e.is_number(), token_ids)
+}
+
+fn string_list_or_list(v: &J) -> Check {
+    flat_or_nested(
+        v,
+        "StringListOrList",
+        |e| matches!(e, J::Str(_)),
+        string_list,
+    )
+}
+
+/// A struct decoder's loop: each key in order through `field`, which answers `None` for a key the struct
+/// does not have; `deny` lists the struct's fields when it rejects unknown keys.
+fn struct_of(
+    v: &J,
+    name: &str,
+    deny: Option<&[&str]>,
+    mut field: impl FnMut(&str, &J) -> Option<Check>,
+) -> Check {
+    for (key, raw) in expect_map(v, &format!("struct {name}"))? {
+        let x = elem(raw)?;
+        match field(key, &x) {
+            Some(check) => check?,
+            None => {
+                if let Some(fields) = deny {
+                    return Err(unknown_field(key, fields));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+const SAMPLING_PARAMS_FIELDS: &[&str] = &[
+    "max_new_tokens",
+    "stop",
+    "stop_token_ids",
+    "stop_regex",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "min_new_tokens",
+    "n",
+    "json_schema",
+    "regex",
+    "ebnf",
+    "structural_tag",
+    "ignore_eos",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "no_stop_trim",
+    "stream_interval",
+    "logit_bias",
+    "sampling_seed",
+    "custom_params",
+    "beam_width",
+    "watermark",
+    "choice",
+];
+
+const WATERMARK_FIELDS: &[&str] = &["enabled", "key", "context_window"];
+
+const MEDIA_REF_FIELDS: &[&str] = &[
+    "url",
+    "detail",
+    "max_dynamic_patch",
+    "content_hash",
+    "min_pixels",
+    "max_pixels",
+    "total_max_pixels",
+    "fps",
+    "num_frames",
+    "min_frames",
+    "max_frames",
+    "max_tokens_per_frame",
+    "max_image_tokens",
+    "use_audio",
+    "image_grid_thw",
+];
+
+/// `decode_SamplingParams`.
+fn sampling_params(v: &J) -> Check {
+    struct_of(
+        v,
+        "SamplingParams",
+        Some(SAMPLING_PARAMS_FIELDS),
+        |key, x| {
+            let int = |x: &J| nullable(x, |x| expect_int(x, "i64"));
+            let float = |x: &J| nullable(x, |x| expect_float(x, "f64"));
+            let boolean = |x: &J| nullable(x, |x| expect_bool(x, "a boolean"));
+            Some(match key {
+                "max_new_tokens" | "top_k" | "min_new_tokens" | "n" | "stream_interval"
+                | "sampling_seed" | "beam_width" => int(x),
+                "stop" | "stop_regex" => nullable(x, string_or_list),
+                "stop_token_ids" => nullable(x, int64_list),
+                "temperature" | "top_p" | "min_p" | "frequency_penalty" | "presence_penalty"
+                | "repetition_penalty" => float(x),
+                "json_schema" | "regex" | "ebnf" | "structural_tag" => optional_string(x),
+                "ignore_eos"
+                | "skip_special_tokens"
+                | "spaces_between_special_tokens"
+                | "no_stop_trim" => boolean(x),
+                "logit_bias" => nullable(x, |x| map_of(x, |e| expect_float(e, "f64"))),
+                "custom_params" => Ok(()),
+                "watermark" => nullable(x, watermark),
+                "choice" => nullable(x, string_list),
+                _ => return None,
+            })
+        },
+    )
+}
+
+/// `decode_WatermarkRequestConfig`.
+fn watermark(v: &J) -> Check {
+    struct_of(
+        v,
+        "WatermarkRequestConfig",
+        Some(WATERMARK_FIELDS),
+        |key, x| {
+            Some(match key {
+                "enabled" => nullable(x, |x| expect_bool(x, "a boolean")),
+                "key" => optional_string(x),
+                "context_window" => nullable(x, |x| expect_int(x, "i64")),
+                _ => return None,
+            })
+        },
+    )
+}
+
+/// `decode_SamplingParamsOrList`.
+fn sampling_params_or_list(v: &J) -> Check {
+    match v {
+        J::Seq(items) => each(items, sampling_params),
+        J::Map(_) => sampling_params(v),
+        _ => Err(invalid_type(
+            v,
+            "a value or an array of values for SamplingParamsOrList",
+        )),
+    }
+}
+
+/// `decode_MediaRef`.
+fn media_ref(v: &J) -> Check {
+    struct_of(v, "MediaRef", Some(MEDIA_REF_FIELDS), |key, x| {
+        Some(match key {
+            "url" => expect_str(x, "a string"),
+            "detail" | "content_hash" => optional_string(x),
+            "max_dynamic_patch"
+            | "min_pixels"
+            | "max_pixels"
+            | "total_max_pixels"
+            | "num_frames"
+            | "min_frames"
+            | "max_frames"
+            | "max_tokens_per_frame"
+            | "max_image_tokens" => nullable(x, |x| expect_int(x, "i64")),
+            "fps" => nullable(x, |x| expect_float(x, "f64")),
+            "use_audio" => nullable(x, |x| expect_bool(x, "a boolean")),
+            "image_grid_thw" => nullable(x, |x| seq_of(x, int64_list)),
+            _ => return None,
+        })
+    })
+}
+
+/// `decode_MediaItem`.
+fn media_item(v: &J) -> Check {
+    match v {
+        J::Str(_) => Ok(()),
+        J::Map(_) => media_ref(v),
+        _ => Err(invalid_type(v, "one of the MediaItem shapes")),
+    }
+}
+
+/// `decode_MediaItems`: a list of optional items.
+fn media_items(v: &J) -> Check {
+    seq_of(v, |e| nullable(e, media_item))
+}
+
+/// `decode_MediaInput`: one item, a list of items, or a list of such lists.
+fn media_input(v: &J) -> Check {
+    match v {
+        J::Str(_) | J::Map(_) => media_item(v),
+        J::Seq(items) => {
+            let first = items.first().map(|raw| elem(raw)).transpose()?;
+            if matches!(first, Some(J::Seq(_))) {
+                seq_of(v, |e| nullable(e, media_items))
+            } else {
+                media_items(v)
+            }
+        }
+        _ => Err(invalid_type(v, "one of the MediaInput shapes")),
+    }
+}
+
+/// `decode_KvHintAction`; unknown keys are ignored.
+fn kv_hint_action(v: &J) -> Check {
+    struct_of(v, "KvHintAction", None, |key, x| {
+        Some(match key {
+            "action_id" | "action_type" | "action_version" => expect_str(x, "a string"),
+            "payload" => Ok(()),
+            _ => return None,
+        })
+    })
+}
+
+/// `decode_KvHintsEnvelope`; unknown keys are ignored.
+fn kv_hints_envelope(v: &J) -> Check {
+    struct_of(v, "KvHintsEnvelope", None, |key, x| {
+        Some(match key {
+            "protocol_version" | "message_id" => expect_str(x, "a string"),
+            "actions" => nullable(x, |x| seq_of(x, kv_hint_action)),
+            _ => return None,
+        })
+    })
+}
+
+/// `decode_KvHintsEnvelopeOrList`.
+fn kv_hints_envelope_or_list(v: &J) -> Check {
+    match v {
+        J::Seq(items) => each(items, |e| nullable(e, kv_hints_envelope)),
+        J::Map(_) => kv_hints_envelope(v),
+        _ => Err(invalid_type(
+            v,
+            "a value or an array of values for KvHintsEnvelopeOrList",
+        )),
+    }
+}
+
+/// `decode_ImagesConfig`; unknown keys are ignored.
+fn images_config(v: &J) -> Check {
+    struct_of(v, "ImagesConfig", None, |key, x| {
+        Some(match key {
+            "image_mode" => optional_string(x),
+            "prefix" => expect_str(x, "a string"),
+            _ => return None,
+        })
+    })
+}
+
+/// `decode_GenerateRequest`: unknown top-level keys are ignored.
+fn decode_generate_request(v: &J) -> Check {
+    struct_of(v, "GenerateRequest", None, |key, x| {
+        let boolean = |x: &J| nullable(x, |x| expect_bool(x, "a boolean"));
+        let int = |x: &J| nullable(x, |x| expect_int(x, "i64"));
+        Some(match key {
+            "rid" | "text" | "extra_key" | "cache_salt" => nullable(x, string_or_list),
+            "input_ids" | "token_ids_logprob" => nullable(x, token_ids_or_list),
+            "stream" | "return_text_in_logprobs" | "require_reasoning" => boolean(x),
+            "sampling_params" => nullable(x, sampling_params_or_list),
+            "return_logprob" | "return_hidden_states" | "return_sampling_mask" => {
+                nullable(x, bool_or_list)
+            }
+            "logprob_start_len" | "top_logprobs_num" => nullable(x, int64_or_list),
+            "bootstrap_host" | "bootstrap_pair_key" | "lora_path" | "custom_logit_processor" => {
+                nullable(x, optional_string_or_list)
+            }
+            "bootstrap_port" | "bootstrap_room" | "decode_tp_size" => {
+                nullable(x, optional_int64_or_list)
+            }
+            "routed_dp_rank" | "disagg_prefill_dp_rank" | "priority" => int(x),
+            "image_data" | "video_data" | "audio_data" => nullable(x, media_input),
+            "mm_hashes" => nullable(x, string_list_or_list),
+            "session_params" => Ok(()),
+            "kv_hints" => nullable(x, kv_hints_envelope_or_list),
+            "routing_key" | "session_id" => optional_string(x),
+            "max_thinking_tokens" => nullable(x, |x| expect_uint(x, "u64")),
+            "custom_labels" => nullable(x, |x| map_of(x, |e| expect_str(e, "a string"))),
+            "images_config" => nullable(x, images_config),
+            // Declared without `Optional`: `null` is a type error.
+            "return_prompt_token_ids" => expect_bool(x, "a boolean"),
+            "routed_experts_start_len" => expect_int(x, "i64"),
+            "modalities" => nullable(x, |x| seq_of(x, optional_string)),
+            _ => return None,
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::generate_contract_error as gate;
+
+    fn err(body: &str) -> Option<String> {
+        gate(body.as_bytes())
+    }
+
+    // Expected texts are the decoder's (`api_types.py` of the 0.5.23 wheel) for the same bodies.
+    #[test]
+    fn a_float_for_an_int_names_the_value_and_the_type() {
+        assert_eq!(
+            err(r#"{"input_ids":[1],"sampling_params":{"max_new_tokens":4.0}}"#).as_deref(),
+            Some("invalid type: floating point `4.0`, expected i64")
+        );
+        assert_eq!(
+            err(r#"{"sampling_params":{"n":1e20}}"#).as_deref(),
+            Some("invalid type: floating point `1e+20`, expected i64")
+        );
+    }
+
+    #[test]
+    fn an_int_for_a_bool_is_refused_at_the_top_level_too() {
+        assert_eq!(
+            err(r#"{"text":"a","return_logprob":0}"#).as_deref(),
+            Some(
+                "invalid type: integer `0`, expected a value or an array of values for BoolOrList"
+            )
+        );
+        assert_eq!(
+            err(r#"{"text":"a","stream":1}"#).as_deref(),
+            Some("invalid type: integer `1`, expected a boolean")
+        );
+    }
+
+    #[test]
+    fn unknown_sampling_keys_are_refused_and_unknown_top_level_keys_ignored() {
+        let text = err(r#"{"text":"a","sampling_params":{"colour":1}}"#).unwrap();
+        assert!(
+            text.starts_with("unknown field `colour`, expected one of `max_new_tokens`, `stop`,"),
+            "{text}"
+        );
+        assert!(text.ends_with("`watermark`, `choice`"), "{text}");
+        assert_eq!(err(r#"{"text":"a","colour":1}"#), None);
+        assert_eq!(
+            err(r#"{"text":"a","sampling_params":{"watermark":{"x":1}}}"#).as_deref(),
+            Some("unknown field `x`, expected one of `enabled`, `key`, `context_window`")
+        );
+    }
+
+    #[test]
+    fn null_means_the_default_except_where_the_field_is_not_optional() {
+        assert_eq!(
+            err(r#"{"text":null,"stream":null,"sampling_params":{"temperature":null}}"#),
+            None
+        );
+        assert_eq!(
+            err(r#"{"return_prompt_token_ids":null}"#).as_deref(),
+            Some("invalid type: null, expected a boolean")
+        );
+    }
+
+    #[test]
+    fn integers_have_no_range_but_a_sign_where_unsigned() {
+        assert_eq!(
+            err(r#"{"sampling_params":{"sampling_seed":123456789012345678901234567890}}"#),
+            None
+        );
+        assert_eq!(
+            err(r#"{"max_thinking_tokens":-1}"#).as_deref(),
+            Some("invalid value: integer `-1`, expected u64")
+        );
+        assert_eq!(err(r#"{"max_thinking_tokens":-0}"#), None);
+    }
+
+    #[test]
+    fn the_first_violation_in_python_dict_order_wins_and_a_repeated_key_keeps_its_last_value() {
+        assert_eq!(
+            err(r#"{"stream":1,"return_logprob":"x"}"#).as_deref(),
+            Some("invalid type: integer `1`, expected a boolean")
+        );
+        // `stream` keeps its first position and its last (valid) value.
+        assert_eq!(
+            err(r#"{"stream":1,"return_logprob":"x","stream":true}"#).as_deref(),
+            Some(
+                "invalid type: string \"x\", expected a value or an array of values for BoolOrList"
+            )
+        );
+    }
+
+    #[test]
+    fn nested_lists_decide_by_their_first_element() {
+        assert_eq!(err(r#"{"input_ids":[[1,2],[3]]}"#), None);
+        assert_eq!(
+            err(r#"{"input_ids":[1,[2]]}"#).as_deref(),
+            Some("invalid type: sequence, expected i64")
+        );
+        assert_eq!(
+            err(r#"{"input_ids":["a"]}"#).as_deref(),
+            Some("invalid type: string \"a\", expected a sequence")
+        );
+        assert_eq!(
+            err(r#"{"input_ids":[1.0]}"#).as_deref(),
+            Some("invalid type: floating point `1.0`, expected i64")
+        );
+    }
+}
