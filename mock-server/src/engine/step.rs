@@ -18,11 +18,11 @@ use crate::config::SglangVersion;
 use crate::error::ApiError;
 use crate::model::Model;
 
-/// The message of an abort from outside, as SGLang's scheduler writes it for each release.
+/// The message of an abort from outside, as SGLang's scheduler writes it for each release: `FINISH_ABORT`'s
+/// `message or "Aborted"` (`srt/managers/schedule_batch.py`) in all three.
 pub fn abort_message(version: SglangVersion) -> &'static str {
     match version {
-        SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => "Aborted",
-        SglangVersion::V0_5_3 => "Unknown error",
+        SglangVersion::V0_5_3 | SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => "Aborted",
     }
 }
 
@@ -618,7 +618,7 @@ mod tests {
             6
         );
 
-        // The abort-running fault stops every item at its count, with MID's message.
+        // The abort-running fault stops every item at its count, with 0.5.3's message (the same "Aborted").
         let mut run = Run::new(
             &model(),
             &plan(&[6, 1], None),
@@ -629,7 +629,7 @@ mod tests {
         let first = run.generation(0).expect("a generation");
         assert_eq!(first.output_ids().len(), 2);
         assert!(
-            matches!(first.finish_reason(), Some(FinishReason::Abort { message, .. }) if message == "Unknown error")
+            matches!(first.finish_reason(), Some(FinishReason::Abort { message, .. }) if message == "Aborted")
         );
         assert!(matches!(
             run.generation(1).and_then(|g| g.finish_reason()),
