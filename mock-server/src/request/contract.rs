@@ -14,6 +14,7 @@ use std::fmt;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
+use super::lax::KeyStr;
 use crate::pyfmt::float_repr;
 
 /// The contract violation in a `/generate` body that FastAPI's parse admitted, or `None`.
@@ -84,39 +85,18 @@ impl<'de> de::Deserialize<'de> for PyDict<'de> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PyDict<'de>, A::Error> {
                 let mut entries: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::new();
-                while let Some(key) = map.next_key::<PyKey<'de>>()? {
+                while let Some(key) = map.next_key::<KeyStr<'de>>()? {
+                    let key = key.into_cow();
                     let value: &'de RawValue = map.next_value()?;
-                    match entries.iter_mut().find(|(k, _)| *k == key.0) {
+                    match entries.iter_mut().find(|(k, _)| *k == key) {
                         Some(entry) => entry.1 = value,
-                        None => entries.push((key.0, value)),
+                        None => entries.push((key, value)),
                     }
                 }
                 Ok(PyDict(entries))
             }
         }
         deserializer.deserialize_map(V)
-    }
-}
-
-/// A key, borrowed unless it has escapes.
-struct PyKey<'a>(Cow<'a, str>);
-
-impl<'de> de::Deserialize<'de> for PyKey<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = PyKey<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string key")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(PyKey(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(PyKey(Cow::Owned(v.to_owned())))
-            }
-        }
-        deserializer.deserialize_str(V)
     }
 }
 

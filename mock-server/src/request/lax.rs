@@ -116,11 +116,18 @@ pub(super) enum KeyStr<'de> {
     Owned(String),
 }
 
-impl KeyStr<'_> {
+impl<'a> KeyStr<'a> {
     pub(super) fn as_str(&self) -> &str {
         match self {
             KeyStr::Borrowed(s) => s,
             KeyStr::Owned(s) => s,
+        }
+    }
+
+    pub(super) fn into_cow(self) -> std::borrow::Cow<'a, str> {
+        match self {
+            KeyStr::Borrowed(s) => std::borrow::Cow::Borrowed(s),
+            KeyStr::Owned(s) => std::borrow::Cow::Owned(s),
         }
     }
 }
