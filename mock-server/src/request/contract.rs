@@ -22,9 +22,14 @@ use crate::pyfmt::float_repr;
 /// The body is valid JSON here (the parse before rejected anything else); should it not be, the gate has
 /// nothing to judge and admits it.
 pub fn generate_contract_error(body: &[u8]) -> Option<String> {
-    let raw: &RawValue = serde_json::from_slice(body).ok()?;
+    // A body is an object (FastAPI refused anything else), read in one pass; any other value still gets the
+    // decoder's judgment.
+    let top = match serde_json::from_slice::<PyDict>(body) {
+        Ok(dict) => J::Map(dict.0),
+        Err(_) => J::of(serde_json::from_slice(body).ok()?)?,
+    };
     // An empty text marks a value that did not decode, which cannot happen to valid JSON: admit it.
-    decode_generate_request(&J::of(raw)?)
+    decode_generate_request(&top)
         .err()
         .filter(|violation| !violation.is_empty())
 }
@@ -38,7 +43,8 @@ enum J<'a> {
     Int(&'a str),
     Float(f64),
     Str(Cow<'a, str>),
-    Seq(Vec<&'a RawValue>),
+    /// An array, its elements decoded on demand.
+    Seq(&'a RawValue),
     Map(Vec<(Cow<'a, str>, &'a RawValue)>),
 }
 
@@ -53,7 +59,7 @@ impl<'a> J<'a> {
                 Ok(s) => Cow::Borrowed(s),
                 Err(_) => Cow::Owned(serde_json::from_str::<String>(text).ok()?),
             }),
-            b'[' => J::Seq(serde_json::from_str(text).ok()?),
+            b'[' => J::Seq(raw),
             b'{' => J::Map(serde_json::from_str::<PyDict<'a>>(text).ok()?.0),
             _ if text.bytes().any(|b| matches!(b, b'.' | b'e' | b'E')) => {
                 J::Float(text.parse().ok()?)
@@ -163,10 +169,43 @@ fn expect_str(v: &J, expected: &str) -> Check {
     }
 }
 
-fn expect_seq<'v, 'a>(v: &'v J<'a>, expected: &str) -> Result<&'v [&'a RawValue], String> {
+fn expect_seq<'a>(v: &J<'a>, expected: &str) -> Result<Vec<&'a RawValue>, String> {
     match v {
-        J::Seq(items) => Ok(items),
+        J::Seq(raw) => elements(raw),
         _ => Err(invalid_type(v, expected)),
+    }
+}
+
+/// The elements of an array (valid JSON always splits; a failure admits the body, as [`elem`]'s does).
+fn elements(raw: &RawValue) -> Result<Vec<&RawValue>, String> {
+    serde_json::from_str(raw.get()).map_err(|_| String::new())
+}
+
+/// Whether `v` is an array of JSON integer literals only, `[]` included: read from the bytes, the common
+/// case of a token-id list (thousands of ids) costs one scan instead of one decode per element. Anything
+/// else (a string, a nested list, a float, `null`) answers `false` and takes the element-by-element path.
+fn only_integer_literals(v: &J) -> bool {
+    let J::Seq(raw) = v else {
+        return false;
+    };
+    // One pass over `[ ws -? digits ws (, ws -? digits ws)* ]` (valid JSON, so the brackets are there).
+    let text = raw.get().as_bytes();
+    let mut rest = text[1..text.len() - 1].trim_ascii();
+    if rest.is_empty() {
+        return true;
+    }
+    loop {
+        rest = rest.strip_prefix(b"-").unwrap_or(rest);
+        let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+        if digits == 0 {
+            return false;
+        }
+        rest = rest[digits..].trim_ascii_start();
+        match rest.split_first() {
+            None => return true,
+            Some((b',', tail)) => rest = tail.trim_ascii_start(),
+            Some(_) => return false,
+        }
     }
 }
 
@@ -210,7 +249,7 @@ fn nullable(v: &J, check: impl FnOnce(&J) -> Check) -> Check {
 
 /// `_expect_seq(value, "a sequence")` with every element through `check`.
 fn seq_of(v: &J, check: impl FnMut(&J) -> Check) -> Check {
-    each(expect_seq(v, "a sequence")?, check)
+    each(&expect_seq(v, "a sequence")?, check)
 }
 
 /// `_expect_map(x, "a map")` with every value through `check`.
@@ -220,31 +259,46 @@ fn map_of(v: &J, mut check: impl FnMut(&J) -> Check) -> Check {
         .try_for_each(|(_, raw)| check(&elem(raw)?))
 }
 
-/// The `XOrList` aliases of scalars: a list decodes element by element, anything else as one value.
+/// The `XOrList` aliases of scalars: a list decodes element by element, anything else as one value of the
+/// kind `is_one` accepts. (The error text is built only for a violation: this runs on every request.)
 fn scalar_or_list(
     v: &J,
     alias: &str,
-    one: fn(&J, &str) -> Check,
+    is_one: fn(&J) -> bool,
     element: impl FnMut(&J) -> Check,
 ) -> Check {
     match v {
-        J::Seq(items) => each(items, element),
-        _ => one(v, &format!("a value or an array of values for {alias}")),
+        J::Seq(raw) => each(&elements(raw)?, element),
+        _ if is_one(v) => Ok(()),
+        _ => Err(invalid_type(
+            v,
+            &format!("a value or an array of values for {alias}"),
+        )),
     }
 }
 
+fn is_str(v: &J) -> bool {
+    matches!(v, J::Str(_))
+}
+
+fn is_bool(v: &J) -> bool {
+    matches!(v, J::Bool(_))
+}
+
+fn is_int(v: &J) -> bool {
+    matches!(v, J::Int(_))
+}
+
 fn string_or_list(v: &J) -> Check {
-    scalar_or_list(v, "StringOrList", expect_str, |e| expect_str(e, "a string"))
+    scalar_or_list(v, "StringOrList", is_str, |e| expect_str(e, "a string"))
 }
 
 fn bool_or_list(v: &J) -> Check {
-    scalar_or_list(v, "BoolOrList", expect_bool, |e| {
-        expect_bool(e, "a boolean")
-    })
+    scalar_or_list(v, "BoolOrList", is_bool, |e| expect_bool(e, "a boolean"))
 }
 
 fn int64_or_list(v: &J) -> Check {
-    scalar_or_list(v, "Int64OrList", expect_int, |e| expect_int(e, "i64"))
+    scalar_or_list(v, "Int64OrList", is_int, |e| expect_int(e, "i64"))
 }
 
 fn optional_string(v: &J) -> Check {
@@ -252,11 +306,11 @@ fn optional_string(v: &J) -> Check {
 }
 
 fn optional_string_or_list(v: &J) -> Check {
-    scalar_or_list(v, "OptionalStringOrList", expect_str, optional_string)
+    scalar_or_list(v, "OptionalStringOrList", is_str, optional_string)
 }
 
 fn optional_int64_or_list(v: &J) -> Check {
-    scalar_or_list(v, "OptionalInt64OrList", expect_int, |e| {
+    scalar_or_list(v, "OptionalInt64OrList", is_int, |e| {
         nullable(e, |e| expect_int(e, "i64"))
     })
 }
@@ -266,6 +320,9 @@ fn string_list(v: &J) -> Check {
 }
 
 fn token_ids(v: &J) -> Check {
+    if only_integer_literals(v) {
+        return Ok(());
+    }
     seq_of(v, |e| expect_int(e, "i64"))
 }
 
@@ -281,8 +338,8 @@ fn flat_or_nested(
     flat: fn(&J) -> Check,
 ) -> Check {
     match v {
-        J::Seq(items) => {
-            let first = items.first().map(|raw| elem(raw)).transpose()?;
+        J::Seq(raw) => {
+            let first = elements(raw)?.first().map(|raw| elem(raw)).transpose()?;
             if first.as_ref().is_none_or(&flat_first) {
                 flat(v)
             } else {
@@ -297,6 +354,9 @@ fn flat_or_nested(
 }
 
 fn token_ids_or_list(v: &J) -> Check {
+    if only_integer_literals(v) {
+        return Ok(());
+    }
     flat_or_nested(v, "TokenIdsOrList", |e| e.is_number(), token_ids)
 }
 
@@ -317,7 +377,10 @@ fn struct_of(
     deny: Option<&[&str]>,
     mut field: impl FnMut(&str, &J) -> Option<Check>,
 ) -> Check {
-    for (key, raw) in expect_map(v, &format!("struct {name}"))? {
+    let J::Map(entries) = v else {
+        return Err(invalid_type(v, &format!("struct {name}")));
+    };
+    for (key, raw) in entries {
         let x = elem(raw)?;
         match field(key, &x) {
             Some(check) => check?,
@@ -434,7 +497,7 @@ fn watermark(v: &J) -> Check {
 /// `decode_SamplingParamsOrList`.
 fn sampling_params_or_list(v: &J) -> Check {
     match v {
-        J::Seq(items) => each(items, sampling_params),
+        J::Seq(raw) => each(&elements(raw)?, sampling_params),
         J::Map(_) => sampling_params(v),
         _ => Err(invalid_type(
             v,
@@ -484,8 +547,8 @@ fn media_items(v: &J) -> Check {
 fn media_input(v: &J) -> Check {
     match v {
         J::Str(_) | J::Map(_) => media_item(v),
-        J::Seq(items) => {
-            let first = items.first().map(|raw| elem(raw)).transpose()?;
+        J::Seq(raw) => {
+            let first = elements(raw)?.first().map(|raw| elem(raw)).transpose()?;
             if matches!(first, Some(J::Seq(_))) {
                 seq_of(v, |e| nullable(e, media_items))
             } else {
@@ -521,7 +584,7 @@ fn kv_hints_envelope(v: &J) -> Check {
 /// `decode_KvHintsEnvelopeOrList`.
 fn kv_hints_envelope_or_list(v: &J) -> Check {
     match v {
-        J::Seq(items) => each(items, |e| nullable(e, kv_hints_envelope)),
+        J::Seq(raw) => each(&elements(raw)?, |e| nullable(e, kv_hints_envelope)),
         J::Map(_) => kv_hints_envelope(v),
         _ => Err(invalid_type(
             v,
@@ -666,6 +729,32 @@ mod tests {
             Some(
                 "invalid type: string \"x\", expected a value or an array of values for BoolOrList"
             )
+        );
+    }
+
+    #[test]
+    fn integer_lists_read_from_the_bytes_judge_as_the_element_by_element_path_does() {
+        assert_eq!(err(r#"{"input_ids":[ ]}"#), None);
+        assert_eq!(err(r#"{"input_ids":[ -0 , 7 ]}"#), None);
+        assert_eq!(
+            err(r#"{"input_ids":[123456789012345678901234567890]}"#),
+            None
+        );
+        assert_eq!(
+            err(r#"{"input_ids":[1, 2.0]}"#).as_deref(),
+            Some("invalid type: floating point `2.0`, expected i64")
+        );
+        assert_eq!(
+            err(r#"{"input_ids":[1, true]}"#).as_deref(),
+            Some("invalid type: boolean `true`, expected i64")
+        );
+        assert_eq!(
+            err(r#"{"input_ids":[[1, 2], [3, 1e2]]}"#).as_deref(),
+            Some("invalid type: floating point `100.0`, expected i64")
+        );
+        assert_eq!(
+            err(r#"{"sampling_params":{"stop_token_ids":[5, "6"]}}"#).as_deref(),
+            Some("invalid type: string \"6\", expected i64")
         );
     }
 
