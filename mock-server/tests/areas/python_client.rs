@@ -4,7 +4,7 @@
 use mock_server::ServerConfig;
 use serde_json::{Value, json};
 
-use crate::common::Live;
+use crate::common::{Live, python};
 
 fn cases() -> Value {
     json!([
@@ -28,21 +28,7 @@ async fn slime_style_python_client_sees_the_oracles_logprobs() {
     let live = Live::start(ServerConfig::default()).await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/slime_client.py");
     let (url, argument) = (live.url(""), cases().to_string());
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("python3")
-            .arg(script)
-            .arg(url)
-            .arg(argument)
-            .output()
-    })
-    .await
-    .expect("the blocking task joins")
-    .expect("python3 runs (CI installs `requests`)");
-    assert!(
-        output.status.success(),
-        "the Python client failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let output = python(vec![script.to_owned(), url, argument]).await;
     let seen: Value = serde_json::from_slice(&output.stdout).expect("the client prints JSON");
 
     for case in cases().as_array().expect("a list") {
