@@ -103,6 +103,67 @@ pub struct LogprobEntry {
     pub id: u32,
 }
 
+/// Per-position lists of [`LogprobEntry`] (a top list or the `token_ids_logprob` list of each position), stored
+/// flat. Rows can differ in length: a top list has `min(top_logprobs_num, unmasked ids)` entries, and
+/// `min_new_tokens` masks ids at some output positions and not at others.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Rows {
+    entries: Vec<LogprobEntry>,
+    /// `ends[i]` is the end of row `i` in `entries`.
+    ends: Vec<usize>,
+}
+
+impl Rows {
+    /// No rows, for shapes that carry empty lists.
+    pub const EMPTY: &'static Rows = &Rows {
+        entries: Vec::new(),
+        ends: Vec::new(),
+    };
+
+    /// Ends the row made of the entries pushed since the previous row ended.
+    pub(crate) fn end_row(&mut self) {
+        self.ends.push(self.entries.len());
+    }
+
+    /// Appends an entry to the row being built.
+    pub(crate) fn push(&mut self, entry: LogprobEntry) {
+        self.entries.push(entry);
+    }
+
+    /// The entries being built, for a caller that appends a row in bulk.
+    pub(crate) fn entries_mut(&mut self) -> &mut Vec<LogprobEntry> {
+        &mut self.entries
+    }
+
+    /// The number of rows.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Row `i`, or an empty slice past the last row.
+    pub fn row(&self, i: usize) -> &[LogprobEntry] {
+        match self.ends.get(i) {
+            Some(&end) => &self.entries[i.checked_sub(1).map_or(0, |j| self.ends[j])..end],
+            None => &[],
+        }
+    }
+
+    /// The rows from `from` on, in order.
+    pub fn rows_from(&self, from: usize) -> impl ExactSizeIterator<Item = &[LogprobEntry]> + Clone {
+        (from.min(self.len())..self.len()).map(|i| self.row(i))
+    }
+
+    /// Every entry of every row, in order.
+    pub fn entries(&self) -> &[LogprobEntry] {
+        &self.entries
+    }
+}
+
 /// Why a generation ended, in the shapes of SGLang's `BaseFinishReason.to_json()`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FinishReason {

@@ -2,7 +2,7 @@
 //! `meta_info` insertion order, and the object of an item the scheduler rejected.
 
 use crate::config::SglangVersion;
-use crate::engine::{GeneratePlan, Generation, LogprobEntry, PlannedItem};
+use crate::engine::{GeneratePlan, Generation, PlannedItem};
 use crate::model::{Model, Tokenizer};
 
 use super::json::{
@@ -139,7 +139,6 @@ fn logprob_fields<'a>(
     let lps = generation.output_logprobs();
     let n_out = lps.len();
     let k = item.top_logprobs_num;
-    let n_tid = item.request.token_ids_logprob.len();
     let in_ids = generation.input_logprob_ids();
     LogprobFields {
         input_token_logprobs: InputTokenLogprobs {
@@ -157,13 +156,12 @@ fn logprob_fields<'a>(
             (
                 InputPositions {
                     positions: in_ids.len(),
-                    entries: generation.input_top_logprobs(),
-                    per_position: k,
+                    rows: generation.input_top_logprobs(),
                     tok,
                 },
                 OutputPositions {
-                    entries: slice_positions(generation.output_top_logprobs(), k, lp_from),
-                    per_position: k,
+                    rows: generation.output_top_logprobs(),
+                    from: lp_from,
                     tok,
                 },
             )
@@ -172,17 +170,12 @@ fn logprob_fields<'a>(
             (
                 InputPositions {
                     positions: in_ids.len(),
-                    entries: generation.input_token_ids_logprobs(),
-                    per_position: n_tid,
+                    rows: generation.input_token_ids_logprobs(),
                     tok,
                 },
                 OutputPositions {
-                    entries: slice_positions(
-                        generation.output_token_ids_logprobs(),
-                        n_tid,
-                        lp_from,
-                    ),
-                    per_position: n_tid,
+                    rows: generation.output_token_ids_logprobs(),
+                    from: lp_from,
                     tok,
                 },
             )
@@ -242,30 +235,25 @@ pub(super) fn has_non_finite_logprob(generation: &Generation, item: &PlannedItem
         || (item.top_logprobs_num > 0
             && (generation
                 .output_top_logprobs()
+                .entries()
                 .iter()
                 .any(|e| bad(e.logprob))
                 || generation
                     .input_top_logprobs()
+                    .entries()
                     .iter()
                     .any(|e| bad(e.logprob))))
         || (item.token_ids_logprob_requested
             && (generation
                 .output_token_ids_logprobs()
+                .entries()
                 .iter()
                 .any(|e| bad(e.logprob))
                 || generation
                     .input_token_ids_logprobs()
+                    .entries()
                     .iter()
                     .any(|e| bad(e.logprob))))
-}
-
-fn slice_positions(
-    entries: &[LogprobEntry],
-    per_position: usize,
-    from_position: usize,
-) -> &[LogprobEntry] {
-    let start = (from_position.saturating_mul(per_position)).min(entries.len());
-    &entries[start..]
 }
 
 #[cfg(test)]

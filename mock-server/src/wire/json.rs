@@ -4,7 +4,7 @@
 use serde::Serialize;
 use serde::ser::{SerializeSeq, SerializeStruct, Serializer};
 
-use crate::engine::{FinishReason, LogprobEntry};
+use crate::engine::{FinishReason, LogprobEntry, Rows};
 use crate::model::Tokenizer;
 
 /// The finish reason of an item that the scheduler rejected before running it.
@@ -508,20 +508,20 @@ impl Serialize for Position<'_> {
     }
 }
 
-/// Per-output-position lists (`output_top_logprobs`, `output_token_ids_logprobs`).
+/// Per-output-position lists (`output_top_logprobs`, `output_token_ids_logprobs`), from row `from` on.
 pub(super) struct OutputPositions<'a> {
-    pub(super) entries: &'a [LogprobEntry],
-    pub(super) per_position: usize,
+    pub(super) rows: &'a Rows,
+    pub(super) from: usize,
     pub(super) tok: Option<&'a Tokenizer>,
 }
 
 impl Serialize for OutputPositions<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let per = self.per_position.max(1);
-        let mut seq = serializer.serialize_seq(Some(self.entries.len() / per))?;
-        for chunk in self.entries.chunks(per) {
+        let rows = self.rows.rows_from(self.from);
+        let mut seq = serializer.serialize_seq(Some(rows.len()))?;
+        for entries in rows {
             seq.serialize_element(&Position {
-                entries: if self.per_position == 0 { &[] } else { chunk },
+                entries,
                 tok: self.tok,
             })?;
         }
@@ -532,8 +532,7 @@ impl Serialize for OutputPositions<'_> {
 /// Per-input-position lists: the first covered position has no data and is `null`.
 pub(super) struct InputPositions<'a> {
     pub(super) positions: usize,
-    pub(super) entries: &'a [LogprobEntry],
-    pub(super) per_position: usize,
+    pub(super) rows: &'a Rows,
     pub(super) tok: Option<&'a Tokenizer>,
 }
 
@@ -544,16 +543,9 @@ impl Serialize for InputPositions<'_> {
             return seq.end();
         }
         seq.serialize_element(&())?;
-        let per = self.per_position.max(1);
-        let mut chunks = self.entries.chunks(per);
-        for _ in 1..self.positions {
-            let entries = if self.per_position == 0 {
-                &[][..]
-            } else {
-                chunks.next().unwrap_or(&[])
-            };
+        for p in 1..self.positions {
             seq.serialize_element(&Position {
-                entries,
+                entries: self.rows.row(p - 1),
                 tok: self.tok,
             })?;
         }

@@ -6,7 +6,7 @@
 //! items, aborts and stream chunks all write through here.
 
 use crate::config::SglangVersion;
-use crate::engine::PlannedItem;
+use crate::engine::{PlannedItem, Rows};
 
 use super::json::{
     FinishJson, InputPositions, InputTokenLogprobs, OutputPositions, TokenLogprobs, write_ids,
@@ -157,13 +157,12 @@ impl LogprobFields<'_> {
             (
                 InputPositions {
                     positions: 0,
-                    entries: &[],
-                    per_position: 1,
+                    rows: Rows::EMPTY,
                     tok: None,
                 },
                 OutputPositions {
-                    entries: &[],
-                    per_position: 1,
+                    rows: Rows::EMPTY,
+                    from: 0,
                     tok: None,
                 },
             )

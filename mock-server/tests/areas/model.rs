@@ -1,6 +1,7 @@
-//! The model's documented properties on the wire (`MODEL.md`), with the exact requests of the two defects that an
-//! independent re-implementation found: logprobs that underflowed to `null` at low temperatures, and explicit
-//! candidates that fell below the uniform tail and broke the sorted order of the vocabulary.
+//! The model's documented properties on the wire (`MODEL.md`), with the exact requests of the defects that
+//! independent re-implementations found: logprobs that underflowed to `null` at low temperatures, explicit
+//! candidates that fell below the uniform tail and broke the sorted order of the vocabulary, and top lists split
+//! across positions when some ids were masked.
 
 use mock_server::{ScriptFinish, ScriptRule};
 use mock_server::{ServerConfig, SglangVersion};
@@ -154,6 +155,53 @@ async fn top_lists_are_in_descending_order() {
                 assert_descending(list, &format!("{key}[{position}]"));
             }
         }
+    }
+}
+
+/// A top list is the first `min(top_logprobs_num, unmasked ids)` of the sorted order (MODEL.md section
+/// 6), position by position. With `top_logprobs_num` above the unmasked count, the SGLang-versions issue's request
+/// (`min_new_tokens` 2, so the end-of-sequence ids `V-1` and `V-3` are masked at both positions) got lists of
+/// `V-1` and `V-3` entries, the first borrowing an entry of the second; both have `V-2`. A third position, past
+/// `min_new_tokens`, masks nothing and has `V-1`.
+#[tokio::test]
+async fn each_top_list_has_the_unmasked_ids_of_its_own_position() {
+    let vocab: u32 = 1024;
+    let server = InProcess::new(ServerConfig {
+        vocab_size: vocab,
+        ..ServerConfig::default()
+    });
+    let answer = generate_ok(
+        &server,
+        &json!({"input_ids": [7], "return_logprob": true, "top_logprobs_num": vocab - 1,
+            "sampling_params": {"max_new_tokens": 3, "min_new_tokens": 2, "ignore_eos": true}}),
+    )
+    .await;
+    let rows = answer["meta_info"]["output_top_logprobs"]
+        .as_array()
+        .expect("output_top_logprobs");
+    let lens: Vec<usize> = rows
+        .iter()
+        .map(|r| r.as_array().map_or(0, Vec::len))
+        .collect();
+    let v = vocab as usize;
+    assert_eq!(lens, [v - 2, v - 2, v - 1], "top list lengths by position");
+    let eos = [u64::from(vocab - 1), u64::from(vocab - 3)];
+    for (position, row) in rows.iter().enumerate().take(2) {
+        let ids: Vec<u64> = row
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t[1].as_u64())
+            .collect();
+        assert!(
+            !ids.iter().any(|id| eos.contains(id)),
+            "position {position} lists a masked end-of-sequence id"
+        );
+        let mut unique = ids.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), ids.len(), "position {position} repeats an id");
+        assert_descending(row, &format!("output_top_logprobs[{position}]"));
     }
 }
 

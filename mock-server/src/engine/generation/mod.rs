@@ -17,7 +17,7 @@ mod tests;
 use std::sync::Arc;
 
 use crate::engine::item::{
-    FinishReason, GREEDY_TEMPERATURE, ItemRequest, LogprobEntry, SamplingParams,
+    FinishReason, GREEDY_TEMPERATURE, ItemRequest, LogprobEntry, Rows, SamplingParams,
 };
 use crate::model::{Distribution, Logits, Model, Pick, count_since_special, mix, unit};
 
@@ -56,11 +56,11 @@ pub struct Generation {
     since_special: usize,
 
     output_logprobs: Vec<f32>,
-    output_top: Vec<LogprobEntry>,
-    output_ids_lp: Vec<LogprobEntry>,
+    output_top: Rows,
+    output_ids_lp: Rows,
     input_logprobs: Vec<Option<f32>>,
-    input_top: Vec<LogprobEntry>,
-    input_ids_lp: Vec<LogprobEntry>,
+    input_top: Rows,
+    input_ids_lp: Rows,
     logprob_start: usize,
 
     /// Output text decoded so far, up to the last complete character.
@@ -163,11 +163,11 @@ impl Generation {
             prompt_len,
             since_special,
             output_logprobs: Vec::with_capacity(if return_logprob { expected } else { 0 }),
-            output_top: Vec::new(),
-            output_ids_lp: Vec::new(),
+            output_top: Rows::default(),
+            output_ids_lp: Rows::default(),
             input_logprobs: Vec::new(),
-            input_top: Vec::new(),
-            input_ids_lp: Vec::new(),
+            input_top: Rows::default(),
+            input_ids_lp: Rows::default(),
             logprob_start: logprob_start.min(prompt_len),
             decoded: String::with_capacity(expected * BYTES_PER_TOKEN),
             pending: Vec::new(),
@@ -210,12 +210,7 @@ impl Generation {
             self.input_logprobs
                 .push(Some(dist.logprob(self.context[p]) as f32));
             push_top(&dist, self.top_logprobs_num, &mut top, &mut self.input_top);
-            for &id in &self.token_ids_logprob {
-                self.input_ids_lp.push(LogprobEntry {
-                    logprob: dist.logprob(id) as f32,
-                    id,
-                });
-            }
+            push_token_ids(&dist, &self.token_ids_logprob, &mut self.input_ids_lp);
         }
     }
 
@@ -284,12 +279,7 @@ impl Generation {
                 &mut top,
                 &mut self.output_top,
             );
-            for &tid in &self.token_ids_logprob {
-                self.output_ids_lp.push(LogprobEntry {
-                    logprob: report.logprob(tid) as f32,
-                    id: tid,
-                });
-            }
+            push_token_ids(report, &self.token_ids_logprob, &mut self.output_ids_lp);
         }
         pick.id
     }
@@ -367,13 +357,13 @@ impl Generation {
         &self.output_logprobs
     }
 
-    /// Top logprobs of each output position, `top_logprobs_num` per position, flattened.
-    pub fn output_top_logprobs(&self) -> &[LogprobEntry] {
+    /// The top list of each output position (none unless `top_logprobs_num` > 0).
+    pub fn output_top_logprobs(&self) -> &Rows {
         &self.output_top
     }
 
-    /// Logprobs of the requested `token_ids_logprob` at each output position, flattened.
-    pub fn output_token_ids_logprobs(&self) -> &[LogprobEntry] {
+    /// The logprobs of the requested `token_ids_logprob` at each output position (none if the list is empty).
+    pub fn output_token_ids_logprobs(&self) -> &Rows {
         &self.output_ids_lp
     }
 
@@ -391,13 +381,13 @@ impl Generation {
         }
     }
 
-    /// Top logprobs of prompt positions `logprob_start + 1..`, flattened (the first position has none).
-    pub fn input_top_logprobs(&self) -> &[LogprobEntry] {
+    /// The top lists of prompt positions `logprob_start + 1..` (the first position has none).
+    pub fn input_top_logprobs(&self) -> &Rows {
         &self.input_top
     }
 
-    /// Logprobs of the requested ids at prompt positions `logprob_start + 1..`, flattened.
-    pub fn input_token_ids_logprobs(&self) -> &[LogprobEntry] {
+    /// The logprobs of the requested ids at prompt positions `logprob_start + 1..`.
+    pub fn input_token_ids_logprobs(&self) -> &Rows {
         &self.input_ids_lp
     }
 
@@ -412,22 +402,34 @@ impl Generation {
     }
 }
 
-/// Appends the top `n` of `dist` to `out` as `f32` entries, using `scratch` for the `f64` values.
-fn push_top(
-    dist: &Distribution<'_>,
-    n: usize,
-    scratch: &mut Vec<(u32, f64)>,
-    out: &mut Vec<LogprobEntry>,
-) {
+/// Appends the top `n` of `dist` to `out` as a row of `f32` entries, using `scratch` for the `f64` values; no
+/// row when `n` is 0.
+fn push_top(dist: &Distribution<'_>, n: usize, scratch: &mut Vec<(u32, f64)>, out: &mut Rows) {
     if n == 0 {
         return;
     }
     scratch.clear();
     dist.top(n, scratch);
-    out.extend(scratch.iter().map(|&(id, lp)| LogprobEntry {
-        logprob: lp as f32,
-        id,
-    }));
+    out.entries_mut()
+        .extend(scratch.iter().map(|&(id, lp)| LogprobEntry {
+            logprob: lp as f32,
+            id,
+        }));
+    out.end_row();
+}
+
+/// Appends the logprobs of `ids` under `dist` to `out` as a row; no row when `ids` is empty.
+fn push_token_ids(dist: &Distribution<'_>, ids: &[u32], out: &mut Rows) {
+    if ids.is_empty() {
+        return;
+    }
+    for &id in ids {
+        out.push(LogprobEntry {
+            logprob: dist.logprob(id) as f32,
+            id,
+        });
+    }
+    out.end_row();
 }
 
 /// Moves the complete UTF-8 prefix of `pending` onto `decoded`, replacing invalid sequences with U+FFFD exactly as

@@ -270,7 +270,7 @@ fn greedy_is_the_arg_max_and_reports_temperature_one() {
         d.top(2, &mut top);
         assert_eq!(id, top[0].0);
         assert_eq!(
-            g.output_top_logprobs()[2 * k],
+            g.output_top_logprobs().row(k)[0],
             LogprobEntry {
                 logprob: top[0].1 as f32,
                 id

@@ -187,10 +187,9 @@ impl ItemView {
                     })
                     .collect(),
                 output_top: (k > 0).then(|| {
-                    let entries = generation.output_top_logprobs();
-                    let start = from.saturating_mul(k).min(entries.len());
-                    entries[start..]
-                        .chunks(k)
+                    generation
+                        .output_top_logprobs()
+                        .rows_from(from)
                         .map(|position| top_row(position, tok))
                         .collect()
                 }),
@@ -204,12 +203,12 @@ impl ItemView {
                     })
                     .collect(),
                 input_top: (k > 0).then(|| {
-                    let mut chunks = generation.input_top_logprobs().chunks(k);
+                    let rows = generation.input_top_logprobs();
                     (0..in_ids.len())
                         .map(|p| match p {
                             // The first covered position has no data.
                             0 => None,
-                            _ => top_row(chunks.next().unwrap_or(&[]), tok),
+                            _ => top_row(rows.row(p - 1), tok),
                         })
                         .collect()
                 }),
