@@ -10,8 +10,8 @@ Two checks, standard library only:
 * **Frequencies.** For fixed contexts and filters, the first token of 4,000 seeded samples must follow the
   reference's filtered distribution (chi-square, p > 0.001), and each draw must be the reference's own draw.
 
-Usage: ``crosscheck.py --url http://127.0.0.1:PORT --server-seed 7 --script FILE`` (the server must run with the
-same seed, vocabulary and script file). Exits non-zero with a report of every mismatch.
+Usage: ``crosscheck.py --url http://127.0.0.1:PORT --server-seed 7 --script FILE --sglang-version 0.5.23`` (the
+server must run with the same seed, vocabulary, script file and release). Exits non-zero with a report of every mismatch.
 """
 
 import argparse
@@ -20,6 +20,7 @@ import math
 import os
 import random
 import sys
+import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -31,19 +32,39 @@ SCRIPTED_PHRASES = ("Judgment", "count to three")
 PUNCTUATION_IDS = [10, 33, 44, 46, 58, 59, 63]
 
 
-def post(url, body):
-    """POSTs a JSON body to ``url`` and returns the parsed answer; a stream's last data event (cumulative mode)."""
+def post(url, body, delta_ids=False):
+    """POSTs a JSON body to ``url`` and returns the parsed answer: for a stream, its last data event, with the
+    ``output_ids`` of every event joined when they are deltas (0.5.3 sends each chunk's new ids only)."""
     request = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
-    with urllib.request.urlopen(request, timeout=120) as response:
-        raw = response.read().decode()
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            raw = response.read().decode()
+    except urllib.error.HTTPError as e:
+        raise AssertionError(f"HTTP {e.code} {e.read().decode()[:300]} for {json.dumps(body)[:300]}") from None
     if not body.get("stream"):
         return json.loads(raw)
     events = [line[len("data: "):] for line in raw.split("\n\n") if line.startswith("data: ")]
     if not events or events[-1] != "[DONE]":
         raise AssertionError(f"stream did not end with [DONE]: {raw[-200:]!r}")
-    return json.loads(events[-2])
+    chunks = [json.loads(event) for event in events[:-1]]
+    last = chunks[-1]
+    if delta_ids:
+        last["output_ids"] = [token for chunk in chunks for token in chunk["output_ids"]]
+    return last
+
+
+def post_status(url, body):
+    """POSTs a JSON body to ``url`` and returns the status and the body's text, whatever the status."""
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -251,6 +272,17 @@ def flat_values(entries):
             yield from flat_values(entry)
 
 
+def has_infinite_logprob(item):
+    """Whether a reference item reports a -inf logprob (``None``; the first input position is always ``None``)."""
+    for key in LOGPROB_KEYS:
+        entries = item.get(key) or []
+        if key == "input_token_logprobs":
+            entries = entries[1:]
+        if any(value is None for value in flat_values(entries)):
+            return True
+    return False
+
+
 def replay(args, model, problems):
     rng = random.Random(args.seed)
     coverage = set()
@@ -258,7 +290,15 @@ def replay(args, model, problems):
     for number in range(args.requests):
         body = random_request(rng, args.vocab_size, coverage)
         want = model.generate(body)
-        got = post(args.url + "/generate", body)
+        if model.sglang_version == "0.5.3" and not body.get("stream") and any(map(has_infinite_logprob, want)):
+            # MODEL.md 8.5: a -inf logprob fails a whole non-streamed 0.5.3 answer.
+            status, text = post_status(args.url + "/generate", body)
+            if (status, text) != (500, "Internal Server Error"):
+                problems.append(f"request {number}: want 0.5.3's plain 500 for a -inf logprob, got {status} "
+                                f"{text[:200]!r}: {json.dumps(body)}")
+            coverage.add("0.5.3 non-finite 500")
+            continue
+        got = post(args.url + "/generate", body, delta_ids=model.sglang_version == "0.5.3")
         items = got if isinstance(got, list) else [got]
         if len(items) != len(want):
             problems.append(f"request {number}: {len(items)} items vs reference {len(want)}: {json.dumps(body)}")
@@ -410,16 +450,20 @@ def main():
     parser.add_argument("--server-seed", type=int, default=0, help="the server's --seed")
     parser.add_argument("--vocab-size", type=int, default=151936, help="the server's --vocab-size")
     parser.add_argument("--script", help="the server's --script file")
+    parser.add_argument("--sglang-version", default="0.5.23", choices=tuple(toymodel.RELEASES),
+                        help="the server's --sglang-version")
     parser.add_argument("--requests", type=int, default=240, help="random requests to replay")
-    parser.add_argument("--draws", type=int, default=4000, help="seeded draws per frequency case")
+    parser.add_argument("--draws", type=int, default=4000, help="seeded draws per frequency case (0: none)")
     parser.add_argument("--seed", type=int, default=1976, help="seed of the random requests")
     args = parser.parse_args()
     args.url = args.url.rstrip("/")
     scripts = json.load(open(args.script)) if args.script else None
-    model = toymodel.ToyModel(seed=args.server_seed, vocab_size=args.vocab_size, scripts=scripts)
+    model = toymodel.ToyModel(seed=args.server_seed, vocab_size=args.vocab_size, sglang_version=args.sglang_version,
+                              scripts=scripts)
     problems = []
     replay(args, model, problems)
-    frequencies(args, model, problems)
+    if args.draws > 0:
+        frequencies(args, model, problems)
     for problem in problems[:60]:
         print("MISMATCH", problem, file=sys.stderr)
     if problems:

@@ -15,7 +15,7 @@ Use it from Python:
 
 or from the command line (prints the list of samples as JSON; the body is read from stdin when it is `-` or absent):
 
-    python3 toymodel.py [--seed S] [--vocab-size V] [--context-length L] [--profile latest|mid]
+    python3 toymodel.py [--seed S] [--vocab-size V] [--context-length L] [--sglang-version 0.5.3|0.5.15|0.5.23]
                         [--return-original-logprob] [--script FILE] [BODY_JSON | -]
 
 Logprobs are returned at full binary64 precision (the server rounds them to binary32 on the wire); `-inf` is
@@ -50,6 +50,8 @@ GREEDY_BELOW = 1e-6  # section 8.2
 PROMPT_HASH_START = 0x50524F4D5054  # section 8.3
 SEED_SALT = 0x53454544  # section 8.3
 NO_SEED = 0xFFFFFFFFFFFFFFFF  # section 8.3
+# The releases the server emulates, and the old profile names (`--profile latest|mid`) as aliases.
+RELEASES = {"0.5.3": "0.5.3", "0.5.15": "0.5.15", "0.5.23": "0.5.23", "latest": "0.5.23", "mid": "0.5.3"}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -350,14 +352,14 @@ def _flag(value, name, default):
 class ToyModel:
     """The toy model with its server configuration (section 1): tokenizer, distributions and /generate."""
 
-    def __init__(self, seed=0, vocab_size=151936, context_length=32768, profile="latest",
+    def __init__(self, seed=0, vocab_size=151936, context_length=32768, sglang_version="0.5.23",
                  return_original_logprob=False, scripts=None):
         self.seed = _integer(seed, "seed", 0, MASK64)
         self.vocab_size = _integer(vocab_size, "vocab_size", 1024, 1_400_000)
         self.context_length = _integer(context_length, "context_length", 1)
-        if profile not in ("latest", "mid"):
-            raise ValueError(f"profile must be 'latest' or 'mid', got {profile!r}")
-        self.profile = profile
+        if sglang_version not in RELEASES:
+            raise ValueError(f"sglang_version must be one of {', '.join(RELEASES)}, got {sglang_version!r}")
+        self.sglang_version = RELEASES[sglang_version]
         self.return_original_logprob = bool(return_original_logprob)
         self.scripts = [self._script_rule(rule) for rule in (scripts or ())]
         self.word_count = vocab_size - 259
@@ -555,9 +557,8 @@ class ToyModel:
         stop_token_ids = get("stop_token_ids", [])
         if not isinstance(stop_token_ids, list) or not all(_is_int(t) for t in stop_token_ids):
             raise ValueError("stop_token_ids must be a list of integers")
+        # Any value is kept; only an integer (or an integral float) seeds the sampler (section 8.3).
         sampling_seed = params.get("sampling_seed")
-        if sampling_seed is not None:
-            _integer(sampling_seed, "sampling_seed")
 
         forced = []
         if self.scripts:
@@ -586,7 +587,7 @@ class ToyModel:
         return_logprob = _flag(return_logprob, "return_logprob", False)
         start = _integer(-1 if start is None else start, "logprob_start_len", -1)
         if start == -1:
-            start = len(prompt) if self.profile == "latest" else len(prompt) - 1
+            start = len(prompt) - 1 if self.sglang_version == "0.5.3" else len(prompt)
         top_num = min(max(_integer(0 if top_num is None else top_num, "top_logprobs_num"), 0), self.vocab_size)
         if token_ids is not None and (not isinstance(token_ids, list) or not all(_is_int(t) for t in token_ids)):
             raise ValueError("token_ids_logprob must be a list of integers")
@@ -633,10 +634,13 @@ class ToyModel:
         prompt_hash = PROMPT_HASH_START
         for token in sample.prompt:
             prompt_hash = mix(prompt_hash, token)
-        if sample.sampling_seed is None:
-            seed_part = NO_SEED
+        seed = sample.sampling_seed
+        if isinstance(seed, float) and math.isfinite(seed) and seed == int(seed):
+            seed = int(seed)
+        if _is_int(seed):
+            seed_part = mix(SEED_SALT, seed & MASK64)
         else:
-            seed_part = mix(SEED_SALT, sample.sampling_seed & MASK64)
+            seed_part = NO_SEED
         return mix(mix(mix(self.seed, prompt_hash), seed_part), sample.position)
 
     # -- Section 9: generation and finish checks -------------------------------------------------------------
@@ -743,7 +747,7 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--vocab-size", type=int, default=151936)
     parser.add_argument("--context-length", type=int, default=32768)
-    parser.add_argument("--profile", choices=("latest", "mid"), default="latest")
+    parser.add_argument("--sglang-version", "--profile", choices=tuple(RELEASES), default="0.5.23")
     parser.add_argument("--return-original-logprob", action="store_true")
     parser.add_argument("--script", metavar="FILE", help="JSON list of scripted answers (MODEL.md 8.4)")
     parser.add_argument("body", nargs="?", default="-", help="request body as JSON, or - for stdin")
@@ -753,7 +757,7 @@ def main(argv=None):
         with open(args.script, encoding="utf-8") as f:
             scripts = json.load(f)
     model = ToyModel(seed=args.seed, vocab_size=args.vocab_size, context_length=args.context_length,
-                     profile=args.profile, return_original_logprob=args.return_original_logprob, scripts=scripts)
+                     sglang_version=args.sglang_version, return_original_logprob=args.return_original_logprob, scripts=scripts)
     body = json.loads(sys.stdin.read() if args.body == "-" else args.body)
     print(json.dumps(model.generate(body)))
 

@@ -5,6 +5,7 @@ use std::fmt;
 
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// A field that is either one value or a list of them (`str | list[str]`, `bool | list[bool]`, ...).
 #[derive(Debug, Clone, PartialEq)]
@@ -47,6 +48,9 @@ pub struct RawSamplingParams {
     pub entries: Vec<(SamplingKey, Value)>,
     /// The first key `SamplingParams.__init__` does not accept.
     pub unknown_key: Option<String>,
+    /// The literal of a `sampling_seed` that is an integer beyond `u64`, which a [`Value`] holds only as the
+    /// nearest float; Python keeps every digit.
+    pub big_seed: Option<String>,
 }
 
 macro_rules! sampling_keys {
@@ -601,6 +605,14 @@ fn visit_sampling_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<RawSamplingP
     let mut raw = RawSamplingParams::default();
     while let Some(key) = map.next_key::<KeyStr<'de>>()? {
         match SamplingKey::from_name(key.as_str()) {
+            Some(SamplingKey::SamplingSeed) => {
+                let literal: Box<RawValue> = map.next_value()?;
+                let value: Value =
+                    serde_json::from_str(literal.get()).map_err(de::Error::custom)?;
+                raw.big_seed = (value.is_f64() && is_integer_literal(literal.get()))
+                    .then(|| literal.get().to_owned());
+                raw.entries.push((SamplingKey::SamplingSeed, value));
+            }
             Some(k) => {
                 // Sampling values are few and small; keeping them loose lets a wrong type become the
                 // 500 SGLang gives instead of a 400.
@@ -616,4 +628,9 @@ fn visit_sampling_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<RawSamplingP
         }
     }
     Ok(raw)
+}
+
+/// Whether a JSON number's text is an integer: no fraction and no exponent.
+fn is_integer_literal(text: &str) -> bool {
+    !text.contains(['.', 'e', 'E'])
 }

@@ -336,6 +336,7 @@ fn parallel_sample_num(sampling: Option<&SamplingInput>) -> Result<usize, ApiErr
 static EMPTY_SAMPLING: RawSamplingParams = RawSamplingParams {
     entries: Vec::new(),
     unknown_key: None,
+    big_seed: None,
 };
 
 fn expand_sampling(

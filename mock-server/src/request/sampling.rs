@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::lax::{RawSamplingParams, SamplingKey};
-use crate::config::ServerConfig;
+use crate::config::{ServerConfig, SglangVersion};
 use crate::engine::SamplingParams;
 use crate::error::ApiError;
 use crate::pyfmt::{PyNum, str_repr};
@@ -77,7 +77,7 @@ pub fn resolve_sampling_params(
 ) -> Result<ResolvedSampling, ApiError> {
     let mut typed = Typed::read(raw)?;
     typed.post_init();
-    typed.verify(vocab_size)?;
+    typed.verify(vocab_size, config.sglang_version)?;
     Ok(typed.resolve(vocab_size, prompt_len, config))
 }
 
@@ -96,7 +96,7 @@ struct Typed {
     skip_special_tokens: bool,
     no_stop_trim: bool,
     stream_interval: Option<i64>,
-    sampling_seed: Option<i64>,
+    sampling_seed: Seed,
     stop: Vec<String>,
     stop_token_ids: Vec<i64>,
     /// The keys of `logit_bias`, checked against the vocabulary by `verify`.
@@ -132,7 +132,7 @@ impl Typed {
         opt(raw, K::SpacesBetweenSpecialTokens, bool_value)?;
         let no_stop_trim = opt(raw, K::NoStopTrim, bool_value)?.unwrap_or(false);
         let stream_interval = opt(raw, K::StreamInterval, int_value)?;
-        let sampling_seed = opt(raw, K::SamplingSeed, int_value)?;
+        let sampling_seed = Seed::read(raw);
         let stop = opt(raw, K::Stop, str_or_str_list)?.unwrap_or_default();
         opt(raw, K::StopRegex, |key, v| match v {
             Value::String(_) | Value::Array(_) => Ok(()),
@@ -184,7 +184,7 @@ impl Typed {
     }
 
     /// `verify`, in SGLang's order and wording.
-    fn verify(&self, vocab_size: u32) -> Result<(), ApiError> {
+    fn verify(&self, vocab_size: u32, version: SglangVersion) -> Result<(), ApiError> {
         let Typed {
             temperature,
             top_p,
@@ -197,10 +197,19 @@ impl Typed {
             (&self.frequency_penalty, &self.presence_penalty);
         let repetition_penalty = &self.repetition_penalty;
         let t = temperature.as_f64();
-        if !t.is_finite() || t < 0.0 {
-            return Err(ApiError::value(format!(
-                "temperature must be a non-negative finite number, got {temperature}."
-            )));
+        match version {
+            SglangVersion::V0_5_3 if t < 0.0 => {
+                return Err(ApiError::value(format!(
+                    "temperature must be non-negative, got {temperature}."
+                )));
+            }
+            SglangVersion::V0_5_3 => {}
+            SglangVersion::V0_5_15 | SglangVersion::V0_5_23 if !t.is_finite() || t < 0.0 => {
+                return Err(ApiError::value(format!(
+                    "temperature must be a non-negative finite number, got {temperature}."
+                )));
+            }
+            SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => {}
         }
         let p = top_p.as_f64();
         if !(p > 0.0 && p <= 1.0) {
@@ -229,10 +238,19 @@ impl Typed {
             )));
         }
         let rp = repetition_penalty.as_f64();
-        if !(rp > 0.0 && rp <= 2.0) {
-            return Err(ApiError::value(format!(
-                "repetition_penalty must be in (0, 2] (1.0 = no penalty), got {repetition_penalty}."
-            )));
+        match version {
+            SglangVersion::V0_5_3 if !(0.0..=2.0).contains(&rp) => {
+                return Err(ApiError::value(format!(
+                    "repetition_penalty must be in [0, 2], got {repetition_penalty}."
+                )));
+            }
+            SglangVersion::V0_5_3 => {}
+            SglangVersion::V0_5_15 | SglangVersion::V0_5_23 if !(rp > 0.0 && rp <= 2.0) => {
+                return Err(ApiError::value(format!(
+                    "repetition_penalty must be in (0, 2] (1.0 = no penalty), got {repetition_penalty}."
+                )));
+            }
+            SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => {}
         }
         if *min_new_tokens < 0 {
             return Err(ApiError::value(format!(
@@ -253,6 +271,7 @@ impl Typed {
         if let Some(keys) = &self.logit_bias {
             verify_logit_bias(keys, vocab_size)?;
         }
+        self.sampling_seed.verify(version)?;
         if self.grammars > 1 {
             return Err(ApiError::value(
                 "Only one of regex, json_schema, or ebnf can be set.",
@@ -302,7 +321,7 @@ impl Typed {
             ignore_eos: self.ignore_eos,
             skip_special_tokens: self.skip_special_tokens,
             no_stop_trim: self.no_stop_trim,
-            sampling_seed: self.sampling_seed.map(|s| s as u64),
+            sampling_seed: self.sampling_seed.key(),
         };
         ResolvedSampling {
             params,
@@ -310,6 +329,91 @@ impl Typed {
                 .stream_interval
                 .map(|si| si.clamp(0, i64::from(u32::MAX)) as u32),
         }
+    }
+}
+
+/// `sampling_seed` as `SamplingParams` holds it: whatever JSON value was sent. SGLang reads it only under
+/// deterministic inference; the mock seeds its sampler with it (MODEL.md section 8.3).
+#[derive(Debug, Clone, PartialEq)]
+enum Seed {
+    /// Not sent.
+    Absent,
+    /// An explicit `null`.
+    Null,
+    /// A Python int within `u64` or `i64` (a bool is an int too).
+    Int(i128),
+    /// A Python int beyond them, as its literal.
+    Big(String),
+    /// A float.
+    Float(f64),
+    /// A string, list or dict.
+    Other,
+}
+
+impl Seed {
+    fn read(raw: &RawSamplingParams) -> Seed {
+        if let Some(literal) = &raw.big_seed {
+            return Seed::Big(literal.clone());
+        }
+        match raw.get(SamplingKey::SamplingSeed) {
+            None => Seed::Absent,
+            Some(Value::Null) => Seed::Null,
+            Some(Value::Bool(b)) => Seed::Int(i128::from(*b)),
+            Some(Value::Number(n)) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+                (Some(i), _, _) => Seed::Int(i128::from(i)),
+                (None, Some(u), _) => Seed::Int(i128::from(u)),
+                (None, None, Some(f)) => Seed::Float(f),
+                (None, None, None) => Seed::Other,
+            },
+            Some(_) => Seed::Other,
+        }
+    }
+
+    /// `verify`'s seed checks: 0.5.3 refuses `None` (its default is 42), 0.5.23 refuses integers outside
+    /// `i64` (its contract gate has already refused every non-integer), 0.5.15 checks nothing.
+    fn verify(&self, version: SglangVersion) -> Result<(), ApiError> {
+        let out_of_range = |v: &dyn std::fmt::Display| {
+            Err(ApiError::value(format!(
+                "sampling_seed must be in [-2**63, 2**63 - 1], got {v}."
+            )))
+        };
+        match (version, self) {
+            (SglangVersion::V0_5_3, Seed::Null) => {
+                Err(ApiError::value("sampling_seed should not be None"))
+            }
+            (SglangVersion::V0_5_23, Seed::Int(v)) if i64::try_from(*v).is_err() => out_of_range(v),
+            (SglangVersion::V0_5_23, Seed::Big(literal)) => out_of_range(literal),
+            (SglangVersion::V0_5_3 | SglangVersion::V0_5_15 | SglangVersion::V0_5_23, _) => Ok(()),
+        }
+    }
+
+    /// The seed the sampler's key takes, mod 2^64: an integer, or a float with an integral value; any other value
+    /// seeds nothing.
+    fn key(&self) -> Option<u64> {
+        match self {
+            // `as` keeps the low 64 bits: the value mod 2^64.
+            Seed::Int(v) => Some(*v as u64),
+            Seed::Big(literal) => Some(literal_mod_2_64(literal)),
+            Seed::Float(f) if f.is_finite() && f.fract() == 0.0 => Some(*f as i128 as u64),
+            Seed::Absent | Seed::Null | Seed::Float(_) | Seed::Other => None,
+        }
+    }
+}
+
+/// A JSON integer literal mod 2^64, digit by digit.
+fn literal_mod_2_64(literal: &str) -> u64 {
+    let (negative, digits) = match literal.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, literal),
+    };
+    let magnitude = digits.bytes().fold(0u64, |acc, d| {
+        acc.wrapping_mul(10)
+            .wrapping_add(u64::from(d.wrapping_sub(b'0')))
+    });
+    if negative {
+        magnitude.wrapping_neg()
+    } else {
+        magnitude
     }
 }
 

@@ -300,3 +300,35 @@ async fn the_worked_example_of_model_md_is_what_the_server_answers() {
     let want: Vec<(u64, f32)> = want.iter().map(|&(id, lp)| (id, lp as f32)).collect();
     assert_eq!(top, want);
 }
+
+/// MODEL.md section 8.3 takes `sampling_seed` mod 2^64, so a seed and the same seed plus or minus 2^64 draw the
+/// same samples, under a release that accepts integers of any size (0.5.15 checks no range). The seeds are sent
+/// as literals: a JSON value would round them to the nearest float. The SGLang-versions issue found every seed
+/// from 2^63 on answered with a plain 500.
+#[tokio::test]
+async fn seeds_equal_mod_2_64_draw_the_same_samples() {
+    let server = server(ISSUE_SEED, SglangVersion::V0_5_15);
+    let ids = |seed: &str| {
+        let body = format!(
+            r#"{{"input_ids": [5, 6, 7], "sampling_params": {{"max_new_tokens": 12, "temperature": 1.0, "sampling_seed": {seed}}}}}"#
+        );
+        let server = &server;
+        async move {
+            let reply = server.post("/generate", body.clone()).await;
+            assert_eq!(reply.status, 200, "{body}: {}", reply.text());
+            reply.json()["output_ids"].clone()
+        }
+    };
+    let base = ids("5").await;
+    // 5 + 2^64, 5 - 2^64 and 5 + 2^64 * 10^11: all congruent to 5.
+    for congruent in [
+        "18446744073709551621",
+        "-18446744073709551611",
+        "1844674407370955161600000000005",
+    ] {
+        assert_eq!(ids(congruent).await, base, "seed {congruent}");
+    }
+    // And -1 is 2^64 - 1.
+    assert_eq!(ids("-1").await, ids("18446744073709551615").await);
+    assert_ne!(ids("6").await, base, "a different seed draws differently");
+}

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use mock_server::ServerConfig;
+use mock_server::{ServerConfig, SglangVersion};
 
 use crate::common::{Live, python};
 
@@ -15,32 +15,45 @@ fn reference_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("reference")
 }
 
+/// The cross-check under every release: the model is one, and the releases differ in what a request means (0.5.3
+/// reports the last prompt token's logprob by default and streams `output_ids` as deltas). The sampling
+/// frequencies do not depend on the release, so they are checked once, under the default.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn server_agrees_with_the_python_reference() {
+async fn server_agrees_with_the_python_reference_under_every_release() {
     let script = reference_dir().join("crosscheck_script.json");
     let script = script.to_str().expect("a UTF-8 path").to_owned();
-    let live = Live::start(ServerConfig {
-        seed: SERVER_SEED,
-        scripted: mock_server::ScriptRule::load(&script).expect("the cross-check's script file"),
-        ..ServerConfig::default()
-    })
-    .await;
-    let checker = reference_dir().join("crosscheck.py");
-    let output = python(vec![
-        checker.to_str().expect("a UTF-8 path").to_owned(),
-        "--url".into(),
-        live.url(""),
-        "--server-seed".into(),
-        SERVER_SEED.to_string(),
-        "--script".into(),
-        script,
-    ])
-    .await;
-    let report = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        report.contains("the server agrees with the reference"),
-        "{report}"
-    );
+    for sglang_version in SglangVersion::ALL {
+        let live = Live::start(ServerConfig {
+            seed: SERVER_SEED,
+            sglang_version,
+            scripted: mock_server::ScriptRule::load(&script)
+                .expect("the cross-check's script file"),
+            ..ServerConfig::default()
+        })
+        .await;
+        let checker = reference_dir().join("crosscheck.py");
+        let mut args = vec![
+            checker.to_str().expect("a UTF-8 path").to_owned(),
+            "--url".into(),
+            live.url(""),
+            "--server-seed".into(),
+            SERVER_SEED.to_string(),
+            "--script".into(),
+            script.clone(),
+            "--sglang-version".into(),
+            sglang_version.as_str().to_owned(),
+        ];
+        if sglang_version != SglangVersion::default() {
+            args.extend(["--draws".into(), "0".into()]);
+        }
+        let output = python(args).await;
+        let report = String::from_utf8_lossy(&output.stdout);
+        let errors = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            report.contains("the server agrees with the reference"),
+            "under {sglang_version}:\n{report}\n{errors}"
+        );
+    }
 }
 
 #[tokio::test]

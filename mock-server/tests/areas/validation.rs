@@ -106,6 +106,13 @@ fn check_reply(case: &Value, reply: &Reply) -> Result<(), String> {
     }
     let body = reply.json();
     let message = match shape {
+        // Accepted: a generated answer.
+        "ok" => {
+            return match body["meta_info"]["finish_reason"]["type"].as_str() {
+                Some("length" | "stop") => Ok(()),
+                _ => Err(format!("{name}: want a finished answer, got {body}")),
+            };
+        }
         // 0.5.23's JSON contract: exactly `{"error": <text>}`.
         "contract" => match body.as_object() {
             Some(o) if o.len() == 1 && o["error"].is_string() => {
@@ -176,6 +183,20 @@ fn check_stream_reply(case: &Value, reply: &Reply) -> Result<(), String> {
     let name = case["name"].as_str().unwrap_or("?");
     let status = case["status"].as_u64().unwrap_or(0) as u16;
     let shape = case["shape"].as_str().unwrap_or("");
+    if shape == "ok" {
+        read_sse(&reply.body)?;
+        let chunks = sse_json(&reply.body);
+        let finished = chunks
+            .last()
+            .is_some_and(|chunk| chunk["meta_info"]["finish_reason"].is_object());
+        if reply.status.as_u16() != 200 || !finished {
+            return Err(format!(
+                "{name}: want a finished stream, got {}",
+                reply.text()
+            ));
+        }
+        return Ok(());
+    }
     if shape != "value" {
         // Type errors, size limits and uncaught exceptions happen before a stream starts.
         return check_reply(case, reply);

@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::config::ServerConfig;
+use crate::config::{ServerConfig, SglangVersion};
 use crate::error::ApiError;
 use crate::model::Tokenizer;
 use crate::request::validation_error;
@@ -95,8 +95,15 @@ pub(crate) fn translate(
             sampling.insert((*key).to_owned(), value.clone());
         }
     }
-    if let Some(seed) = present(obj, "seed") {
-        sampling.insert("sampling_seed".to_owned(), seed.clone());
+    // `seed: Optional[int]`; 0.5.15 and later pass it on as `sampling_seed`, 0.5.3 reads it and drops it.
+    let seed = int_field(obj, "seed")?;
+    match config.sglang_version {
+        SglangVersion::V0_5_3 => {}
+        SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => {
+            if let Some(seed) = seed {
+                sampling.insert("sampling_seed".to_owned(), Value::from(seed));
+            }
+        }
     }
     if let Some(min) = present(obj, "min_tokens") {
         sampling.insert("min_new_tokens".to_owned(), min.clone());
