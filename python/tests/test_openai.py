@@ -41,6 +41,8 @@ def test_the_sdk_completes_and_chats(sglang_mock):
     chunks = list(streamed)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == chat.choices[0].message.content
+    # SGLang always writes `reasoning_content` (null here); the SDK raises AttributeError when it is missing.
+    assert all(c.choices[0].delta.reasoning_content is None for c in chunks if c.choices)
     assert chunks[-1].usage.completion_tokens == chat.usage.completion_tokens
 
 

@@ -396,10 +396,9 @@ async fn check_streams(server: &InProcess) {
                     .all(|c| c["finish_reason"].is_null())
             );
             if api == "chat" {
-                assert_eq!(
-                    mine[0]["delta"],
-                    json!({"role": "assistant", "content": ""})
-                );
+                // Each release's full delta shape is `chat_stream_deltas_are_each_releases_delta_shape`'s.
+                assert_eq!(mine[0]["delta"]["role"], "assistant");
+                assert_eq!(mine[0]["delta"]["content"], "");
             }
         }
         let object = if api == "chat" {
@@ -1008,8 +1007,87 @@ async fn chat_streams_without_logprobs_carry_the_text() {
     // The role chunk, one chunk per token with text, and the finish chunk: no empty content chunks.
     let empty = chunks
         .iter()
-        .filter(|c| c["choices"][0]["delta"] == json!({"content": ""}))
+        .filter(|c| {
+            let delta = &c["choices"][0]["delta"];
+            delta["content"] == "" && delta.get("role").is_none()
+        })
         .count();
     assert_eq!(empty, 0, "{chunks:?}");
     assert!(chunks.iter().all(|c| c["choices"][0]["logprobs"].is_null()));
+}
+
+/// Every chat stream delta carries `reasoning_content`, `null` here, in every release: 0.5.15 and 0.5.23 write
+/// msgspec's `StreamDelta`, which omits unset fields but keeps that one so that the openai SDK's
+/// `delta.reasoning_content` exists; 0.5.3 writes pydantic's `DeltaMessage` with every field. (The SGLang-versions
+/// issue: the mock's deltas lacked it, and the SDK raised `AttributeError` on the final chunk of this request.)
+#[tokio::test]
+async fn chat_stream_deltas_are_each_releases_delta_shape() {
+    let request =
+        json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "stream": true});
+    for version in SglangVersion::ALL {
+        let server = InProcess::new(ServerConfig {
+            sglang_version: version,
+            ..ServerConfig::default()
+        });
+        let chunks = sse_json(&post(&server, "/v1/chat/completions", &request).await.body);
+        let deltas: Vec<&Value> = chunks.iter().map(|c| &c["choices"][0]["delta"]).collect();
+        let (first, last) = (deltas[0], deltas[deltas.len() - 1]);
+        match version {
+            SglangVersion::V0_5_3 => {
+                assert_eq!(
+                    *first,
+                    json!({"role": "assistant", "content": "", "reasoning_content": null, "tool_calls": null})
+                );
+                assert_eq!(
+                    *last,
+                    json!({"role": null, "content": null, "reasoning_content": null, "tool_calls": null})
+                );
+                assert!(
+                    chunks
+                        .iter()
+                        .all(|c| c["usage"].is_null() && c.get("usage").is_some())
+                );
+            }
+            SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => {
+                assert_eq!(
+                    *first,
+                    json!({"reasoning_content": null, "role": "assistant", "content": ""})
+                );
+                assert_eq!(
+                    *last,
+                    json!({"reasoning_content": null}),
+                    "{version}: the finish chunk"
+                );
+                assert!(chunks.iter().all(|c| c.get("usage").is_none()), "{version}");
+            }
+        }
+        for (chunk, delta) in chunks.iter().zip(&deltas) {
+            let keys: Vec<&String> = delta.as_object().expect("a delta object").keys().collect();
+            assert!(
+                keys.iter().any(|k| *k == "reasoning_content"),
+                "{version}: {chunk}"
+            );
+            let choice_keys: Vec<&String> = chunk["choices"][0]
+                .as_object()
+                .expect("a choice")
+                .keys()
+                .collect();
+            assert_eq!(
+                choice_keys,
+                [
+                    "index",
+                    "delta",
+                    "logprobs",
+                    "finish_reason",
+                    "matched_stop"
+                ],
+                "{version}"
+            );
+        }
+        assert_eq!(
+            chunks.last().expect("chunks")["choices"][0]["finish_reason"],
+            "length",
+            "{version}"
+        );
+    }
 }

@@ -45,6 +45,8 @@ pub(crate) struct OpenAiRequest {
     pub echo: Option<Vec<String>>,
     /// The `/generate` body SGLang builds from the request.
     pub native: Value,
+    /// The release answering: chat stream chunks differ.
+    pub sglang_version: SglangVersion,
 }
 
 /// Sampling fields passed to `sampling_params` under the same name.
@@ -138,6 +140,7 @@ pub(crate) fn translate(
         logprobs,
         echo,
         native: Value::Object(native),
+        sglang_version: config.sglang_version,
     })
 }
 

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 
 use super::request::{Api, OpenAiRequest};
+use crate::config::SglangVersion;
 use crate::engine::{FinishReason, Generation, LogprobEntry, PlannedItem};
 use crate::model::Tokenizer;
 
@@ -426,6 +427,16 @@ impl ChunkTranslator {
         chunk
     }
 
+    /// A chat chunk of one choice. 0.5.3 dumps a pydantic model, so an unset `usage` is `null`; 0.5.15 and
+    /// 0.5.23 encode a msgspec struct with `omit_defaults` (`sse_utils.py: StreamChunk`), so it is left out.
+    fn chat_chunk(&self, choice: Value, usage: Option<Value>) -> Value {
+        let usage = match self.req.sglang_version {
+            SglangVersion::V0_5_3 => Some(usage.unwrap_or(Value::Null)),
+            SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => usage,
+        };
+        self.chunk(vec![choice], usage)
+    }
+
     /// The output position from which choice `index` has logprobs still to send.
     pub(crate) fn logprobs_sent(&self, index: usize) -> usize {
         self.choices.get(&index).map_or(0, |c| c.logprobs_sent)
@@ -476,15 +487,16 @@ impl ChunkTranslator {
                 chunks.push(self.chunk(vec![choice], Some(usage.unwrap_or(Value::Null))));
             }
             Api::Chat => {
+                let version = req.sglang_version;
                 if first {
-                    let choice = json!({"index": index, "delta": {"role": "assistant", "content": ""},
-                                        "logprobs": null, "finish_reason": null});
-                    chunks.push(self.chunk(vec![choice], None));
+                    let delta = chat_delta(version, Some("assistant"), Some(""));
+                    let choice = chat_choice(index, delta, Value::Null, None);
+                    chunks.push(self.chat_chunk(choice, None));
                 }
                 if !delta.is_empty() || logprobs.is_some() {
-                    let choice = json!({"index": index, "delta": {"content": delta}, "logprobs": logprobs,
-                                        "finish_reason": null});
-                    chunks.push(self.chunk(vec![choice], usage));
+                    let delta = chat_delta(version, None, Some(&delta));
+                    let choice = chat_choice(index, delta, logprobs.unwrap_or(Value::Null), None);
+                    chunks.push(self.chat_chunk(choice, usage));
                 }
             }
         }
@@ -497,9 +509,9 @@ impl ChunkTranslator {
         if self.req.api == Api::Chat {
             for (index, state) in &self.choices {
                 if let Some(finish) = &state.finish {
-                    let choice = json!({"index": index, "delta": {}, "logprobs": null,
-                                        "finish_reason": finish.kind(), "matched_stop": finish.matched()});
-                    chunks.push(self.chunk(vec![choice], None));
+                    let delta = chat_delta(self.req.sglang_version, None, None);
+                    let choice = chat_choice(*index, delta, Value::Null, Some(finish));
+                    chunks.push(self.chat_chunk(choice, None));
                 }
             }
         }
@@ -515,6 +527,33 @@ impl ChunkTranslator {
         }
         chunks
     }
+}
+
+/// A chat stream delta. 0.5.3's pydantic `DeltaMessage` writes every field (`null` when unset); 0.5.15's and
+/// 0.5.23's msgspec `StreamDelta` omits unset ones except `reasoning_content`, which it always writes so that
+/// the openai SDK's `delta.reasoning_content` exists (`sse_utils.py: StreamDelta`).
+fn chat_delta(version: SglangVersion, role: Option<&str>, content: Option<&str>) -> Value {
+    match version {
+        SglangVersion::V0_5_3 => {
+            json!({"role": role, "content": content, "reasoning_content": null, "tool_calls": null})
+        }
+        SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => {
+            let mut delta = json!({"reasoning_content": null});
+            if let Some(role) = role {
+                delta["role"] = json!(role);
+            }
+            if let Some(content) = content {
+                delta["content"] = json!(content);
+            }
+            delta
+        }
+    }
+}
+
+/// A chat stream choice: every release writes all five fields.
+fn chat_choice(index: usize, delta: Value, logprobs: Value, finish: Option<&Finish>) -> Value {
+    let (kind, matched) = finish.map_or((Value::Null, Value::Null), |f| (f.kind(), f.matched()));
+    json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": kind, "matched_stop": matched})
 }
 
 /// The logprobs of one chunk: the output entries new since the last chunk (the view's lists start there),
