@@ -63,6 +63,8 @@ impl Drop for RunTicket {
 #[derive(Debug)]
 pub(crate) struct Control {
     weight_version: RwLock<Arc<str>>,
+    /// The `model_path` of the last successful `/update_weights_from_disk`; until one, the configured one.
+    model_path: RwLock<Option<Arc<str>>>,
     /// `true` while paused; new requests wait and running ones freeze at their next token.
     paused_tx: watch::Sender<bool>,
     paused: AtomicBool,
@@ -91,6 +93,7 @@ impl Control {
     ) -> Arc<Control> {
         Arc::new(Control {
             weight_version: RwLock::new(Arc::from(weight_version)),
+            model_path: RwLock::new(None),
             paused_tx: watch::Sender::new(false),
             paused: AtomicBool::new(false),
             retract: AtomicBool::new(false),
@@ -130,6 +133,23 @@ impl Control {
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         *guard = Arc::from(version);
+    }
+
+    /// The model path that `/update_weights_from_disk` last loaded, if it has loaded one.
+    pub(crate) fn updated_model_path(&self) -> Option<Arc<str>> {
+        self.model_path
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Records a model path loaded by `/update_weights_from_disk`: SGLang's tokenizer manager then reports it as
+    /// `model_path` and as `served_model_name` (`TM: _update_model_path_info`).
+    pub(crate) fn set_model_path(&self, path: &str) {
+        *self
+            .model_path
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(Arc::from(path));
     }
 
     /// The message of a user or weight-update abort of a running request.

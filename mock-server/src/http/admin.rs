@@ -109,14 +109,20 @@ pub(crate) struct WeightUpdate {
 }
 
 /// What a weight update does in the mock: optionally abort everything, hold new requests back, wait for
-/// running ones to finish (unless paused), stall for `weight_update_ms`, then switch the version.
-async fn run_weight_update(state: &AppState, req: &WeightUpdate) {
+/// running ones to finish (unless paused), find the weights with `load` (a failure ends the update there, with
+/// the weights and their version kept), stall for `weight_update_ms`, then switch the version.
+async fn run_weight_update(
+    state: &AppState,
+    req: &WeightUpdate,
+    load: impl FnOnce() -> Result<(), String>,
+) -> Result<(), String> {
     let control = state.control();
     if req.abort_all_requests {
         abort(state, "", true);
     }
     let _update = control.begin_update();
     control.drain_running().await;
+    load()?;
     let ms = state.config().weight_update_ms;
     if ms > 0 {
         tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -124,6 +130,7 @@ async fn run_weight_update(state: &AppState, req: &WeightUpdate) {
     if let Some(version) = &req.weight_version {
         control.set_weight_version(version);
     }
+    Ok(())
 }
 
 fn update_message(base: &str, req: &WeightUpdate) -> String {
@@ -138,15 +145,74 @@ pub(crate) async fn update_weights_from_disk(
     State(state): State<AppState>,
     JsonBody(req): JsonBody<WeightUpdate>,
 ) -> Response {
-    if req.model_path.is_none() {
+    let Some(model_path) = req.model_path.as_deref() else {
         return ApiError::Validation("model_path: Field required".to_owned()).into_response();
+    };
+    if let Err(e) = run_weight_update(&state, &req, || find_weights(&state, model_path)).await {
+        // The loader fails before any weight changes: the version and the model path stay.
+        let mut response = json_value(&ordered! {
+            "success": false,
+            "message": format!("Failed to get weights iterator: {e}."),
+            "num_paused_requests": 0,
+        });
+        *response.status_mut() = StatusCode::BAD_REQUEST;
+        return response;
     }
-    run_weight_update(&state, &req).await;
+    state.control().set_model_path(model_path);
     json_value(&ordered! {
         "success": true,
         "message": update_message("Succeeded to update model weights.", &req),
         "num_paused_requests": 0,
     })
+}
+
+/// Where SGLang's loader finds the weights of `model_path`, as on a host without Hub access
+/// (`download_weights_from_hf` in `srt/model_loader/weight_utils.py`): a local directory, or the model the
+/// server loaded before (its snapshot is in the local cache). Anything else fails as `huggingface_hub` does: a
+/// name that is no repo id fails its validation, and a repo id without a cached snapshot cannot be fetched.
+fn find_weights(state: &AppState, model_path: &str) -> Result<(), String> {
+    if std::path::Path::new(model_path).is_dir()
+        || model_path == state.config().model_path
+        || *model_path == *state.model_path()
+    {
+        return Ok(());
+    }
+    validate_repo_id(model_path)?;
+    Err("Cannot find an appropriate cached snapshot folder for the specified revision on the local disk and \
+         outgoing traffic has been disabled. To enable repo look-ups and downloads online, pass \
+         'local_files_only=False' as input."
+        .to_owned())
+}
+
+/// `huggingface_hub.utils.validate_repo_id`'s checks and messages (huggingface_hub 2.4).
+fn validate_repo_id(repo_id: &str) -> Result<(), String> {
+    if repo_id.matches('/').count() > 1 {
+        return Err(format!(
+            "Repo id must be in the form 'repo_name' or 'namespace/repo_name': '{repo_id}'. Use `repo_type` \
+             argument if needed."
+        ));
+    }
+    // `REPO_ID_REGEX`: each part is 1 to 96 of `[\w\-.]`, beginning and ending with a word character.
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    let part_ok = |part: &str| {
+        (1..=96).contains(&part.chars().count())
+            && part.chars().all(|c| word(c) || c == '-' || c == '.')
+            && part.starts_with(word)
+            && part.ends_with(word)
+    };
+    if !repo_id.split('/').all(part_ok) {
+        return Err(format!(
+            "Repo id must use alphanumeric chars, '-', '_' or '.'. The name cannot start or end with '-' or '.' \
+             and the maximum length is 96: '{repo_id}'."
+        ));
+    }
+    if repo_id.contains("--") || repo_id.contains("..") {
+        return Err(format!("Cannot have -- or .. in repo_id: '{repo_id}'."));
+    }
+    if repo_id.ends_with(".git") {
+        return Err(format!("Repo_id cannot end by '.git': '{repo_id}'."));
+    }
+    Ok(())
 }
 
 /// `/update_weights_from_ipc` (0.5.15 and later; checkpoint-engine's path): the weights would arrive over
@@ -213,7 +279,8 @@ pub(crate) async fn update_weights_from_distributed(
 }
 
 async fn weight_update_simple(state: &AppState, req: &WeightUpdate, base: &str) -> Response {
-    run_weight_update(state, req).await;
+    // These routes carry the weights themselves: there is nothing to find.
+    let _always_found = run_weight_update(state, req, || Ok(())).await;
     json_value(&ordered! {
         "success": true,
         "message": update_message(base, req),

@@ -10,7 +10,7 @@ use serde_json::json;
 use super::drive::unix_now;
 use super::respond::{Ordered, empty_ok, json_response, json_value, ordered};
 use super::state::AppState;
-use crate::config::{ServerConfig, SglangVersion};
+use crate::config::SglangVersion;
 use crate::engine::{Generation, ItemRequest, SamplingParams};
 use crate::error::ApiError;
 
@@ -145,16 +145,18 @@ pub(crate) async fn server_info(State(state): State<AppState>) -> Response {
 pub(crate) async fn model_info(State(state): State<AppState>) -> Response {
     let c = state.config();
     let weight_version = state.control().weight_version();
+    // A weight update from disk changes these two; the tokenizer stays (`TM: _update_model_path_info`).
+    let (model_path, served_model_name) = (state.model_path(), state.served_model_name());
     let body = match c.sglang_version {
         SglangVersion::V0_5_3 => ordered! {
-            "model_path": c.model_path,
+            "model_path": &*model_path,
             "tokenizer_path": c.model_path,
             "is_generation": true,
             "preferred_sampling_params": serde_json::Value::Null,
             "weight_version": &*weight_version,
         },
         SglangVersion::V0_5_15 => ordered! {
-            "model_path": c.model_path,
+            "model_path": &*model_path,
             "tokenizer_path": c.model_path,
             "is_generation": true,
             "preferred_sampling_params": serde_json::Value::Null,
@@ -165,8 +167,8 @@ pub(crate) async fn model_info(State(state): State<AppState>) -> Response {
             "architectures": json!(["Qwen2ForCausalLM"]),
         },
         SglangVersion::V0_5_23 => ordered! {
-            "model_path": c.model_path,
-            "served_model_name": c.served_model_name(),
+            "model_path": &*model_path,
+            "served_model_name": &*served_model_name,
             "tokenizer_path": c.model_path,
             "is_generation": true,
             "preferred_sampling_params": serde_json::Value::Null,
@@ -208,14 +210,15 @@ pub(crate) fn unix_seconds() -> u64 {
     unix_now() as u64
 }
 
-fn model_card(config: &ServerConfig) -> Ordered {
+fn model_card(state: &AppState) -> Ordered {
+    let name = state.served_model_name();
     ordered! {
-        "id": config.served_model_name(),
+        "id": &*name,
         "object": "model",
         "created": unix_seconds(),
         "owned_by": "sglang",
-        "root": config.served_model_name(),
-        "max_model_len": config.context_length,
+        "root": &*name,
+        "max_model_len": state.config().context_length,
     }
 }
 
@@ -225,7 +228,7 @@ pub(crate) async fn list_models(State(state): State<AppState>) -> Response {
         StatusCode::OK,
         format!(
             r#"{{"object":"list","data":[{}]}}"#,
-            serde_json::to_string(&model_card(state.config())).unwrap_or_default()
+            serde_json::to_string(&model_card(&state)).unwrap_or_default()
         )
         .into_bytes(),
     )
@@ -238,8 +241,8 @@ pub(crate) async fn retrieve_model(
 ) -> Response {
     // A path that does not percent-decode to UTF-8 names no model; never answer with axum's rejection text.
     let model = model.map(|Path(m)| m).unwrap_or_default();
-    if model == state.config().served_model_name() {
-        return json_value(&model_card(state.config()));
+    if *model == *state.served_model_name() {
+        return json_value(&model_card(&state));
     }
     let error = ordered! {
         "message": format!("The model '{model}' does not exist"),

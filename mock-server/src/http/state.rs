@@ -75,6 +75,20 @@ impl AppState {
     }
 
     /// The control plane: in-flight registry, pause gate, queue, weight version.
+    /// The model path answers report: the configured one, or the one a weight update from disk loaded.
+    pub(crate) fn model_path(&self) -> Arc<str> {
+        self.control()
+            .updated_model_path()
+            .unwrap_or_else(|| Arc::from(self.config().model_path.as_str()))
+    }
+
+    /// The served model name: the configured one, until a weight update from disk makes it the new path.
+    pub(crate) fn served_model_name(&self) -> Arc<str> {
+        self.control()
+            .updated_model_path()
+            .unwrap_or_else(|| Arc::from(self.config().served_model_name()))
+    }
+
     pub(crate) fn control(&self) -> &Arc<Control> {
         &self.inner.control
     }

@@ -12,6 +12,9 @@ use crate::common::{
     InProcess, Node, Reply, WAITING_ABORT_META_KEYS, advance_ms, slow, spawn_generate, sse_json,
 };
 
+/// A directory that exists wherever the tests run: a checkpoint the loader can find.
+const CHECKPOINT_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data");
+
 fn request(rid: &str, tokens: u32, stream: bool) -> Value {
     json!({
         "text": "control plane",
@@ -282,7 +285,7 @@ async fn weight_versions_change_what_responses_report() {
     let reply = post(
         &server,
         "/update_weights_from_disk",
-        json!({"model_path": "/ckpt/step-2", "weight_version": "v2"}),
+        json!({"model_path": CHECKPOINT_DIR, "weight_version": "v2"}),
     )
     .await;
     assert_eq!(reply.status, 200);
@@ -345,7 +348,7 @@ async fn weight_updates_wait_for_running_requests_or_abort_them() {
             post(
                 &server,
                 "/update_weights_from_disk",
-                json!({"model_path": "p", "weight_version": "w1"}),
+                json!({"model_path": CHECKPOINT_DIR, "weight_version": "w1"}),
             )
             .await
         })
@@ -543,4 +546,85 @@ async fn admin_reset_restores_the_server_as_it_started() {
     assert!(!has_logprobs(&first), "{first}");
     assert_eq!(first["meta_info"]["weight_version"], "v0");
     assert!(has_logprobs(&post(&server, "/generate", body).await.json()));
+}
+
+/// SGLang's own `test_update_weights_from_disk.py`, as the SGLang-versions issue ran it against the mock: a
+/// successful update changes the `model_path` (and `served_model_name`) that `/model_info` reports, and a path the
+/// loader cannot find answers `success: false` with the loader's message (`weight_updater.py:
+/// update_weights_from_disk`, `huggingface_hub`'s repo-id validation or its offline cache miss), keeping the
+/// weights, their version and the model path. The mock answered `success: true` and kept the old path.
+#[tokio::test]
+async fn a_weight_update_from_disk_changes_the_model_path_or_fails_as_the_loader_does() {
+    let server = InProcess::new(ServerConfig::default());
+    let info = |server: &InProcess| {
+        let server = server.clone();
+        async move { server.get("/model_info").await.json() }
+    };
+    let before = info(&server).await;
+    let cases = [
+        (
+            "/no/such/checkpoint",
+            "Failed to get weights iterator: Repo id must be in the form 'repo_name' or \
+             'namespace/repo_name': '/no/such/checkpoint'. Use `repo_type` argument if needed..",
+        ),
+        (
+            "org/not-cached",
+            "Failed to get weights iterator: Cannot find an appropriate cached snapshot folder for the specified \
+             revision on the local disk and outgoing traffic has been disabled. To enable repo look-ups and \
+             downloads online, pass 'local_files_only=False' as input..",
+        ),
+        (
+            "-bad-name",
+            "Failed to get weights iterator: Repo id must use alphanumeric chars, '-', '_' or '.'. The name cannot \
+             start or end with '-' or '.' and the maximum length is 96: '-bad-name'..",
+        ),
+    ];
+    for (path, message) in cases {
+        let reply = post(
+            &server,
+            "/update_weights_from_disk",
+            json!({"model_path": path, "weight_version": "never"}),
+        )
+        .await;
+        assert_eq!(reply.status, 400, "{path}");
+        assert_eq!(
+            reply.json(),
+            json!({"success": false, "message": message, "num_paused_requests": 0}),
+            "{path}"
+        );
+        assert_eq!(
+            info(&server).await,
+            before,
+            "{path}: a failed update changes nothing"
+        );
+    }
+
+    let reply = post(
+        &server,
+        "/update_weights_from_disk",
+        json!({"model_path": CHECKPOINT_DIR}),
+    )
+    .await;
+    assert_eq!(reply.json()["success"], true, "{}", reply.text());
+    let after = info(&server).await;
+    assert_eq!(after["model_path"], CHECKPOINT_DIR);
+    assert_eq!(after["served_model_name"], CHECKPOINT_DIR);
+    assert_eq!(after["tokenizer_path"], before["tokenizer_path"]);
+    assert_eq!(
+        server.get("/v1/models").await.json()["data"][0]["id"],
+        CHECKPOINT_DIR
+    );
+    // The model the server started with is in the loader's cache: going back succeeds.
+    let original = before["model_path"]
+        .as_str()
+        .expect("a model path")
+        .to_owned();
+    let reply = post(
+        &server,
+        "/update_weights_from_disk",
+        json!({"model_path": original}),
+    )
+    .await;
+    assert_eq!(reply.json()["success"], true, "{}", reply.text());
+    assert_eq!(info(&server).await["model_path"], before["model_path"]);
 }

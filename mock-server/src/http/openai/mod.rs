@@ -71,7 +71,15 @@ async fn handle(
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
     let config = state.config();
-    let openai = request::translate(api, body, config, state.model().tokenizer()).inspect_err(
+    let served_model_name = state.served_model_name();
+    let openai = request::translate(
+        api,
+        body,
+        config,
+        &served_model_name,
+        state.model().tokenizer(),
+    )
+    .inspect_err(
         |err| tracing::info!(error = %err, path = api.path(), "rejected OpenAI request"),
     )?;
     let fault = decide_fault(&state, api.path(), openai.stream, headers)?;

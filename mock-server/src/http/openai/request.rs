@@ -76,11 +76,12 @@ pub(crate) fn translate(
     api: Api,
     body: &Value,
     config: &ServerConfig,
+    served_model_name: &str,
     tokenizer: &Tokenizer,
 ) -> Result<OpenAiRequest, ApiError> {
     let obj = body_object(body)?;
     let model = match present(obj, "model") {
-        None => config.served_model_name().to_owned(),
+        None => served_model_name.to_owned(),
         Some(Value::String(s)) => s.clone(),
         Some(_) => return Err(type_error("model", "string_type", "a valid string")),
     };
@@ -493,6 +494,7 @@ pub(crate) fn bool_field(obj: &Map<String, Value>, key: &str) -> Result<Option<b
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::DEFAULT_MODEL_PATH;
 
     fn tokenizer() -> Tokenizer {
         Tokenizer::new(151_936)
@@ -524,6 +526,7 @@ mod tests {
             Api::Completions,
             &body,
             &ServerConfig::default(),
+            DEFAULT_MODEL_PATH,
             &tokenizer(),
         )
         .unwrap();
@@ -544,7 +547,7 @@ mod tests {
         let body = json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
                                                                    {"type": "text", "text": "b"}]}],
                           "max_tokens": 3, "max_completion_tokens": 7, "logprobs": true, "top_logprobs": 4});
-        let req = translate(Api::Chat, &body, &config, &tokenizer()).unwrap();
+        let req = translate(Api::Chat, &body, &config, DEFAULT_MODEL_PATH, &tokenizer()).unwrap();
         assert_eq!(req.native["sampling_params"]["max_new_tokens"], 7);
         assert_eq!(
             req.native["text"],
@@ -553,7 +556,8 @@ mod tests {
         assert_eq!(req.logprobs, Some(4));
         assert_eq!(req.native["logprob_start_len"], -1);
         let body = json!({"messages": [{"role": "user", "content": "a"}], "top_logprobs": 4});
-        let err = translate(Api::Chat, &body, &config, &tokenizer()).unwrap_err();
+        let err =
+            translate(Api::Chat, &body, &config, DEFAULT_MODEL_PATH, &tokenizer()).unwrap_err();
         assert_eq!(err.status(), 400);
     }
 
@@ -568,7 +572,14 @@ mod tests {
             (json!([1, "a"]), "Bad Request"),
         ] {
             let body = json!({"prompt": prompt});
-            let err = translate(Api::Completions, &body, &config, &tokenizer()).unwrap_err();
+            let err = translate(
+                Api::Completions,
+                &body,
+                &config,
+                DEFAULT_MODEL_PATH,
+                &tokenizer(),
+            )
+            .unwrap_err();
             let json: Value = serde_json::from_slice(&err.json_body().unwrap()).unwrap();
             assert_eq!(json["type"], kind, "{prompt}");
             assert_eq!(json["code"], 400);
@@ -580,7 +591,13 @@ mod tests {
         let config = ServerConfig::default();
         let translate_format = |format: Value| {
             let body = json!({"prompt": "x", "response_format": format});
-            translate(Api::Completions, &body, &config, &tokenizer())
+            translate(
+                Api::Completions,
+                &body,
+                &config,
+                DEFAULT_MODEL_PATH,
+                &tokenizer(),
+            )
         };
         let req = translate_format(json!({"type": "json_object"})).unwrap();
         assert_eq!(
@@ -630,7 +647,7 @@ mod tests {
     fn out_of_range_counts_and_non_text_parts_are_bad_requests() {
         let config = ServerConfig::default();
         let refused = |api: Api, body: Value, message: &str| {
-            let err = translate(api, &body, &config, &tokenizer()).unwrap_err();
+            let err = translate(api, &body, &config, DEFAULT_MODEL_PATH, &tokenizer()).unwrap_err();
             assert_eq!(err, ApiError::openai_bad_request(message), "{body}");
         };
         let user = json!([{"role": "user", "content": "x"}]);
@@ -654,7 +671,9 @@ mod tests {
             json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}),
             "The toy model reads text only; message 0 has a \"image_url\" part.",
         );
-        let ok = |api: Api, body: Value| translate(api, &body, &config, &tokenizer()).unwrap();
+        let ok = |api: Api, body: Value| {
+            translate(api, &body, &config, DEFAULT_MODEL_PATH, &tokenizer()).unwrap()
+        };
         assert_eq!(
             ok(
                 Api::Completions,
@@ -672,8 +691,14 @@ mod tests {
             Some(20)
         );
         let part = json!([{"role": "user", "content": [{"type": "text"}]}]);
-        let err =
-            translate(Api::Chat, &json!({"messages": part}), &config, &tokenizer()).unwrap_err();
+        let err = translate(
+            Api::Chat,
+            &json!({"messages": part}),
+            &config,
+            DEFAULT_MODEL_PATH,
+            &tokenizer(),
+        )
+        .unwrap_err();
         assert!(matches!(err, ApiError::Validation(_)), "{err:?}");
     }
 
@@ -682,7 +707,14 @@ mod tests {
         let tok = tokenizer();
         let ids = tok.encode("Hello world");
         let body = json!({"prompt": ids, "echo": true});
-        let req = translate(Api::Completions, &body, &ServerConfig::default(), &tok).unwrap();
+        let req = translate(
+            Api::Completions,
+            &body,
+            &ServerConfig::default(),
+            DEFAULT_MODEL_PATH,
+            &tok,
+        )
+        .unwrap();
         assert_eq!(req.echo, Some(vec!["Hello world".to_owned()]));
         assert_eq!(req.native["input_ids"], json!(ids));
         assert_eq!(req.native["sampling_params"]["max_new_tokens"], 16);
