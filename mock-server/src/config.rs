@@ -47,6 +47,16 @@ impl SglangVersion {
             SglangVersion::V0_5_23 => true,
         }
     }
+
+    /// A request whose rid is live already is refused before the pause gate: `_init_req_state` raises
+    /// `Duplicate request ID detected: <rid>` (`srt/managers/tokenizer_manager.py`, 0.5.15 and later); 0.5.3
+    /// overwrites the live request's state.
+    pub(crate) fn refuses_duplicate_rids(self) -> bool {
+        match self {
+            SglangVersion::V0_5_3 => false,
+            SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => true,
+        }
+    }
 }
 
 impl fmt::Display for SglangVersion {

@@ -166,20 +166,36 @@ impl Control {
     }
 
     /// Register a request's rids so that `/abort_request` can reach it; unregistered when the handle drops.
-    pub(crate) fn register(self: &Arc<Self>, rids: Vec<String>) -> CtlHandle {
+    /// With `unique`, a rid that a live request holds already is refused: `Err` names it, and nothing is
+    /// registered.
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        rids: Vec<String>,
+        unique: bool,
+    ) -> Result<CtlHandle, String> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut registry = self.lock_registry();
+        if unique
+            && let Some(rid) = rids.iter().find(|rid| {
+                registry
+                    .values()
+                    .any(|live| live.rids.iter().any(|r| r == *rid))
+            })
+        {
+            return Err(rid.clone());
+        }
         let ctl = Arc::new(RequestCtl {
             aborted: rids.iter().map(|_| AtomicBool::new(false)).collect(),
             rids,
             any: AtomicBool::new(false),
             notify: Notify::new(),
         });
-        self.lock_registry().insert(id, Arc::clone(&ctl));
-        CtlHandle {
+        registry.insert(id, Arc::clone(&ctl));
+        Ok(CtlHandle {
             control: Arc::clone(self),
             id,
             ctl,
-        }
+        })
     }
 
     fn lock_registry(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<RequestCtl>>> {

@@ -76,7 +76,16 @@ pub(crate) async fn generate_handler(
     };
     let engine_fault = fault.as_ref().and_then(Fault::engine).cloned();
     let events = |plan: &GeneratePlan| drive::NativeEvents::new(state.config(), plan);
-    let outcome = execute(&state, plan, engine_fault, started, events).await?;
+    let stream = plan.stream;
+    let outcome = match execute(&state, plan, engine_fault, started, events).await {
+        Ok(outcome) => outcome,
+        // A ValueError raised before the stream starts (a duplicate rid) is the stream's error frame.
+        Err(err @ ApiError::Value(_)) if stream => {
+            tracing::info!(error = %err, "refused streamed /generate request");
+            return Ok(sse_response(Body::from(wire::error_stream_body(&err))));
+        }
+        Err(err) => return Err(err),
+    };
     let encode =
         |plan, version| EncodeCtx::new(state.config().sglang_version, state.model(), plan, version);
     let body = match outcome {
@@ -175,7 +184,11 @@ pub(crate) async fn execute<E: drive::Events>(
         .sum();
     let guard = state.load_guard(tokens);
     let control = Arc::clone(state.control());
-    let handle = control.register(plan.items.iter().map(|i| i.rid.clone()).collect());
+    let rids = plan.items.iter().map(|i| i.rid.clone()).collect();
+    let unique = state.config().sglang_version.refuses_duplicate_rids();
+    let handle = control
+        .register(rids, unique)
+        .map_err(|rid| ApiError::value(format!("Duplicate request ID detected: {rid}")))?;
     let ctx = RunCtx {
         config: Arc::clone(state.shared_config()),
         model: Arc::clone(state.model()),

@@ -628,3 +628,69 @@ async fn a_weight_update_from_disk_changes_the_model_path_or_fails_as_the_loader
     assert_eq!(reply.json()["success"], true, "{}", reply.text());
     assert_eq!(info(&server).await["model_path"], before["model_path"]);
 }
+
+/// SGLang's `test_srt_endpoint.py`, as the SGLang-versions issue ran it: a second `/generate` with the `rid` of a
+/// request still running is refused in 0.5.15 and 0.5.23 (`TM: _init_req_state`, before the pause gate): a
+/// non-stream 400 `{"error": {"message": "Duplicate request ID detected: <rid>"}}`, and for a stream the error
+/// frame and `[DONE]`. Once the first has finished the rid is free again; 0.5.3 has no check. The mock served
+/// the second request.
+#[tokio::test(start_paused = true)]
+async fn a_second_request_with_a_live_rid_is_refused_where_the_release_refuses_it() {
+    let message = json!({"error": {"message": "Duplicate request ID detected: dup"}});
+    for version in mock_server::SglangVersion::ALL {
+        let server = InProcess::new(ServerConfig {
+            sglang_version: version,
+            ..slow()
+        });
+        let first = spawn_generate(&server, request("dup", 3, false));
+        advance_ms(10).await;
+        let second = spawn_generate(&server, request("dup", 1, false));
+        let streamed = spawn_generate(&server, request("dup", 1, true));
+        advance_ms(5000).await;
+        let (second, streamed) = (second.await.unwrap(), streamed.await.unwrap());
+        assert_eq!(first.await.unwrap().status, 200, "{version}");
+        if version.as_str() == "0.5.3" {
+            assert_eq!(second.status, 200, "{version}: {}", second.text());
+            assert_eq!(second.json()["meta_info"]["id"], "dup");
+        } else {
+            assert_eq!(second.status, 400, "{version}");
+            assert_eq!(second.json(), message, "{version}");
+            assert_eq!(streamed.status, 200, "{version}");
+            assert_eq!(
+                streamed.text(),
+                format!("data: {message}\n\ndata: [DONE]\n\n"),
+                "{version}"
+            );
+        }
+        // The rid is free once its request has finished.
+        let again = spawn_generate(&server, request("dup", 1, false));
+        advance_ms(2000).await;
+        assert_eq!(again.await.unwrap().status, 200, "{version}");
+    }
+}
+
+/// The duplicate check comes before the pause gate, so a rid held at the gate is live too.
+#[tokio::test(start_paused = true)]
+async fn a_rid_held_at_the_pause_gate_is_live() {
+    let server = InProcess::new(ServerConfig::default());
+    assert_eq!(
+        post(&server, "/pause_generation", json!({})).await.status,
+        200
+    );
+    let held = spawn_generate(&server, request("held", 2, false));
+    advance_ms(100).await;
+    let second = post(&server, "/generate", request("held", 2, false)).await;
+    assert_eq!(second.status, 400);
+    assert_eq!(
+        second.json()["error"]["message"],
+        "Duplicate request ID detected: held"
+    );
+    assert_eq!(
+        post(&server, "/continue_generation", json!({}))
+            .await
+            .status,
+        200
+    );
+    advance_ms(100).await;
+    assert_eq!(held.await.unwrap().status, 200);
+}
