@@ -3,6 +3,8 @@
 
 use serde::Serialize;
 
+use crate::config::SglangVersion;
+
 /// Everything that can go wrong while answering a request, each variant in the shape SGLang uses for it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApiError {
@@ -95,14 +97,26 @@ impl ApiError {
         Some(body.unwrap_or_default())
     }
 
-    /// The `data: {"error":{"message":...}}` event a stream carries instead of a 4xx, as SGLang's
-    /// `stream_results` does for a `ValueError`.
-    pub fn stream_event_json(&self) -> Vec<u8> {
-        serde_json::to_vec(&ValueErrorBody {
-            error: MessageOnly {
-                message: self.client_message(),
-            },
-        })
+    /// The error event a stream carries instead of a 4xx, as `stream_results` in `srt/entrypoints/http_server.py`
+    /// writes a `ValueError`: `{"error":{"message"}}` in 0.5.3, and from 0.5.15 with the OpenAI-style `type`,
+    /// `code` (400: a `ValueError` has no `status_code`) and `retryable`.
+    pub fn stream_event_json(&self, version: SglangVersion) -> Vec<u8> {
+        let message = self.client_message();
+        match version {
+            SglangVersion::V0_5_3 => serde_json::to_vec(&ValueErrorBody {
+                error: MessageOnly { message },
+            }),
+            SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => {
+                serde_json::to_vec(&StreamErrorBody {
+                    error: StreamError {
+                        message,
+                        r#type: "invalid_request_error",
+                        code: 400,
+                        retryable: false,
+                    },
+                })
+            }
+        }
         .unwrap_or_default()
     }
 
@@ -133,6 +147,19 @@ struct ContractErrorBody<'a> {
 #[derive(Serialize)]
 struct ValueErrorBody<'a> {
     error: MessageOnly<'a>,
+}
+
+#[derive(Serialize)]
+struct StreamErrorBody<'a> {
+    error: StreamError<'a>,
+}
+
+#[derive(Serialize)]
+struct StreamError<'a> {
+    message: &'a str,
+    r#type: &'a str,
+    code: u16,
+    retryable: bool,
 }
 
 /// `ErrorResponse` of `entrypoints/openai/protocol.py`, field order included.

@@ -159,7 +159,7 @@ impl Oracle {
     /// Exactly the events the server streams for `body` with `"stream": true` (the flag is implied), as JSON
     /// values without the final `[DONE]`, with wall-clock fields zeroed and generated ids replaced by
     /// [`FRESH_RID`]. A request the server rejects before streaming (type errors, HTTP 500s) is an `Err`; a
-    /// `ValueError` is the single `{"error":{"message"}}` event the server streams for it.
+    /// `ValueError` is the single error event the server streams for it, in the release's shape.
     pub fn expect_stream(&self, body: &[u8]) -> Result<Vec<serde_json::Value>, ApiError> {
         self.expect_stream_with(body, &Interventions::default())
     }
@@ -174,7 +174,8 @@ impl Oracle {
             Ok(plan) => plan,
             Err(err @ (ApiError::Value(_) | ApiError::Validation(_))) => {
                 return Ok(vec![
-                    serde_json::from_slice(&err.stream_event_json()).map_err(invalid_json)?,
+                    serde_json::from_slice(&err.stream_event_json(self.config.sglang_version))
+                        .map_err(invalid_json)?,
                 ]);
             }
             Err(err) => return Err(err),

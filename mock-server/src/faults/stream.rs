@@ -8,6 +8,7 @@ use futures_util::{Stream, StreamExt};
 
 use super::catalogue::{BodyFault, Fault, StreamFault};
 use super::mutate::mutate_body;
+use crate::config::SglangVersion;
 use crate::error::ApiError;
 use crate::wire::{DONE_EVENT, sse_event};
 
@@ -20,8 +21,8 @@ pub(crate) struct Format {
     /// A body or one stream event (JSON) under a body fault; `None` for a route that applies body faults to
     /// its typed answer before writing it, and so never hands one here.
     pub mutate: Option<Mutate>,
-    /// The JSON of the event that `error-event` sends, from its message.
-    pub error_event: fn(&str) -> Vec<u8>,
+    /// The JSON of the event that `error-event` sends, from its message, in the release's shape.
+    pub error_event: fn(&str, SglangVersion) -> Vec<u8>,
 }
 
 /// `/generate`'s answers: body faults splice SGLang's objects; the error event is `{"error":{"message"}}`,
@@ -31,8 +32,8 @@ pub(crate) const NATIVE: Format = Format {
     error_event: native_error_event,
 };
 
-fn native_error_event(message: &str) -> Vec<u8> {
-    ApiError::value(message).stream_event_json()
+fn native_error_event(message: &str, version: SglangVersion) -> Vec<u8> {
+    ApiError::value(message).stream_event_json(version)
 }
 
 /// The non-stream body under `fault`: mutated, cut, or sent after a stall. A stream-only fault on a
@@ -95,6 +96,7 @@ struct State<S> {
     inner: std::pin::Pin<Box<S>>,
     fault: EventFault,
     format: Format,
+    version: SglangVersion,
     /// Data events passed on so far.
     sent: u64,
     queued: Vec<Result<Bytes, std::io::Error>>,
@@ -113,6 +115,7 @@ pub(crate) fn apply<S>(
     inner: S,
     fault: EventFault,
     format: Format,
+    version: SglangVersion,
 ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static
 where
     S: Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
@@ -121,6 +124,7 @@ where
         inner: Box::pin(inner),
         fault,
         format,
+        version,
         sent: 0,
         queued: Vec::new(),
         over: false,
@@ -177,7 +181,7 @@ where
                     let message = message
                         .as_deref()
                         .unwrap_or("Internal server error (injected mid-stream).");
-                    let error = (st.format.error_event)(message);
+                    let error = (st.format.error_event)(message, st.version);
                     st.queued.push(Ok(Bytes::from_static(DONE_EVENT)));
                     error.into()
                 }

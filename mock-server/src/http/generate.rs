@@ -67,7 +67,10 @@ pub(crate) async fn generate_handler(
         Ok(plan) => plan,
         Err(err @ (ApiError::Value(_) | ApiError::Validation(_))) if parsed.stream => {
             tracing::info!(error = %err, "rejected streamed /generate request");
-            return Ok(sse_response(Body::from(wire::error_stream_body(&err))));
+            let version = state.config().sglang_version;
+            return Ok(sse_response(Body::from(wire::error_stream_body(
+                &err, version,
+            ))));
         }
         Err(err) => {
             tracing::info!(error = %err, "rejected /generate request");
@@ -82,7 +85,10 @@ pub(crate) async fn generate_handler(
         // A ValueError raised before the stream starts (a duplicate rid) is the stream's error frame.
         Err(err @ ApiError::Value(_)) if stream => {
             tracing::info!(error = %err, "refused streamed /generate request");
-            return Ok(sse_response(Body::from(wire::error_stream_body(&err))));
+            let version = state.config().sglang_version;
+            return Ok(sse_response(Body::from(wire::error_stream_body(
+                &err, version,
+            ))));
         }
         Err(err) => return Err(err),
     };
@@ -91,9 +97,12 @@ pub(crate) async fn generate_handler(
     let body = match outcome {
         Outcome::Stream(stream) => {
             let body = match fault.and_then(stream_faults::EventFault::of) {
-                Some(fault) => {
-                    Body::from_stream(stream_faults::apply(stream, fault, stream_faults::NATIVE))
-                }
+                Some(fault) => Body::from_stream(stream_faults::apply(
+                    stream,
+                    fault,
+                    stream_faults::NATIVE,
+                    state.config().sglang_version,
+                )),
                 None => Body::from_stream(stream),
             };
             return Ok(sse_response(body));

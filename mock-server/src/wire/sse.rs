@@ -19,8 +19,8 @@ pub fn sse_event(json: &[u8]) -> Bytes {
 }
 
 /// The body of a stream whose request failed validation: the error event, then `[DONE]`.
-pub fn error_stream_body(err: &ApiError) -> Bytes {
-    let mut out = sse_event(&err.stream_event_json()).to_vec();
+pub fn error_stream_body(err: &ApiError, version: SglangVersion) -> Bytes {
+    let mut out = sse_event(&err.stream_event_json(version)).to_vec();
     out.extend_from_slice(DONE_EVENT);
     Bytes::from(out)
 }

@@ -40,7 +40,7 @@ impl StreamEncoder {
             let index = plan.is_batch.then_some(i);
             // The buffer is allocated only for an event that is due.
             let json = match due {
-                Due::Failed(err) => err.stream_event_json(),
+                Due::Failed(err) => err.stream_event_json(ctx.version),
                 Due::Rejected(message) => {
                     let mut json = Vec::with_capacity(512);
                     encode_aborted(&mut json, ctx, item, message, finished(i), index);

@@ -656,9 +656,11 @@ async fn a_second_request_with_a_live_rid_is_refused_where_the_release_refuses_i
             assert_eq!(second.status, 400, "{version}");
             assert_eq!(second.json(), message, "{version}");
             assert_eq!(streamed.status, 200, "{version}");
+            let frame = json!({"error": {"message": "Duplicate request ID detected: dup",
+                "type": "invalid_request_error", "code": 400, "retryable": false}});
             assert_eq!(
                 streamed.text(),
-                format!("data: {message}\n\ndata: [DONE]\n\n"),
+                format!("data: {frame}\n\ndata: [DONE]\n\n"),
                 "{version}"
             );
         }

@@ -331,7 +331,8 @@ async fn stream_faults_change_the_framing_as_named() {
         error.body,
         [
             frame(&normal_events[0]),
-            b"data: {\"error\":{\"message\":\"engine died\"}}\n\ndata: [DONE]\n\n".to_vec()
+            // The default release's `stream_results` frame (0.5.15 and later).
+            b"data: {\"error\":{\"message\":\"engine died\",\"type\":\"invalid_request_error\",\"code\":400,\"retryable\":false}}\n\ndata: [DONE]\n\n".to_vec()
         ]
         .concat()
     );

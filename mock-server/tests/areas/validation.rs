@@ -219,9 +219,16 @@ fn check_stream_reply(case: &Value, reply: &Reply) -> Result<(), String> {
         }
         return Ok(());
     }
+    // `stream_results`' frame: the message alone in 0.5.3, with OpenAI's error fields from 0.5.15.
+    let frame = if case["sglang_version"] == "0.5.3" {
+        json!({"error": {"message": case["message"]}})
+    } else {
+        json!({"error": {"message": case["message"], "type": "invalid_request_error", "code": 400,
+                         "retryable": false}})
+    };
     let want = format!(
         "data: {}\n\ndata: [DONE]\n\n",
-        serde_json::to_string(&json!({"error": {"message": case["message"]}})).unwrap_or_default()
+        serde_json::to_string(&frame).unwrap_or_default()
     );
     if reply.body != want.as_bytes() {
         return Err(format!(

@@ -32,6 +32,7 @@ use super::generate::{Outcome, UuidRids, execute};
 use super::info::unix_seconds;
 use super::respond::{json_response, sse_response};
 use super::state::AppState;
+use crate::config::SglangVersion;
 use crate::engine::{GeneratePlan, Run};
 use crate::error::ApiError;
 use crate::faults::stream as stream_faults;
@@ -114,7 +115,12 @@ async fn handle(
             let body = match fault {
                 Some(Fault::Stream(fault)) => {
                     let fault = stream_faults::EventFault::Stream(fault);
-                    Body::from_stream(stream_faults::apply(events, fault, FORMAT))
+                    Body::from_stream(stream_faults::apply(
+                        events,
+                        fault,
+                        FORMAT,
+                        config.sglang_version,
+                    ))
                 }
                 Some(Fault::Http(_) | Fault::Body(_) | Fault::Engine(_)) | None => {
                     Body::from_stream(events)
@@ -307,7 +313,7 @@ const FORMAT: stream_faults::Format = stream_faults::Format {
     error_event: openai_error_event,
 };
 
-fn openai_error_event(message: &str) -> Vec<u8> {
+fn openai_error_event(message: &str, _: SglangVersion) -> Vec<u8> {
     faults::write(&response::stream_error(message, "BadRequestError", 400))
 }
 
