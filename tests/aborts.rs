@@ -145,8 +145,8 @@ fn a_running_abort_keeps_the_partial_output_and_resumes() {
         .unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// How many requests wait in the mock's queue (`/v1/loads`).
-async fn waiting(url: &str) -> u64 {
+/// A count of the mock's first rank in `/v1/loads`: `num_running_reqs` or `num_waiting_reqs`.
+async fn load(url: &str, key: &str) -> u64 {
     let bytes = reqwest::get(format!("{url}/v1/loads"))
         .await
         .expect("v1/loads")
@@ -154,16 +154,27 @@ async fn waiting(url: &str) -> u64 {
         .await
         .expect("body");
     let body: serde_json::Value = serde_json::from_slice(&bytes).expect("json");
-    body["loads"][0]["num_waiting_reqs"].as_u64().unwrap_or(0)
+    body["loads"][0][key].as_u64().unwrap_or(0)
 }
 
-/// slime's abort path for real: generation is paused, a request waits, `/abort_request` (a rid
-/// prefix, as SGLang matches it) ends it with "Abort in waiting queue", and after
-/// `/continue_generation` the sample resumes to exactly what an uninterrupted rollout gives.
+/// slime's abort path for real: the one running slot is taken, a request waits in the scheduler's queue,
+/// `/abort_request` (a rid prefix, as SGLang matches it) ends it with "Abort in waiting queue", and once the
+/// slot is free the sample resumes to exactly what an uninterrupted rollout gives. (A request held at the
+/// pause gate instead never reaches the scheduler, and no abort ends it: mock-server's control tests.)
 #[test]
 fn an_abort_in_the_waiting_queue_resumes_to_the_uninterrupted_result() {
     let rt = runtime();
-    let mock = Mock::start(&rt, ServerConfig::default());
+    let mock = Mock::start(
+        &rt,
+        ServerConfig {
+            max_running_requests: Some(1),
+            latency: mock_server::LatencyConfig {
+                itl_ms: 5.0,
+                ..mock_server::LatencyConfig::default()
+            },
+            ..ServerConfig::default()
+        },
+    );
     let client = mock.client();
     block_on(&rt, async {
         let prompt = vec![151_934, 900, 901, 902];
@@ -173,15 +184,28 @@ fn an_abort_in_the_waiting_queue_resumes_to_the_uninterrupted_result() {
             .await
             .expect("reference");
 
-        client.pause_generation(Some("abort")).await.expect("pause");
+        // A long request takes the slot (about 50 s at 5 ms a token); it is aborted below.
+        let mut blocker = rollout::next_request(
+            &Sample::new("b", vec![7, 8]),
+            &config(10_000, 1, false, false),
+        )
+        .expect("req");
+        blocker.rid = Some("blocker".into());
+        let blocking = tokio::spawn({
+            let client = client.clone();
+            async move { client.generate(&blocker).await }
+        });
+        // Polling, not sleeping: first the blocker runs, then the request waits in the queue.
+        while load(&mock.url, "num_running_reqs").await == 0 {
+            tokio::task::yield_now().await;
+        }
         let mut req = rollout::next_request(&Sample::new("p", prompt.clone()), &cfg).expect("req");
         req.rid = Some("rollout-7-sample-0".into());
         let pending = tokio::spawn({
             let client = client.clone();
             async move { client.generate(&req).await }
         });
-        // Wait until the server holds the request; polling, not sleeping.
-        while waiting(&mock.url).await == 0 {
+        while load(&mock.url, "num_waiting_reqs").await == 0 {
             tokio::task::yield_now().await;
         }
         client
@@ -198,7 +222,18 @@ fn an_abort_in_the_waiting_queue_resumes_to_the_uninterrupted_result() {
         assert_eq!(s.status, SampleStatus::Aborted);
         assert_aligned(&s);
 
-        client.continue_generation().await.expect("continue");
+        client
+            .abort(&AbortRequest {
+                rid: "blocker".into(),
+                abort_all: false,
+            })
+            .await
+            .expect("abort");
+        let blocked = blocking
+            .await
+            .expect("join")
+            .expect("an abort is an answer");
+        assert!(blocked.is_abort(), "{:?}", blocked.finish_reason);
         rollout::resume(&client, &mut s, &cfg)
             .await
             .expect("resume");

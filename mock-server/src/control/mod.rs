@@ -186,6 +186,7 @@ impl Control {
         }
         let ctl = Arc::new(RequestCtl {
             aborted: rids.iter().map(|_| AtomicBool::new(false)).collect(),
+            held: AtomicBool::new(true),
             rids,
             any: AtomicBool::new(false),
             notify: Notify::new(),
@@ -204,8 +205,10 @@ impl Control {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// `/abort_request`: abort every item whose rid starts with `rid`, or everything with `abort_all`.
-    /// An empty rid without `abort_all` does nothing, as in SGLang. Returns how many items were hit.
+    /// `/abort_request`: abort every item whose rid starts with `rid`, or everything with `abort_all`, that the
+    /// scheduler has: requests held at the pause or weight-update gate are not there, so they survive and run
+    /// once the gate opens, as in SGLang. An empty rid without `abort_all` does nothing. Returns how many items
+    /// were hit.
     pub(crate) fn abort(&self, rid: &str, abort_all: bool) -> usize {
         if rid.is_empty() && !abort_all {
             return 0;
@@ -213,6 +216,9 @@ impl Control {
         let registry = self.lock_registry();
         let mut hit = 0;
         for ctl in registry.values() {
+            if ctl.held.load(Ordering::Acquire) {
+                continue;
+            }
             let mut any = false;
             for (i, item_rid) in ctl.rids.iter().enumerate() {
                 if abort_all || item_rid.starts_with(rid) {
@@ -275,6 +281,8 @@ impl Control {
     /// Wait for permission to run: the pause gate, a weight update and the running limit. A full waiting queue
     /// refuses at once; an abort while waiting ends the wait.
     pub(crate) async fn admit(self: &Arc<Self>, handle: &CtlHandle) -> Admission {
+        self.pass_gates().await;
+        handle.ctl.held.store(false, Ordering::Release);
         let gate_open = !self.is_paused() && *self.updating.borrow() == 0;
         if gate_open {
             let permit = match &self.slots {
@@ -295,6 +303,23 @@ impl Control {
         match outcome {
             Some(permit) => Admission::Run(self.ticket(permit)),
             None => Admission::AbortedWaiting,
+        }
+    }
+
+    /// Waits while generation is paused or weights are updating: the tokenizer manager holds a new request
+    /// there before the scheduler sees it, so the wait counts in no queue and no abort ends it.
+    async fn pass_gates(&self) {
+        let mut paused = self.paused_tx.subscribe();
+        let mut updating = self.updating.subscribe();
+        loop {
+            if !*paused.borrow_and_update() && *updating.borrow_and_update() == 0 {
+                return;
+            }
+            // Both senders live as long as `self`, so neither `changed` fails.
+            tokio::select! {
+                _ = paused.changed() => {}
+                _ = updating.changed() => {}
+            }
         }
     }
 
@@ -401,6 +426,9 @@ impl Drop for UpdateGuard {
 #[derive(Debug)]
 pub(crate) struct RequestCtl {
     rids: Vec<String>,
+    /// Held at the tokenizer manager's gates (a pause, a weight update): the scheduler has not seen the
+    /// request, so no abort reaches it (`TM: generate_request` waits there before sending it on).
+    held: AtomicBool,
     aborted: Vec<AtomicBool>,
     any: AtomicBool,
     notify: Notify,

@@ -204,8 +204,9 @@ async fn pause_in_place_freezes_running_and_holds_new_requests_until_continue() 
         assert!(!running.is_finished() && !held.is_finished(), "{mode}");
         let s = stats(&server).await;
         assert_eq!(s["paused"], true);
-        // The new request waits; a retracted one goes back to the queue too.
-        let waiting = if mode == "retract" { 2 } else { 1 };
+        // A retracted request goes back to the scheduler's queue; the new one is held before the scheduler
+        // (`TM: generate_request`), so it counts in no queue.
+        let waiting = if mode == "retract" { 1 } else { 0 };
         assert_eq!(s["waiting"], waiting, "{mode}");
         let reply = post(&server, "/continue_generation", json!({})).await;
         assert_eq!(
@@ -695,4 +696,56 @@ async fn a_rid_held_at_the_pause_gate_is_live() {
     );
     advance_ms(100).await;
     assert_eq!(held.await.unwrap().status, 200);
+}
+
+/// AReaL's and verl's client code against the mock, as the SGLang-versions issue ran it: a `/generate` that
+/// arrives while generation is paused waits in the tokenizer manager before it reaches the scheduler
+/// (`TM: generate_request`), and abort-all only clears the scheduler's queues, so the request survives an
+/// `/abort_request` with `abort_all`, a weight update with `abort_all_requests`, and a pause in abort mode (by
+/// rid too), then runs normally after `/continue_generation`. The mock aborted it with "Abort in waiting queue"
+/// and no tokens.
+#[tokio::test(start_paused = true)]
+async fn a_request_held_at_the_pause_gate_survives_every_abort_all_and_runs_after_continue() {
+    let aborts: [(&str, Value); 4] = [
+        ("/abort_request", json!({"abort_all": true})),
+        ("/abort_request", json!({"rid": "held"})),
+        (
+            "/update_weights_from_disk",
+            json!({"model_path": CHECKPOINT_DIR, "abort_all_requests": true}),
+        ),
+        ("/pause_generation", json!({"mode": "abort"})),
+    ];
+    for (path, body) in aborts {
+        let server = InProcess::new(slow());
+        assert_eq!(
+            post(&server, "/pause_generation", json!({})).await.status,
+            200
+        );
+        let held = spawn_generate(&server, request("held", 2, false));
+        advance_ms(100).await;
+        let reply = post(&server, path, body.clone()).await;
+        assert_eq!(reply.status, 200, "{path} {body}: {}", reply.text());
+        advance_ms(5000).await;
+        assert!(
+            !held.is_finished(),
+            "{path} {body}: the held request still waits"
+        );
+        assert_eq!(
+            post(&server, "/continue_generation", json!({}))
+                .await
+                .status,
+            200
+        );
+        advance_ms(5000).await;
+        let answer = held.await.unwrap().json();
+        let expected = server
+            .oracle
+            .expect(&serde_json::to_vec(&request("held", 2, false)).unwrap())
+            .unwrap();
+        assert_eq!(ids(&answer), ids(&expected.body), "{path} {body}");
+        assert_eq!(
+            answer["meta_info"]["finish_reason"]["type"], "length",
+            "{path} {body}"
+        );
+    }
 }
