@@ -48,6 +48,15 @@ impl SglangVersion {
         }
     }
 
+    /// Finished objects carry `meta_info.weight_versions`, the spans of output tokens each weight version made,
+    /// and their `weight_version` is the last span's (`srt/utils/weight_versions.py`, 0.5.23).
+    pub(crate) fn reports_weight_version_spans(self) -> bool {
+        match self {
+            SglangVersion::V0_5_3 | SglangVersion::V0_5_15 => false,
+            SglangVersion::V0_5_23 => true,
+        }
+    }
+
     /// A request whose rid is live already is refused before the pause gate: `_init_req_state` raises
     /// `Duplicate request ID detected: <rid>` (`srt/managers/tokenizer_manager.py`, 0.5.15 and later); 0.5.3
     /// overwrites the live request's state.

@@ -63,6 +63,8 @@ impl Drop for RunTicket {
 #[derive(Debug)]
 pub(crate) struct Control {
     weight_version: RwLock<Arc<str>>,
+    /// Counts the changes of `weight_version`, so that a running request notices one with a single load.
+    version_epoch: AtomicU64,
     /// The `model_path` of the last successful `/update_weights_from_disk`; until one, the configured one.
     model_path: RwLock<Option<Arc<str>>>,
     /// `true` while paused; new requests wait and running ones freeze at their next token.
@@ -93,6 +95,7 @@ impl Control {
     ) -> Arc<Control> {
         Arc::new(Control {
             weight_version: RwLock::new(Arc::from(weight_version)),
+            version_epoch: AtomicU64::new(0),
             model_path: RwLock::new(None),
             paused_tx: watch::Sender::new(false),
             paused: AtomicBool::new(false),
@@ -133,6 +136,13 @@ impl Control {
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         *guard = Arc::from(version);
+        self.version_epoch.fetch_add(1, Ordering::Release);
+    }
+
+    /// How many times `weight_version` has been set: a request compares it before every tick.
+    #[inline]
+    pub(crate) fn version_epoch(&self) -> u64 {
+        self.version_epoch.load(Ordering::Acquire)
     }
 
     /// The model path that `/update_weights_from_disk` last loaded, if it has loaded one.

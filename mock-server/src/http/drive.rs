@@ -18,7 +18,9 @@ use crate::engine::{GeneratePlan, Outside, PlannedItem, Progress, Run};
 use crate::error::ApiError;
 use crate::latency::LatencyConfig;
 use crate::model::{Model, mix};
-use crate::wire::{self, DONE_EVENT, EncodeCtx, Finished, NeverRan, StreamEncoder, WaitingAbort};
+use crate::wire::{
+    self, DONE_EVENT, EncodeCtx, Finished, NeverRan, StreamEncoder, VersionEvent, WaitingAbort,
+};
 
 /// Steps between cooperative yields, so a long answer or a wide batch cannot hog a worker thread.
 const STEPS_PER_YIELD: usize = 256;
@@ -44,8 +46,62 @@ pub(crate) struct RunCtx {
     pub latency: LatencyConfig,
     /// The `abort-running` fault: abort each item after this many output tokens.
     pub abort_after: Option<usize>,
-    pub weight_version: Arc<str>,
+    /// The weight version now, and the updates each item lived through.
+    pub versions: VersionLog,
     pub metrics: Arc<Metrics>,
+}
+
+/// The weight versions of a run: the version now, and for each item the version changes while it was live
+/// with output (`record_weight_version_events` in `srt/utils/weight_versions.py`, 0.5.23). A version changes
+/// during a run by `/update_weight_version`, or by a weight update while generation is paused; the drivers
+/// look before every tick.
+#[derive(Clone, Debug)]
+pub(crate) struct VersionLog {
+    pub current: Arc<str>,
+    /// The control plane's version epoch `current` was read at.
+    epoch: u64,
+    /// Empty until a version changes during the run; then one list per item.
+    pub events: Vec<Vec<VersionEvent>>,
+}
+
+impl VersionLog {
+    pub(crate) fn new(control: &Control) -> VersionLog {
+        let epoch = control.version_epoch();
+        VersionLog {
+            current: control.weight_version(),
+            epoch,
+            events: Vec::new(),
+        }
+    }
+
+    /// Reads the version if it has changed since the last look; each unfinished item with output then records
+    /// how many tokens the old version made.
+    fn observe(&mut self, control: &Control, run: &Run) {
+        let epoch = control.version_epoch();
+        if epoch == self.epoch {
+            return;
+        }
+        self.epoch = epoch;
+        let now = control.weight_version();
+        if *now == *self.current {
+            return;
+        }
+        let items = run.progress().len();
+        self.events.resize_with(items, Vec::new);
+        for (i, events) in self.events.iter_mut().enumerate() {
+            let Some(generation) = run.generation(i) else {
+                continue;
+            };
+            let tokens = generation.output_ids().len();
+            if tokens > 0 && generation.finish_reason().is_none() {
+                events.push(VersionEvent {
+                    old_version: Arc::clone(&self.current),
+                    tokens,
+                });
+            }
+        }
+        self.current = now;
+    }
 }
 
 /// The control plane's aborts, as the step core asks for them before every step, and its pauses, which
@@ -107,8 +163,9 @@ impl RunCtx {
             self.config.sglang_version,
             &self.model,
             plan,
-            &self.weight_version,
+            &self.versions.current,
         )
+        .with_version_events(&self.versions.events)
     }
 
     fn start(&self, plan: &GeneratePlan) -> Run {
@@ -122,10 +179,11 @@ impl RunCtx {
 
     /// What happens between ticks: wait while paused (a `retract` pause counts against every unfinished
     /// item), then the latency model's delay before the tick (time to first token, then inter-token).
-    async fn before_tick(&self, run: &mut Run, plan: &GeneratePlan) {
+    async fn before_tick(&mut self, run: &mut Run, plan: &GeneratePlan) {
         if self.control.is_paused() && self.control.wait_unpaused(&self.ctl).await {
             run.retract();
         }
+        self.versions.observe(&self.control, run);
         if self.latency.is_active() {
             let tick = run.ticks();
             let delay = plan
@@ -235,17 +293,32 @@ pub(crate) struct Ran {
     pub(crate) e2e: Vec<f64>,
     /// The `response_sent_to_client_ts` of every item.
     pub(crate) sent_ts: f64,
-    /// The version the answer reports: read when the run ended, so a request held back by a weight update
-    /// reports the new one.
-    pub(crate) weight_version: Arc<str>,
+    /// The versions the answer reports: the one at the end (a request held back by a weight update reports
+    /// the new one), and the updates each item lived through.
+    pub(crate) versions: VersionLog,
+}
+
+impl Ran {
+    /// The context to encode this run's answer with.
+    pub(crate) fn encode_ctx<'a>(
+        &'a self,
+        config: &ServerConfig,
+        model: &'a Model,
+        plan: &GeneratePlan,
+    ) -> EncodeCtx<'a> {
+        EncodeCtx::new(config.sglang_version, model, plan, &self.versions.current)
+            .with_version_events(&self.versions.events)
+    }
 }
 
 /// Runs a non-stream request to its end. A scheduler rejection of any item fails the whole request with that
 /// item's 400, as `_wait_one_response` raises it; an engine panic is a 500.
-pub(crate) async fn run_to_end(ctx: &RunCtx, plan: &GeneratePlan) -> Result<Ran, ApiError> {
+pub(crate) async fn run_to_end(mut ctx: RunCtx, plan: &GeneratePlan) -> Result<Ran, ApiError> {
     if let Some(message) = plan.rejection() {
         return Err(ApiError::value(message));
     }
+    // Admitted now: the version a request held at the gate runs under.
+    ctx.versions = VersionLog::new(&ctx.control);
     let mut run = ctx.start(plan);
     let mut timings = Timings::new(plan.items.len());
     let mut yielder = Yielder::default();
@@ -270,7 +343,7 @@ pub(crate) async fn run_to_end(ctx: &RunCtx, plan: &GeneratePlan) -> Result<Ran,
         run,
         e2e: timings.e2e,
         sent_ts: unix_now(),
-        weight_version: ctx.control.weight_version(),
+        versions: ctx.versions,
     })
 }
 
@@ -340,7 +413,7 @@ impl Events for NativeEvents {
         out: &mut VecDeque<Bytes>,
     ) {
         out.extend(
-            wire::never_ran_objects(ctx, plan, how, true)
+            wire::never_ran_objects(ctx, plan, how, true, unix_now())
                 .iter()
                 .map(|json| wire::sse_event(json)),
         );
@@ -444,7 +517,7 @@ impl<E: Events, G> StreamRun<E, G> {
         };
         let reason = match self.ctx.control.admit(&handle).await {
             Admission::Run(ticket) => {
-                self.ctx.weight_version = self.ctx.control.weight_version();
+                self.ctx.versions = VersionLog::new(&self.ctx.control);
                 self.run = Some(self.ctx.start(&self.plan));
                 self.admit = Admit::Running {
                     _held: Some((ticket, handle)),

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use futures_util::Stream;
 use futures_util::future::Either;
 
-use super::drive::{self, RunCtx};
+use super::drive::{self, RunCtx, unix_now};
 use super::extract::{Conn, RawBody};
 use super::faults::{decide_fault, http_fault};
 use super::respond::{json_response, sse_response};
@@ -108,7 +108,7 @@ pub(crate) async fn generate_handler(
             return Ok(sse_response(body));
         }
         Outcome::Ran { plan, ran } => {
-            let ctx = encode(&plan, &ran.weight_version);
+            let ctx = ran.encode_ctx(state.config(), state.model(), &plan);
             wire::encode_body(&ctx, &plan, &ran.run, &ran.e2e, ran.sent_ts)?
         }
         Outcome::NeverRan {
@@ -117,7 +117,10 @@ pub(crate) async fn generate_handler(
             weight_version,
         } => {
             let ctx = encode(&plan, &weight_version);
-            wire::join_body(&plan, wire::never_ran_objects(&ctx, &plan, how, false))
+            wire::join_body(
+                &plan,
+                wire::never_ran_objects(&ctx, &plan, how, false, unix_now()),
+            )
         }
     };
     let body = match &fault {
@@ -206,7 +209,7 @@ pub(crate) async fn execute<E: drive::Events>(
         ctl: Arc::clone(handle.ctl()),
         latency: state.config().latency,
         abort_after,
-        weight_version: control.weight_version(),
+        versions: drive::VersionLog::new(&control),
         metrics: Arc::clone(state.metrics()),
     };
     if plan.stream {
@@ -217,7 +220,7 @@ pub(crate) async fn execute<E: drive::Events>(
     }
     let outcome = match control.admit(&handle).await {
         Admission::Run(ticket) => {
-            let result = drive::run_to_end(&ctx, &plan).await;
+            let result = drive::run_to_end(ctx, &plan).await;
             drop(ticket);
             result.map(|ran| Outcome::Ran { plan, ran })
         }
@@ -233,7 +236,7 @@ pub(crate) async fn execute<E: drive::Events>(
                     reason: WaitingAbort::Aborted,
                     e2e,
                 },
-                weight_version: Arc::clone(&ctx.weight_version),
+                weight_version: control.weight_version(),
             })
         }
     };

@@ -4,6 +4,7 @@
 use super::item::EncodeCtx;
 use super::json::{FinishJson, WaitingAbort};
 use super::meta::{LogprobFields, Meta, Object, Shape};
+use super::versions::weight_version_spans;
 use crate::engine::PlannedItem;
 
 /// The reduced object SGLang sends for a request aborted in the waiting queue: `meta_info` holds only `id`,
@@ -15,9 +16,15 @@ pub(super) fn encode_waiting_abort(
     item: &PlannedItem,
     reason: WaitingAbort<'_>,
     e2e_latency: f64,
+    sent_ts: f64,
     index: Option<usize>,
 ) {
     let logprobs = LogprobFields::empty(item);
+    // `_make_abort_req`: the spans of an item without output, one empty span of the version now (0.5.23).
+    let spans = ctx
+        .version
+        .reports_weight_version_spans()
+        .then(|| weight_version_spans(&[], ctx.weight_version, 0));
     Object {
         shape: Shape::AbortedWaiting,
         text: "",
@@ -31,8 +38,9 @@ pub(super) fn encode_waiting_abort(
             logprobs,
             completion_tokens: 0,
             cached_tokens: 0,
+            weight_versions: spans.as_deref(),
             e2e_latency: Some(e2e_latency),
-            response_sent_to_client_ts: None,
+            response_sent_to_client_ts: Some(sent_ts),
         },
         index,
     }
@@ -60,6 +68,7 @@ pub(super) fn encode_before_prefill(
             logprobs: None,
             completion_tokens: 0,
             cached_tokens: 0,
+            weight_versions: None,
             e2e_latency: None,
             response_sent_to_client_ts: None,
         },
@@ -107,22 +116,47 @@ mod tests {
             status_code: 503,
             message: "full",
         };
-        encode_waiting_abort(&mut out, &ctx, item, refused, 0.25, Some(1));
+        encode_waiting_abort(&mut out, &ctx, item, refused, 0.25, 7.5, Some(1));
+        // 0.5.23's `_handle_abort_req`: the reduced dict with the spans of `_make_abort_req`, then
+        // `add_logprob_to_meta_info` (with `output_token_logprobs_length`), `completion_tokens`, and the
+        // `response_sent_to_client_ts` of `_stream_one_response`.
         assert_eq!(
             String::from_utf8(out).unwrap(),
             concat!(
                 r#"{"text":"","output_ids":[],"meta_info":{"id":"r1","#,
                 r#""finish_reason":{"type":"abort","status_code":503,"message":"full"},"#,
                 r#""weight_version":"v3","e2e_latency":0.25,"#,
-                r#""input_token_logprobs":[],"output_token_logprobs":[],"#,
+                r#""weight_versions":[{"version":"v3","start":0,"end":0}],"#,
+                r#""input_token_logprobs":[],"output_token_logprobs":[],"output_token_logprobs_length":0,"#,
                 r#""input_top_logprobs":[],"output_top_logprobs":[],"#,
                 r#""input_token_ids_logprobs":[],"output_token_ids_logprobs":[],"#,
-                r#""completion_tokens":0},"index":1}"#
+                r#""completion_tokens":0,"response_sent_to_client_ts":7.5},"index":1}"#
             )
         );
 
         let (model, plan) = planned(r#"{"text":"a","rid":"r2"}"#);
-        for version in [SglangVersion::V0_5_23, SglangVersion::V0_5_3] {
+        let expected = [
+            (
+                SglangVersion::V0_5_23,
+                concat!(
+                    r#"{"text":"","output_ids":[],"meta_info":{"id":"r2","#,
+                    r#""finish_reason":{"type":"abort","message":"Abort in waiting queue"},"#,
+                    r#""weight_version":"default","e2e_latency":1.5,"#,
+                    r#""weight_versions":[{"version":"default","start":0,"end":0}],"#,
+                    r#""completion_tokens":0,"response_sent_to_client_ts":7.5}}"#
+                ),
+            ),
+            (
+                SglangVersion::V0_5_15,
+                concat!(
+                    r#"{"text":"","output_ids":[],"meta_info":{"id":"r2","#,
+                    r#""finish_reason":{"type":"abort","message":"Abort in waiting queue"},"#,
+                    r#""weight_version":"default","e2e_latency":1.5,"#,
+                    r#""completion_tokens":0,"response_sent_to_client_ts":7.5}}"#
+                ),
+            ),
+        ];
+        for (version, want) in expected {
             let ctx = EncodeCtx::new(version, &model, &plan, "default");
             let mut out = Vec::new();
             encode_waiting_abort(
@@ -131,16 +165,13 @@ mod tests {
                 &plan.items[0],
                 WaitingAbort::Aborted,
                 1.5,
+                7.5,
                 None,
             );
-            assert_eq!(
-                String::from_utf8(out).unwrap(),
-                concat!(
-                    r#"{"text":"","output_ids":[],"meta_info":{"id":"r2","#,
-                    r#""finish_reason":{"type":"abort","message":"Abort in waiting queue"},"#,
-                    r#""weight_version":"default","e2e_latency":1.5,"completion_tokens":0}}"#
-                )
-            );
+            assert_eq!(String::from_utf8(out).unwrap(), want, "{version}");
+        }
+        for version in [SglangVersion::V0_5_23, SglangVersion::V0_5_3] {
+            let ctx = EncodeCtx::new(version, &model, &plan, "default");
             let mut out = Vec::new();
             encode_before_prefill(&mut out, &ctx, &plan.items[0], Some(0));
             assert_eq!(

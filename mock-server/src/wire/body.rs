@@ -64,6 +64,8 @@ pub fn encode_body(
             }),
             index: None,
             num_retractions: run.retractions(i),
+            sent_ts: Some(ts),
+            version_events: ctx.item_version_events(i),
         };
         encode_item(&mut out, ctx, item, generation, chunk);
     }
@@ -87,8 +89,26 @@ fn estimated_json_len(generation: &Generation) -> usize {
 pub enum NeverRan<'a> {
     /// In the waiting queue (SGLang's `_handle_abort_req`), `e2e` seconds after it arrived.
     Waiting { reason: WaitingAbort<'a>, e2e: f64 },
-    /// \[MID\] before prefill (the `abort-before-prefill` fault).
+    /// Before prefill: 0.5.3's answer to a waiting-queue abort, and the `abort-before-prefill` fault.
     BeforePrefill,
+}
+
+impl NeverRan<'_> {
+    /// What `version` answers for it: 0.5.3's tokenizer manager reports a request the scheduler aborted in
+    /// its waiting queue as "Abort before prefill" (`_handle_abort_req`); a refusal with its own reason (a full
+    /// queue) keeps the waiting shape.
+    pub fn in_release(self, version: SglangVersion) -> Self {
+        match (version, self) {
+            (
+                SglangVersion::V0_5_3,
+                NeverRan::Waiting {
+                    reason: WaitingAbort::Aborted,
+                    ..
+                },
+            ) => NeverRan::BeforePrefill,
+            (SglangVersion::V0_5_3 | SglangVersion::V0_5_15 | SglangVersion::V0_5_23, how) => how,
+        }
+    }
 }
 
 /// The object of every item of a plan that never ran, one per item; `indexed` gives a streamed batch's
@@ -98,6 +118,7 @@ pub fn never_ran_objects(
     plan: &GeneratePlan,
     how: NeverRan<'_>,
     indexed: bool,
+    sent_ts: f64,
 ) -> Vec<Vec<u8>> {
     plan.items
         .iter()
@@ -105,9 +126,9 @@ pub fn never_ran_objects(
         .map(|(i, item)| {
             let mut json = Vec::with_capacity(256);
             let index = (indexed && plan.is_batch).then_some(i);
-            match how {
+            match how.in_release(ctx.version) {
                 NeverRan::Waiting { reason, e2e } => {
-                    encode_waiting_abort(&mut json, ctx, item, reason, e2e, index);
+                    encode_waiting_abort(&mut json, ctx, item, reason, e2e, sent_ts, index);
                 }
                 NeverRan::BeforePrefill => encode_before_prefill(&mut json, ctx, item, index),
             }

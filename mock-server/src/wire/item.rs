@@ -9,6 +9,7 @@ use super::json::{
     Abort, FinishJson, InputPositions, InputTokenLogprobs, OutputPositions, TokenLogprobs,
 };
 use super::meta::{LogprobFields, Meta, Object, Shape};
+use super::versions::{VersionEvent, VersionSpan, weight_version_spans};
 /// How the output fields of one chunk relate to earlier chunks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutputMode {
@@ -41,7 +42,10 @@ pub struct EncodeCtx<'a> {
     pub version: SglangVersion,
     pub tokenizer: &'a Tokenizer,
     pub return_text_in_logprobs: bool,
+    /// The version now: what every object reports, and the last span of a finished item.
     pub weight_version: &'a str,
+    /// Each item's weight updates while it was live (none unless a version changed during the run).
+    pub version_events: &'a [Vec<VersionEvent>],
 }
 
 impl<'a> EncodeCtx<'a> {
@@ -57,13 +61,27 @@ impl<'a> EncodeCtx<'a> {
             tokenizer: model.tokenizer(),
             return_text_in_logprobs: plan.return_text_in_logprobs,
             weight_version,
+            version_events: &[],
         }
+    }
+
+    /// The same context, with each item's weight updates while it was live.
+    pub fn with_version_events(self, version_events: &'a [Vec<VersionEvent>]) -> Self {
+        EncodeCtx {
+            version_events,
+            ..self
+        }
+    }
+
+    /// Item `i`'s weight updates while it was live.
+    pub fn item_version_events(&self, i: usize) -> &'a [VersionEvent] {
+        self.version_events.get(i).map_or(&[], Vec::as_slice)
     }
 }
 
 /// Which part of an item one encoded object shows.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Chunk {
+pub struct Chunk<'a> {
     pub mode: OutputMode,
     /// The offsets of the previous chunk, for the delta modes.
     pub sent: Sent,
@@ -73,6 +91,10 @@ pub struct Chunk {
     pub index: Option<usize>,
     /// How often `/pause_generation` with `mode: "retract"` sent the item back to the queue (\[LATEST\]).
     pub num_retractions: u32,
+    /// `response_sent_to_client_ts` (0.5.15 and later): on the first object of an item, stream or not.
+    pub sent_ts: Option<f64>,
+    /// The weight updates while the item was live, for its final object's `weight_versions` (0.5.23).
+    pub version_events: &'a [VersionEvent],
 }
 
 /// Encode one item (a non-stream body, an element of a batch body, or a stream chunk) as JSON bytes.
@@ -81,7 +103,7 @@ pub fn encode_item(
     ctx: &EncodeCtx<'_>,
     item: &PlannedItem,
     generation: &Generation,
-    chunk: Chunk,
+    chunk: Chunk<'_>,
 ) {
     let Chunk {
         mode,
@@ -89,6 +111,8 @@ pub fn encode_item(
         finished,
         index,
         num_retractions,
+        sent_ts,
+        version_events,
     } = chunk;
     let ids = generation.output_ids();
     let full_text = generation.text();
@@ -105,6 +129,13 @@ pub fn encode_item(
         .request
         .return_logprob
         .then(|| logprob_fields(ctx, item, generation, lp_from));
+    let spans = (finished.is_some() && ctx.version.reports_weight_version_spans())
+        .then(|| weight_version_spans(version_events, ctx.weight_version, ids.len()));
+    // The finished object reports the version of its last span.
+    let weight_version = spans
+        .as_deref()
+        .and_then(<[VersionSpan]>::last)
+        .map_or(ctx.weight_version, |span| span.version);
     Object {
         shape: Shape::Generated,
         text,
@@ -113,13 +144,14 @@ pub fn encode_item(
             id: &item.rid,
             finish_reason: generation.finish_reason().map(FinishJson::Engine),
             prompt_tokens: generation.prompt_tokens(),
-            weight_version: ctx.weight_version,
+            weight_version,
             num_retractions,
             logprobs,
             completion_tokens: ids.len(),
             cached_tokens: 0,
+            weight_versions: spans.as_deref(),
             e2e_latency: finished.map(|f| f.e2e_latency),
-            response_sent_to_client_ts: finished.map(|f| f.response_sent_to_client_ts),
+            response_sent_to_client_ts: sent_ts,
         },
         index,
     }
@@ -195,6 +227,11 @@ pub fn encode_aborted(
 ) {
     let req = &item.request;
     let logprobs = LogprobFields::empty(item);
+    // The scheduler finished it without output: one empty span of the version now.
+    let spans = ctx
+        .version
+        .reports_weight_version_spans()
+        .then(|| weight_version_spans(&[], ctx.weight_version, 0));
     Object {
         shape: Shape::Failed,
         text: "",
@@ -212,6 +249,7 @@ pub fn encode_aborted(
             logprobs,
             completion_tokens: 0,
             cached_tokens: 0,
+            weight_versions: spans.as_deref(),
             e2e_latency: Some(finished.e2e_latency),
             response_sent_to_client_ts: Some(finished.response_sent_to_client_ts),
         },

@@ -12,6 +12,7 @@ use super::json::{
     FinishJson, InputPositions, InputTokenLogprobs, OutputPositions, TokenLogprobs, write_ids,
     write_int, write_serde, write_str,
 };
+use super::versions::VersionSpan;
 
 /// The shapes of an item object in SGLang's answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,9 +48,13 @@ pub enum Key {
     ReasoningTokens,
     CompletionTokens,
     CachedTokens,
+    /// `weight_versions` (0.5.23): only on an item's final object.
+    WeightVersions,
+    /// `"dp_rank": null`: the rank of the data-parallel controller, which the mock (one scheduler) has none of.
+    DpRank,
     /// Only on an item's final object.
     E2eLatency,
-    /// Only on an item's final object.
+    /// Once per item: on its first object (0.5.15 and later).
     ResponseSentToClientTs,
 }
 
@@ -57,7 +62,7 @@ pub enum Key {
 pub fn keys(version: SglangVersion, shape: Shape) -> &'static [Key] {
     use Key::*;
     match (version, shape) {
-        (SglangVersion::V0_5_15 | SglangVersion::V0_5_23, Shape::Generated | Shape::Failed) => &[
+        (SglangVersion::V0_5_15, Shape::Generated | Shape::Failed) => &[
             Id,
             FinishReason,
             PromptTokens,
@@ -70,6 +75,25 @@ pub fn keys(version: SglangVersion, shape: Shape) -> &'static [Key] {
             ReasoningTokens,
             CompletionTokens,
             CachedTokens,
+            DpRank,
+            E2eLatency,
+            ResponseSentToClientTs,
+        ],
+        (SglangVersion::V0_5_23, Shape::Generated | Shape::Failed) => &[
+            Id,
+            FinishReason,
+            PromptTokens,
+            WeightVersion,
+            NumRetractions,
+            TokenLogprobs,
+            OutputTokenLogprobsLength,
+            TopLogprobs,
+            TokenIdsLogprobs,
+            ReasoningTokens,
+            CompletionTokens,
+            CachedTokens,
+            WeightVersions,
+            DpRank,
             E2eLatency,
             ResponseSentToClientTs,
         ],
@@ -85,10 +109,36 @@ pub fn keys(version: SglangVersion, shape: Shape) -> &'static [Key] {
             CachedTokens,
             E2eLatency,
         ],
-        (
-            SglangVersion::V0_5_3 | SglangVersion::V0_5_15 | SglangVersion::V0_5_23,
-            Shape::AbortedWaiting,
-        ) => &[
+        // `_handle_abort_req`: the reduced dict, then `add_logprob_to_meta_info`, then `completion_tokens`; the
+        // object is the item's first and last, so it carries `response_sent_to_client_ts`.
+        (SglangVersion::V0_5_15, Shape::AbortedWaiting) => &[
+            Id,
+            FinishReason,
+            WeightVersion,
+            E2eLatency,
+            TokenLogprobs,
+            OutputTokenLogprobsLength,
+            TopLogprobs,
+            TokenIdsLogprobs,
+            CompletionTokens,
+            ResponseSentToClientTs,
+        ],
+        (SglangVersion::V0_5_23, Shape::AbortedWaiting) => &[
+            Id,
+            FinishReason,
+            WeightVersion,
+            E2eLatency,
+            WeightVersions,
+            TokenLogprobs,
+            OutputTokenLogprobsLength,
+            TopLogprobs,
+            TokenIdsLogprobs,
+            CompletionTokens,
+            ResponseSentToClientTs,
+        ],
+        // 0.5.3 sends a request aborted in the waiting queue as "Abort before prefill" (its
+        // `_handle_abort_req`); the mock keeps this shape for its own refusals (a full queue).
+        (SglangVersion::V0_5_3, Shape::AbortedWaiting) => &[
             Id,
             FinishReason,
             WeightVersion,
@@ -137,6 +187,8 @@ pub(super) struct Meta<'a> {
     pub(super) logprobs: Option<LogprobFields<'a>>,
     pub(super) completion_tokens: usize,
     pub(super) cached_tokens: usize,
+    /// `Some` on an item's final object where the release reports spans.
+    pub(super) weight_versions: Option<&'a [VersionSpan<'a>]>,
     pub(super) e2e_latency: Option<f64>,
     pub(super) response_sent_to_client_ts: Option<f64>,
 }
@@ -288,6 +340,17 @@ impl Meta<'_> {
                     out.extend_from_slice(sep);
                     out.extend_from_slice(br#""cached_tokens":"#);
                     write_int(out, self.cached_tokens);
+                }
+                Key::WeightVersions => {
+                    if let Some(spans) = self.weight_versions {
+                        out.extend_from_slice(sep);
+                        out.extend_from_slice(br#""weight_versions":"#);
+                        write_serde(out, spans);
+                    }
+                }
+                Key::DpRank => {
+                    out.extend_from_slice(sep);
+                    out.extend_from_slice(br#""dp_rank":null"#);
                 }
                 Key::E2eLatency => {
                     if let Some(latency) = self.e2e_latency {

@@ -8,7 +8,8 @@
 //! - `aborts`: the objects of requests aborted before they ran;
 //! - `body`: whole non-stream bodies from a finished [`Run`](crate::engine::Run);
 //! - `stream`: the events due after each tick of a streamed run;
-//! - `sse`: event framing, `[DONE]`, and when a chunk is due.
+//! - `sse`: event framing, `[DONE]`, and when a chunk is due;
+//! - `versions`: the `weight_versions` spans of an item from the version changes it lived through.
 
 mod aborts;
 mod body;
@@ -17,6 +18,7 @@ mod json;
 mod meta;
 mod sse;
 mod stream;
+mod versions;
 
 pub use body::{NeverRan, check_serialisable, encode_body, join_body, never_ran_objects};
 pub use item::{Chunk, EncodeCtx, Finished, OutputMode, Sent, encode_aborted, encode_item};
@@ -24,3 +26,4 @@ pub use json::{Abort, BEFORE_PREFILL_MESSAGE, WAITING_ABORT_MESSAGE, WaitingAbor
 pub use meta::{Key, Shape, keys};
 pub use sse::{DONE_EVENT, chunk_due, error_stream_body, sse_event, stream_mode};
 pub use stream::{Due, StreamEncoder, due};
+pub use versions::{VersionEvent, VersionSpan, weight_version_spans};

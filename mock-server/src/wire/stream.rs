@@ -13,6 +13,8 @@ use crate::error::ApiError;
 pub struct StreamEncoder {
     mode: OutputMode,
     sent: Vec<Sent>,
+    /// Whether each item has sent an object: the first carries `response_sent_to_client_ts`.
+    started: Vec<bool>,
 }
 
 impl StreamEncoder {
@@ -20,6 +22,7 @@ impl StreamEncoder {
         StreamEncoder {
             mode,
             sent: vec![Sent::default(); items],
+            started: vec![false; items],
         }
     }
 
@@ -47,12 +50,18 @@ impl StreamEncoder {
                     json
                 }
                 Due::Chunk { generation, done } => {
+                    let first = !std::mem::replace(&mut self.started[i], true);
+                    let timing = (done || first).then(|| finished(i));
                     let chunk = Chunk {
                         mode: self.mode,
                         sent: self.sent[i],
-                        finished: done.then(|| finished(i)),
+                        finished: timing.filter(|_| done),
                         index,
                         num_retractions: run.retractions(i),
+                        sent_ts: timing
+                            .filter(|_| first)
+                            .map(|t| t.response_sent_to_client_ts),
+                        version_events: ctx.item_version_events(i),
                     };
                     let mut json = Vec::with_capacity(512);
                     encode_item(&mut json, ctx, item, generation, chunk);

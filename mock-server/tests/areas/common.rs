@@ -13,17 +13,41 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use tower::ServiceExt;
 
-/// `meta_info` of a request aborted in the waiting queue (with logprobs asked), as `_handle_abort_req` builds it:
-/// no `prompt_tokens` and no `cached_tokens`.
-pub(crate) const WAITING_ABORT_META_KEYS: [&str; 7] = [
+/// `meta_info` of a request aborted in the waiting queue (with logprobs asked), as 0.5.23's `_handle_abort_req`
+/// builds it: no `prompt_tokens` and no `cached_tokens`; the spans of `_make_abort_req`; the object is the item's
+/// first, so it carries `response_sent_to_client_ts`.
+pub(crate) const WAITING_ABORT_META_KEYS: [&str; 10] = [
     "id",
     "finish_reason",
     "weight_version",
     "e2e_latency",
+    "weight_versions",
     "input_token_logprobs",
     "output_token_logprobs",
+    "output_token_logprobs_length",
     "completion_tokens",
+    "response_sent_to_client_ts",
 ];
+
+/// `body` with every `response_sent_to_client_ts` value written as `0`: a wall-clock field, which two runs of
+/// the same request never share.
+pub(crate) fn zero_sent_ts(body: &[u8]) -> Vec<u8> {
+    const KEY: &[u8] = br#""response_sent_to_client_ts":"#;
+    let mut out = Vec::with_capacity(body.len());
+    let mut rest = body;
+    while let Some(at) = rest.windows(KEY.len()).position(|w| w == KEY) {
+        out.extend_from_slice(&rest[..at + KEY.len()]);
+        rest = &rest[at + KEY.len()..];
+        let digits = rest
+            .iter()
+            .take_while(|b| b.is_ascii_digit() || b"+-.eE".contains(b))
+            .count();
+        out.push(b'0');
+        rest = &rest[digits..];
+    }
+    out.extend_from_slice(rest);
+    out
+}
 
 /// The path of a fixture under `tests/data/`.
 /// One simulated second per token, so a request stays in flight until the test moves the clock.

@@ -468,7 +468,7 @@ async fn a_waiting_abort_keeps_every_requested_logprob_key_empty() {
     let reply = queued.await.unwrap();
     assert_eq!(reply.status, 200);
     let mut want = WAITING_ABORT_META_KEYS.to_vec();
-    let tail = want.split_off(want.len() - 1);
+    let tail = want.split_off(want.len() - 2);
     want.extend([
         "input_top_logprobs",
         "output_top_logprobs",
@@ -479,9 +479,10 @@ async fn a_waiting_abort_keeps_every_requested_logprob_key_empty() {
     let node = Node::parse(&reply.body);
     assert_eq!(node.get("meta_info").unwrap().keys(), want);
     let meta = &reply.json()["meta_info"];
-    for key in &want[4..want.len() - 1] {
+    for key in want.iter().filter(|k| k.ends_with("_logprobs")) {
         assert_eq!(meta[key], json!([]), "{key}");
     }
+    assert_eq!(meta["output_token_logprobs_length"], 0);
     assert_eq!(running.await.unwrap().status, 200);
 }
 
@@ -748,4 +749,88 @@ async fn a_request_held_at_the_pause_gate_survives_every_abort_all_and_runs_afte
             "{path} {body}"
         );
     }
+}
+
+/// 0.5.23's `weight_versions` (`srt/utils/weight_versions.py`): when the weight version changes while a
+/// request is live, the finished object's spans split its output tokens at the change, the spans cover the
+/// output exactly, and `weight_version` is the last span's. Each stream chunk reports the version current when
+/// it was sent, so the chunks up to the boundary say the old one. 0.5.15 has no spans and reports the version
+/// now.
+#[tokio::test(start_paused = true)]
+async fn a_version_change_while_a_request_runs_splits_its_weight_version_spans() {
+    for version in [
+        mock_server::SglangVersion::V0_5_23,
+        mock_server::SglangVersion::V0_5_15,
+    ] {
+        let server = InProcess::new(ServerConfig {
+            sglang_version: version,
+            ..slow()
+        });
+        let streamed = spawn_generate(&server, request("s", 6, true));
+        let whole = spawn_generate(&server, request("w", 6, false));
+        advance_ms(2500).await;
+        let reply = post(
+            &server,
+            "/update_weight_version",
+            json!({"new_version": "v2", "abort_all_requests": false}),
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        advance_ms(10_000).await;
+        let chunks = sse_json(&streamed.await.unwrap().body);
+        let whole = whole.await.unwrap().json();
+        let last = &chunks.last().expect("chunks")["meta_info"];
+        for meta in [last, &whole["meta_info"]] {
+            assert_eq!(meta["weight_version"], "v2", "{version}: {meta}");
+            if version.as_str() == "0.5.15" {
+                assert!(meta.get("weight_versions").is_none(), "{version}");
+                continue;
+            }
+            let spans = meta["weight_versions"].as_array().expect("spans");
+            assert_eq!(spans.len(), 2, "{meta}");
+            let boundary = spans[0]["end"].as_u64().unwrap();
+            assert!((1..6).contains(&boundary), "{meta}");
+            assert_eq!(
+                meta["weight_versions"],
+                json!([{"version": "default", "start": 0, "end": boundary},
+                       {"version": "v2", "start": boundary, "end": 6}])
+            );
+        }
+        if version.as_str() == "0.5.23" {
+            let boundary = last["weight_versions"][0]["end"].as_u64().unwrap();
+            for chunk in &chunks {
+                let meta = &chunk["meta_info"];
+                let want = if meta["completion_tokens"].as_u64().unwrap() <= boundary {
+                    "default"
+                } else {
+                    "v2"
+                };
+                assert_eq!(meta["weight_version"], want, "{meta}");
+            }
+        }
+    }
+}
+
+/// 0.5.3's tokenizer manager reports a request the scheduler aborted in its waiting queue as "Abort before
+/// prefill", with no `output_ids` and no logprob keys (its `_handle_abort_req`); 0.5.15 introduced the waiting
+/// shape the other releases send.
+#[tokio::test(start_paused = true)]
+async fn a_0_5_3_waiting_abort_is_the_abort_before_prefill_object() {
+    let server = InProcess::new(ServerConfig {
+        sglang_version: mock_server::SglangVersion::V0_5_3,
+        max_running_requests: Some(1),
+        ..slow()
+    });
+    let running = spawn_generate(&server, request("run", 3, false));
+    advance_ms(10).await;
+    let queued = spawn_generate(&server, request("queued", 3, false));
+    advance_ms(10).await;
+    post(&server, "/abort_request", json!({"rid": "queued"})).await;
+    let reply = queued.await.unwrap();
+    assert_eq!(
+        reply.text(),
+        r#"{"text":"","meta_info":{"id":"queued","finish_reason":{"type":"abort","message":"Abort before prefill"},"prompt_tokens":0,"completion_tokens":0}}"#
+    );
+    advance_ms(5000).await;
+    assert_eq!(running.await.unwrap().status, 200);
 }

@@ -7,7 +7,9 @@ use axum::http::Method;
 use mock_server::{FaultConfig, FaultRule, ServerConfig, StreamFilter};
 use serde_json::{Value, json};
 
-use crate::common::{InProcess, Live, Node, Reply, WAITING_ABORT_META_KEYS, read_sse};
+use crate::common::{
+    InProcess, Live, Node, Reply, WAITING_ABORT_META_KEYS, read_sse, zero_sent_ts,
+};
 
 const PROMPT: &str = r#"{"text":"fault","rid":"f1","sampling_params":{"max_new_tokens":4,"ignore_eos":true},"return_logprob":true}"#;
 
@@ -293,8 +295,9 @@ async fn body_faults_apply_to_every_stream_chunk() {
 #[tokio::test]
 async fn stream_faults_change_the_framing_as_named() {
     let server = InProcess::new(ServerConfig::default());
-    let normal = server.post("/generate", stream_body()).await;
-    let normal_events = read_sse(&normal.body).unwrap();
+    // Each run stamps its first chunk's `response_sent_to_client_ts`: compared as 0.
+    let normal = zero_sent_ts(&server.post("/generate", stream_body()).await.body);
+    let normal_events = read_sse(&normal).unwrap();
     assert_eq!(normal_events.len(), 4);
     let frame = |e: &[u8]| {
         let mut v = b"data: ".to_vec();
@@ -306,7 +309,7 @@ async fn stream_faults_change_the_framing_as_named() {
     let truncated = with_fault(&server, &stream_body(), "truncate-stream;after=2").await;
     assert_eq!(truncated.status, 200);
     assert_eq!(
-        truncated.body,
+        zero_sent_ts(&truncated.body),
         [frame(&normal_events[0]), frame(&normal_events[1])].concat(),
         "two chunks, then a clean end without [DONE]"
     );
@@ -317,7 +320,8 @@ async fn stream_faults_change_the_framing_as_named() {
     assert_eq!(events[1], events[2]);
 
     let malformed = with_fault(&server, &stream_body(), "malformed-chunk;at=0").await;
-    let events = read_sse(&malformed.body).expect("framing stays intact");
+    let malformed = zero_sent_ts(&malformed.body);
+    let events = read_sse(&malformed).expect("framing stays intact");
     assert!(serde_json::from_slice::<Value>(&events[0]).is_err());
     assert_eq!(events[1], normal_events[1]);
 
@@ -328,7 +332,7 @@ async fn stream_faults_change_the_framing_as_named() {
     )
     .await;
     assert_eq!(
-        error.body,
+        zero_sent_ts(&error.body),
         [
             frame(&normal_events[0]),
             // The default release's `stream_results` frame (0.5.15 and later).

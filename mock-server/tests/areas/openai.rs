@@ -118,7 +118,12 @@ async fn completion_logprobs_with_echo_are_the_generate_logprobs_of_the_same_tok
         json!({"prompt_tokens": n_prompt, "completion_tokens": 8, "total_tokens": n_prompt + 8,
                "prompt_tokens_details": null})
     );
-    assert_eq!(body["metadata"], json!({"weight_version": "default"}));
+    // `build_endpoint_weight_version_metadata` (0.5.23): the native item's version and its spans.
+    assert_eq!(
+        body["metadata"],
+        json!({"weight_version": "default",
+               "weight_versions": [{"version": "default", "start": 0, "end": 8}]})
+    );
 }
 
 #[tokio::test]

@@ -441,8 +441,10 @@ async fn a_scheduler_abort_chunk_has_the_keys_of_a_normal_chunk() {
             json!({"token_ids_logprob": [5, 7]}),
             json!({"top_logprobs_num": 1, "token_ids_logprob": [5]}),
         ] {
+            // One token, so that the normal stream's last chunk is also its first, as the abort chunk is:
+            // both carry `response_sent_to_client_ts`.
             let mut body = json!({"input_ids": [1, 2, 3], "return_logprob": true, "stream": true,
-                                  "sampling_params": {"max_new_tokens": 2}});
+                                  "sampling_params": {"max_new_tokens": 1}});
             for (k, v) in extra.as_object().unwrap() {
                 body[k] = v.clone();
             }

@@ -25,7 +25,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::conn::ConnHandle;
-use super::drive::Events;
+use super::drive::{self, Events};
 use super::extract::{Conn, OpenAiJson};
 use super::faults::{decide_fault, http_fault};
 use super::generate::{Outcome, UuidRids, execute};
@@ -133,13 +133,17 @@ async fn handle(
             let tok = plan
                 .return_text_in_logprobs
                 .then_some(state.model().tokenizer());
-            finished_views(&plan, &ran.run, tok, &ran.weight_version)
+            finished_views(&plan, &ran, tok, config.sglang_version)
         }
         Outcome::NeverRan {
             plan,
             how,
             weight_version,
-        } => never_ran_views(&plan, how, &weight_version),
+        } => never_ran_views(
+            &plan,
+            how.in_release(config.sglang_version),
+            &weight_version,
+        ),
     };
     let mut answer = response::body(&openai, &views, created);
     // Body faults act on the typed answer; the others (a cut, a stall) on its bytes.
@@ -158,22 +162,28 @@ async fn handle(
 /// The views of a finished run's items, in order.
 fn finished_views(
     plan: &GeneratePlan,
-    run: &Run,
+    ran: &drive::Ran,
     tok: Option<&Tokenizer>,
-    weight_version: &str,
+    version: SglangVersion,
 ) -> Vec<ItemView> {
+    let current = &*ran.versions.current;
     plan.items
         .iter()
         .enumerate()
         .filter_map(|(i, item)| {
-            let generation = run.generation(i)?;
-            Some(ItemView::generated(
-                item,
-                generation,
-                tok,
-                weight_version,
-                0,
-            ))
+            let generation = ran.run.generation(i)?;
+            let spans = version.reports_weight_version_spans().then(|| {
+                let events = ran.versions.events.get(i).map_or(&[][..], Vec::as_slice);
+                wire::weight_version_spans(events, current, generation.output_ids().len())
+            });
+            // A finished item reports its last span's version (0.5.23).
+            let weight_version = spans
+                .as_deref()
+                .and_then(<[wire::VersionSpan]>::last)
+                .map_or(current, |span| span.version);
+            let mut view = ItemView::generated(item, generation, tok, weight_version, 0);
+            view.weight_versions = spans.map(|spans| serde_json::json!(spans));
+            Some(view)
         })
         .collect()
 }
@@ -280,7 +290,7 @@ impl Events for OpenAiEvents {
         how: NeverRan<'_>,
         out: &mut VecDeque<Bytes>,
     ) {
-        for (i, view) in never_ran_views(plan, how, ctx.weight_version)
+        for (i, view) in never_ran_views(plan, how.in_release(ctx.version), ctx.weight_version)
             .iter()
             .enumerate()
         {

@@ -114,6 +114,8 @@ pub(crate) struct ItemView {
     pub(crate) completion_tokens: u64,
     /// `None` for a shape without `weight_version` (MID's abort before prefill).
     pub(crate) weight_version: Option<String>,
+    /// `meta_info.weight_versions` of a finished item (0.5.23): the answer's `metadata` repeats it.
+    pub(crate) weight_versions: Option<Value>,
     pub(crate) logprobs: Logprobs,
 }
 
@@ -224,6 +226,7 @@ impl ItemView {
             prompt_tokens: generation.prompt_tokens() as u64,
             completion_tokens: generation.output_ids().len() as u64,
             weight_version: Some(weight_version.to_owned()),
+            weight_versions: None,
             logprobs,
         }
     }
@@ -243,6 +246,7 @@ impl ItemView {
             prompt_tokens,
             completion_tokens: 0,
             weight_version: weight_version.map(str::to_owned),
+            weight_versions: None,
             logprobs: Logprobs {
                 output_top: empty_top.clone(),
                 input_top: empty_top,
@@ -296,8 +300,18 @@ pub(crate) fn body(req: &OpenAiRequest, items: &[ItemView], created: u64) -> Val
         "model": req.model,
         "choices": choices,
         "usage": usage.to_json(),
-        "metadata": {"weight_version": first.and_then(|m| m.weight_version.as_deref())},
+        "metadata": metadata(first),
     })
+}
+
+/// `build_endpoint_weight_version_metadata` (0.5.23's `srt/utils/weight_versions.py`): the first item's
+/// `weight_version`, and its `weight_versions` where it has them.
+fn metadata(first: Option<&ItemView>) -> Value {
+    let mut metadata = json!({"weight_version": first.and_then(|m| m.weight_version.as_deref())});
+    if let Some(spans) = first.and_then(|m| m.weight_versions.clone()) {
+        metadata["weight_versions"] = spans;
+    }
+    metadata
 }
 
 fn object(api: Api, chunk: bool) -> &'static str {

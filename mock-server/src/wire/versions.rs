@@ -1,0 +1,50 @@
+//! `meta_info.weight_versions` (0.5.23): which weight version made which output tokens of an item, from the
+//! version changes it lived through (`srt/utils/weight_versions.py`).
+
+/// A weight update while an item was live (`WeightVersionEvent` in `srt/utils/weight_versions.py`, 0.5.23): its
+/// first `tokens` output tokens came from the weights `old_version` names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionEvent {
+    pub old_version: std::sync::Arc<str>,
+    pub tokens: usize,
+}
+
+/// One entry of `meta_info.weight_versions` (0.5.23): output tokens `start..end` came from `version`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct VersionSpan<'a> {
+    pub version: &'a str,
+    pub start: usize,
+    pub end: usize,
+}
+
+/// The spans a finished item reports: `compute_weight_version_spans` over its events and the version now,
+/// then the spans `add_weight_versions_to_meta_info` keeps (`srt/utils/weight_versions.py`, 0.5.23). Never
+/// empty: an item without output has one span `[0, 0)`.
+pub fn weight_version_spans<'a>(
+    events: &'a [VersionEvent],
+    current: &'a str,
+    tokens: usize,
+) -> Vec<VersionSpan<'a>> {
+    let changes = events
+        .iter()
+        .map(|e| (&*e.old_version, e.tokens))
+        .chain(std::iter::once((current, tokens)));
+    let mut spans: Vec<VersionSpan<'a>> = Vec::with_capacity(events.len() + 1);
+    for (version, end) in changes {
+        let end = end.min(tokens);
+        match spans.last_mut() {
+            Some(last) if end <= last.end => {}
+            Some(last) if last.version == version => last.end = end,
+            last => {
+                let start = last.map_or(0, |l| l.end);
+                spans.push(VersionSpan {
+                    version,
+                    start,
+                    end,
+                });
+            }
+        }
+    }
+    spans.retain(|span| span.start < tokens || span.start == 0);
+    spans
+}
