@@ -27,6 +27,14 @@ pub enum ApiError {
     /// `{"object":"error","message":...,"type":"BadRequestError","param":null,"code":400}`.
     #[error("{0}")]
     OpenAiBadRequest(String),
+    /// An error of the OpenAI layer with its own type and status (`create_error_response(message, err_type,
+    /// status_code)`), e.g. detokenization's `InternalServerError` 500.
+    #[error("{message}")]
+    OpenAi {
+        status: u16,
+        err_type: &'static str,
+        message: String,
+    },
     /// A violation of 0.5.23's JSON contract (`api_contract.generate_contract_error`): HTTP 400 with
     /// `{"error": <the decoder's text>}`, for a stream too.
     #[error("{0}")]
@@ -56,7 +64,7 @@ impl ApiError {
             | ApiError::Validation(_)
             | ApiError::OpenAiBadRequest(_)
             | ApiError::Contract(_) => 400,
-            ApiError::Http { status, .. } => *status,
+            ApiError::Http { status, .. } | ApiError::OpenAi { status, .. } => *status,
             ApiError::Internal(_) => 500,
             ApiError::Unauthorized => 401,
         }
@@ -81,6 +89,17 @@ impl ApiError {
                 r#type: "BadRequestError",
                 param: None,
                 code: 400,
+            }),
+            ApiError::OpenAi {
+                status,
+                err_type,
+                message,
+            } => serde_json::to_vec(&ErrorResponse {
+                object: "error",
+                message,
+                r#type: err_type,
+                param: None,
+                code: *status,
             }),
             ApiError::Http { status, message } => serde_json::to_vec(&ErrorResponse {
                 object: "error",
@@ -127,7 +146,7 @@ impl ApiError {
             | ApiError::Validation(m)
             | ApiError::OpenAiBadRequest(m)
             | ApiError::Contract(m) => m.as_str(),
-            ApiError::Http { message, .. } => message.as_str(),
+            ApiError::Http { message, .. } | ApiError::OpenAi { message, .. } => message.as_str(),
             ApiError::Internal(_) => "Internal Server Error",
             ApiError::Unauthorized => "Unauthorized",
         }

@@ -1096,3 +1096,57 @@ async fn chat_stream_deltas_are_each_releases_delta_shape() {
         );
     }
 }
+
+/// SGLang's `test_request_length_validation.py`, as the SGLang-versions issue ran it: a chat `max_tokens` (or
+/// `max_completion_tokens`) above the context length is refused by `_validate_request` in `serving_chat.py` with
+/// its own message (no space after its first period), before the prompt is counted; one that fits the context
+/// alone but not with the prompt gets the native check's message. The mock gave the native message for both.
+#[tokio::test]
+async fn chat_max_tokens_above_the_context_gets_serving_chats_message() {
+    let server = InProcess::new(ServerConfig {
+        context_length: 64,
+        ..ServerConfig::default()
+    });
+    for key in ["max_tokens", "max_completion_tokens"] {
+        let body = json!({"messages": [{"role": "user", "content": "hi"}], key: 100});
+        let reply = post(&server, "/v1/chat/completions", &body).await;
+        assert_eq!(reply.status, 400, "{key}");
+        assert_eq!(
+            reply.json(),
+            json!({"object": "error", "type": "BadRequestError", "param": null, "code": 400,
+                   "message": "max_completion_tokens is too large: 100.This model supports at most 64 completion tokens."}),
+            "{key}"
+        );
+    }
+    let fits_alone = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 60});
+    let reply = post(&server, "/v1/chat/completions", &fits_alone).await;
+    assert_eq!(reply.status, 400);
+    let message = reply.json()["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        message.starts_with(
+            "Requested token count exceeds the model's maximum context length of 64 tokens."
+        ),
+        "{message}"
+    );
+}
+
+/// SGLang's `test_tokenize_detokenize` tests, as the SGLang-versions issue ran them: `/detokenize` with a
+/// negative id passes the `List[int]` check, then the fast tokenizer's decode raises an `OverflowError` whose
+/// text lacks "decode", which `OpenAIServingDetokenize` answers as a 500 `InternalServerError`. The mock answered
+/// it with a 400.
+#[tokio::test]
+async fn detokenize_answers_a_negative_id_as_the_tokenizers_overflow() {
+    let server = InProcess::new(ServerConfig::default());
+    for path in ["/detokenize", "/v1/detokenize"] {
+        let reply = post(&server, path, &json!({"tokens": [1, -1, 2]})).await;
+        assert_eq!(reply.status, 500, "{path}");
+        assert_eq!(
+            reply.text(),
+            r#"{"object":"error","message":"Internal server error during detokenization: out of range integral type conversion attempted","type":"InternalServerError","param":null,"code":500}"#,
+            "{path}"
+        );
+    }
+}

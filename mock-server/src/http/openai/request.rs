@@ -115,7 +115,7 @@ pub(crate) fn translate(
     let mut native = Map::new();
     let (logprobs, echo) = match api {
         Api::Completions => completions_prompt(obj, tokenizer, &mut native, &mut sampling)?,
-        Api::Chat => chat_prompt(obj, &mut native, &mut sampling)?,
+        Api::Chat => chat_prompt(obj, config, &mut native, &mut sampling)?,
     };
     native.insert("sampling_params".to_owned(), Value::Object(sampling));
     native.insert("return_logprob".to_owned(), json!(logprobs.is_some()));
@@ -260,6 +260,7 @@ impl Prompts {
 /// `logprobs` and `top_logprobs`.
 fn chat_prompt(
     obj: &Map<String, Value>,
+    config: &ServerConfig,
     native: &mut Map<String, Value>,
     sampling: &mut Map<String, Value>,
 ) -> Result<PromptParts, ApiError> {
@@ -280,6 +281,16 @@ fn chat_prompt(
         Some(max) => Some(max),
         None => int_field(obj, "max_tokens")?,
     };
+    // `_validate_request` in `serving_chat.py`: a completion longer than the whole context is refused before
+    // the prompt is counted (the native check then counts prompt and completion together).
+    if let Some(max) = max
+        && max > i64::from(config.context_length)
+    {
+        return Err(ApiError::openai_bad_request(format!(
+            "max_completion_tokens is too large: {max}.This model supports at most {} completion tokens.",
+            config.context_length
+        )));
+    }
     if let Some(max) = max {
         sampling.insert("max_new_tokens".to_owned(), json!(max));
     }

@@ -79,7 +79,15 @@ fn detokenize_body(state: &AppState, body: &Value) -> Result<Value, ApiError> {
     let obj = body_object(body)?;
     let skip = bool_field(obj, "skip_special_tokens")?.unwrap_or(true);
     let vocab = tokenizer.vocab_size();
+    // `OpenAIServingDetokenize`: every element must be an int, then `tokenizer.decode` runs. A fast
+    // tokenizer's decode converts each id to an unsigned 32-bit integer, so a negative id raises an
+    // `OverflowError`, answered as a 500 (its text lacks "decode").
     let ids = |list: &[Value]| -> Result<Vec<u32>, ApiError> {
+        if !list.iter().all(|v| v.is_i64() || v.is_u64()) {
+            return Err(ApiError::openai_bad_request(
+                "Invalid input: 'tokens' must be a list of integers.",
+            ));
+        }
         list.iter()
             .map(|v| match v.as_u64() {
                 Some(id) if id < u64::from(vocab) => Ok(id as u32),
@@ -87,9 +95,13 @@ fn detokenize_body(state: &AppState, body: &Value) -> Result<Value, ApiError> {
                     "Error decoding tokens: token id {id} is not below the vocabulary size {vocab}. Input tokens \
                      might be invalid for the model."
                 ))),
-                None => Err(ApiError::openai_bad_request(
-                    "Invalid input: 'tokens' must be a list of integers.",
-                )),
+                None => Err(ApiError::OpenAi {
+                    status: 500,
+                    err_type: "InternalServerError",
+                    message: "Internal server error during detokenization: out of range integral type \
+                              conversion attempted"
+                        .to_owned(),
+                }),
             })
             .collect()
     };
