@@ -433,6 +433,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
             running: control.running(),
             queued: control.waiting(),
             used_tokens,
+            max_total_tokens: crate::http::info::max_total_num_tokens(state.config()),
         },
         &faults,
     );

@@ -10,7 +10,7 @@ use serde_json::json;
 use super::drive::unix_now;
 use super::respond::{Ordered, empty_ok, json_response, json_value, ordered};
 use super::state::AppState;
-use crate::config::SglangVersion;
+use crate::config::{ServerConfig, SglangVersion};
 use crate::engine::{Generation, ItemRequest, SamplingParams};
 use crate::error::ApiError;
 
@@ -67,10 +67,15 @@ pub(crate) async fn ping() -> Response {
     empty_ok()
 }
 
+/// The KV pool's size the mock reports: sixteen full contexts.
+pub(crate) fn max_total_num_tokens(config: &ServerConfig) -> usize {
+    config.context_length as usize * 16
+}
+
 /// `/server_info` and `/get_server_info`: ServerArgs fields, scheduler info, `internal_states`, `version`.
 pub(crate) async fn server_info(State(state): State<AppState>) -> Response {
     let c = state.config();
-    let max_total_num_tokens = c.context_length as u64 * 16;
+    let max_total_num_tokens = max_total_num_tokens(c);
     let server_args = ordered! {
         "model_path": c.model_path,
         "tokenizer_path": c.model_path,

@@ -5,7 +5,9 @@
 //! another dialect (`le` last, integer counts, `# EOF`), so the exposition stays this small writer.
 
 use std::fmt::Write as _;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 /// SGLang's `time_to_first_token_seconds` buckets.
 const TTFT_BUCKETS: &[f64] = &[
@@ -110,6 +112,8 @@ pub(crate) struct Metrics {
     pub ttft: Histogram,
     pub itl: Histogram,
     pub e2e: Histogram,
+    /// The previous scrape: when, and the generation tokens counted then (for `gen_throughput`).
+    last_scrape: Mutex<Option<(Instant, u64)>>,
 }
 
 impl Default for Metrics {
@@ -122,6 +126,7 @@ impl Default for Metrics {
             ttft: Histogram::new(TTFT_BUCKETS),
             itl: Histogram::new(ITL_BUCKETS),
             e2e: Histogram::new(E2E_BUCKETS),
+            last_scrape: Mutex::new(None),
         }
     }
 }
@@ -132,6 +137,8 @@ pub(crate) struct Gauges {
     pub running: usize,
     pub queued: usize,
     pub used_tokens: usize,
+    /// The KV pool's size, `max_total_num_tokens`: `token_usage` is `used_tokens` over it.
+    pub max_total_tokens: usize,
 }
 
 impl Metrics {
@@ -156,6 +163,30 @@ impl Metrics {
             self.itl.observe_n(per, output_tokens as u64 - 1);
         }
         self.e2e.observe(e2e);
+    }
+
+    /// Generation tokens per second since the previous scrape (SGLang's scheduler measures over its decode log
+    /// interval instead); 0 at the first scrape and when nothing was generated in between.
+    fn throughput_since_last_scrape(&self) -> f64 {
+        let now = Instant::now();
+        let tokens = self.generation_tokens.load(Ordering::Relaxed);
+        let mut last = self
+            .last_scrape
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let rate = match *last {
+            Some((at, before)) if tokens > before => {
+                let seconds = now.duration_since(at).as_secs_f64();
+                if seconds > 0.0 {
+                    (tokens - before) as f64 / seconds
+                } else {
+                    0.0
+                }
+            }
+            _ => 0.0,
+        };
+        *last = Some((now, tokens));
+        rate
     }
 
     /// The whole exposition. `faults` is the count per injected fault kind.
@@ -237,6 +268,50 @@ impl Metrics {
             "The number of used tokens",
             gauges.used_tokens,
         );
+        let float_gauge = |out: &mut String, name: &str, help: &str, v: f64| {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} gauge");
+            let _ = writeln!(out, "{name}{{{labels}}} {}", python_float(v));
+        };
+        float_gauge(
+            &mut out,
+            "sglang:token_usage",
+            "The token usage.",
+            gauges.used_tokens as f64 / gauges.max_total_tokens.max(1) as f64,
+        );
+        float_gauge(
+            &mut out,
+            "sglang:gen_throughput",
+            "The generation throughput (token/s).",
+            self.throughput_since_last_scrape(),
+        );
+        // The toy model has no grammar backend, no prefix cache and no speculative decoding.
+        gauge(
+            &mut out,
+            "sglang:num_grammar_queue_reqs",
+            "The number of requests in the grammar waiting queue.",
+            0,
+        );
+        float_gauge(
+            &mut out,
+            "sglang:cache_hit_rate",
+            "The prefix cache hit rate.",
+            0.0,
+        );
+        float_gauge(
+            &mut out,
+            "sglang:spec_accept_length",
+            "Mean acceptance length of speculative decoding (accepted drafts + bonus token per forward).",
+            0.0,
+        );
+        // Labelled by `cache_source`, and never incremented without a prefix cache: `prometheus_client` then
+        // writes the metric's header and no sample.
+        let name = "sglang:cached_tokens_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Number of cached prompt tokens by source (device/host/storage)."
+        );
+        let _ = writeln!(out, "# TYPE {name} counter");
         let name = "sglang_mock:faults_injected_total";
         let _ = writeln!(out, "# HELP {name} Faults injected by the mock, by kind.");
         let _ = writeln!(out, "# TYPE {name} counter");

@@ -168,3 +168,58 @@ async fn metrics_use_sglangs_names_and_count_tokens_and_faults() {
         .collect();
     assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{buckets:?}");
 }
+
+/// SGLang's `test_metrics.py`, as the SGLang-versions issue ran it: `/metrics` has the scheduler's
+/// `token_usage`, `gen_throughput`, `num_grammar_queue_reqs`, `cache_hit_rate` and `spec_accept_length` gauges
+/// and the tokenizer's `cached_tokens_total` counter (`srt/observability/metrics_collector.py`; the mock lacked
+/// all six). `token_usage` is `num_used_tokens` over the pool of `max_total_num_tokens` that `/server_info`
+/// reports, and throughput over a stretch without generation is 0.
+#[tokio::test(start_paused = true)]
+async fn metrics_have_the_scheduler_gauges_sglangs_tests_read() {
+    let server = InProcess::new(ServerConfig {
+        model_path: "org/model".to_owned(),
+        ..crate::common::slow()
+    });
+    let label = r#"{model_name="org/model"}"#;
+    let value = |text: &str, name: &str| -> f64 {
+        let prefix = format!("{name}{label} ");
+        text.lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {name} sample in\n{text}"))
+            .parse()
+            .expect("a float")
+    };
+    let running = crate::common::spawn_generate(&server, body(5, 8, false));
+    crate::common::advance_ms(10).await;
+    let text = server.get("/metrics").await.text();
+    for (name, kind) in [
+        ("sglang:token_usage", "gauge"),
+        ("sglang:gen_throughput", "gauge"),
+        ("sglang:num_grammar_queue_reqs", "gauge"),
+        ("sglang:cache_hit_rate", "gauge"),
+        ("sglang:spec_accept_length", "gauge"),
+        ("sglang:cached_tokens_total", "counter"),
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE {name} {kind}\n")),
+            "{name} in\n{text}"
+        );
+    }
+    let pool = server.get("/server_info").await.json()["max_total_num_tokens"]
+        .as_f64()
+        .expect("max_total_num_tokens");
+    let used = value(&text, "sglang:num_used_tokens");
+    assert_eq!(used, 13.0, "the running request's prompt and completion");
+    assert_eq!(value(&text, "sglang:token_usage"), used / pool);
+    assert_eq!(value(&text, "sglang:num_grammar_queue_reqs"), 0.0);
+    crate::common::advance_ms(20_000).await;
+    assert_eq!(running.await.unwrap().status, 200);
+    let idle = server.get("/metrics").await.text();
+    let again = server.get("/metrics").await.text();
+    assert_eq!(value(&idle, "sglang:token_usage"), 0.0);
+    assert_eq!(
+        value(&again, "sglang:gen_throughput"),
+        0.0,
+        "nothing generated since the last scrape"
+    );
+}
