@@ -740,9 +740,12 @@ async fn tokenize_gives_the_ids_generate_reads_and_detokenize_inverts_it() {
     let reply = post(&server, "/detokenize", &json!({"tokens": [151_936]})).await;
     assert_eq!(reply.status, 400);
     assert_eq!(reply.json()["type"], "BadRequestError");
+    // Neither `prompt` nor `messages`: `TokenizeRequest.validate_tokenize_input` refuses it.
     let reply = post(&server, "/tokenize", &json!({"text": "wrong field"})).await;
     assert_eq!(reply.status, 400);
-    assert!(error_message(&reply).contains("Field required"));
+    assert!(
+        error_message(&reply).contains("Exactly one of 'prompt' or 'messages' must be provided.")
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -1147,6 +1150,71 @@ async fn detokenize_answers_a_negative_id_as_the_tokenizers_overflow() {
             reply.text(),
             r#"{"object":"error","message":"Internal server error during detokenization: out of range integral type conversion attempted","type":"InternalServerError","param":null,"code":500}"#,
             "{path}"
+        );
+    }
+}
+
+/// SGLang's `test_tokenize_detokenize` tests, as the SGLang-versions issue ran them: `/tokenize` (and
+/// `/v1/tokenize`) take `messages` instead of `prompt` and render them with the chat template as a chat
+/// completion would (`OpenAIServingTokenize._tokenize_chat_request`); 0.5.23's `add_generation_prompt: false`
+/// leaves the assistant turn unopened; exactly one of the two is required (`validate_tokenize_input`). The mock
+/// refused `messages`.
+#[tokio::test]
+async fn tokenize_renders_messages_with_the_chat_template() {
+    let server = InProcess::new(ServerConfig::default());
+    let messages =
+        json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]);
+    let turns = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n";
+    let tokens_of = |prompt: String| {
+        let server = server.clone();
+        async move {
+            post(&server, "/tokenize", &json!({"prompt": prompt}))
+                .await
+                .json()["tokens"]
+                .clone()
+        }
+    };
+    let opened = tokens_of(format!("{turns}<|im_start|>assistant\n")).await;
+    for path in ["/tokenize", "/v1/tokenize"] {
+        let reply = post(&server, path, &json!({"messages": messages})).await;
+        assert_eq!(reply.status, 200, "{path}: {}", reply.text());
+        let body = reply.json();
+        assert_eq!(body["tokens"], opened, "{path}");
+        assert_eq!(body["count"], opened.as_array().unwrap().len(), "{path}");
+        assert_eq!(body["max_model_len"], 32768);
+    }
+    let chat = post(
+        &server,
+        "/v1/chat/completions",
+        &json!({"messages": messages, "max_tokens": 1}),
+    )
+    .await
+    .json();
+    assert_eq!(
+        chat["usage"]["prompt_tokens"],
+        opened.as_array().unwrap().len()
+    );
+    let closed = post(
+        &server,
+        "/tokenize",
+        &json!({"messages": messages, "add_generation_prompt": false}),
+    )
+    .await
+    .json();
+    assert_eq!(closed["tokens"], tokens_of(turns.to_owned()).await);
+    for body in [
+        json!({"prompt": "hi", "messages": messages}),
+        json!({"model": "x"}),
+    ] {
+        let reply = post(&server, "/tokenize", &body).await;
+        assert_eq!(reply.status, 400, "{body}");
+        let message = reply.json()["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            message.contains("Exactly one of 'prompt' or 'messages' must be provided."),
+            "{message}"
         );
     }
 }

@@ -269,14 +269,8 @@ fn chat_prompt(
         .ok_or_else(|| validation_error("missing", "'messages'", "Field required"))?
         .as_array()
         .ok_or_else(|| type_error("messages", "list_type", "a valid list"))?;
-    let mut rendered = Vec::with_capacity(messages.len());
-    for (i, message) in messages.iter().enumerate() {
-        rendered.push(ChatMessage::parse(i, message)?);
-    }
-    if rendered.is_empty() {
-        return Err(ApiError::openai_bad_request("Messages cannot be empty."));
-    }
-    native.insert("text".to_owned(), json!(render_chatml(&rendered)));
+    let rendered = chat_messages(messages)?;
+    native.insert("text".to_owned(), json!(render_chatml(&rendered, true)));
     let max = match int_field(obj, "max_completion_tokens")? {
         Some(max) => Some(max),
         None => int_field(obj, "max_tokens")?,
@@ -324,7 +318,7 @@ pub(crate) struct ChatMessage {
 impl ChatMessage {
     /// `{"role", "content"}` where content is a string, `null`, or a list of `{"type": "text", "text"}` parts
     /// (joined with spaces, as SGLang flattens parts for string templates).
-    fn parse(i: usize, message: &Value) -> Result<ChatMessage, ApiError> {
+    pub(crate) fn parse(i: usize, message: &Value) -> Result<ChatMessage, ApiError> {
         let loc = |field: &str| format!("'messages', {i}, '{field}'");
         let obj = message.as_object().ok_or_else(|| {
             validation_error(
@@ -392,7 +386,7 @@ impl ChatMessage {
 
 /// The toy model's chat template, ChatML: each message as `<|im_start|>{role}\n{content}<|im_end|>\n`, then
 /// the generation prompt `<|im_start|>assistant\n`. No default system message is added.
-pub(crate) fn render_chatml(messages: &[ChatMessage]) -> String {
+pub(crate) fn render_chatml(messages: &[ChatMessage], add_generation_prompt: bool) -> String {
     let mut out = String::new();
     for message in messages {
         out.push_str("<|im_start|>");
@@ -401,8 +395,23 @@ pub(crate) fn render_chatml(messages: &[ChatMessage]) -> String {
         out.push_str(&message.content);
         out.push_str("<|im_end|>\n");
     }
-    out.push_str("<|im_start|>assistant\n");
+    if add_generation_prompt {
+        out.push_str("<|im_start|>assistant\n");
+    }
     out
+}
+
+/// A chat request's `messages`, each parsed, refused when there are none (`_validate_request`).
+pub(crate) fn chat_messages(messages: &[Value]) -> Result<Vec<ChatMessage>, ApiError> {
+    let rendered = messages
+        .iter()
+        .enumerate()
+        .map(|(i, message)| ChatMessage::parse(i, message))
+        .collect::<Result<Vec<_>, _>>()?;
+    if rendered.is_empty() {
+        return Err(ApiError::openai_bad_request("Messages cannot be empty."));
+    }
+    Ok(rendered)
 }
 
 /// `response_format` as SGLang's `_build_sampling_params` turns it into a grammar constraint (which the toy
@@ -524,7 +533,7 @@ mod tests {
             },
         ];
         assert_eq!(
-            render_chatml(&messages),
+            render_chatml(&messages, true),
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
         );
     }

@@ -1,5 +1,6 @@
 //! `/tokenize` and `/detokenize` (also under `/v1/`), as SGLang's `serving_tokenize.py` serves them:
-//! `{"prompt": str | [str], "add_special_tokens"}` gives `{"tokens", "count", "max_model_len"}`, and
+//! `{"prompt": str | [str], "add_special_tokens"}` or `{"messages": [...]}` (rendered with the chat template,
+//! as for a chat completion) gives `{"tokens", "count", "max_model_len"}`, and
 //! `{"tokens": [int] | [[int]], "skip_special_tokens"}` gives `{"text"}`. The toy tokenizer adds no special
 //! tokens of its own, so `add_special_tokens` changes nothing, as for Qwen's.
 
@@ -7,7 +8,8 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::request::{body_object, bool_field, type_error};
+use super::request::{body_object, bool_field, chat_messages, render_chatml, type_error};
+use crate::config::SglangVersion;
 use crate::error::ApiError;
 use crate::http::extract::OpenAiJson;
 use crate::http::respond::json_value;
@@ -48,6 +50,30 @@ fn tokenize_body(state: &AppState, body: &Value) -> Result<Value, ApiError> {
     // Checked for its type; the toy tokenizer adds no special tokens either way.
     bool_field(obj, "add_special_tokens")?;
     let max_model_len = state.config().context_length;
+    let present = |key: &str| obj.get(key).filter(|v| !v.is_null());
+    // `TokenizeRequest.validate_tokenize_input`, a model validator: FastAPI's 400.
+    if present("prompt").is_some() == present("messages").is_some() {
+        return Err(native::validation_error(
+            "value_error",
+            "()",
+            "Value error, Exactly one of 'prompt' or 'messages' must be provided.",
+        ));
+    }
+    if let Some(messages) = present("messages") {
+        let messages = messages
+            .as_array()
+            .ok_or_else(|| type_error("messages", "list_type", "a valid list"))?;
+        // 0.5.23 renders as given when `add_generation_prompt` is set; otherwise as for a chat completion.
+        let add_generation_prompt = match state.config().sglang_version {
+            SglangVersion::V0_5_23 => bool_field(obj, "add_generation_prompt")?.unwrap_or(true),
+            SglangVersion::V0_5_3 | SglangVersion::V0_5_15 => true,
+        };
+        let prompt = render_chatml(&chat_messages(messages)?, add_generation_prompt);
+        let tokens = tokenizer.encode(&prompt);
+        return Ok(
+            json!({"tokens": tokens, "count": tokens.len(), "max_model_len": max_model_len}),
+        );
+    }
     match obj.get("prompt") {
         Some(Value::String(text)) => {
             let tokens = tokenizer.encode(text);
