@@ -5,7 +5,10 @@ stream chunk in pydantic's strict mode. The SDK's ``Completion`` type, shared by
 says ``finish_reason`` is never null and no logprob is null; OpenAI's streamed completions (and SGLang's) send
 ``null`` until the last chunk, and an echoed prompt's first token has no logprob. Those two places, and only
 those, are validated against subclasses that allow ``null`` there. ``finish_reason: "abort"`` is SGLang's
-extension and fails validation, as it would against SGLang.
+extension and fails validation, as it would against SGLang. So does ``metadata.weight_versions``: SGLang 0.5.23
+puts its list of ``{"version", "start", "end"}`` spans in ``metadata`` (``build_endpoint_weight_version_metadata``),
+which the SDK types as ``Dict[str, str]``; the spans are checked for their own shape and the rest of the answer
+strictly.
 """
 
 import json
@@ -50,7 +53,17 @@ def chunk_type(path):
 
 def strict(model, payload):
     """Validate ``payload`` with ``model`` in pydantic's strict mode and return it unchanged."""
-    model.model_validate(payload, strict=True)
+    checked = payload
+    spans = (payload.get("metadata") or {}).get("weight_versions") if isinstance(payload, dict) else None
+    if spans is not None:
+        assert isinstance(spans, list) and spans, spans
+        end = 0
+        for span in spans:
+            assert set(span) == {"version", "start", "end"} and isinstance(span["version"], str), span
+            assert span["start"] == end and span["end"] >= span["start"], spans
+            end = span["end"]
+        checked = {**payload, "metadata": {k: v for k, v in payload["metadata"].items() if k != "weight_versions"}}
+    model.model_validate(checked, strict=True)
     return payload
 
 
