@@ -452,6 +452,8 @@ def main():
     parser.add_argument("--script", help="the server's --script file")
     parser.add_argument("--sglang-version", default="0.5.23", choices=tuple(toymodel.RELEASES),
                         help="the server's --sglang-version")
+    parser.add_argument("--enable-deterministic-inference", action="store_true",
+                        help="the server runs with --enable-deterministic-inference")
     parser.add_argument("--requests", type=int, default=240, help="random requests to replay")
     parser.add_argument("--draws", type=int, default=4000, help="seeded draws per frequency case (0: none)")
     parser.add_argument("--seed", type=int, default=1976, help="seed of the random requests")
@@ -459,7 +461,7 @@ def main():
     args.url = args.url.rstrip("/")
     scripts = json.load(open(args.script)) if args.script else None
     model = toymodel.ToyModel(seed=args.server_seed, vocab_size=args.vocab_size, sglang_version=args.sglang_version,
-                              scripts=scripts)
+                              scripts=scripts, deterministic_inference=args.enable_deterministic_inference)
     problems = []
     replay(args, model, problems)
     if args.draws > 0:

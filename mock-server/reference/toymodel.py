@@ -50,6 +50,7 @@ GREEDY_BELOW = 1e-6  # section 8.2
 PROMPT_HASH_START = 0x50524F4D5054  # section 8.3
 SEED_SALT = 0x53454544  # section 8.3
 NO_SEED = 0xFFFFFFFFFFFFFFFF  # section 8.3
+DETERMINISTIC_SEED = 42  # section 8.3, with --enable-deterministic-inference
 # The releases the server emulates, and the old profile names (`--profile latest|mid`) as aliases.
 RELEASES = {"0.5.3": "0.5.3", "0.5.15": "0.5.15", "0.5.23": "0.5.23", "latest": "0.5.23", "mid": "0.5.3"}
 
@@ -353,13 +354,14 @@ class ToyModel:
     """The toy model with its server configuration (section 1): tokenizer, distributions and /generate."""
 
     def __init__(self, seed=0, vocab_size=151936, context_length=32768, sglang_version="0.5.23",
-                 return_original_logprob=False, scripts=None):
+                 return_original_logprob=False, scripts=None, deterministic_inference=False):
         self.seed = _integer(seed, "seed", 0, MASK64)
         self.vocab_size = _integer(vocab_size, "vocab_size", 1024, 1_400_000)
         self.context_length = _integer(context_length, "context_length", 1)
         if sglang_version not in RELEASES:
             raise ValueError(f"sglang_version must be one of {', '.join(RELEASES)}, got {sglang_version!r}")
         self.sglang_version = RELEASES[sglang_version]
+        self.deterministic_inference = bool(deterministic_inference)
         self.return_original_logprob = bool(return_original_logprob)
         self.scripts = [self._script_rule(rule) for rule in (scripts or ())]
         self.word_count = vocab_size - 259
@@ -637,11 +639,16 @@ class ToyModel:
         seed = sample.sampling_seed
         if isinstance(seed, float) and math.isfinite(seed) and seed == int(seed):
             seed = int(seed)
+        position = sample.position
+        if self.deterministic_inference:
+            # Every sample is seeded (42 by default) and draws as the first of its request does.
+            seed = seed if _is_int(seed) else DETERMINISTIC_SEED
+            position = 0
         if _is_int(seed):
             seed_part = mix(SEED_SALT, seed & MASK64)
         else:
             seed_part = NO_SEED
-        return mix(mix(mix(self.seed, prompt_hash), seed_part), sample.position)
+        return mix(mix(mix(self.seed, prompt_hash), seed_part), position)
 
     # -- Section 9: generation and finish checks -------------------------------------------------------------
 
@@ -749,6 +756,7 @@ def main(argv=None):
     parser.add_argument("--context-length", type=int, default=32768)
     parser.add_argument("--sglang-version", "--profile", choices=tuple(RELEASES), default="0.5.23")
     parser.add_argument("--return-original-logprob", action="store_true")
+    parser.add_argument("--enable-deterministic-inference", action="store_true")
     parser.add_argument("--script", metavar="FILE", help="JSON list of scripted answers (MODEL.md 8.4)")
     parser.add_argument("body", nargs="?", default="-", help="request body as JSON, or - for stdin")
     args = parser.parse_args(argv)
@@ -757,7 +765,8 @@ def main(argv=None):
         with open(args.script, encoding="utf-8") as f:
             scripts = json.load(f)
     model = ToyModel(seed=args.seed, vocab_size=args.vocab_size, context_length=args.context_length,
-                     sglang_version=args.sglang_version, return_original_logprob=args.return_original_logprob, scripts=scripts)
+                     sglang_version=args.sglang_version, return_original_logprob=args.return_original_logprob,
+                     scripts=scripts, deterministic_inference=args.enable_deterministic_inference)
     body = json.loads(sys.stdin.read() if args.body == "-" else args.body)
     print(json.dumps(model.generate(body)))
 

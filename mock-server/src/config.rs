@@ -48,6 +48,15 @@ impl SglangVersion {
         }
     }
 
+    /// `--admin-api-key` exists, and the API-key middleware decides by each route's `auth_level`
+    /// (`srt/utils/auth.py: decide_request_auth`); 0.5.3 has `--api-key` alone, checked on every route.
+    pub(crate) fn has_admin_api_key(self) -> bool {
+        match self {
+            SglangVersion::V0_5_3 => false,
+            SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => true,
+        }
+    }
+
     /// Finished objects carry `meta_info.weight_versions`, the spans of output tokens each weight version made,
     /// and their `weight_version` is the last span's (`srt/utils/weight_versions.py`, 0.5.23).
     pub(crate) fn reports_weight_version_spans(self) -> bool {
@@ -128,6 +137,10 @@ pub struct ServerConfig {
     /// Require `Authorization: Bearer <key>` on every endpoint except /health* and /metrics.
     #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_API_KEY"))]
     pub api_key: Option<String>,
+    /// 0.5.15 and later: the only key the control endpoints (aborts, pauses, weight updates, `/admin/*`)
+    /// accept; the others keep `--api-key`'s rule.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_ADMIN_API_KEY"))]
+    pub admin_api_key: Option<String>,
     /// Stream text, output_ids and output logprobs as deltas instead of cumulatively (latest profile only).
     #[cfg_attr(
         feature = "cli",
@@ -138,9 +151,17 @@ pub struct ServerConfig {
     #[cfg_attr(feature = "cli", arg(long, visible_alias = "profile", env = "SGLANG_MOCK_SGLANG_VERSION", default_value_t = ServerConfig::default().sglang_version))]
     pub sglang_version: SglangVersion,
     /// Answer as slime's patched 0.5.15.post1 (its `docker/patch/`) where the mock covers it:
-    /// `/get_weight_version` and `/weight_version` answer the version again. Only with `--sglang-version 0.5.15`.
+    /// `/get_weight_version` and `/weight_version` answer the version again, and `/post_process_weights` is
+    /// served. Only with `--sglang-version 0.5.15`.
     #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_SLIME_PATCHES"))]
     pub slime_patches: bool,
+    /// SGLang's `--enable-deterministic-inference`: a request without `sampling_seed` samples with seed 42, and
+    /// every sample of a request draws as the first does, so `n > 1` without seeds gives identical samples.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "SGLANG_MOCK_ENABLE_DETERMINISTIC_INFERENCE")
+    )]
+    pub enable_deterministic_inference: bool,
     /// Emit a stream chunk every this many tokens (requests may override it).
     #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_STREAM_INTERVAL", default_value_t = ServerConfig::default().stream_interval, value_parser = clap::value_parser!(u32).range(1..)))]
     pub stream_interval: u32,
@@ -187,9 +208,11 @@ impl Default for ServerConfig {
             vocab_size: 151_936,
             context_length: 32_768,
             api_key: None,
+            admin_api_key: None,
             incremental_streaming_output: false,
             sglang_version: SglangVersion::V0_5_23,
             slime_patches: false,
+            enable_deterministic_inference: false,
             stream_interval: 1,
             return_original_logprob: false,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
@@ -234,6 +257,9 @@ impl ServerConfig {
         if self.slime_patches && self.sglang_version != SglangVersion::V0_5_15 {
             return Err(StateError::SlimePatches(self.sglang_version));
         }
+        if self.admin_api_key.is_some() && !self.sglang_version.has_admin_api_key() {
+            return Err(StateError::AdminApiKey(self.sglang_version));
+        }
         self.faults.validate().map_err(StateError::Faults)?;
         crate::model::Model::new(self.model_config()).map_err(|source| StateError::Model {
             vocab_size: self.vocab_size,
@@ -266,4 +292,6 @@ pub enum StateError {
     Faults(#[source] crate::faults::FaultError),
     #[error("--slime-patches applies to SGLang 0.5.15 (slime's pinned 0.5.15.post1), not {0}")]
     SlimePatches(SglangVersion),
+    #[error("--admin-api-key is a flag of SGLang 0.5.15 and later, not of {0}")]
+    AdminApiKey(SglangVersion),
 }

@@ -288,6 +288,24 @@ impl Control {
         }
     }
 
+    /// Waits until no request runs, paused or not, calling `again` every `period` meanwhile: a pause in abort
+    /// mode waits so, re-sending its abort-all every second until no request holds the model-update lock
+    /// (`TM: pause_generation`, 0.5.15 and later).
+    pub(crate) async fn wait_idle(&self, period: std::time::Duration, mut again: impl FnMut()) {
+        loop {
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            if self.running.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            tokio::select! {
+                () = drained => {}
+                () = tokio::time::sleep(period) => again(),
+            }
+        }
+    }
+
     /// Wait for permission to run: the pause gate, a weight update and the running limit. A full waiting queue
     /// refuses at once; an abort while waiting ends the wait.
     pub(crate) async fn admit(self: &Arc<Self>, handle: &CtlHandle) -> Admission {

@@ -9,10 +9,11 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::extract::{JsonBody, RawBody};
+use super::extract::{JsonBody, RawBody, parse_body};
 use super::metrics::Gauges;
 use super::respond::{json_value, ordered};
 use super::state::AppState;
+use crate::config::SglangVersion;
 use crate::control::PauseMode;
 use crate::error::ApiError;
 use crate::faults::FaultConfig;
@@ -63,22 +64,45 @@ pub(crate) struct PauseReq {
     mode: Option<String>,
 }
 
-/// `/pause_generation` with `{"mode": "abort" | "retract" | "in_place"}` (default `abort`).
+/// `ContinueGenerationReqInput`: its one field is typed; a mock without a GPU has no cache to empty.
+#[derive(Deserialize)]
+pub(crate) struct ContinueReq {
+    #[serde(default)]
+    torch_empty_cache: Option<bool>,
+}
+
+/// `/pause_generation`. 0.5.3 reads no body: it pauses, fires an abort-all and returns. 0.5.15 and later read
+/// `{"mode": "abort" | "retract" | "in_place"}` (default `abort`); abort mode then returns only once no
+/// request runs, re-sending its abort-all every second (`TM: pause_generation`).
 pub(crate) async fn pause_generation(
     State(state): State<AppState>,
-    JsonBody(req): JsonBody<PauseReq>,
+    RawBody(body): RawBody,
 ) -> Response {
-    let mode_name = req.mode.unwrap_or_else(|| "abort".to_owned());
+    let (mode_name, blocks) = match state.config().sglang_version {
+        SglangVersion::V0_5_3 => ("abort".to_owned(), false),
+        SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => match parse_body::<PauseReq>(&body) {
+            Ok(req) => (req.mode.unwrap_or_else(|| "abort".to_owned()), true),
+            Err(err) => return err.into_response(),
+        },
+    };
     let Some(mode) = PauseMode::parse(&mode_name) else {
         return ApiError::Validation(format!(
             "mode: Input should be 'abort', 'retract' or 'in_place', got {mode_name:?}"
         ))
         .into_response();
     };
-    state.control().pause(mode);
+    let control = state.control();
+    control.pause(mode);
     if mode == PauseMode::Abort {
         // `pause_generation` in abort mode calls `abort_request(abort_all=True)`.
         count_abort(&state);
+        if blocks {
+            control
+                .wait_idle(Duration::from_secs(1), || {
+                    control.abort("", true);
+                })
+                .await;
+        }
     }
     tracing::info!(mode = mode_name, "generation paused");
     json_value(&ordered! {
@@ -87,8 +111,18 @@ pub(crate) async fn pause_generation(
     })
 }
 
-/// `/continue_generation`.
-pub(crate) async fn continue_generation(State(state): State<AppState>) -> Response {
+/// `/continue_generation`: 0.5.3 reads no body; later releases read `{"torch_empty_cache": bool}`.
+pub(crate) async fn continue_generation(
+    State(state): State<AppState>,
+    RawBody(body): RawBody,
+) -> Response {
+    match state.config().sglang_version {
+        SglangVersion::V0_5_3 => {}
+        SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => match parse_body::<ContinueReq>(&body) {
+            Ok(req) => tracing::debug!(torch_empty_cache = ?req.torch_empty_cache, "continue"),
+            Err(err) => return err.into_response(),
+        },
+    }
     state.control().resume();
     tracing::info!("generation continued");
     json_value(&ordered! {
@@ -255,6 +289,38 @@ fn session_reply(success: bool, refusal: &str) -> Response {
     });
     *response.status_mut() = status;
     response
+}
+
+/// `PostProcessWeightsReqInput` of slime's patch: two typed switches for quantized weights, which the toy model
+/// has none of.
+#[derive(Deserialize)]
+pub(crate) struct PostProcessReq {
+    #[serde(default)]
+    restore_weights_before_load: bool,
+    #[serde(default)]
+    post_process_quantization: bool,
+}
+
+/// `/post_process_weights` (slime's patched 0.5.15, `--slime-patches`): the post-loading hooks run under the
+/// model-update writer lock, so the call waits until no request runs (paused or not), then answers
+/// `{"success": true, "message": "Success"}` (`ModelRunner.post_process_weights`).
+pub(crate) async fn post_process_weights(
+    State(state): State<AppState>,
+    JsonBody(req): JsonBody<PostProcessReq>,
+) -> Response {
+    tracing::info!(
+        restore_weights_before_load = req.restore_weights_before_load,
+        post_process_quantization = req.post_process_quantization,
+        "post-processing weights"
+    );
+    state
+        .control()
+        .wait_idle(Duration::from_secs(1), || {})
+        .await;
+    json_value(&ordered! {
+        "success": true,
+        "message": "Success",
+    })
 }
 
 /// `/update_weights_from_tensor`: `{"success","message"}`.

@@ -57,15 +57,18 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
         let RawBody(body) = RawBody::from_request(req, state).await?;
-        let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
-            b"{}"
-        } else {
-            &body
-        };
-        serde_json::from_slice(body)
-            .map(JsonBody)
-            .map_err(|err| ApiError::Validation(format!("{err}")))
+        parse_body(&body).map(JsonBody)
     }
+}
+
+/// A body read as [`JsonBody`] reads it, for a handler that decides first whether to read it at all.
+pub(crate) fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        body
+    };
+    serde_json::from_slice(body).map_err(|err| ApiError::Validation(format!("{err}")))
 }
 
 /// The JSON body of an OpenAI-layer route: SGLang's `validate_json_request` first (only `application/json`),

@@ -10,7 +10,7 @@ use axum::routing::{MethodFilter, get, on, post};
 use super::respond::json_response;
 use super::state::AppState;
 use super::{admin, faults, generate, info, openai};
-use crate::config::SglangVersion;
+use crate::config::{ServerConfig, SglangVersion};
 use crate::error::ApiError;
 
 /// The router with every endpoint, the API-key middleware when a key is configured, and SGLang's 404/405.
@@ -32,7 +32,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/admin/stats", get(admin::stats))
         .route("/admin/reset", post(admin::reset))
         .route("/metrics", get(admin::metrics));
-    let mut app = worker_routes(state.config().sglang_version, get_or_post)
+    let mut app = worker_routes(state.config(), get_or_post)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
             state.clone(),
@@ -41,7 +41,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(generating)
         .merge(unfaulted)
         .method_not_allowed_fallback(method_not_allowed);
-    if state.config().api_key.is_some() {
+    if state.config().api_key.is_some() || state.config().admin_api_key.is_some() {
         app = app.layer(middleware::from_fn_with_state(state.clone(), api_key_auth));
     }
     app.with_state(state)
@@ -50,7 +50,8 @@ pub(crate) fn router(state: AppState) -> Router {
 /// The routes a router, a trainer or a health check calls besides generation, as each release's
 /// `srt/entrypoints/http_server.py` declares them (`mock-server/VERSIONS.md` lists the differences;
 /// `tests/python/route_check.py` compares this table with the wheels' route decorators).
-fn worker_routes(version: SglangVersion, get_or_post: MethodFilter) -> Router<AppState> {
+fn worker_routes(config: &ServerConfig, get_or_post: MethodFilter) -> Router<AppState> {
+    let version = config.sglang_version;
     let common = Router::new()
         .route("/health", get(info::health_generate))
         .route("/health_generate", get(info::health_generate))
@@ -79,10 +80,18 @@ fn worker_routes(version: SglangVersion, get_or_post: MethodFilter) -> Router<Ap
         SglangVersion::V0_5_3 => Router::new()
             .route("/get_weight_version", get(info::weight_version))
             .route("/get_load", get(info::get_load)),
-        SglangVersion::V0_5_15 => since_0_5_15
-            .route("/get_weight_version", get(info::weight_version))
-            .route("/weight_version", get(info::weight_version))
-            .route("/get_load", get(info::get_load)),
+        SglangVersion::V0_5_15 => {
+            let routes = since_0_5_15
+                .route("/get_weight_version", get(info::weight_version))
+                .route("/weight_version", get(info::weight_version))
+                .route("/get_load", get(info::get_load));
+            if config.slime_patches {
+                // slime's `docker/patch/v0.5.15.post1/sglang.patch`.
+                routes.route("/post_process_weights", post(admin::post_process_weights))
+            } else {
+                routes
+            }
+        }
         SglangVersion::V0_5_23 => since_0_5_15.merge(only_0_5_23),
     };
     common
@@ -123,29 +132,82 @@ fn worker_routes(version: SglangVersion, get_or_post: MethodFilter) -> Router<Ap
         )
 }
 
-/// SGLang's `add_api_key_middleware`: `OPTIONS`, `/health*` and `/metrics*` pass; everything else needs
-/// `Authorization: Bearer <key>` exactly.
+/// The routes of the mock that 0.5.15 and later mark `@auth_level(AuthLevel.ADMIN_OPTIONAL)` in
+/// `srt/entrypoints/http_server.py`, and the mock's own `/admin/*`. Every other route is `NORMAL`, as is a path
+/// no route matches.
+fn is_admin_route(version: SglangVersion, path: &str) -> bool {
+    let since_0_5_15 = matches!(
+        path,
+        "/abort_request"
+            | "/pause_generation"
+            | "/continue_generation"
+            | "/flush_cache"
+            | "/update_weights_from_disk"
+            | "/update_weights_from_tensor"
+            | "/update_weights_from_distributed"
+            | "/update_weights_from_ipc"
+            | "/init_weights_update_group"
+            | "/destroy_weights_update_group"
+            | "/update_weight_version"
+            | "/release_memory_occupation"
+            | "/resume_memory_occupation"
+            | "/post_process_weights"
+    ) || path.starts_with("/admin/");
+    match version {
+        SglangVersion::V0_5_3 => false,
+        SglangVersion::V0_5_15 => since_0_5_15,
+        SglangVersion::V0_5_23 => {
+            since_0_5_15 || matches!(path, "/begin_weight_update" | "/end_weight_update")
+        }
+    }
+}
+
+/// SGLang's API-key middleware. 0.5.3 (`add_api_key_middleware` in `srt/utils/common.py`): `OPTIONS`,
+/// `/health*` and `/metrics*` pass, everything else needs exactly `Authorization: Bearer <api_key>`. 0.5.15
+/// and later (`srt/utils/auth.py: decide_request_auth`; 0.5.23 also passes `/ready*`): a control route takes
+/// only the admin key when one is set, else the API key when one is set; any other route takes the API key
+/// when one is set; the scheme is matched case-insensitively. A refusal is 401 `{"error":"Unauthorized"}`.
 async fn api_key_auth(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let Some(key) = state.config().api_key.as_deref() else {
-        return next.run(req).await;
-    };
+    let config = state.config();
+    let version = config.sglang_version;
     let path = req.uri().path();
-    if req.method() == Method::OPTIONS
-        || path.starts_with("/health")
+    let exempt = path.starts_with("/health")
         || path.starts_with("/metrics")
-    {
+        || (version == SglangVersion::V0_5_23 && path.starts_with("/ready"));
+    if req.method() == Method::OPTIONS || exempt {
         return next.run(req).await;
     }
-    let authorized = req
+    let header = req
         .headers()
         .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|given| given == key);
+        .and_then(|v| v.to_str().ok());
+    let expected = if is_admin_route(version, path) {
+        config
+            .admin_api_key
+            .as_deref()
+            .or(config.api_key.as_deref())
+    } else {
+        config.api_key.as_deref()
+    };
+    let authorized = match expected {
+        None => true,
+        Some(key) => header.is_some_and(|h| bearer_matches(version, h, key)),
+    };
     if authorized {
         next.run(req).await
     } else {
         ApiError::Unauthorized.into_response()
+    }
+}
+
+/// Whether an `Authorization` header carries `key`: `f"Bearer {api_key}"` exactly in 0.5.3; a scheme
+/// `bearer` in any case, one space, then the key, from 0.5.15 (`_check_bearer_token`).
+fn bearer_matches(version: SglangVersion, header: &str, key: &str) -> bool {
+    match version {
+        SglangVersion::V0_5_3 => header.strip_prefix("Bearer ") == Some(key),
+        SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => header
+            .split_once(' ')
+            .is_some_and(|(scheme, token)| scheme.eq_ignore_ascii_case("bearer") && token == key),
     }
 }
 

@@ -205,6 +205,10 @@ fn check_rid_uniqueness(req: &GenerateReqInput, is_single: bool) -> Result<(), A
     )))
 }
 
+/// The seed of a sample without `sampling_seed` under deterministic inference: `SamplingParams`' default in
+/// 0.5.3, the value `SamplingBatchInfo.from_schedule_batch` puts in from 0.5.15.
+const DETERMINISTIC_SEED: u64 = 42;
+
 /// Item `i` of the plan: its sampling parameters, logprob settings and limits checked.
 fn plan_item(
     expanded: &Expanded<'_>,
@@ -255,6 +259,15 @@ fn plan_item(
         Some(si) if si > 0 => si,
         _ => config.stream_interval.max(1),
     };
+    let mut params = resolved.params;
+    // Deterministic inference seeds every sample (`SamplingBatchInfo.from_schedule_batch`: 42 when none is
+    // given) and hashes the seed with token positions only, so equal requests draw equal samples.
+    let sample_index = if config.enable_deterministic_inference {
+        params.sampling_seed = params.sampling_seed.or(Some(DETERMINISTIC_SEED));
+        0
+    } else {
+        i as u64
+    };
     Ok(PlannedItem {
         rid,
         rid_is_fresh,
@@ -264,12 +277,12 @@ fn plan_item(
         abort,
         request: ItemRequest {
             input_ids,
-            params: resolved.params,
+            params,
             return_logprob: want_logprob,
             logprob_start,
             top_logprobs_num: k,
             token_ids_logprob: ids,
-            sample_index: i as u64,
+            sample_index,
             forced_output: Vec::new(),
         },
     })

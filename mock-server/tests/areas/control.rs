@@ -834,3 +834,69 @@ async fn a_0_5_3_waiting_abort_is_the_abort_before_prefill_object() {
     advance_ms(5000).await;
     assert_eq!(running.await.unwrap().status, 200);
 }
+
+/// The pause semantics of each release. 0.5.15 and later read `PauseGenerationReqInput`, and in abort mode
+/// return only once no request runs (`TM: pause_generation` loops its abort-all until the model-update lock is
+/// free); 0.5.3 reads no body at all, always aborts, and returns at once. `/continue_generation` reads
+/// `ContinueGenerationReqInput` from 0.5.15 on, and no body in 0.5.3.
+#[tokio::test(start_paused = true)]
+async fn each_release_pauses_as_its_tokenizer_manager_does() {
+    for version in mock_server::SglangVersion::ALL {
+        let server = InProcess::new(ServerConfig {
+            sglang_version: version,
+            ..slow()
+        });
+        let running = spawn_generate(&server, request("r", 50, false));
+        advance_ms(2500).await;
+        // 0.5.3 ignores the mode: this is an abort-mode pause there.
+        let body = if version.as_str() == "0.5.3" {
+            json!({"mode": "in_place"})
+        } else {
+            json!({})
+        };
+        assert_eq!(post(&server, "/pause_generation", body).await.status, 200);
+        let still_running = stats(&server).await["running"].as_u64().unwrap();
+        if version.as_str() == "0.5.3" {
+            assert_eq!(
+                still_running, 1,
+                "0.5.3 returns before the aborted request ends"
+            );
+        } else {
+            assert_eq!(
+                still_running, 0,
+                "{version}: the pause returns once nothing runs"
+            );
+        }
+        let v = running.await.unwrap().json();
+        assert_eq!(
+            v["meta_info"]["finish_reason"]["message"], "Aborted",
+            "{version}"
+        );
+
+        let garbage = server.post("/pause_generation", "not json").await;
+        let typed = post(
+            &server,
+            "/continue_generation",
+            json!({"torch_empty_cache": "yes"}),
+        )
+        .await;
+        if version.as_str() == "0.5.3" {
+            assert_eq!(garbage.status, 200, "0.5.3 reads no body");
+            assert_eq!(typed.status, 200, "0.5.3 reads no body");
+        } else {
+            assert_eq!(garbage.status, 400, "{version}");
+            assert_eq!(typed.status, 400, "{version}");
+            assert_eq!(
+                post(&server, "/continue_generation", json!({}))
+                    .await
+                    .status,
+                200
+            );
+        }
+        let after = server.generate(&request("after", 2, false)).await.json();
+        assert_eq!(
+            after["meta_info"]["finish_reason"]["type"], "length",
+            "{version}"
+        );
+    }
+}

@@ -591,3 +591,56 @@ async fn every_route_with_a_body_refuses_it_in_sglangs_shapes() {
         );
     }
 }
+
+/// slime's patched 0.5.15.post1 (`docker/patch/v0.5.15.post1/sglang.patch`) adds `POST /post_process_weights`:
+/// `PostProcessWeightsReqInput`'s two booleans, run under the model-update writer lock (so it waits for the
+/// running request), answered `{"success": true, "message": "Success"}`. Unpatched releases have no such route.
+#[tokio::test(start_paused = true)]
+async fn slimes_post_process_weights_waits_for_running_requests() {
+    let patched = InProcess::new(ServerConfig {
+        sglang_version: SglangVersion::V0_5_15,
+        slime_patches: true,
+        ..crate::common::slow()
+    });
+    let running = crate::common::spawn_generate(
+        &patched,
+        json!({"text": "a", "sampling_params": {"max_new_tokens": 3, "ignore_eos": true}}),
+    );
+    crate::common::advance_ms(10).await;
+    let call = {
+        let patched = patched.clone();
+        tokio::spawn(async move {
+            patched
+                .post(
+                    "/post_process_weights",
+                    r#"{"restore_weights_before_load": true, "post_process_quantization": false}"#,
+                )
+                .await
+        })
+    };
+    crate::common::advance_ms(1500).await;
+    assert!(!call.is_finished(), "it waits for the running request");
+    crate::common::advance_ms(5000).await;
+    assert_eq!(running.await.unwrap().status, 200);
+    let reply = call.await.unwrap();
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.text(), r#"{"success":true,"message":"Success"}"#);
+    let typed = patched
+        .post(
+            "/post_process_weights",
+            r#"{"post_process_quantization": "yes"}"#,
+        )
+        .await;
+    assert_eq!(typed.status, 400);
+    for version in SglangVersion::ALL {
+        let plain = InProcess::new(ServerConfig {
+            sglang_version: version,
+            ..ServerConfig::default()
+        });
+        assert_eq!(
+            plain.post("/post_process_weights", "{}").await.status,
+            404,
+            "{version}"
+        );
+    }
+}

@@ -332,3 +332,37 @@ async fn seeds_equal_mod_2_64_draw_the_same_samples() {
     assert_eq!(ids("-1").await, ids("18446744073709551615").await);
     assert_ne!(ids("6").await, base, "a different seed draws differently");
 }
+
+/// `--enable-deterministic-inference` as SGLang runs it (`SamplingBatchInfo.from_schedule_batch`): a request
+/// without `sampling_seed` samples with seed 42, and the seed is hashed with token positions alone, so the `n`
+/// samples of one request are identical and equal an explicit seed 42's; without the flag they differ. (The
+/// SGLang-versions issue: 0.5.23 uses seed 42 when none is given.)
+#[tokio::test]
+async fn deterministic_inference_gives_n_identical_samples_of_seed_42() {
+    let body = json!({"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 12, "n": 3}});
+    let seeded = json!({"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 12, "sampling_seed": 42}});
+    let ids = |answer: &Value| -> Vec<Value> {
+        answer
+            .as_array()
+            .expect("n > 1 answers a list")
+            .iter()
+            .map(|item| item["output_ids"].clone())
+            .collect()
+    };
+    let deterministic = InProcess::new(ServerConfig {
+        enable_deterministic_inference: true,
+        ..ServerConfig::default()
+    });
+    let samples = ids(&generate_ok(&deterministic, &body).await);
+    let with_42 = generate_ok(&deterministic, &seeded).await["output_ids"].clone();
+    assert!(
+        samples.iter().all(|s| *s == with_42),
+        "{samples:?} vs {with_42}"
+    );
+    let plain = InProcess::new(ServerConfig::default());
+    let samples = ids(&generate_ok(&plain, &body).await);
+    assert!(
+        samples[0] != samples[1] || samples[1] != samples[2],
+        "{samples:?}"
+    );
+}

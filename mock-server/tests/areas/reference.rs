@@ -15,17 +15,23 @@ fn reference_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("reference")
 }
 
-/// The cross-check under every release: the model is one, and the releases differ in what a request means (0.5.3
-/// reports the last prompt token's logprob by default and streams `output_ids` as deltas). The sampling
-/// frequencies do not depend on the release, so they are checked once, under the default.
+/// The cross-check under every release, and with deterministic inference: the model is one, and the releases
+/// differ in what a request means (0.5.3 reports the last prompt token's logprob by default and streams
+/// `output_ids` as deltas; deterministic inference seeds every sample). The sampling frequencies depend on
+/// neither, so they are checked once, under the default.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_agrees_with_the_python_reference_under_every_release() {
     let script = reference_dir().join("crosscheck_script.json");
     let script = script.to_str().expect("a UTF-8 path").to_owned();
-    for sglang_version in SglangVersion::ALL {
+    let runs = SglangVersion::ALL
+        .into_iter()
+        .map(|version| (version, false))
+        .chain([(SglangVersion::default(), true)]);
+    for (sglang_version, deterministic) in runs {
         let live = Live::start(ServerConfig {
             seed: SERVER_SEED,
             sglang_version,
+            enable_deterministic_inference: deterministic,
             scripted: mock_server::ScriptRule::load(&script)
                 .expect("the cross-check's script file"),
             ..ServerConfig::default()
@@ -43,7 +49,10 @@ async fn server_agrees_with_the_python_reference_under_every_release() {
             "--sglang-version".into(),
             sglang_version.as_str().to_owned(),
         ];
-        if sglang_version != SglangVersion::default() {
+        if deterministic {
+            args.push("--enable-deterministic-inference".into());
+        }
+        if sglang_version != SglangVersion::default() || deterministic {
             args.extend(["--draws".into(), "0".into()]);
         }
         let output = python(args).await;
@@ -51,7 +60,7 @@ async fn server_agrees_with_the_python_reference_under_every_release() {
         let errors = String::from_utf8_lossy(&output.stderr);
         assert!(
             report.contains("the server agrees with the reference"),
-            "under {sglang_version}:\n{report}\n{errors}"
+            "under {sglang_version} (deterministic: {deterministic}):\n{report}\n{errors}"
         );
     }
 }

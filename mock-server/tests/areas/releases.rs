@@ -124,3 +124,38 @@ async fn each_release_serves_the_routes_its_http_server_declares() {
         );
     }
 }
+
+/// The API-key middleware of each release, route by route: with `--api-key` (and, from 0.5.15,
+/// `--admin-api-key`), every route the release serves must be refused or let through, without a key, with the
+/// API key and with the admin key, exactly as the wheel's own `decide_request_auth` decides from the route's
+/// `@auth_level` (0.5.3: `add_api_key_middleware`'s one-key rule).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_release_guards_its_routes_with_its_api_key_rules() {
+    let exclusions = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/route_exclusions.json");
+    for version in SglangVersion::ALL {
+        let admin = (version != SglangVersion::V0_5_3).then(|| "admin-key".to_owned());
+        let live = Live::start(ServerConfig {
+            sglang_version: version,
+            api_key: Some("user-key".to_owned()),
+            admin_api_key: admin.clone(),
+            ..ServerConfig::default()
+        })
+        .await;
+        let mut args = vec![
+            "--url".into(),
+            live.url(""),
+            "--exclusions".into(),
+            path_arg(&exclusions),
+            "--api-key".into(),
+            "user-key".into(),
+        ];
+        if let Some(admin) = admin {
+            args.extend(["--admin-api-key".into(), admin]);
+        }
+        let report = check("route_check.py", version, args).await;
+        assert!(
+            report.contains(&format!("auth ({version}): ")) && report.contains(" 0 disagree"),
+            "{version}: {report}"
+        );
+    }
+}

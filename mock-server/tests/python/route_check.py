@@ -23,9 +23,16 @@ for HEAD, which has no body) nor a 405; a WebSocket route is probed with an upgr
 change the server's state for later requests are probed last, each followed by the call that undoes it
 (`/pause_generation` by `/continue_generation`, and so on).
 
+With `--api-key` (and, from 0.5.15, `--admin-api-key`), naming the keys the mock was started with, the
+check probes every checked route without a key, with the API key and with the admin key instead, and
+requires the mock to refuse (401 `{"error":"Unauthorized"}`) exactly where the release would: the decision is
+the wheel's own `decide_request_auth` (`sglang/srt/utils/auth.py`, executed from the wheel) with the route's
+`@auth_level` read from its decorators; 0.5.3 has no `auth.py`, and its rule is `add_api_key_middleware` in
+`srt/utils/common.py`, transcribed below.
+
 Usage:
     route_check.py --wheel WHEEL --url http://127.0.0.1:PORT \
-        --exclusions mock-server/tests/data/route_exclusions.json
+        --exclusions mock-server/tests/data/route_exclusions.json [--api-key K [--admin-api-key A]]
     route_check.py --wheel WHEEL --list
 """
 
@@ -35,6 +42,7 @@ import email.parser
 import json
 import re
 import sys
+import types
 import zipfile
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Set, Tuple
@@ -485,13 +493,16 @@ def served_model(session: requests.Session, url: str, timeout: float) -> str:
         return "default"
 
 
-def probe(session: requests.Session, url: str, method: str, path: str, timeout: float) -> Tuple[bool, str]:
-    """Whether the server serves `method path`, and what it answered."""
-    headers = {}
+def probe(
+    session: requests.Session, url: str, method: str, path: str, timeout: float, auth: Optional[str] = None
+) -> Tuple[bool, str]:
+    """Whether the server serves `method path`, and what it answered; `auth` is an `Authorization` header."""
+    headers = {} if auth is None else {"Authorization": auth}
     kwargs = {}
     if method == WEBSOCKET:
         method = "GET"
         headers = {
+            **headers,
             "Connection": "Upgrade",
             "Upgrade": "websocket",
             "Sec-WebSocket-Version": "13",
@@ -551,6 +562,107 @@ def check_served(url: str, routes: List[Route], timeout: float) -> List[Tuple[Ro
     return missing
 
 
+# ---- the API-key middleware ----
+
+
+def auth_levels(wheel: zipfile.ZipFile) -> Dict[str, str]:
+    """`path -> level` for every route function of `http_server.py` marked `@auth_level(AuthLevel.X)`."""
+    source = wheel.read(SERVER_MODULE.replace(".", "/") + ".py")
+    levels = {}
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        level = None
+        paths = []
+        for decorator in node.decorator_list:
+            if not isinstance(decorator, ast.Call):
+                continue
+            if isinstance(decorator.func, ast.Name) and decorator.func.id == "auth_level":
+                level = ast.unparse(decorator.args[0]).rsplit(".", 1)[-1]
+            elif _owner(decorator.func) == "app" and decorator.args and isinstance(decorator.args[0], ast.Constant):
+                paths.append(decorator.args[0].value)
+        for path in paths:
+            levels[path] = level or "NORMAL"
+    return levels
+
+
+def release_auth(wheel: zipfile.ZipFile):
+    """The release's decision `allowed(method, path, header, api_key, admin_api_key, level) -> bool`."""
+    try:
+        source = wheel.read("sglang/srt/utils/auth.py")
+    except KeyError:
+        # 0.5.3's `add_api_key_middleware` (`srt/utils/common.py`): one key, every route but the exempt ones.
+        def allowed_0_5_3(method, path, header, api_key, admin_api_key, level):
+            if method == "OPTIONS" or path.startswith("/health") or path.startswith("/metrics"):
+                return True
+            return header == "Bearer " + api_key
+
+        return allowed_0_5_3
+    # A module of its own (its dataclasses look themselves up in `sys.modules`), apart from any installed sglang.
+    module = types.ModuleType("release_auth")
+    sys.modules[module.__name__] = module
+    exec(compile(source, "sglang/srt/utils/auth.py", "exec"), module.__dict__)
+    level_type = module.AuthLevel
+    decide = module.decide_request_auth
+
+    def allowed(method, path, header, api_key, admin_api_key, level):
+        return decide(
+            method=method,
+            path=path,
+            authorization_header=header,
+            api_key=api_key,
+            admin_api_key=admin_api_key,
+            auth_level=level_type[level],
+        ).allowed
+
+    return allowed
+
+
+def check_auth(
+    url: str, routes: List[Route], levels: Dict[str, str], allowed, api_key: str, admin_api_key: Optional[str],
+    timeout: float,
+) -> Tuple[int, List[str]]:
+    """Probes each route with no key, the API key and the admin key; the probes and the disagreements."""
+    session = requests.Session()
+    headers = [None, f"Bearer {api_key}"] + ([f"bearer {admin_api_key}"] if admin_api_key else [])
+    ordered = sorted(routes, key=lambda r: (r.path in UNDO, r.path, r.method))
+    wrong = []
+    probes = 0
+    for route in ordered:
+        level = levels.get(route.path, "NORMAL")
+        method = "GET" if route.method == WEBSOCKET else route.method
+        for header in headers:
+            want = allowed(method, route.path, header, api_key, admin_api_key, level)
+            path = fill_parameters(route.path, "default")
+            try:
+                with session.request(
+                    method, url + path, headers={} if header is None else {"Authorization": header},
+                    json={} if method in ("POST", "PUT", "PATCH") else None, timeout=timeout, stream=True,
+                ) as response:
+                    body = response.raw.read(4096, decode_content=True)
+                    # A HEAD answer has no body.
+                    refused = response.status_code == 401 and (
+                        method == "HEAD" or body == b'{"error":"Unauthorized"}'
+                    )
+            except requests.RequestException as e:
+                wrong.append(f"{route.method} {route.path} with {header!r}: no answer ({type(e).__name__})")
+                continue
+            probes += 1
+            if refused == want:
+                wrong.append(
+                    f"{route.method} {route.path} ({level}) with {header!r}: "
+                    f"{'refused' if refused else 'allowed'}, the release {'allows' if want else 'refuses'} it"
+                )
+            undo = UNDO.get(route.path)
+            if undo is not None and not refused:
+                undo_method, undo_path, undo_body = undo
+                session.request(
+                    undo_method, url + undo_path, json=undo_body, timeout=timeout,
+                    headers={} if header is None else {"Authorization": header},
+                ).close()
+    return probes, wrong
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--wheel", required=True, help="an SGLang wheel (read with zipfile)")
@@ -558,6 +670,8 @@ def main() -> int:
     parser.add_argument("--exclusions", help="the JSON file of routes outside the mock's scope")
     parser.add_argument("--list", action="store_true", help="print the release's route table and exit")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for each answer")
+    parser.add_argument("--api-key", help="the mock's --api-key: check the API-key middleware instead")
+    parser.add_argument("--admin-api-key", help="the mock's --admin-api-key (0.5.15 and later)")
     args = parser.parse_args()
     if not args.list and not (args.url and args.exclusions):
         parser.error("--url and --exclusions are required unless --list")
@@ -598,6 +712,17 @@ def main() -> int:
             methods = ",".join(exclusion.methods or ("any method",))
             print(f"note: the exclusion of {exclusion.path} ({methods}) matches no route of {version}")
     checked = [r for r in routes if not any(e.covers(r.method, r.path) for e in exclusions)]
+    if args.api_key:
+        with zipfile.ZipFile(args.wheel) as wheel:
+            levels = auth_levels(wheel)
+            allowed = release_auth(wheel)
+        probes, wrong = check_auth(
+            args.url.rstrip("/"), checked, levels, allowed, args.api_key, args.admin_api_key, args.timeout
+        )
+        for line in wrong:
+            print(f"auth: {line}")
+        print(f"auth ({version}): {probes} probes of {len(checked)} routes, {len(wrong)} disagree")
+        return 1 if wrong or probes == 0 else 0
     missing = check_served(args.url.rstrip("/"), checked, args.timeout)
     for route, answer in sorted(missing, key=lambda m: (m[0].path, m[0].method)):
         print(f"missing: {route.method} {route.path} ({route.origin}): {answer}")
