@@ -157,6 +157,23 @@ async fn load(url: &str, key: &str) -> u64 {
     body["loads"][0][key].as_u64().unwrap_or(0)
 }
 
+/// Sends `req` in a task of its own and returns once `/v1/loads` counts a request under `key`.
+async fn send_until(
+    client: &Client,
+    req: GenerateRequest,
+    url: &str,
+    key: &str,
+) -> tokio::task::JoinHandle<Result<rollout_client::Turn, rollout_client::ClientError>> {
+    let sent = tokio::spawn({
+        let client = client.clone();
+        async move { client.generate(&req).await }
+    });
+    while load(url, key).await == 0 {
+        tokio::task::yield_now().await;
+    }
+    sent
+}
+
 /// slime's abort path for real: the one running slot is taken, a request waits in the scheduler's queue,
 /// `/abort_request` (a rid prefix, as SGLang matches it) ends it with "Abort in waiting queue", and once the
 /// slot is free the sample resumes to exactly what an uninterrupted rollout gives. (A request held at the
@@ -191,23 +208,11 @@ fn an_abort_in_the_waiting_queue_resumes_to_the_uninterrupted_result() {
         )
         .expect("req");
         blocker.rid = Some("blocker".into());
-        let blocking = tokio::spawn({
-            let client = client.clone();
-            async move { client.generate(&blocker).await }
-        });
         // Polling, not sleeping: first the blocker runs, then the request waits in the queue.
-        while load(&mock.url, "num_running_reqs").await == 0 {
-            tokio::task::yield_now().await;
-        }
+        let blocking = send_until(&client, blocker, &mock.url, "num_running_reqs").await;
         let mut req = rollout::next_request(&Sample::new("p", prompt.clone()), &cfg).expect("req");
         req.rid = Some("rollout-7-sample-0".into());
-        let pending = tokio::spawn({
-            let client = client.clone();
-            async move { client.generate(&req).await }
-        });
-        while load(&mock.url, "num_waiting_reqs").await == 0 {
-            tokio::task::yield_now().await;
-        }
+        let pending = send_until(&client, req, &mock.url, "num_waiting_reqs").await;
         client
             .abort(&AbortRequest {
                 rid: "rollout-7".into(),

@@ -72,6 +72,22 @@ pub(crate) async fn generate_handler(
                 &err, version,
             ))));
         }
+        // SGLang raises an uncaught `TypeError` (a bad sampling parameter) inside `stream_results`, after the
+        // 200 headers are out; only a `ValueError` is caught there, so the connection breaks with no event and
+        // no `[DONE]`.
+        Err(err @ ApiError::Internal(_)) if parsed.stream => {
+            tracing::error!(error = %err, "uncaught error in a streamed /generate request");
+            return Ok(sse_response(Body::from_stream(futures_util::stream::once(
+                async {
+                    // Pending once, so that the 200 headers are flushed before the connection breaks.
+                    tokio::task::yield_now().await;
+                    Err::<Bytes, _>(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionAborted,
+                        "an uncaught exception ended the stream",
+                    ))
+                },
+            ))));
+        }
         Err(err) => {
             tracing::info!(error = %err, "rejected /generate request");
             return Err(err);

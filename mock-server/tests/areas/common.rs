@@ -109,6 +109,8 @@ pub(crate) struct Reply {
     pub(crate) status: StatusCode,
     pub(crate) headers: HeaderMap,
     pub(crate) body: Vec<u8>,
+    /// The body ended with an error (a broken connection) instead of cleanly; `body` is then empty.
+    pub(crate) broken: bool,
 }
 
 impl Reply {
@@ -165,17 +167,15 @@ impl InProcess {
             .expect("infallible service");
         let status = resp.status();
         let headers = resp.headers().clone();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .expect("body collects")
-            .to_bytes()
-            .to_vec();
+        let (body, broken) = match resp.into_body().collect().await {
+            Ok(collected) => (collected.to_bytes().to_vec(), false),
+            Err(_) => (Vec::new(), true),
+        };
         Reply {
             status,
             headers,
             body,
+            broken,
         }
     }
 
@@ -244,11 +244,15 @@ impl Live {
                 headers.insert(name, value);
             }
         }
-        let body = resp.bytes().await.expect("body read").to_vec();
+        let (body, broken) = match resp.bytes().await {
+            Ok(bytes) => (bytes.to_vec(), false),
+            Err(_) => (Vec::new(), true),
+        };
         Reply {
             status,
             headers,
             body,
+            broken,
         }
     }
 

@@ -36,6 +36,10 @@ async fn live_answer(live: &Live, body: &Value) -> (Value, bool) {
     let reply = live.post_json("/generate", body).await;
     let bytes = serde_json::to_vec(body).expect("serialisable");
     let plan = live.oracle.plan(&bytes);
+    // An uncaught exception breaks a stream after its headers; the oracle reports it as the 500 it is.
+    if reply.broken {
+        return (json!("Internal Server Error"), false);
+    }
     if reply.content_type().starts_with("text/event-stream") {
         let events = sse_json(&reply.body)
             .into_iter()

@@ -373,3 +373,37 @@ async fn a_chunk_is_skipped_while_the_output_could_be_starting_a_stop_string() {
     assert!(!want.contains(&3), "the third token starts the stop string");
     assert_eq!(completion_tokens(&chunks), want);
 }
+
+/// An uncaught exception in a stream (a `TypeError` of a sampling parameter): SGLang raises it inside
+/// `stream_results`, after the 200 headers are out, and catches only `ValueError` there, so the connection
+/// breaks with no event and no `[DONE]`; without a stream it is a plain 500. (The SGLang-versions issue: the
+/// mock answered the stream with the 500 too.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncaught_error_in_a_stream_breaks_it_after_the_headers() {
+    for version in [SglangVersion::V0_5_3, SglangVersion::V0_5_15] {
+        let live = crate::common::Live::start(ServerConfig {
+            sglang_version: version,
+            ..ServerConfig::default()
+        })
+        .await;
+        let body = json!({"text": "x", "stream": true, "sampling_params": {"stop": 5}});
+        let reply = live.post_json("/generate", &body).await;
+        assert_eq!(reply.status, 200, "{version}");
+        assert!(
+            reply.content_type().starts_with("text/event-stream"),
+            "{version}"
+        );
+        assert!(
+            reply.broken,
+            "{version}: the stream breaks instead of ending"
+        );
+        let mut plain = body.clone();
+        plain["stream"] = json!(false);
+        let reply = live.post_json("/generate", &plain).await;
+        assert_eq!(
+            (reply.status.as_u16(), reply.text()),
+            (500, "Internal Server Error".to_owned())
+        );
+        live.stop().await.expect("clean shutdown");
+    }
+}

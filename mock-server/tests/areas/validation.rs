@@ -183,6 +183,21 @@ fn check_stream_reply(case: &Value, reply: &Reply) -> Result<(), String> {
     let name = case["name"].as_str().unwrap_or("?");
     let status = case["status"].as_u64().unwrap_or(0) as u16;
     let shape = case["shape"].as_str().unwrap_or("");
+    if shape == "internal" {
+        // The uncaught exception breaks the stream after its 200 headers: no event, no `[DONE]`.
+        if reply.status.as_u16() != 200
+            || !reply.content_type().starts_with("text/event-stream")
+            || !reply.broken
+        {
+            return Err(format!(
+                "{name}: want 200 headers and a broken stream, got {} {:?} broken={}",
+                reply.status,
+                reply.content_type(),
+                reply.broken
+            ));
+        }
+        return Ok(());
+    }
     if shape == "ok" {
         read_sse(&reply.body)?;
         let chunks = sse_json(&reply.body);
@@ -198,7 +213,7 @@ fn check_stream_reply(case: &Value, reply: &Reply) -> Result<(), String> {
         return Ok(());
     }
     if shape != "value" {
-        // Type errors, size limits and uncaught exceptions happen before a stream starts.
+        // FastAPI's type errors and the size limits happen before a stream starts.
         return check_reply(case, reply);
     }
     if reply.status.as_u16() != 200 || !reply.content_type().starts_with("text/event-stream") {
