@@ -114,7 +114,7 @@ def test_the_fixture_is_its_url_and_knows_its_flags(sglang_mock):
     assert sglang_mock.url.startswith("http://127.0.0.1:")
     assert sglang_mock.flags == {"seed": 5}
     # The server reports the port it bound itself (port 0), the one in the URL.
-    info = httpx.get(f"{sglang_mock}/server_info").json()
+    info = httpx.get(f"{sglang_mock}/get_server_info").json()
     assert f"http://127.0.0.1:{info['port']}" == sglang_mock.url
 
 
