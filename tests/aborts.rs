@@ -175,7 +175,7 @@ async fn send_until(
 }
 
 /// slime's abort path for real: the one running slot is taken, a request waits in the scheduler's queue,
-/// `/abort_request` (a rid prefix, as SGLang matches it) ends it with "Abort in waiting queue", and once the
+/// `/abort_request` with its rid ends it with "Abort in waiting queue", and once the
 /// slot is free the sample resumes to exactly what an uninterrupted rollout gives. (A request held at the
 /// pause gate instead never reaches the scheduler, and no abort ends it: mock-server's control tests.)
 #[test]
@@ -215,7 +215,7 @@ fn an_abort_in_the_waiting_queue_resumes_to_the_uninterrupted_result() {
         let pending = send_until(&client, req, &mock.url, "num_waiting_reqs").await;
         client
             .abort(&AbortRequest {
-                rid: "rollout-7".into(),
+                rid: "rollout-7-sample-0".into(),
                 abort_all: false,
             })
             .await

@@ -66,6 +66,16 @@ impl SglangVersion {
         }
     }
 
+    /// The tokenizer manager registers a request's rid (`rid_to_state`) before the pause gate, so an abort naming
+    /// a held request's rid is passed on to the scheduler (`TM: _init_req_state`, 0.5.15 and later); 0.5.3
+    /// registers it after the gate (`TM: _send_one_request`).
+    pub(crate) fn registers_rids_before_the_pause_gate(self) -> bool {
+        match self {
+            SglangVersion::V0_5_3 => false,
+            SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => true,
+        }
+    }
+
     /// A request whose rid is live already is refused before the pause gate: `_init_req_state` raises
     /// `Duplicate request ID detected: <rid>` (`srt/managers/tokenizer_manager.py`, 0.5.15 and later); 0.5.3
     /// overwrites the live request's state.

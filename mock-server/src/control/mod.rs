@@ -85,6 +85,8 @@ pub(crate) struct Control {
     next_id: AtomicU64,
     /// A session opened by `/begin_weight_update` and not yet closed by `/end_weight_update` (0.5.23).
     weight_update_session: AtomicBool,
+    /// A held request's rids are known to `/abort_request` (registered before the pause gate).
+    held_rids_known: bool,
 }
 
 impl Control {
@@ -92,6 +94,7 @@ impl Control {
         weight_version: &str,
         max_running: Option<usize>,
         max_queued: Option<usize>,
+        held_rids_known: bool,
     ) -> Arc<Control> {
         Arc::new(Control {
             weight_version: RwLock::new(Arc::from(weight_version)),
@@ -109,6 +112,7 @@ impl Control {
             registry: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
             weight_update_session: AtomicBool::new(false),
+            held_rids_known,
         })
     }
 
@@ -215,15 +219,25 @@ impl Control {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// `/abort_request`: abort every item whose rid starts with `rid`, or everything with `abort_all`, that the
-    /// scheduler has: requests held at the pause or weight-update gate are not there, so they survive and run
-    /// once the gate opens, as in SGLang. An empty rid without `abort_all` does nothing. Returns how many items
-    /// were hit.
+    /// `/abort_request`, as SGLang's two stages take it. The tokenizer manager passes an abort on only for a rid
+    /// it knows exactly (`TM: abort_request`, `rid_to_state`), so a prefix that is no live rid (a batch's parent
+    /// rid, say) does nothing, and an empty rid without `abort_all` neither. The scheduler then aborts every item
+    /// it has whose rid starts with `rid`, or everything with `abort_all` (`SCH: abort_request`): requests held
+    /// at the pause or weight-update gate are not there, so they survive and run once the gate opens. Returns how
+    /// many items were hit.
     pub(crate) fn abort(&self, rid: &str, abort_all: bool) -> usize {
         if rid.is_empty() && !abort_all {
             return 0;
         }
         let registry = self.lock_registry();
+        let known = |ctl: &RequestCtl| self.held_rids_known || !ctl.held.load(Ordering::Acquire);
+        if !abort_all
+            && !registry
+                .values()
+                .any(|ctl| known(ctl) && ctl.rids.iter().any(|r| r == rid))
+        {
+            return 0;
+        }
         let mut hit = 0;
         for ctl in registry.values() {
             if ctl.held.load(Ordering::Acquire) {

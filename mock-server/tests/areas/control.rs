@@ -39,15 +39,25 @@ fn ids(v: &Value) -> Vec<Value> {
     v["output_ids"].as_array().cloned().unwrap_or_default()
 }
 
+/// `/abort_request` in SGLang's two stages: the tokenizer manager passes on only a rid it knows exactly
+/// (`TM: abort_request`), so the prefix `job`, which no request has, stops nothing; the scheduler then stops
+/// every request whose rid starts with the known one (`SCH: abort_request`), so `job-a` also stops `job-a-2`.
 #[tokio::test(start_paused = true)]
-async fn abort_request_by_rid_prefix_stops_running_requests_with_their_partial_output() {
+async fn abort_request_needs_a_live_rid_then_stops_every_request_it_prefixes() {
     let server = InProcess::new(slow());
     let a = spawn_generate(&server, request("job-a", 50, false));
-    let b = spawn_generate(&server, request("job-b", 50, false));
+    let b = spawn_generate(&server, request("job-a-2", 50, false));
     let other = spawn_generate(&server, request("other", 5, false));
-    advance_ms(3500).await;
-    assert_eq!(stats(&server).await["running"], 3);
+    advance_ms(1500).await;
     let reply = post(&server, "/abort_request", json!({"rid": "job"})).await;
+    assert_eq!(reply.status, 200);
+    advance_ms(2000).await;
+    assert_eq!(
+        stats(&server).await["running"],
+        3,
+        "no request's rid is `job`"
+    );
+    let reply = post(&server, "/abort_request", json!({"rid": "job-a"})).await;
     assert_eq!(reply.status, 200);
     assert!(
         reply.body.is_empty(),
@@ -899,4 +909,46 @@ async fn each_release_pauses_as_its_tokenizer_manager_does() {
             "{version}"
         );
     }
+}
+
+/// A batch under one rid is the requests `rid_0`, `rid_1`, ... (`GenerateReqInput._normalize_rid`): its parent
+/// rid is no request's, so aborting it does nothing, and `rid_0` stops only the first (with any rid it
+/// prefixes, such as `rid_0...`). `n > 1` samples get fresh ids, so only an abort-all stops them.
+#[tokio::test(start_paused = true)]
+async fn a_batchs_parent_rid_aborts_nothing_and_an_items_rid_aborts_that_item() {
+    let server = InProcess::new(slow());
+    let mut batch = request("batch", 4, false);
+    batch["text"] = json!(["first prompt", "second prompt"]);
+    let batch = spawn_generate(&server, batch);
+    let mut parallel = request("samples", 4, false);
+    parallel["sampling_params"]["n"] = json!(2);
+    let parallel = spawn_generate(&server, parallel);
+    advance_ms(1500).await;
+    for rid in ["batch", "samples"] {
+        assert_eq!(
+            post(&server, "/abort_request", json!({"rid": rid}))
+                .await
+                .status,
+            200
+        );
+    }
+    post(&server, "/abort_request", json!({"rid": "batch_0"})).await;
+    advance_ms(10_000).await;
+    let kinds = |reply: Reply| -> Vec<Value> {
+        reply
+            .json()
+            .as_array()
+            .expect("a list")
+            .iter()
+            .map(|item| item["meta_info"]["finish_reason"]["type"].clone())
+            .collect()
+    };
+    assert_eq!(
+        kinds(batch.await.unwrap()),
+        [json!("abort"), json!("length")]
+    );
+    assert_eq!(
+        kinds(parallel.await.unwrap()),
+        [json!("length"), json!("length")]
+    );
 }

@@ -110,13 +110,14 @@ async fn the_oracle_predicts_the_abort_running_fault() {
 async fn the_oracle_predicts_an_abort_request_from_the_position_it_landed_at() {
     let server = InProcess::new(slow());
     for stream in [false, true] {
-        // A batch of two prompts under one rid prefix (parallel samples would get fresh ids instead).
+        // A batch of two prompts (`job_0` and `job_1`: the parent rid `job` is no request's, so only an
+        // abort-all reaches both).
         let mut body = body("job", 50, 1, stream);
         body["text"] = json!(["interventions", "and a second prompt"]);
         let handle = spawn_generate(&server, body.clone());
         advance_ms(3500).await;
         server
-            .post("/abort_request", bytes(&json!({"rid": "job"})))
+            .post("/abort_request", bytes(&json!({"abort_all": true})))
             .await;
         let reply = handle.await.expect("the request ends");
         // Both prompts of the batch stop at the same tick: the abort reached them between the same two steps.
