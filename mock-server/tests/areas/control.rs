@@ -847,7 +847,8 @@ async fn a_0_5_3_waiting_abort_is_the_abort_before_prefill_object() {
 
 /// The pause semantics of each release. 0.5.15 and later read `PauseGenerationReqInput`, and in abort mode
 /// return only once no request runs (`TM: pause_generation` loops its abort-all until the model-update lock is
-/// free); 0.5.3 reads no body at all, always aborts, and returns at once. `/continue_generation` reads
+/// free); 0.5.3 reads no body at all and always aborts (it returns at once, which a test cannot tell apart
+/// from an abort that happens to land first). `/continue_generation` reads
 /// `ContinueGenerationReqInput` from 0.5.15 on, and no body in 0.5.3.
 #[tokio::test(start_paused = true)]
 async fn each_release_pauses_as_its_tokenizer_manager_does() {
@@ -865,13 +866,8 @@ async fn each_release_pauses_as_its_tokenizer_manager_does() {
             json!({})
         };
         assert_eq!(post(&server, "/pause_generation", body).await.status, 200);
-        let still_running = stats(&server).await["running"].as_u64().unwrap();
-        if version.as_str() == "0.5.3" {
-            assert_eq!(
-                still_running, 1,
-                "0.5.3 returns before the aborted request ends"
-            );
-        } else {
+        if version.as_str() != "0.5.3" {
+            let still_running = stats(&server).await["running"].as_u64().unwrap();
             assert_eq!(
                 still_running, 0,
                 "{version}: the pause returns once nothing runs"
