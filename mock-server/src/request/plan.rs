@@ -294,7 +294,13 @@ fn logprob_start(start: i64, prompt_len: usize, version: SglangVersion) -> (usiz
         return (default_logprob_start(version, prompt_len), None);
     }
     let start = start as u64;
-    if start < prompt_len as u64 {
+    // `Scheduler.handle_generate_request`: 0.5.3 refuses a start at the prompt's end, 0.5.15 and later only one
+    // past it (a start at the end reports no input logprobs).
+    let refused = match version {
+        SglangVersion::V0_5_3 => start >= prompt_len as u64,
+        SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => start > prompt_len as u64,
+    };
+    if !refused {
         return (start as usize, None);
     }
     let message = format!(

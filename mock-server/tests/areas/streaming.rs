@@ -264,7 +264,7 @@ async fn a_scheduler_abort_in_a_batch_stream_ends_only_that_item() {
     let server = InProcess::new(ServerConfig::default());
     let chunks = stream(
         &server,
-        json!({"input_ids": [[1, 2, 3], [4, 5]], "return_logprob": true, "logprob_start_len": [0, 2],
+        json!({"input_ids": [[1, 2, 3], [4, 5]], "return_logprob": true, "logprob_start_len": [0, 3],
                "sampling_params": {"max_new_tokens": 2, "ignore_eos": true}}),
     )
     .await;
