@@ -76,6 +76,15 @@ impl SglangVersion {
         }
     }
 
+    /// `return_hidden_states` may be `"last"` (`ReturnHiddenStatesMode` in `srt/managers/schedule_batch.py`,
+    /// 0.5.23); earlier releases type it `bool`.
+    pub(crate) fn reads_hidden_states_last(self) -> bool {
+        match self {
+            SglangVersion::V0_5_3 | SglangVersion::V0_5_15 => false,
+            SglangVersion::V0_5_23 => true,
+        }
+    }
+
     /// A request whose rid is live already is refused before the pause gate: `_init_req_state` raises
     /// `Duplicate request ID detected: <rid>` (`srt/managers/tokenizer_manager.py`, 0.5.15 and later); 0.5.3
     /// overwrites the live request's state.

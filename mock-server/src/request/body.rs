@@ -28,6 +28,8 @@ pub struct GenerateReqInput {
     pub return_text_in_logprobs: bool,
     pub stream: bool,
     pub return_hidden_states: bool,
+    /// `return_hidden_states` was `"last"`, which only 0.5.23 accepts.
+    pub return_hidden_states_last: bool,
     pub has_lora_path: bool,
     pub custom_logit_processor: Option<CustomLogitProcessor>,
     pub data_parallel_rank: Option<i64>,
@@ -182,15 +184,17 @@ impl<'de> Visitor<'de> for BodySeed<'_> {
                     req.stream = field!("stream", Option<PyBool>, "bool_type").is_some_and(|b| b.0)
                 }
                 "return_hidden_states" => {
-                    req.return_hidden_states = match field!(
+                    let modes = match field!(
                         "return_hidden_states",
                         Option<OneOrMany<HiddenStatesMode>>,
                         "bool_type"
                     ) {
-                        None => false,
-                        Some(OneOrMany::One(b)) => b.0,
-                        Some(OneOrMany::Many(v)) => v.iter().any(|b| b.0),
-                    }
+                        None => Vec::new(),
+                        Some(OneOrMany::One(mode)) => vec![mode],
+                        Some(OneOrMany::Many(modes)) => modes,
+                    };
+                    req.return_hidden_states = modes.iter().any(|mode| mode.0);
+                    req.return_hidden_states_last = modes.iter().any(|mode| mode.1);
                 }
                 "lora_path" => {
                     req.has_lora_path =

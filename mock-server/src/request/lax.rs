@@ -241,18 +241,19 @@ impl<'de> de::Deserialize<'de> for NullableStr {
 }
 
 /// `ReturnHiddenStatesMode` of 0.5.23 (`Union[bool, Literal["last"]]`, `srt/managers/schedule_batch.py`):
-/// a lax bool, or `"last"`; either way hidden states are asked for unless it is false.
+/// a lax bool, or `"last"` (`.1`); either way hidden states are asked for unless it is false. Earlier
+/// releases type the field `bool` and refuse `"last"` ([`super::admit_generate`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct HiddenStatesMode(pub(super) bool);
+pub(super) struct HiddenStatesMode(pub(super) bool, pub(super) bool);
 
 impl<'de> de::Deserialize<'de> for HiddenStatesMode {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let value = Value::deserialize(deserializer)?;
         if value == "last" {
-            return Ok(HiddenStatesMode(true));
+            return Ok(HiddenStatesMode(true, true));
         }
         PyBool::deserialize(value)
-            .map(|b| HiddenStatesMode(b.0))
+            .map(|b| HiddenStatesMode(b.0, false))
             .map_err(de::Error::custom)
     }
 }
