@@ -65,29 +65,7 @@ pub(crate) async fn generate_handler(
     );
     let plan = match plan {
         Ok(plan) => plan,
-        Err(err @ (ApiError::Value(_) | ApiError::Validation(_))) if parsed.stream => {
-            tracing::info!(error = %err, "rejected streamed /generate request");
-            let version = state.config().sglang_version;
-            return Ok(sse_response(Body::from(wire::error_stream_body(
-                &err, version,
-            ))));
-        }
-        // SGLang raises an uncaught `TypeError` (a bad sampling parameter) inside `stream_results`, after the
-        // 200 headers are out; only a `ValueError` is caught there, so the connection breaks with no event and
-        // no `[DONE]`.
-        Err(err @ ApiError::Internal(_)) if parsed.stream => {
-            tracing::error!(error = %err, "uncaught error in a streamed /generate request");
-            return Ok(sse_response(Body::from_stream(futures_util::stream::once(
-                async {
-                    // Pending once, so that the 200 headers are flushed before the connection breaks.
-                    tokio::task::yield_now().await;
-                    Err::<Bytes, _>(std::io::Error::new(
-                        std::io::ErrorKind::ConnectionAborted,
-                        "an uncaught exception ended the stream",
-                    ))
-                },
-            ))));
-        }
+        Err(err) if parsed.stream => return streamed_refusal(&state, err),
         Err(err) => {
             tracing::info!(error = %err, "rejected /generate request");
             return Err(err);
@@ -98,14 +76,8 @@ pub(crate) async fn generate_handler(
     let stream = plan.stream;
     let outcome = match execute(&state, plan, engine_fault, started, events).await {
         Ok(outcome) => outcome,
-        // A ValueError raised before the stream starts (a duplicate rid) is the stream's error frame.
-        Err(err @ ApiError::Value(_)) if stream => {
-            tracing::info!(error = %err, "refused streamed /generate request");
-            let version = state.config().sglang_version;
-            return Ok(sse_response(Body::from(wire::error_stream_body(
-                &err, version,
-            ))));
-        }
+        // What is refused before the stream starts (a duplicate rid) is refused inside it.
+        Err(err) if stream => return streamed_refusal(&state, err),
         Err(err) => return Err(err),
     };
     let encode =
@@ -144,6 +116,39 @@ pub(crate) async fn generate_handler(
         None => body,
     };
     Ok(json_response(StatusCode::OK, body))
+}
+
+/// A streamed request refused before its first event, as SGLang's `stream_results` refuses it after the 200
+/// headers: a `ValueError` (and FastAPI's own 400s, which the mock raises at the same point) is the error frame
+/// then `[DONE]`; an uncaught exception (a `TypeError` of a sampling parameter) breaks the connection with no
+/// event and no `[DONE]`. Any other error is answered before the stream, as it is.
+fn streamed_refusal(state: &AppState, err: ApiError) -> Result<Response, ApiError> {
+    match err {
+        ApiError::Value(_) | ApiError::Validation(_) => {
+            tracing::info!(error = %err, "refused streamed /generate request");
+            let version = state.config().sglang_version;
+            Ok(sse_response(Body::from(wire::error_stream_body(
+                &err, version,
+            ))))
+        }
+        ApiError::Internal(_) => {
+            tracing::error!(error = %err, "uncaught error in a streamed /generate request");
+            Ok(sse_response(Body::from_stream(futures_util::stream::once(
+                async {
+                    // Pending once, so that the 200 headers are flushed before the connection breaks.
+                    tokio::task::yield_now().await;
+                    Err::<Bytes, _>(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionAborted,
+                        "an uncaught exception ended the stream",
+                    ))
+                },
+            ))))
+        }
+        err => {
+            tracing::info!(error = %err, "rejected /generate request");
+            Err(err)
+        }
+    }
 }
 
 /// What [`execute`] hands back for a route to encode.

@@ -14,7 +14,7 @@ use std::fmt;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::lax::KeyStr;
+use super::lax::{KeyStr, is_integer_literal};
 use crate::pyfmt::float_repr;
 
 /// The contract violation in a `/generate` body that FastAPI's parse admitted, or `None`.
@@ -61,10 +61,8 @@ impl<'a> J<'a> {
             }),
             b'[' => J::Seq(raw),
             b'{' => J::Map(serde_json::from_str::<PyDict<'a>>(text).ok()?.0),
-            _ if text.bytes().any(|b| matches!(b, b'.' | b'e' | b'E')) => {
-                J::Float(text.parse().ok()?)
-            }
-            _ => J::Int(text),
+            _ if is_integer_literal(text) => J::Int(text),
+            _ => J::Float(text.parse().ok()?),
         })
     }
 

@@ -632,6 +632,6 @@ fn visit_sampling_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<RawSamplingP
 }
 
 /// Whether a JSON number's text is an integer: no fraction and no exponent.
-fn is_integer_literal(text: &str) -> bool {
+pub(super) fn is_integer_literal(text: &str) -> bool {
     !text.contains(['.', 'e', 'E'])
 }
