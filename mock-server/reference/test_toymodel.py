@@ -284,6 +284,15 @@ class PropertyTest(unittest.TestCase):
         self.assertEqual(sample["text"], "")
         self.assertEqual(sample["finish_reason"], {"type": "length", "length": 0})
 
+    def test_null_max_new_tokens_is_the_context_window(self):
+        # Section 8.2: an absent max_new_tokens is 128, a null one no limit but L - len(prompt) - 2.
+        model = ToyModel(context_length=300)
+        params = {"ignore_eos": True}
+        [unlimited] = model.generate({"input_ids": [5, 6, 7], "sampling_params": dict(params, max_new_tokens=None)})
+        self.assertEqual(unlimited["finish_reason"], {"type": "length", "length": 295})
+        [default] = model.generate({"input_ids": [5, 6, 7], "sampling_params": params})
+        self.assertEqual(default["finish_reason"], {"type": "length", "length": 128})
+
     def test_batch_and_n_positions(self):
         params = {"n": 2, "max_new_tokens": 6, "temperature": 1.3}
         batch = self.model.generate({"text": ["Hello", "world"], "sampling_params": params})

@@ -545,11 +545,15 @@ class ToyModel:
         if top_k == -1 or top_k >= self.vocab_size:
             top_k = None
 
-        max_new_tokens = _integer(get("max_new_tokens", 128), "max_new_tokens", 0)
         room = self.context_length - len(prompt) - 2
         if room < 0:
             raise ValueError("the prompt is too long for the context length")
-        max_new_tokens = min(max_new_tokens, room)
+        # Absent is 128; an explicit null is no limit but the context window.
+        max_new_tokens = params.get("max_new_tokens", 128)
+        if max_new_tokens is not None:
+            max_new_tokens = min(_integer(max_new_tokens, "max_new_tokens", 0), room)
+        else:
+            max_new_tokens = room
         min_new_tokens = min(_integer(get("min_new_tokens", 0), "min_new_tokens", 0), max_new_tokens)
 
         stop = get("stop", [])

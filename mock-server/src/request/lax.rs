@@ -7,6 +7,8 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::config::SglangVersion;
+
 /// A field that is either one value or a list of them (`str | list[str]`, `bool | list[bool]`, ...).
 #[derive(Debug, Clone, PartialEq)]
 pub enum OneOrMany<T> {
@@ -97,6 +99,20 @@ sampling_keys! {
     StreamInterval => "stream_interval",
     LogitBias => "logit_bias",
     SamplingSeed => "sampling_seed",
+    BeamWidth => "beam_width",
+    Watermark => "watermark",
+}
+
+impl SamplingKey {
+    /// Whether `release`'s `SamplingParams` takes this keyword: `stop_regex` arrived in 0.5.15, `beam_width`
+    /// and `watermark` in 0.5.23 (each release's `sampling/sampling_params.py`).
+    pub fn in_release(self, release: SglangVersion) -> bool {
+        match self {
+            SamplingKey::StopRegex => release != SglangVersion::V0_5_3,
+            SamplingKey::BeamWidth | SamplingKey::Watermark => release == SglangVersion::V0_5_23,
+            _ => true,
+        }
+    }
 }
 
 impl RawSamplingParams {

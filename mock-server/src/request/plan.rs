@@ -1,6 +1,8 @@
 //! `GenerateReqInput.normalize_batch_and_arguments` and the tokenizer manager's checks: a parsed body becomes
 //! a [`GeneratePlan`] of one engine request per flattened sample.
 
+use serde_json::Value;
+
 use super::body::{CustomLogitProcessor, GenerateReqInput};
 use super::lax::{Ids, OneOrMany, RawSamplingParams, SamplingInput, SamplingKey};
 use super::sampling::{int_value, resolve_sampling_params};
@@ -319,10 +321,12 @@ pub fn default_logprob_start(version: SglangVersion, prompt_len: usize) -> usize
 }
 
 fn parallel_sample_num(sampling: Option<&SamplingInput>) -> Result<usize, ApiError> {
-    let n_of = |raw: &RawSamplingParams| -> Result<i64, ApiError> {
-        match raw.non_null(SamplingKey::N) {
-            None => Ok(1),
-            Some(v) => v.as_i64().ok_or_else(|| {
+    // `sampling_params.get("n", 1)`: an explicit `null` is Python's `None`.
+    let n_of = |raw: &RawSamplingParams| -> Result<Option<i64>, ApiError> {
+        match raw.get(SamplingKey::N) {
+            None => Ok(Some(1)),
+            Some(Value::Null) => Ok(None),
+            Some(v) => v.as_i64().map(Some).ok_or_else(|| {
                 ApiError::internal(format!(
                     "TypeError: sampling_params.n must be an int, got {v}"
                 ))
@@ -330,7 +334,7 @@ fn parallel_sample_num(sampling: Option<&SamplingInput>) -> Result<usize, ApiErr
         }
     };
     let n = match sampling {
-        None | Some(SamplingInput::Other) => 1,
+        None | Some(SamplingInput::Other) => Some(1),
         Some(SamplingInput::One(raw)) => n_of(raw)?,
         Some(SamplingInput::Many(list)) => {
             let Some(first) = list.first() else {
@@ -349,6 +353,10 @@ fn parallel_sample_num(sampling: Option<&SamplingInput>) -> Result<usize, ApiErr
             n
         }
     };
+    // `if self.parallel_sample_num > 1`: a `None` fails the comparison.
+    let n = n.ok_or_else(|| {
+        ApiError::internal("TypeError: '>' not supported between instances of 'NoneType' and 'int'")
+    })?;
     Ok(n.max(1) as usize)
 }
 

@@ -67,6 +67,43 @@ fn opt<T>(
     raw.non_null(key).map(|v| f(key, v)).transpose()
 }
 
+/// A value `SamplingParams` holds as Python holds it: `None` where 0.5.3 kept an explicit `null` (its plain
+/// `__init__` stores every argument as given); from 0.5.15, `__post_init__` turns `null` into the default.
+fn held<T>(
+    raw: &RawSamplingParams,
+    key: SamplingKey,
+    version: SglangVersion,
+    f: impl FnOnce(SamplingKey, &Value) -> Result<T, ApiError>,
+    default: T,
+) -> Result<Option<T>, ApiError> {
+    match raw.get(key) {
+        None => Ok(Some(default)),
+        Some(Value::Null) if version == SglangVersion::V0_5_3 => Ok(None),
+        Some(Value::Null) => Ok(Some(default)),
+        Some(v) => f(key, v).map(Some),
+    }
+}
+
+/// A flag: 0.5.3 keeps a `null`, which Python reads as false; from 0.5.15 `null` is the default.
+fn flag(
+    raw: &RawSamplingParams,
+    key: SamplingKey,
+    version: SglangVersion,
+    default: bool,
+) -> Result<bool, ApiError> {
+    Ok(held(raw, key, version, bool_value, default)?.unwrap_or(false))
+}
+
+/// The `TypeError` Python raises when a comparison meets a `None`: `'<=' not supported between instances of
+/// 'float' and 'NoneType'` (`left` and `right` are the operands' type names, `None` is `NoneType`).
+fn compared<T>(value: Option<T>, op: &str, left: &str, right: &str) -> Result<T, ApiError> {
+    value.ok_or_else(|| {
+        ApiError::internal(format!(
+            "TypeError: '{op}' not supported between instances of '{left}' and '{right}'"
+        ))
+    })
+}
+
 /// `SamplingParams(**d)` then `verify(vocab_size)`, with SGLang's messages; an unknown key or a wrong type is
 /// the uncaught `TypeError` (HTTP 500) it is in SGLang.
 pub fn resolve_sampling_params(
@@ -75,23 +112,38 @@ pub fn resolve_sampling_params(
     prompt_len: usize,
     config: &ServerConfig,
 ) -> Result<ResolvedSampling, ApiError> {
-    let mut typed = Typed::read(raw)?;
-    typed.post_init();
-    typed.verify(vocab_size, config.sglang_version)?;
-    Ok(typed.resolve(vocab_size, prompt_len, config))
+    let version = config.sglang_version;
+    let mut typed = Typed::read(raw, version)?;
+    typed.post_init()?;
+    let checked = typed.verify(vocab_size, version)?;
+    Ok(typed.resolve(checked, vocab_size, prompt_len, config))
 }
 
-/// The sampling parameters with Python's types, as `SamplingParams.__init__` stores them.
-struct Typed {
-    max_new_tokens: Option<i64>,
-    temperature: PyNum,
-    top_p: PyNum,
+/// The values `verify` has compared, none of them `None`.
+struct Checked {
+    temperature: f64,
+    top_p: f64,
     top_k: i64,
-    min_p: PyNum,
-    frequency_penalty: PyNum,
-    presence_penalty: PyNum,
-    repetition_penalty: PyNum,
+    min_p: f64,
     min_new_tokens: i64,
+}
+
+/// The sampling parameters with Python's types, as `SamplingParams.__init__` stores them; `None` is a
+/// `null` that 0.5.3 keeps and that fails the first comparison it meets.
+struct Typed {
+    /// `None` is no limit but the context window (`init_req_max_new_tokens` reads it as `1 << 30`).
+    max_new_tokens: Option<i64>,
+    temperature: Option<PyNum>,
+    top_p: Option<PyNum>,
+    top_k: Option<i64>,
+    min_p: Option<PyNum>,
+    frequency_penalty: Option<PyNum>,
+    presence_penalty: Option<PyNum>,
+    repetition_penalty: Option<PyNum>,
+    min_new_tokens: Option<i64>,
+    beam_width: Option<i64>,
+    /// Whether `watermark` asks for watermarking (0.5.23), after `normalize_watermark_request`.
+    watermark: Option<Watermark>,
     ignore_eos: bool,
     skip_special_tokens: bool,
     no_stop_trim: bool,
@@ -101,36 +153,50 @@ struct Typed {
     stop_token_ids: Vec<i64>,
     /// The keys of `logit_bias`, checked against the vocabulary by `verify`.
     logit_bias: Option<Vec<String>>,
-    /// How many of `json_schema`, `regex` and `ebnf` are set.
+    /// How many grammar constraints are set: `json_schema`, `regex` and `ebnf`, and from 0.5.23
+    /// `structural_tag`.
     grammars: usize,
 }
 
 impl Typed {
     /// `SamplingParams(**d)`: every key typed, or the `TypeError` of the first that is not.
-    fn read(raw: &RawSamplingParams) -> Result<Typed, ApiError> {
-        if let Some(key) = &raw.unknown_key {
+    fn read(raw: &RawSamplingParams, version: SglangVersion) -> Result<Typed, ApiError> {
+        let unknown = raw.unknown_key.as_deref().or_else(|| {
+            raw.entries
+                .iter()
+                .find(|(key, _)| !key.in_release(version))
+                .map(|(key, _)| key.name())
+        });
+        if let Some(key) = unknown {
             return Err(ApiError::internal(format!(
                 "TypeError: SamplingParams.__init__() got an unexpected keyword argument {}",
                 str_repr(key)
             )));
         }
         use SamplingKey as K;
-        let max_new_tokens = opt(raw, K::MaxNewTokens, int_value)?;
-        let temperature = opt(raw, K::Temperature, num_value)?.unwrap_or(PyNum::Float(1.0));
-        let top_p = opt(raw, K::TopP, num_value)?.unwrap_or(PyNum::Float(1.0));
-        let top_k = opt(raw, K::TopK, int_value)?.unwrap_or(-1);
-        let min_p = opt(raw, K::MinP, num_value)?.unwrap_or(PyNum::Float(0.0));
-        let frequency_penalty =
-            opt(raw, K::FrequencyPenalty, num_value)?.unwrap_or(PyNum::Float(0.0));
-        let presence_penalty =
-            opt(raw, K::PresencePenalty, num_value)?.unwrap_or(PyNum::Float(0.0));
-        let repetition_penalty =
-            opt(raw, K::RepetitionPenalty, num_value)?.unwrap_or(PyNum::Float(1.0));
-        let min_new_tokens = opt(raw, K::MinNewTokens, int_value)?.unwrap_or(0);
-        let ignore_eos = opt(raw, K::IgnoreEos, bool_value)?.unwrap_or(false);
-        let skip_special_tokens = opt(raw, K::SkipSpecialTokens, bool_value)?.unwrap_or(true);
-        opt(raw, K::SpacesBetweenSpecialTokens, bool_value)?;
-        let no_stop_trim = opt(raw, K::NoStopTrim, bool_value)?.unwrap_or(false);
+        let max_new_tokens = match raw.get(K::MaxNewTokens) {
+            None => Some(i64::from(DEFAULT_MAX_NEW_TOKENS)),
+            Some(Value::Null) => None,
+            Some(v) => Some(int_value(K::MaxNewTokens, v)?),
+        };
+        let num = |key, default| held(raw, key, version, num_value, PyNum::Float(default));
+        let temperature = num(K::Temperature, 1.0)?;
+        let top_p = num(K::TopP, 1.0)?;
+        let top_k = held(raw, K::TopK, version, int_value, -1)?;
+        let min_p = num(K::MinP, 0.0)?;
+        let frequency_penalty = num(K::FrequencyPenalty, 0.0)?;
+        let presence_penalty = num(K::PresencePenalty, 0.0)?;
+        let repetition_penalty = num(K::RepetitionPenalty, 1.0)?;
+        let min_new_tokens = held(raw, K::MinNewTokens, version, int_value, 0)?;
+        let beam_width = opt(raw, K::BeamWidth, int_value)?;
+        let watermark = raw
+            .non_null(K::Watermark)
+            .map(Watermark::normalize)
+            .transpose()?;
+        let ignore_eos = flag(raw, K::IgnoreEos, version, false)?;
+        let skip_special_tokens = flag(raw, K::SkipSpecialTokens, version, true)?;
+        flag(raw, K::SpacesBetweenSpecialTokens, version, true)?;
+        let no_stop_trim = flag(raw, K::NoStopTrim, version, false)?;
         let stream_interval = opt(raw, K::StreamInterval, int_value)?;
         let sampling_seed = Seed::read(raw);
         let stop = opt(raw, K::Stop, str_or_str_list)?.unwrap_or_default();
@@ -149,7 +215,11 @@ impl Typed {
             _ => Err(type_error(key, "a dict", v)),
         })?;
         // Grammar constraints are accepted and not applied (the toy model has no grammar backend).
-        let grammars = [K::JsonSchema, K::Regex, K::Ebnf]
+        let grammar_keys: &[SamplingKey] = match version {
+            SglangVersion::V0_5_3 | SglangVersion::V0_5_15 => &[K::JsonSchema, K::Regex, K::Ebnf],
+            SglangVersion::V0_5_23 => &[K::JsonSchema, K::Regex, K::Ebnf, K::StructuralTag],
+        };
+        let grammars = grammar_keys
             .iter()
             .filter(|k| raw.non_null(**k).is_some())
             .count();
@@ -163,6 +233,8 @@ impl Typed {
             presence_penalty,
             repetition_penalty,
             min_new_tokens,
+            beam_width,
+            watermark,
             ignore_eos,
             skip_special_tokens,
             no_stop_trim,
@@ -175,27 +247,34 @@ impl Typed {
         })
     }
 
-    /// `__post_init__`: near-zero temperature is greedy.
-    fn post_init(&mut self) {
-        if (0.0..SAMPLING_EPS).contains(&self.temperature.as_f64()) {
-            self.temperature = PyNum::Float(1.0);
-            self.top_k = 1;
+    /// `__post_init__` (0.5.3: the end of `__init__`): near-zero temperature is greedy. A `None` temperature
+    /// fails its first comparison, `0 <= None`.
+    fn post_init(&mut self) -> Result<(), ApiError> {
+        let t = compared(self.temperature, "<=", "int", "NoneType")?.as_f64();
+        if (0.0..SAMPLING_EPS).contains(&t) {
+            self.temperature = Some(PyNum::Float(1.0));
+            self.top_k = Some(1);
         }
+        Ok(())
     }
 
-    /// `verify`, in SGLang's order and wording.
-    fn verify(&self, vocab_size: u32, version: SglangVersion) -> Result<(), ApiError> {
-        let Typed {
-            temperature,
-            top_p,
-            min_p,
-            top_k,
-            min_new_tokens,
-            ..
-        } = self;
-        let (frequency_penalty, presence_penalty) =
-            (&self.frequency_penalty, &self.presence_penalty);
-        let repetition_penalty = &self.repetition_penalty;
+    /// `verify`, in SGLang's order and wording; a `None` fails the comparison that first reads it.
+    fn verify(&self, vocab_size: u32, version: SglangVersion) -> Result<Checked, ApiError> {
+        if let Some(beam_width) = self.beam_width {
+            if beam_width < 1 {
+                return Err(ApiError::value(format!(
+                    "beam_width must be at least 1, got {beam_width}."
+                )));
+            }
+            if beam_width > 1 {
+                return Err(ApiError::value(
+                    "beam search (beam_width > 1) is not emulated by sglang-mock",
+                ));
+            }
+        }
+        let float_none = |v: Option<PyNum>, op| compared(v, op, "float", "NoneType");
+        // `post_init` has failed on a `None` temperature.
+        let temperature = float_none(self.temperature, "<")?;
         let t = temperature.as_f64();
         match version {
             SglangVersion::V0_5_3 if t < 0.0 => {
@@ -211,32 +290,38 @@ impl Typed {
             }
             SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => {}
         }
+        let top_p = float_none(self.top_p, "<")?;
         let p = top_p.as_f64();
         if !(p > 0.0 && p <= 1.0) {
             return Err(ApiError::value(format!(
                 "top_p must be in (0, 1], got {top_p}."
             )));
         }
+        let min_p = float_none(self.min_p, "<=")?;
         if !(0.0..=1.0).contains(&min_p.as_f64()) {
             return Err(ApiError::value(format!(
                 "min_p must be in [0, 1], got {min_p}."
             )));
         }
-        if *top_k < 1 && *top_k != -1 {
+        let top_k = compared(self.top_k, "<", "NoneType", "int")?;
+        if top_k < 1 && top_k != -1 {
             return Err(ApiError::value(format!(
                 "top_k must be -1 (disable) or at least 1, got {top_k}."
             )));
         }
+        let frequency_penalty = float_none(self.frequency_penalty, "<=")?;
         if !(-2.0..=2.0).contains(&frequency_penalty.as_f64()) {
             return Err(ApiError::value(format!(
                 "frequency_penalty must be in [-2, 2], got {frequency_penalty}."
             )));
         }
+        let presence_penalty = float_none(self.presence_penalty, "<=")?;
         if !(-2.0..=2.0).contains(&presence_penalty.as_f64()) {
             return Err(ApiError::value(format!(
                 "presence_penalty must be in [-2, 2], got {presence_penalty}."
             )));
         }
+        let repetition_penalty = float_none(self.repetition_penalty, "<=")?;
         let rp = repetition_penalty.as_f64();
         match version {
             SglangVersion::V0_5_3 if !(0.0..=2.0).contains(&rp) => {
@@ -252,43 +337,56 @@ impl Typed {
             }
             SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => {}
         }
-        if *min_new_tokens < 0 {
+        let min_new_tokens = compared(self.min_new_tokens, "<=", "int", "NoneType")?;
+        if min_new_tokens < 0 {
             return Err(ApiError::value(format!(
                 "min_new_tokens must be in [0, max_new_tokens], got {min_new_tokens}."
             )));
         }
-        let max_new = self.max_new();
-        if max_new < 0 {
-            return Err(ApiError::value(format!(
-                "max_new_tokens must be at least 0, got {max_new}."
-            )));
-        }
-        if *min_new_tokens > max_new {
-            return Err(ApiError::value(format!(
-                "min_new_tokens must be in [0, max_new_tokens({max_new})], got {min_new_tokens}."
-            )));
+        if let Some(max_new) = self.max_new_tokens {
+            if max_new < 0 {
+                return Err(ApiError::value(format!(
+                    "max_new_tokens must be at least 0, got {max_new}."
+                )));
+            }
+            if min_new_tokens > max_new {
+                return Err(ApiError::value(format!(
+                    "min_new_tokens must be in [0, max_new_tokens({max_new})], got {min_new_tokens}."
+                )));
+            }
         }
         if let Some(keys) = &self.logit_bias {
             verify_logit_bias(keys, vocab_size)?;
         }
         self.sampling_seed.verify(version)?;
         if self.grammars > 1 {
-            return Err(ApiError::value(
-                "Only one of regex, json_schema, or ebnf can be set.",
-            ));
+            return Err(ApiError::value(match version {
+                SglangVersion::V0_5_3 | SglangVersion::V0_5_15 => {
+                    "Only one of regex, json_schema, or ebnf can be set."
+                }
+                SglangVersion::V0_5_23 => {
+                    "Only one of json_schema, regex, ebnf, or structural_tag can be set."
+                }
+            }));
         }
-        Ok(())
-    }
-
-    fn max_new(&self) -> i64 {
-        self.max_new_tokens
-            .unwrap_or(i64::from(DEFAULT_MAX_NEW_TOKENS))
+        // `_validate_watermark_request`, after `verify`.
+        if let Some(watermark) = &self.watermark {
+            watermark.resolve()?;
+        }
+        Ok(Checked {
+            temperature: t,
+            top_p: p,
+            top_k,
+            min_p: min_p.as_f64(),
+            min_new_tokens,
+        })
     }
 
     /// The engine's parameters: the completion capped at the context window, top-k off when it covers the
     /// vocabulary, stop ids outside the vocabulary dropped.
     fn resolve(
         self,
+        checked: Checked,
         vocab_size: u32,
         prompt_len: usize,
         config: &ServerConfig,
@@ -296,20 +394,30 @@ impl Typed {
         // The scheduler caps the completion at the context window: `max_req_len - len(prompt) - 1` with
         // `max_req_len = context_len - 1`.
         let cap = u64::from(config.context_length).saturating_sub(prompt_len as u64 + 2);
-        let max_new_tokens = (self.max_new() as u64).min(cap).min(u64::from(u32::MAX)) as u32;
+        let max_new_tokens = self
+            .max_new_tokens
+            .map_or(u64::MAX, |max_new| max_new as u64)
+            .min(cap)
+            .min(u64::from(u32::MAX)) as u32;
         let vocab = u64::from(vocab_size);
-        let top_k = self.top_k;
+        let Checked {
+            temperature,
+            top_p,
+            top_k,
+            min_p,
+            min_new_tokens,
+        } = checked;
         let params = SamplingParams {
             max_new_tokens,
-            min_new_tokens: (self.min_new_tokens as u64).min(u64::from(max_new_tokens)) as u32,
-            temperature: self.temperature.as_f64(),
-            top_p: self.top_p.as_f64(),
+            min_new_tokens: (min_new_tokens as u64).min(u64::from(max_new_tokens)) as u32,
+            temperature,
+            top_p,
             top_k: if top_k == -1 || top_k as u64 >= vocab {
                 None
             } else {
                 Some(top_k as u32)
             },
-            min_p: self.min_p.as_f64(),
+            min_p,
             stop: self.stop.into_iter().collect(),
             // Ids outside the vocabulary can never be sampled, so dropping them changes nothing.
             stop_token_ids: self
@@ -328,6 +436,97 @@ impl Typed {
             stream_interval: self
                 .stream_interval
                 .map(|si| si.clamp(0, i64::from(u32::MAX)) as u32),
+        }
+    }
+}
+
+/// A request's `watermark` (0.5.23, `sampling/watermarking/core.py`), on a server without
+/// `--enable-watermark`, whose context window is the default 4.
+#[derive(Debug, Clone, Copy)]
+struct Watermark {
+    enabled: Option<bool>,
+    has_key: bool,
+    context_window: Option<i64>,
+}
+
+impl Watermark {
+    /// The server's `watermark_context_window` (`arg_groups/fields/exec_.py`).
+    const SERVER_CONTEXT_WINDOW: i64 = 4;
+
+    /// `normalize_watermark_request`, which `SamplingParams.__post_init__` runs: an object of `enabled`, a hex
+    /// `key` and a positive `context_window`.
+    fn normalize(value: &Value) -> Result<Watermark, ApiError> {
+        let Value::Object(map) = value else {
+            return Err(ApiError::value("watermark must be an object"));
+        };
+        if map
+            .keys()
+            .any(|k| !matches!(k.as_str(), "enabled" | "key" | "context_window"))
+        {
+            return Err(ApiError::value("watermark contains unknown fields"));
+        }
+        let present = |k: &str| map.get(k).filter(|v| !v.is_null());
+        let enabled = match present("enabled") {
+            None => None,
+            Some(Value::Bool(b)) => Some(*b),
+            Some(_) => return Err(ApiError::value("watermark enabled must be a boolean")),
+        };
+        if let Some(key) = present("key") {
+            // `parse_watermark_key` in `watermarking/config.py`.
+            let Value::String(key) = key else {
+                return Err(ApiError::value("watermark key must be a hex string"));
+            };
+            let digits = match key.get(..2) {
+                Some(prefix) if prefix.eq_ignore_ascii_case("0x") => &key[2..],
+                _ => key.as_str(),
+            };
+            if !(1..=16).contains(&digits.chars().count()) {
+                return Err(ApiError::value(
+                    "watermark key must contain 1 to 16 hex digits",
+                ));
+            }
+            if !digits.chars().all(|c| c.is_ascii_hexdigit()) {
+                return Err(ApiError::value(
+                    "watermark key must contain only hex digits",
+                ));
+            }
+        }
+        let context_window = match present("context_window") {
+            None => None,
+            Some(Value::Number(n)) if n.as_i64().is_some_and(|w| w >= 1) => n.as_i64(),
+            Some(_) => {
+                return Err(ApiError::value(
+                    "watermark context_window must be a positive integer",
+                ));
+            }
+        };
+        Ok(Watermark {
+            enabled,
+            has_key: present("key").is_some(),
+            context_window,
+        })
+    }
+
+    /// `resolve_watermark_request`, which `_validate_watermark_request` runs after `verify`: a request that
+    /// asks for watermarking is refused, since the server does not enable it.
+    fn resolve(self) -> Result<(), ApiError> {
+        if self
+            .context_window
+            .is_some_and(|w| w > Self::SERVER_CONTEXT_WINDOW)
+        {
+            return Err(ApiError::value(
+                "request watermark context_window cannot exceed the server's watermark context_window",
+            ));
+        }
+        match (self.enabled, self.has_key) {
+            (Some(false), true) => Err(ApiError::value(
+                "request watermark key cannot be combined with enabled=false",
+            )),
+            (Some(false), false) => Ok(()),
+            (Some(true), _) | (None, true) => Err(ApiError::value(
+                "request watermarking requires the server to enable --enable-watermark",
+            )),
+            (None, false) => Err(ApiError::value("request watermark must set enabled or key")),
         }
     }
 }

@@ -366,3 +366,100 @@ async fn deterministic_inference_gives_n_identical_samples_of_seed_42() {
         "{samples:?}"
     );
 }
+
+/// `max_new_tokens: null` is no limit but the context window in every release: `SamplingParams` keeps `None`
+/// and `init_req_max_new_tokens` reads it as `1 << 30` before capping it at `max_req_len - len(prompt) - 1`;
+/// an absent key is the default 128. A chat request without `max_tokens` or `max_completion_tokens` sends
+/// `None` too (`to_sampling_params`). The mock used to read the `null` as 128.
+#[tokio::test]
+async fn a_null_max_new_tokens_is_no_limit_but_the_context_window() {
+    const CONTEXT: u32 = 300;
+    for version in SglangVersion::ALL {
+        let server = InProcess::new(ServerConfig {
+            context_length: CONTEXT,
+            sglang_version: version,
+            ..ServerConfig::default()
+        });
+        let length = |answer: &Value| {
+            assert_eq!(
+                answer["meta_info"]["finish_reason"]["type"], "length",
+                "{version}: {answer}"
+            );
+            answer["meta_info"]["completion_tokens"]
+                .as_u64()
+                .unwrap_or(0)
+        };
+        let body = |max: Option<Value>| {
+            let mut params = json!({"ignore_eos": true});
+            if let Some(max) = max {
+                params["max_new_tokens"] = max;
+            }
+            json!({"input_ids": [5, 6, 7], "sampling_params": params})
+        };
+        let unlimited = generate_ok(&server, &body(Some(Value::Null))).await;
+        assert_eq!(length(&unlimited), u64::from(CONTEXT) - 3 - 2, "{version}");
+        let default = generate_ok(&server, &body(None)).await;
+        assert_eq!(length(&default), 128, "{version}");
+
+        let chat = server
+            .post(
+                "/v1/chat/completions",
+                json!({"messages": [{"role": "user", "content": "hi"}], "ignore_eos": true})
+                    .to_string(),
+            )
+            .await;
+        assert_eq!(chat.status, 200, "{version}: {}", chat.text());
+        let usage = &chat.json()["usage"];
+        assert_eq!(
+            chat.json()["choices"][0]["finish_reason"],
+            "length",
+            "{version}"
+        );
+        assert_eq!(
+            usage["prompt_tokens"].as_u64().unwrap_or(0)
+                + usage["completion_tokens"].as_u64().unwrap_or(0),
+            u64::from(CONTEXT) - 2,
+            "{version}: {usage}"
+        );
+    }
+}
+
+/// A `null` sampling flag is Python's `None` in 0.5.3, whose plain `SamplingParams.__init__` stores it as
+/// given, so `skip_special_tokens: null` reads as false and the special tokens stay in the text; from 0.5.15
+/// `__post_init__` makes it the default, true.
+#[tokio::test]
+async fn a_null_skip_special_tokens_is_false_in_0_5_3_and_the_default_after() {
+    for (version, null_is) in [
+        (SglangVersion::V0_5_3, false),
+        (SglangVersion::V0_5_15, true),
+        (SglangVersion::V0_5_23, true),
+    ] {
+        let server = server(ISSUE_SEED, version);
+        let mut told_apart = false;
+        for seed in 0..40 {
+            let text = |skip: Value| {
+                let body = json!({"input_ids": [5, 6, 7], "sampling_params": {
+                    "max_new_tokens": 48, "ignore_eos": true, "sampling_seed": seed,
+                    "skip_special_tokens": skip}});
+                let server = &server;
+                async move { generate_ok(server, &body).await["text"].clone() }
+            };
+            let (null, kept, skipped) = (
+                text(Value::Null).await,
+                text(json!(false)).await,
+                text(json!(true)).await,
+            );
+            assert_eq!(
+                null,
+                if null_is {
+                    skipped.clone()
+                } else {
+                    kept.clone()
+                },
+                "{version}, seed {seed}"
+            );
+            told_apart |= kept != skipped;
+        }
+        assert!(told_apart, "{version}: no sample generated a special token");
+    }
+}

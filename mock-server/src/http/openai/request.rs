@@ -271,10 +271,13 @@ fn chat_prompt(
         .ok_or_else(|| type_error("messages", "list_type", "a valid list"))?;
     let rendered = chat_messages(messages)?;
     native.insert("text".to_owned(), json!(render_chatml(&rendered, true)));
-    let max = match int_field(obj, "max_completion_tokens")? {
-        Some(max) => Some(max),
-        None => int_field(obj, "max_tokens")?,
-    };
+    let (completion, legacy) = (
+        int_field(obj, "max_completion_tokens")?,
+        int_field(obj, "max_tokens")?,
+    );
+    // Python's `a or b`: a 0 gives way to the other.
+    let either = |a: Option<i64>, b: Option<i64>| a.filter(|&m| m != 0).or(b);
+    let max = either(completion, legacy);
     // `_validate_request` in `serving_chat.py`: a completion longer than the whole context is refused before
     // the prompt is counted (the native check then counts prompt and completion together).
     if let Some(max) = max
@@ -285,9 +288,13 @@ fn chat_prompt(
             config.context_length
         )));
     }
-    if let Some(max) = max {
-        sampling.insert("max_new_tokens".to_owned(), json!(max));
-    }
+    // `to_sampling_params`: `max_completion_tokens or max_tokens` (0.5.3: `max_tokens or
+    // max_completion_tokens`, in `serving_chat.py`); neither is `None`, no limit but the context window.
+    let max_new_tokens = match config.sglang_version {
+        SglangVersion::V0_5_3 => either(legacy, completion),
+        SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => max,
+    };
+    sampling.insert("max_new_tokens".to_owned(), json!(max_new_tokens));
     let logprobs = bool_field(obj, "logprobs")?.unwrap_or(false);
     let top = int_field(obj, "top_logprobs")?;
     let logprobs = match (logprobs, top) {
