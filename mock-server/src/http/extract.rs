@@ -2,10 +2,12 @@
 //! reads it, and the connection a fault can reset. Every rejection is an [`ApiError`] in SGLang's shape,
 //! never axum's default rejection text.
 
-use axum::body::Bytes;
-use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request};
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
 use super::conn::ConnHandle;
@@ -21,17 +23,42 @@ impl FromRequest<AppState> for RawBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        let limit = state.config().max_body_bytes;
-        match axum::body::to_bytes(req.into_body(), limit).await {
-            Ok(bytes) => Ok(RawBody(bytes)),
-            Err(err) if is_length_limit(&err) => Err(ApiError::Http {
-                status: 413,
-                message: format!("Request body is larger than the limit of {limit} bytes."),
-            }),
-            Err(err) => Err(ApiError::Validation(format!(
-                "Could not read the request body: {err}"
-            ))),
+        read_limited(req.into_body(), state.config().max_body_bytes)
+            .await
+            .map(RawBody)
+    }
+}
+
+/// A body read to its end, refused beyond `limit` bytes with a 413.
+async fn read_limited(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    match axum::body::to_bytes(body, limit).await {
+        Ok(bytes) => Ok(bytes),
+        Err(err) if is_length_limit(&err) => Err(ApiError::Http {
+            status: 413,
+            message: format!("Request body is larger than the limit of {limit} bytes."),
+        }),
+        Err(err) => Err(ApiError::Validation(format!(
+            "Could not read the request body: {err}"
+        ))),
+    }
+}
+
+/// The outermost layer: every request body is read to its end before anything answers, as uvicorn reads past
+/// a body that a handler ignores and keeps the connection. hyper closes a connection whose request body was
+/// left unread (a 401, a 404, a handler that takes no body), and a client that reuses the connection meets a
+/// reset. The handlers then read the buffered body without another copy.
+pub(crate) async fn read_whole_body(
+    State(state): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let (parts, body) = req.into_parts();
+    match read_limited(body, state.config().max_body_bytes).await {
+        Ok(bytes) => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
         }
+        Err(err) => err.into_response(),
     }
 }
 

@@ -9,7 +9,7 @@ use axum::routing::{MethodFilter, get, on, post};
 
 use super::respond::json_response;
 use super::state::AppState;
-use super::{admin, faults, generate, info, openai};
+use super::{admin, extract, faults, generate, info, openai};
 use crate::config::{ServerConfig, SglangVersion};
 use crate::error::ApiError;
 
@@ -44,7 +44,11 @@ pub(crate) fn router(state: AppState) -> Router {
     if state.config().api_key.is_some() || state.config().admin_api_key.is_some() {
         app = app.layer(middleware::from_fn_with_state(state.clone(), api_key_auth));
     }
-    app.with_state(state)
+    app.layer(middleware::from_fn_with_state(
+        state.clone(),
+        extract::read_whole_body,
+    ))
+    .with_state(state)
 }
 
 /// The routes a router, a trainer or a health check calls besides generation, as each release's
