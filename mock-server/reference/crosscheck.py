@@ -192,6 +192,20 @@ def random_request(rng, vocab_size, coverage):
             coverage.add("token_ids_logprob")
         if rng.random() < 0.3:
             body["return_text_in_logprobs"] = True
+    if rng.random() < 0.3:
+        # Section 12: the rows from a start within every prompt (the shortest has at least one token).
+        body["return_routed_experts"] = True
+        if rng.random() < 0.5:
+            body["routed_experts_start_len"] = rng.randint(0, 1)
+        coverage.add("routed_experts")
+    if rng.random() < 0.25:
+        # Section 7.1: a mask needs greedy sampling or a bounded top_k.
+        body["return_sampling_mask"] = True
+        if sampling.get("temperature") != 0:
+            sampling["top_k"] = rng.choice([2, 3, 8, 9, 20, 50])
+        if rng.random() < 0.5:
+            body["sampling_logprobs_mode"] = rng.choice(["selected", "support"])
+        coverage.add("sampling_mask")
     single = isinstance(body["text"], str) if "text" in body else not isinstance(body["input_ids"][0], list)
     if single and sampling.get("n", 1) == 1 and rng.random() < 0.2:
         body["stream"] = True
@@ -251,7 +265,24 @@ def compare(name, got, want, problems):
     for key in ("finish_reason", "prompt_tokens", "completion_tokens"):
         if meta.get(key) != want[key]:
             problems.append(f"{name}: {key} {meta.get(key)!r} vs reference {want[key]!r}")
+    for key in ("routed_experts", "output_token_sampling_mask", "output_token_sampling_mask_length"):
+        if meta.get(key) != want.get(key):
+            problems.append(f"{name}: {key} {str(meta.get(key))[:200]} vs reference {str(want.get(key))[:200]}")
     compared = 0
+    if (mask_logprobs := want.get("output_token_sampling_logprobs")) is not None:
+        got_logprobs = meta.get("output_token_sampling_logprobs")
+        flat = lambda values: [v for row in values for v in (row if isinstance(row, list) else [row])]  # noqa: E731
+        if not isinstance(got_logprobs, list) or len(flat(got_logprobs)) != len(flat(mask_logprobs)):
+            problems.append(f"{name}: output_token_sampling_logprobs {str(got_logprobs)[:200]} vs reference "
+                            f"{str(mask_logprobs)[:200]}")
+        else:
+            for g, w in zip(flat(got_logprobs), flat(mask_logprobs)):
+                if (g is None) != (w is None) or (w is not None and not close(g, w)):
+                    problems.append(f"{name}: sampling logprob {g!r} vs reference {w!r}")
+                    break
+            compared += len(flat(mask_logprobs))
+    elif "output_token_sampling_logprobs" in meta:
+        problems.append(f"{name}: output_token_sampling_logprobs the reference does not have")
     for key in LOGPROB_KEYS:
         if (key in meta) != (key in want):
             problems.append(f"{name}: {key} present {key in meta} vs reference {key in want}")
@@ -314,7 +345,8 @@ def replay(args, model, problems):
     wanted = {
         "greedy", "T=0.01", "T=0.7", "T=1.0", "T=1.3", "top_k", "top_p", "min_p", "min_new_tokens", "ignore_eos",
         "stop", "stop_token_ids", "logprob_start_len=0", "top_logprobs_num", "token_ids_logprob", "n>1", "batch",
-        "scripted", "stream", "finish:length:int", "finish:stop:int", "finish:stop:str",
+        "scripted", "stream", "finish:length:int", "finish:stop:int", "finish:stop:str", "routed_experts",
+        "sampling_mask",
     }
     missing = sorted(wanted - coverage)
     if missing:
@@ -454,6 +486,10 @@ def main():
                         help="the server's --sglang-version")
     parser.add_argument("--enable-deterministic-inference", action="store_true",
                         help="the server runs with --enable-deterministic-inference")
+    parser.add_argument("--enable-return-routed-experts", action="store_true",
+                        help="the server runs with --enable-return-routed-experts")
+    parser.add_argument("--moe-shape", default="48,128,8",
+                        help="the server's --num-hidden-layers, --num-experts, --num-experts-per-tok")
     parser.add_argument("--requests", type=int, default=240, help="random requests to replay")
     parser.add_argument("--draws", type=int, default=4000, help="seeded draws per frequency case (0: none)")
     parser.add_argument("--seed", type=int, default=1976, help="seed of the random requests")
@@ -461,7 +497,9 @@ def main():
     args.url = args.url.rstrip("/")
     scripts = json.load(open(args.script)) if args.script else None
     model = toymodel.ToyModel(seed=args.server_seed, vocab_size=args.vocab_size, sglang_version=args.sglang_version,
-                              scripts=scripts, deterministic_inference=args.enable_deterministic_inference)
+                              scripts=scripts, deterministic_inference=args.enable_deterministic_inference,
+                              enable_return_routed_experts=args.enable_return_routed_experts,
+                              moe_shape=tuple(int(x) for x in args.moe_shape.split(",")))
     problems = []
     replay(args, model, problems)
     if args.draws > 0:

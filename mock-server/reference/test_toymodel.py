@@ -3,6 +3,7 @@
 Run with: python3 -m unittest discover -s mock-server/reference -p 'test_*.py'
 """
 
+import base64
 import json
 import math
 import os
@@ -13,7 +14,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from toymodel import GOLDEN, TAIL_WEIGHT, ToyModel, mix, splitmix64, unit  # noqa: E402
+from toymodel import GOLDEN, TAIL_WEIGHT, ToyModel, mix, routes, routes_base64, splitmix64, unit  # noqa: E402
 
 REL = 1e-12
 HELLO = [72, 101, 108, 343, 422, 114, 108, 100]
@@ -283,6 +284,30 @@ class PropertyTest(unittest.TestCase):
         self.assertEqual(sample["output_ids"], [])
         self.assertEqual(sample["text"], "")
         self.assertEqual(sample["finish_reason"], {"type": "length", "length": 0})
+
+    def test_sampling_mask_is_the_kept_prefix_renormalised(self):
+        # Section 7.1: the support of top_k = 5 is the top 5 of the sorted order; its logprobs sum to 1.
+        dist = self.model.distribution(HELLO, 0.7)
+        ids, logprobs, selected = dist.support(5, 1.0, 0.0, dist.top(5)[2][0])
+        self.assertEqual(ids, [token for token, _ in dist.top(5)])
+        self.assertAlmostEqual(sum(math.exp(lp) for lp in logprobs), 1.0, delta=1e-12)
+        self.assertEqual(selected, logprobs[2])
+        self.assertEqual(dist.support(5, 1.0, 0.0, -1)[2], -math.inf)
+
+    def test_routes_rows_and_prefixes(self):
+        # Section 12: a row per position but the last, K distinct experts per layer, each row fixed by its prefix.
+        shape = (3, 16, 4)
+        rows = routes(0, shape, [5, 6, 7, 8], 0)
+        self.assertEqual(len(rows), 3)
+        for row in rows:
+            self.assertEqual(len(row), 3)
+            for layer in row:
+                self.assertEqual(len(set(layer)), 4)
+                self.assertTrue(all(0 <= e < 16 for e in layer))
+        self.assertEqual(routes(0, shape, [5, 6, 7, 9, 1], 0)[:3], rows)
+        self.assertEqual(routes(0, shape, [5, 6, 7, 8], 2), rows[2:])
+        flat = [e for row in rows for layer in row for e in layer]
+        self.assertEqual(base64.b64decode(routes_base64(rows)), struct.pack(f"<{len(flat)}i", *flat))
 
     def test_null_max_new_tokens_is_the_context_window(self):
         # Section 8.2: an absent max_new_tokens is 128, a null one no limit but L - len(prompt) - 2.

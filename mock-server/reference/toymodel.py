@@ -23,9 +23,11 @@ returned as `None`.
 """
 
 import argparse
+import base64
 import codecs
 import json
 import math
+import struct
 import sys
 from collections import namedtuple
 from types import SimpleNamespace
@@ -99,11 +101,21 @@ class ExplicitEntries:
     (slots 0 .. 8) of 4.3; `entries`, the (id, weight) pairs in slot order.
     """
 
-    def __init__(self, seed, vocab_size, context):
+    @staticmethod
+    def context_key(context):
+        """Section 4.1's key: the last three ids packed into one word."""
         n = len(context)
         back = [context[n - k] if n >= k else NO_TOKEN for k in (1, 2, 3)]
-        self.key = back[0] | (back[1] << 21) | (back[2] << 42)
-        self.hash = splitmix64(splitmix64(seed ^ self.key) ^ n)
+        return back[0] | (back[1] << 21) | (back[2] << 42)
+
+    @staticmethod
+    def context_hash(seed, context):
+        """Section 4.1's h."""
+        return splitmix64(splitmix64(seed ^ ExplicitEntries.context_key(context)) ^ len(context))
+
+    def __init__(self, seed, vocab_size, context):
+        self.key = self.context_key(context)
+        self.hash = self.context_hash(seed, context)
         self.draws = [splitmix64(self.hash + i * GOLDEN) for i in range(1, 7)]
         self._weights(vocab_size, context)
         self._ids(vocab_size)
@@ -303,6 +315,28 @@ class Distribution:
             return self.ids[kept_explicit - 1]
         return self.tail_id(_floor_capped(target / self.tail_weight, kept_tail - 1))
 
+    def support(self, top_k, top_p, min_p, chosen):
+        """Section 7.1: the kept ids of positive weight with their renormalised logprobs, and `chosen`'s (-inf
+        when it is not among them)."""
+        kept_explicit, kept_tail, total = self._kept_prefix(top_k, top_p, min_p)
+
+        def renormalised(v, x):
+            return math.log(v / total) if self.logits is None else x - (self.shift + math.log(total))
+
+        ids, logprobs = [], []
+        for i in range(kept_explicit):
+            if not self.weights[i] > 0:
+                break
+            ids.append(self.ids[i])
+            logprobs.append(renormalised(self.weights[i], self.logits and self.logits[i]))
+        if self.tail_weight > 0:
+            tail = renormalised(self.tail_weight, self.tail_logit)
+            for rank in range(kept_tail):
+                ids.append(self.tail_id(rank))
+                logprobs.append(tail)
+        selected = dict(zip(ids, logprobs)).get(chosen, -math.inf)
+        return ids, logprobs, selected
+
     def filtered(self, top_k, top_p, min_p):
         """The renormalised distribution that section 7 draws from.
 
@@ -312,6 +346,39 @@ class Distribution:
         kept_explicit, kept_tail, total = self._kept_prefix(top_k, top_p, min_p)
         explicit = [(token, v / total) for token, v in zip(self.ids[:kept_explicit], self.weights)]
         return explicit, kept_tail, (self.tail_weight / total if kept_tail else 0.0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Section 12: the router
+# ---------------------------------------------------------------------------------------------------------------
+
+ROUTER_SALT = 0x524F555445525321
+
+
+def routes(seed, shape, tokens, start):
+    """Section 12: the rows of positions start .. len(tokens) - 2, each a list of layers of K expert ids."""
+    layers, experts, per_token = shape
+    rows = []
+    for p in range(start, len(tokens) - 1):
+        h = ExplicitEntries.context_hash(seed, tokens[:p + 1]) ^ ROUTER_SALT
+        row = []
+        for layer in range(layers):
+            r = splitmix64((h + (layer + 1) * GOLDEN) & MASK64)
+            chosen = []
+            while len(chosen) < per_token:
+                r = splitmix64(r)
+                e = ((r >> 32) * experts) >> 32
+                if e not in chosen:
+                    chosen.append(e)
+            row.append(chosen)
+        rows.append(row)
+    return rows
+
+
+def routes_base64(rows):
+    """`meta_info.routed_experts`: base64 of the rows' little-endian int32 values (section 12)."""
+    flat = [e for row in rows for layer in row for e in layer]
+    return base64.b64encode(struct.pack(f"<{len(flat)}i", *flat)).decode("ascii")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -354,7 +421,8 @@ class ToyModel:
     """The toy model with its server configuration (section 1): tokenizer, distributions and /generate."""
 
     def __init__(self, seed=0, vocab_size=151936, context_length=32768, sglang_version="0.5.23",
-                 return_original_logprob=False, scripts=None, deterministic_inference=False):
+                 return_original_logprob=False, scripts=None, deterministic_inference=False,
+                 enable_return_routed_experts=False, moe_shape=(48, 128, 8), sampling_mask_max_tokens=4096):
         self.seed = _integer(seed, "seed", 0, MASK64)
         self.vocab_size = _integer(vocab_size, "vocab_size", 1024, 1_400_000)
         self.context_length = _integer(context_length, "context_length", 1)
@@ -367,6 +435,12 @@ class ToyModel:
         self.word_count = vocab_size - 259
         self.first_special = vocab_size - len(SPECIAL_NAMES)
         self.end_of_sequence_ids = frozenset((vocab_size - 1, vocab_size - 3))
+        self.enable_return_routed_experts = bool(enable_return_routed_experts)
+        layers, experts, per_token = (_integer(x, "moe_shape", 1) for x in moe_shape)
+        if per_token > experts:
+            raise ValueError("num_experts_per_tok must be at most num_experts")
+        self.moe_shape = (layers, experts, per_token)
+        self.sampling_mask_max_tokens = _integer(sampling_mask_max_tokens, "sampling_mask_max_tokens", 1)
 
     @staticmethod
     def _script_rule(rule):
@@ -627,13 +701,48 @@ class ToyModel:
         ]
         columns.append(self._per_prompt(token_ids, per_prompt_ids, count, n, "token_ids_logprob"))
 
+        # Section 7.1 (0.5.23) and section 12 (0.5.15 and later).
+        masks = self.sglang_version == "0.5.23"
+        mask_column = self._per_prompt(body.get("return_sampling_mask") if masks else None,
+                                       isinstance(body.get("return_sampling_mask"), list), count, n,
+                                       "return_sampling_mask")
+        mode_column = self._per_prompt(body.get("sampling_logprobs_mode") if masks else None,
+                                       isinstance(body.get("sampling_logprobs_mode"), list), count, n,
+                                       "sampling_logprobs_mode")
+        routes_from = None
+        if self.sglang_version != "0.5.3" and _flag(body.get("return_routed_experts"), "return_routed_experts",
+                                                    False):
+            routes_from = _integer(body.get("routed_experts_start_len", 0), "routed_experts_start_len", 0)
+            if any(routes_from > len(prompt) for prompt in prompts):
+                raise ValueError("routed_experts_start_len is past the prompt")
+            if not self.enable_return_routed_experts:
+                routes_from = None
+
         samples = []
         for b, prompt in enumerate(prompts):
             settings = self._sampling_settings(params_list[b], prompt)
             settings.update(self._logprob_settings(*(column[b] for column in columns), prompt))
+            mask_mode = None
+            if _flag(mask_column[b], "return_sampling_mask", False):
+                mask_mode = mode_column[b] or "selected"
+                if mask_mode not in ("selected", "support"):
+                    raise ValueError("sampling_logprobs_mode must be 'selected' or 'support'")
+                self._check_mask_top_k(params_list[b])
+            settings.update(sampling_mask=mask_mode, routes_from=routes_from)
             for j in range(n):
                 samples.append(SimpleNamespace(prompt=prompt, position=b * n + j, **settings))
         return samples
+
+    def _check_mask_top_k(self, params):
+        """Section 7.1: a mask needs greedy sampling or a top_k in 1..cap (-1 reads as 2^30)."""
+        params = params or {}
+        temperature = params.get("temperature")
+        if temperature is not None and 0 <= temperature < GREEDY_BELOW:
+            return
+        top_k = params.get("top_k")
+        top_k = (1 << 30) if top_k is None or top_k == -1 else top_k
+        if not 1 <= top_k <= self.sampling_mask_max_tokens:
+            raise ValueError(f"return_sampling_mask needs greedy sampling or top_k in 1..cap, got {top_k}")
 
     def _sample_key(self, sample):
         """Section 8.3: the key of a sample's randomness."""
@@ -695,10 +804,12 @@ class ToyModel:
                     column.append(value)
 
         output = []
+        masks = []
         if sample.max_new_tokens == 0:
             finish, text = {"type": "length", "length": 0}, ""
         else:
-            finish, text = self._decode_loop(sample, output, logprobs["output"], report_temperature, with_text)
+            finish, text = self._decode_loop(sample, output, logprobs["output"], report_temperature, with_text,
+                                             masks)
 
         result = {
             "output_ids": output,
@@ -715,9 +826,20 @@ class ToyModel:
                     result[f"{where}_top_logprobs"] = tops
                 if sample.token_ids_logprob:
                     result[f"{where}_token_ids_logprobs"] = ids
+        if sample.sampling_mask is not None:
+            result["output_token_sampling_mask"] = [ids for ids, _ in masks]
+            none_if_inf = lambda lp: None if lp == -math.inf else lp  # noqa: E731
+            if sample.sampling_mask == "selected":
+                result["output_token_sampling_logprobs"] = [none_if_inf(lps[0]) for _, lps in masks]
+            else:
+                result["output_token_sampling_logprobs"] = [[none_if_inf(lp) for lp in lps] for _, lps in masks]
+            result["output_token_sampling_mask_length"] = len(masks)
+        if sample.routes_from is not None:
+            result["routed_experts"] = routes_base64(
+                routes(self.seed, self.moe_shape, prompt + output, sample.routes_from))
         return result
 
-    def _decode_loop(self, sample, output, reported, report_temperature, with_text):
+    def _decode_loop(self, sample, output, reported, report_temperature, with_text, masks):
         """Section 9, steps 1 to 6 for j = 0, 1, ...: fills `output` and returns (finish_reason, text)."""
         key = self._sample_key(sample)
         stop_ids = self.end_of_sequence_ids.union(sample.stop_token_ids)  # the mask M of step 2 and check 6.2
@@ -731,6 +853,9 @@ class ToyModel:
                 token = sample.forced[j]
             else:
                 token = dist.sample(sample.top_k, sample.top_p, sample.min_p, unit(mix(key, j)))
+            if sample.sampling_mask is not None:
+                ids, logprobs, selected = dist.support(sample.top_k, sample.top_p, sample.min_p, token)
+                masks.append((ids, [selected] if sample.sampling_mask == "selected" else logprobs))
             if sample.return_logprob:
                 if report_temperature != sample.temperature:
                     dist = self.distribution(context, report_temperature, masked)
@@ -762,6 +887,11 @@ def main(argv=None):
     parser.add_argument("--return-original-logprob", action="store_true")
     parser.add_argument("--enable-deterministic-inference", action="store_true")
     parser.add_argument("--script", metavar="FILE", help="JSON list of scripted answers (MODEL.md 8.4)")
+    parser.add_argument("--enable-return-routed-experts", action="store_true")
+    parser.add_argument("--num-hidden-layers", type=int, default=48)
+    parser.add_argument("--num-experts", type=int, default=128)
+    parser.add_argument("--num-experts-per-tok", type=int, default=8)
+    parser.add_argument("--sampling-mask-max-tokens", type=int, default=4096)
     parser.add_argument("body", nargs="?", default="-", help="request body as JSON, or - for stdin")
     args = parser.parse_args(argv)
     scripts = None
@@ -770,7 +900,10 @@ def main(argv=None):
             scripts = json.load(f)
     model = ToyModel(seed=args.seed, vocab_size=args.vocab_size, context_length=args.context_length,
                      sglang_version=args.sglang_version, return_original_logprob=args.return_original_logprob,
-                     scripts=scripts, deterministic_inference=args.enable_deterministic_inference)
+                     scripts=scripts, deterministic_inference=args.enable_deterministic_inference,
+                     enable_return_routed_experts=args.enable_return_routed_experts,
+                     moe_shape=(args.num_hidden_layers, args.num_experts, args.num_experts_per_tok),
+                     sampling_mask_max_tokens=args.sampling_mask_max_tokens)
     body = json.loads(sys.stdin.read() if args.body == "-" else args.body)
     print(json.dumps(model.generate(body)))
 

@@ -5,6 +5,7 @@ use std::str::FromStr;
 
 use crate::faults::FaultConfig;
 use crate::latency::LatencyConfig;
+use crate::model::MoeShape;
 use crate::script::ScriptRule;
 
 /// The SGLang release the server answers as: its routes, its request contract, its wire format and its
@@ -54,6 +55,23 @@ impl SglangVersion {
         match self {
             SglangVersion::V0_5_3 => false,
             SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => true,
+        }
+    }
+
+    /// `return_routed_experts` and `routed_experts_start_len` exist, with `--enable-return-routed-experts`
+    /// (`srt/managers/io_struct.py`, 0.5.15 and later).
+    pub(crate) fn has_routed_experts(self) -> bool {
+        match self {
+            SglangVersion::V0_5_3 => false,
+            SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => true,
+        }
+    }
+
+    /// `return_sampling_mask` and `sampling_logprobs_mode` exist (`srt/managers/io_struct.py`, 0.5.23).
+    pub(crate) fn has_sampling_masks(self) -> bool {
+        match self {
+            SglangVersion::V0_5_3 | SglangVersion::V0_5_15 => false,
+            SglangVersion::V0_5_23 => true,
         }
     }
 
@@ -181,6 +199,27 @@ pub struct ServerConfig {
         arg(long, env = "SGLANG_MOCK_ENABLE_DETERMINISTIC_INFERENCE")
     )]
     pub enable_deterministic_inference: bool,
+    /// SGLang's `--enable-return-routed-experts`: a request with `return_routed_experts` gets
+    /// `meta_info.routed_experts`, the toy router's experts (MODEL.md section 12); without it, none (0.5.15 and
+    /// later).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "SGLANG_MOCK_ENABLE_RETURN_ROUTED_EXPERTS")
+    )]
+    pub enable_return_routed_experts: bool,
+    /// The MoE model's `num_hidden_layers`: layers per routed-experts row.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_NUM_HIDDEN_LAYERS", default_value_t = ServerConfig::default().num_hidden_layers))]
+    pub num_hidden_layers: u32,
+    /// Experts per MoE layer: routed expert ids are below this.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_NUM_EXPERTS", default_value_t = ServerConfig::default().num_experts))]
+    pub num_experts: u32,
+    /// The MoE model's `num_experts_per_tok`: experts per layer in a routed-experts row.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_NUM_EXPERTS_PER_TOK", default_value_t = ServerConfig::default().num_experts_per_tok))]
+    pub num_experts_per_tok: u32,
+    /// SGLang's `--sampling-mask-max-tokens` (0.5.23): the largest `top_k` a `return_sampling_mask` request may
+    /// sample with.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_SAMPLING_MASK_MAX_TOKENS", default_value_t = ServerConfig::default().sampling_mask_max_tokens, value_parser = clap::value_parser!(u32).range(1..)))]
+    pub sampling_mask_max_tokens: u32,
     /// Emit a stream chunk every this many tokens (requests may override it).
     #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_STREAM_INTERVAL", default_value_t = ServerConfig::default().stream_interval, value_parser = clap::value_parser!(u32).range(1..)))]
     pub stream_interval: u32,
@@ -232,6 +271,11 @@ impl Default for ServerConfig {
             sglang_version: SglangVersion::V0_5_23,
             slime_patches: false,
             enable_deterministic_inference: false,
+            enable_return_routed_experts: false,
+            num_hidden_layers: MoeShape::default().layers,
+            num_experts: MoeShape::default().experts,
+            num_experts_per_tok: MoeShape::default().experts_per_token,
+            sampling_mask_max_tokens: 4096,
             stream_interval: 1,
             return_original_logprob: false,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
@@ -293,6 +337,11 @@ impl ServerConfig {
             seed: self.seed,
             vocab_size: self.vocab_size,
             return_original_logprob: self.return_original_logprob,
+            moe: MoeShape {
+                layers: self.num_hidden_layers,
+                experts: self.num_experts,
+                experts_per_token: self.num_experts_per_tok,
+            },
         }
     }
 }

@@ -1,6 +1,9 @@
 //! Integration tests of `sglang-mock`, built as one binary with one module per area. The modules live in
 //! `areas/` so that Cargo does not build each of them as a test binary of its own.
 
+/// The per-token channels beside the logprobs: routed experts and sampling masks.
+#[path = "areas/channels.rs"]
+mod channels;
 /// Servers (in-process and live), the SSE reader, order-preserving JSON, stream reassembly.
 #[path = "areas/common.rs"]
 mod common;

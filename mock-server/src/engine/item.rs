@@ -74,6 +74,76 @@ pub struct ItemRequest {
     /// `<|im_end|>`). Each still reports its true logprob under the model, and the finish checks apply to it as
     /// to a sampled token; once they are used up, generation samples as usual.
     pub forced_output: Vec<u32>,
+    /// `return_sampling_mask` (0.5.23): report each output token's sampling support, with these logprobs.
+    pub sampling_mask: Option<SamplingLogprobsMode>,
+    /// `return_routed_experts` on a server that returns them: the first position with a routes row
+    /// (`routed_experts_start_len`).
+    pub routes_from: Option<usize>,
+}
+
+/// `sampling_logprobs_mode`: which renormalised logprobs a sampling mask comes with (`SamplingLogprobsMode` in
+/// `srt/managers/schedule_batch.py`, 0.5.23).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SamplingLogprobsMode {
+    /// The sampled token's, one per output token.
+    Selected,
+    /// Every support token's, aligned with the mask.
+    Support,
+}
+
+/// The sampling masks of a generation's output tokens: per token, the support ids and their renormalised
+/// logprobs (MODEL.md section 7.1), stored flat.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MaskRows {
+    ids: Vec<u32>,
+    /// `ends[i]` is the end of row `i` in `ids`.
+    ends: Vec<usize>,
+    /// One per row (`selected`) or one per id (`support`).
+    logprobs: Vec<f32>,
+}
+
+impl MaskRows {
+    /// No rows, for shapes that carry empty lists.
+    pub const EMPTY: &'static MaskRows = &MaskRows {
+        ids: Vec::new(),
+        ends: Vec::new(),
+        logprobs: Vec::new(),
+    };
+
+    /// Appends one output token's row.
+    pub(crate) fn push_row(&mut self, ids: &[u32], logprobs: &[f64]) {
+        self.ids.extend_from_slice(ids);
+        self.ends.push(self.ids.len());
+        self.logprobs.extend(logprobs.iter().map(|&lp| lp as f32));
+    }
+
+    /// The number of rows: output tokens with a mask.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The bounds of row `i` in the flat ids.
+    fn bounds(&self, i: usize) -> std::ops::Range<usize> {
+        i.checked_sub(1).map_or(0, |j| self.ends[j])..self.ends[i]
+    }
+
+    /// The support ids of row `i`.
+    pub fn ids(&self, i: usize) -> &[u32] {
+        &self.ids[self.bounds(i)]
+    }
+
+    /// The logprobs of row `i`: the selected token's alone, or one per support id.
+    pub fn logprobs(&self, i: usize, mode: SamplingLogprobsMode) -> &[f32] {
+        match mode {
+            SamplingLogprobsMode::Selected => &self.logprobs[i..=i],
+            SamplingLogprobsMode::Support => &self.logprobs[self.bounds(i)],
+        }
+    }
 }
 
 impl ItemRequest {
@@ -89,6 +159,8 @@ impl ItemRequest {
             token_ids_logprob: Vec::new(),
             sample_index: 0,
             forced_output: Vec::new(),
+            sampling_mask: None,
+            routes_from: None,
         }
     }
 }

@@ -13,6 +13,9 @@ mod plan;
 mod step;
 
 pub use generation::{Generation, generate};
-pub use item::{FinishReason, GREEDY_TEMPERATURE, ItemRequest, LogprobEntry, Rows, SamplingParams};
-pub use plan::{GeneratePlan, PlannedItem, RidSource};
+pub use item::{
+    FinishReason, GREEDY_TEMPERATURE, ItemRequest, LogprobEntry, MaskRows, Rows,
+    SamplingLogprobsMode, SamplingParams,
+};
+pub use plan::{GeneratePlan, PlannedItem, Refusal, RidSource};
 pub use step::{Interventions, Outside, Progress, Run, abort_message};

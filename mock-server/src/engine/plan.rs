@@ -16,9 +16,17 @@ pub struct PlannedItem {
     pub token_ids_logprob_requested: bool,
     /// Chunk cadence of this item's stream.
     pub stream_interval: u32,
-    /// The scheduler rejected this item (`logprob_start_len` too large): it finishes at once with an
-    /// abort carrying this message and status 400.
-    pub abort: Option<String>,
+    /// The scheduler rejected this item (`logprob_start_len` or `routed_experts_start_len` out of range, a
+    /// sampling mask with an unbounded `top_k`): it finishes at once with an abort of status 400.
+    pub abort: Option<Refusal>,
+}
+
+/// Why the scheduler refused an item, as its abort's `finish_reason` says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub message: String,
+    /// `err_type`: `"BadRequestError"` from `set_finish_with_abort`, none from `prepare_abort`.
+    pub err_type: Option<&'static str>,
 }
 
 /// A validated `/generate` request.
@@ -41,6 +49,8 @@ impl GeneratePlan {
     /// The message of the first item the scheduler refused: a non-stream request fails as a whole with it
     /// (`_wait_one_response` raises the first abort), while a stream reports it in that item's chunk.
     pub fn rejection(&self) -> Option<&str> {
-        self.items.iter().find_map(|item| item.abort.as_deref())
+        self.items
+            .iter()
+            .find_map(|item| item.abort.as_ref().map(|r| r.message.as_str()))
     }
 }

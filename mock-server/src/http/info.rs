@@ -49,6 +49,8 @@ pub(crate) async fn health_generate(State(state): State<AppState>) -> Response {
         token_ids_logprob: Vec::new(),
         sample_index: 0,
         forced_output: Vec::new(),
+        sampling_mask: None,
+        routes_from: None,
     };
     let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
         let mut generation = Generation::new(model, item);

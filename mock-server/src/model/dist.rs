@@ -98,7 +98,22 @@ impl CandidateIds {
 }
 
 /// The SplitMix64 increment.
-const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+pub(crate) const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// The hash of a context (MODEL.md section 4.1): the context key packs the last three ids into one word (21 bits
+/// each is enough for every vocabulary the tokenizer supports), so two rounds of mixing cover seed, tokens and
+/// length.
+#[inline(always)]
+pub(crate) fn context_hash(seed: u64, context: &[u32]) -> u64 {
+    let back = |k: usize| {
+        context
+            .len()
+            .checked_sub(k)
+            .map_or(0x1F_FFFF, |i| u64::from(context[i]))
+    };
+    let tokens = back(1) | back(2) << 21 | back(3) << 42;
+    splitmix64(splitmix64(seed ^ tokens) ^ context.len() as u64)
+}
 
 /// Computes the model's weights for the next token after `context`.
 ///
@@ -119,16 +134,7 @@ pub(crate) fn logits(
     since_special: usize,
 ) -> Logits {
     debug_assert_eq!(since_special, count_since_special(tokenizer, context));
-    // The context key packs the last three ids into one word (21 bits each is enough for every vocabulary the
-    // tokenizer supports), so two rounds of mixing cover seed, tokens and length.
-    let back = |k: usize| {
-        context
-            .len()
-            .checked_sub(k)
-            .map_or(0x1F_FFFF, |i| u64::from(context[i]))
-    };
-    let tokens = back(1) | back(2) << 21 | back(3) << 42;
-    let h = splitmix64(splitmix64(seed ^ tokens) ^ context.len() as u64);
+    let h = context_hash(seed, context);
     let im_end = tokenizer.im_end_id();
     let (first_word, words) = tokenizer.word_range();
 
@@ -256,6 +262,8 @@ enum LogSpace {
     Scaled {
         logits: [f64; EXPLICIT],
         tail_logit: f64,
+        /// The largest scaled logit, subtracted from every scaled logit to make the weights.
+        shift: f64,
         log_z: f64,
     },
 }
@@ -321,6 +329,7 @@ impl<'m> Distribution<'m> {
             Some((logits, tail_logit, shift)) => LogSpace::Scaled {
                 logits,
                 tail_logit,
+                shift,
                 log_z: shift + z.ln(),
             },
         };
@@ -471,14 +480,8 @@ impl<'m> Distribution<'m> {
     /// [`Distribution::sample`], also saying where the id sits, so that its logprob needs no search.
     pub(crate) fn pick(&self, top_k: Option<u32>, top_p: f64, min_p: f64, u: f64) -> Pick {
         let keep = self.kept(top_k, top_p, min_p);
-        let from_explicit = (keep as usize).min(self.n_explicit);
-        let from_tail = keep - from_explicit as u64;
+        let (from_explicit, from_tail, kept_weight) = self.kept_split(keep);
         let kept = &self.explicit[..from_explicit];
-        let kept_weight = if from_explicit == self.n_explicit && from_tail == self.tail_count {
-            self.z
-        } else {
-            kept.iter().map(|e| e.1).sum::<f64>() + from_tail as f64 * self.tail_weight
-        };
         let mut target = u * kept_weight;
         for (position, &(_, w)) in kept.iter().enumerate() {
             if target < w {
@@ -503,6 +506,73 @@ impl<'m> Distribution<'m> {
             id: self.tail_id(rank),
             position: None,
         }
+    }
+
+    /// The first `keep` ids of the sorted order as explicit entries and tail ids, and their total weight: `Z` when
+    /// they are the whole order (section 7's `total`).
+    fn kept_split(&self, keep: u64) -> (usize, u64, f64) {
+        let from_explicit = (keep as usize).min(self.n_explicit);
+        let from_tail = keep - from_explicit as u64;
+        let total = if from_explicit == self.n_explicit && from_tail == self.tail_count {
+            self.z
+        } else {
+            self.explicit[..from_explicit]
+                .iter()
+                .map(|e| e.1)
+                .sum::<f64>()
+                + from_tail as f64 * self.tail_weight
+        };
+        (from_explicit, from_tail, total)
+    }
+
+    /// The sampler's support under the filters: the ids the draw of [`Distribution::pick`] chooses from that have
+    /// a positive weight, in the sorted order (SGLang's `return_sampling_mask`, MODEL.md section 7.1). Appends
+    /// them to `ids` and their logprobs under the distribution renormalised over them to `logprobs`, and returns
+    /// the logprob of `chosen` under it (`-inf` if `chosen` is not in the support).
+    pub(crate) fn support(
+        &self,
+        (top_k, top_p, min_p): (Option<u32>, f64, f64),
+        chosen: u32,
+        ids: &mut Vec<u32>,
+        logprobs: &mut Vec<f64>,
+    ) -> f64 {
+        let keep = self.kept(top_k, top_p, min_p);
+        let (from_explicit, from_tail, total) = self.kept_split(keep);
+        // `ln(v / total)`, from the scaled logit away from temperature 1 so that it stays finite.
+        let renormalised = |position: Option<usize>| match &self.log {
+            LogSpace::Unit => {
+                let v = position.map_or(self.tail_weight, |p| self.explicit[p].1);
+                (v / total).ln()
+            }
+            LogSpace::Scaled {
+                logits,
+                tail_logit,
+                shift,
+                ..
+            } => position.map_or(*tail_logit, |p| logits[p]) - (shift + total.ln()),
+        };
+        let mut selected = f64::NEG_INFINITY;
+        // Weights fall along the order, so the entries with a positive weight are a prefix of the kept ones.
+        for position in (0..from_explicit).take_while(|&p| self.explicit[p].1 > 0.0) {
+            let (id, lp) = (self.id_at(position), renormalised(Some(position)));
+            if id == chosen {
+                selected = lp;
+            }
+            ids.push(id);
+            logprobs.push(lp);
+        }
+        if self.tail_weight > 0.0 && from_tail > 0 {
+            let lp = renormalised(None);
+            for rank in 0..from_tail {
+                let id = self.tail_id(rank);
+                if id == chosen {
+                    selected = lp;
+                }
+                ids.push(id);
+                logprobs.push(lp);
+            }
+        }
+        selected
     }
 
     /// The logprob of a pick made from this distribution or from one of the same context and mask at another

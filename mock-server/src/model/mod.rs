@@ -5,9 +5,11 @@
 //! that document alone, checks the server from outside its code.
 
 mod dist;
+mod router;
 mod tokenizer;
 
 pub use dist::{CANDIDATES, Distribution, TAIL_LOGIT, TAIL_MARGIN};
+pub use router::MoeShape;
 pub use tokenizer::{MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, Piece, Tokenizer};
 
 pub(crate) use dist::{Logits, Pick, count_since_special, mix, unit};
@@ -22,6 +24,8 @@ pub struct ModelConfig {
     /// Report logprobs at temperature 1 instead of under the request's temperature (SGLang's
     /// `SGLANG_RETURN_ORIGINAL_LOGPROB` switch). Sampling still uses the request's temperature.
     pub return_original_logprob: bool,
+    /// The MoE shape the router reports routes in.
+    pub moe: MoeShape,
 }
 
 impl Default for ModelConfig {
@@ -30,6 +34,7 @@ impl Default for ModelConfig {
             seed: 0,
             vocab_size: 151_936,
             return_original_logprob: false,
+            moe: MoeShape::default(),
         }
     }
 }
@@ -40,6 +45,11 @@ pub enum ModelError {
     /// The vocabulary is smaller or larger than the tokenizer's layout supports.
     #[error("vocab_size must be between {MIN_VOCAB_SIZE} and {MAX_VOCAB_SIZE}, got {0}")]
     VocabSize(u32),
+    /// The MoE shape has no layer, or routes a token to no expert or to more experts than a layer has.
+    #[error(
+        "the MoE shape needs at least one layer and 1 <= num_experts_per_tok <= num_experts, got {0:?}"
+    )]
+    MoeShape(MoeShape),
 }
 
 /// The toy model: a seed, a tokenizer and the next-token distribution they define.
@@ -54,6 +64,14 @@ impl Model {
     pub fn new(config: ModelConfig) -> Result<Model, ModelError> {
         if !(MIN_VOCAB_SIZE..=MAX_VOCAB_SIZE).contains(&config.vocab_size) {
             return Err(ModelError::VocabSize(config.vocab_size));
+        }
+        let moe = config.moe;
+        if moe.layers == 0
+            || moe.experts_per_token == 0
+            || moe.experts_per_token > moe.experts
+            || moe.experts > i32::MAX as u32
+        {
+            return Err(ModelError::MoeShape(moe));
         }
         let tokenizer = Tokenizer::new(config.vocab_size);
         Ok(Model { config, tokenizer })
@@ -80,6 +98,12 @@ impl Model {
         let since_special = count_since_special(&self.tokenizer, context);
         let logits = self.logits(context, since_special);
         Distribution::new(&logits, self.config.vocab_size, temperature, masked)
+    }
+
+    /// Appends the routed experts of `tokens[start..len - 1]` (section 12): one row of `layers * experts_per_token`
+    /// ids per position, for a sequence of prompt and output `tokens`.
+    pub fn append_routes(&self, tokens: &[u32], start: usize, out: &mut Vec<i32>) {
+        router::append_routes(self.config.seed, &self.config.moe, tokens, start, out);
     }
 
     /// The unscaled logits after `context`, given its running count of tokens since the last special token.

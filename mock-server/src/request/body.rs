@@ -34,6 +34,14 @@ pub struct GenerateReqInput {
     pub custom_logit_processor: Option<CustomLogitProcessor>,
     pub data_parallel_rank: Option<i64>,
     pub routed_dp_rank: Option<i64>,
+    /// `return_routed_experts` (0.5.15 and later): one flag for every item.
+    pub return_routed_experts: bool,
+    /// `routed_experts_start_len`: the first position with a routes row, for every item (default 0).
+    pub routed_experts_start_len: i64,
+    /// `return_sampling_mask` (0.5.23): a flag, or one per prompt.
+    pub return_sampling_mask: Option<OneOrMany<bool>>,
+    /// `sampling_logprobs_mode` (0.5.23): `"selected"`, `"support"` or `null`, or one per prompt.
+    pub sampling_logprobs_mode: Option<OneOrMany<Option<String>>>,
 }
 
 /// Only whether it was a list matters: a list with `n > 1` is its own error.
@@ -214,6 +222,32 @@ impl<'de> Visitor<'de> for BodySeed<'_> {
                 "data_parallel_rank" => {
                     req.data_parallel_rank =
                         field!("data_parallel_rank", Option<PyInt>, "int_type").map(|i| i.0)
+                }
+                "return_routed_experts" => {
+                    req.return_routed_experts =
+                        field!("return_routed_experts", Option<PyBool>, "bool_type")
+                            .is_some_and(|b| b.0)
+                }
+                "routed_experts_start_len" => {
+                    req.routed_experts_start_len =
+                        field!("routed_experts_start_len", Option<PyInt>, "int_type")
+                            .map_or(0, |i| i.0)
+                }
+                "return_sampling_mask" => {
+                    req.return_sampling_mask = field!(
+                        "return_sampling_mask",
+                        Option<OneOrMany<PyBool>>,
+                        "bool_type"
+                    )
+                    .map(|v| v.map(|b| b.0))
+                }
+                "sampling_logprobs_mode" => {
+                    req.sampling_logprobs_mode = field!(
+                        "sampling_logprobs_mode",
+                        Option<OneOrMany<NullableStr>>,
+                        "literal_error"
+                    )
+                    .map(|v| v.map(|s| s.0))
                 }
                 "routed_dp_rank" => {
                     req.routed_dp_rank =

@@ -7,7 +7,9 @@ use super::body::{CustomLogitProcessor, GenerateReqInput};
 use super::lax::{Ids, OneOrMany, RawSamplingParams, SamplingInput, SamplingKey};
 use super::sampling::{int_value, resolve_sampling_params};
 use crate::config::{ServerConfig, SglangVersion};
-use crate::engine::{GeneratePlan, ItemRequest, PlannedItem, RidSource};
+use crate::engine::{
+    GeneratePlan, ItemRequest, PlannedItem, Refusal, RidSource, SamplingLogprobsMode,
+};
 use crate::error::ApiError;
 use crate::model::Tokenizer;
 use crate::pyfmt::{int_list_repr, str_list_repr};
@@ -24,8 +26,9 @@ pub fn plan_generate(
     tokenizer: &Tokenizer,
     rids: &mut dyn RidSource,
 ) -> Result<GeneratePlan, ApiError> {
+    let modes = sampling_logprobs_modes(req, config.sglang_version)?;
     let shape = Shape::of(req)?;
-    let expanded = Expanded::of(req, &shape)?;
+    let expanded = Expanded::of(req, modes.as_ref(), &shape, config.sglang_version)?;
     check_rid_uniqueness(req, shape.is_single)?;
     let dp_rank = req.routed_dp_rank.or(req.data_parallel_rank);
 
@@ -43,11 +46,17 @@ pub fn plan_generate(
             }
         };
         validate_one_request(req, expanded.sampling[i], &input_ids, config, dp_rank)?;
+        // The last check of `_validate_one_request` (0.5.23).
+        if expanded.sampling_logprobs_mode[i].is_some() && !expanded.return_sampling_mask[i] {
+            return Err(ApiError::value(
+                "sampling_logprobs_mode can only be set when return_sampling_mask=true.",
+            ));
+        }
         let rid = match &expanded.rids[i] {
             Some(rid) => (rid.clone(), false),
             None => (rids.fresh_rid(), true),
         };
-        items.push(plan_item(&expanded, i, input_ids, rid, config)?);
+        items.push(plan_item(req, &expanded, i, input_ids, rid, config)?);
     }
 
     // Scripted answers replace sampling with the rule's tokens (forced decoding keeps the true logprobs).
@@ -130,10 +139,18 @@ struct Expanded<'a> {
     logprob_start_len: Vec<i64>,
     top_logprobs_num: Vec<i64>,
     token_ids_logprob: Vec<Option<Vec<i64>>>,
+    /// `return_sampling_mask` per sample (always false before 0.5.23, which has no such field).
+    return_sampling_mask: Vec<bool>,
+    sampling_logprobs_mode: Vec<Option<SamplingLogprobsMode>>,
 }
 
 impl<'a> Expanded<'a> {
-    fn of(req: &'a GenerateReqInput, shape: &Shape) -> Result<Expanded<'a>, ApiError> {
+    fn of(
+        req: &'a GenerateReqInput,
+        modes: Option<&OneOrMany<Option<SamplingLogprobsMode>>>,
+        shape: &Shape,
+        version: SglangVersion,
+    ) -> Result<Expanded<'a>, ApiError> {
         let Shape {
             is_single,
             batch_size,
@@ -169,6 +186,25 @@ impl<'a> Expanded<'a> {
                 num,
             )?,
             token_ids_logprob: expand_token_ids(req.token_ids_logprob.as_ref(), is_single, n, num)?,
+            return_sampling_mask: match version.has_sampling_masks() {
+                true => expand_param(
+                    req.return_sampling_mask.as_ref(),
+                    false,
+                    "return_sampling_mask",
+                    is_single,
+                    n,
+                    num,
+                )?,
+                false => vec![false; num],
+            },
+            sampling_logprobs_mode: expand_param(
+                modes,
+                None,
+                "sampling_logprobs_mode",
+                is_single,
+                n,
+                num,
+            )?,
         };
         if !is_single && n > 1 && req.custom_logit_processor == Some(CustomLogitProcessor::Many) {
             return Err(ApiError::value(
@@ -213,6 +249,7 @@ const DETERMINISTIC_SEED: u64 = 42;
 
 /// Item `i` of the plan: its sampling parameters, logprob settings and limits checked.
 fn plan_item(
+    req: &GenerateReqInput,
     expanded: &Expanded<'_>,
     i: usize,
     input_ids: Vec<u32>,
@@ -229,7 +266,13 @@ fn plan_item(
     )?;
     let want_logprob = expanded.return_logprob[i];
     let prompt_len = input_ids.len();
-    let (logprob_start, abort) = match want_logprob {
+    let sampling_mask = expanded.return_sampling_mask[i]
+        .then(|| expanded.sampling_logprobs_mode[i].unwrap_or(SamplingLogprobsMode::Selected));
+    // `Scheduler.handle_generate_request`'s checks, in its order: the first refusal aborts the item.
+    let mask_refusal = sampling_mask.and_then(|_| {
+        sampling_mask_refusal(resolved.normalized_top_k, config.sampling_mask_max_tokens)
+    });
+    let (logprob_start, logprob_refusal) = match want_logprob {
         true => logprob_start(
             expanded.logprob_start_len[i],
             prompt_len,
@@ -237,6 +280,14 @@ fn plan_item(
         ),
         false => (prompt_len, None),
     };
+    let asks_routes = req.return_routed_experts && config.sglang_version.has_routed_experts();
+    let routes_refusal = asks_routes
+        .then(|| routes_start_refusal(req.routed_experts_start_len, prompt_len))
+        .flatten();
+    let abort = mask_refusal.or(logprob_refusal).or(routes_refusal);
+    // The routes come only from a server started with `--enable-return-routed-experts`.
+    let routes_from = (asks_routes && config.enable_return_routed_experts)
+        .then(|| req.routed_experts_start_len.max(0) as usize);
     let k = if want_logprob {
         expanded.top_logprobs_num[i].clamp(0, i64::from(config.vocab_size)) as usize
     } else {
@@ -286,12 +337,87 @@ fn plan_item(
             token_ids_logprob: ids,
             sample_index,
             forced_output: Vec::new(),
+            sampling_mask,
+            routes_from,
         },
     })
 }
 
+/// `sampling_logprobs_mode` read as FastAPI's Pydantic model types it, `Literal["selected", "support"]` or a
+/// list of them (0.5.23; earlier releases have no such field and ignore the key).
+fn sampling_logprobs_modes(
+    req: &GenerateReqInput,
+    version: SglangVersion,
+) -> Result<Option<OneOrMany<Option<SamplingLogprobsMode>>>, ApiError> {
+    if !version.has_sampling_masks() {
+        return Ok(None);
+    }
+    let mode = |value: &Option<String>| match value.as_deref() {
+        None => Ok(None),
+        Some("selected") => Ok(Some(SamplingLogprobsMode::Selected)),
+        Some("support") => Ok(Some(SamplingLogprobsMode::Support)),
+        Some(_) => Err(super::validation_error(
+            "literal_error",
+            "'sampling_logprobs_mode'",
+            "Input should be 'selected' or 'support'",
+        )),
+    };
+    req.sampling_logprobs_mode
+        .as_ref()
+        .map(|modes| match modes {
+            OneOrMany::One(value) => mode(value).map(OneOrMany::One),
+            OneOrMany::Many(values) => values
+                .iter()
+                .map(mode)
+                .collect::<Result<_, _>>()
+                .map(OneOrMany::Many),
+        })
+        .transpose()
+}
+
+/// The scheduler's top-k gate for a sampling mask (`Scheduler.handle_generate_request`, 0.5.23): greedy, or a
+/// finite `top_k` in `2..=--sampling-mask-max-tokens`. `top_k` is `SamplingParams`' own: 1 when greedy,
+/// `1 << 30` for `-1`.
+fn sampling_mask_refusal(top_k: i64, cap: u32) -> Option<Refusal> {
+    (top_k != 1 && !(1 < top_k && top_k <= i64::from(cap))).then(|| Refusal {
+        message: format!(
+            "return_sampling_mask requires top_k=1 for greedy sampling or finite 1 < top_k <= {cap}; \
+             got top_k={top_k}. Lower top_k or increase --sampling-mask-max-tokens."
+        ),
+        // `prepare_abort` sets no error type.
+        err_type: None,
+    })
+}
+
+/// `routed_experts_start_len` outside `0..=len(prompt)` (`Scheduler.handle_generate_request`, 0.5.15 and later;
+/// checked whenever routes are asked for, whether or not the server returns them). The f-strings are
+/// self-documenting, so the messages name the expressions.
+fn routes_start_refusal(start: i64, prompt_len: usize) -> Option<Refusal> {
+    let message = if start < 0 {
+        format!(
+            "recv_req.routed_experts_start_len={start} is lower than 0. Please use a non-negative \
+             routed_experts_start_len."
+        )
+    } else if start as u64 > prompt_len as u64 {
+        format!(
+            "recv_req.routed_experts_start_len={start} is higher than the number of input tokens \
+             len(req.origin_input_ids)={prompt_len}. Please use a smaller routed_experts_start_len."
+        )
+    } else {
+        return None;
+    };
+    Some(Refusal {
+        message,
+        err_type: Some("BadRequestError"),
+    })
+}
+
 /// The first prompt position with a logprob, and the scheduler's abort for a start past the prompt.
-fn logprob_start(start: i64, prompt_len: usize, version: SglangVersion) -> (usize, Option<String>) {
+fn logprob_start(
+    start: i64,
+    prompt_len: usize,
+    version: SglangVersion,
+) -> (usize, Option<Refusal>) {
     if start < 0 {
         return (default_logprob_start(version, prompt_len), None);
     }
@@ -309,7 +435,13 @@ fn logprob_start(start: i64, prompt_len: usize, version: SglangVersion) -> (usiz
         "req.logprob_start_len={start} is higher than the number of input tokens \
          len(req.origin_input_ids)={prompt_len}. Please use a smaller logprob_start_len."
     );
-    (prompt_len.saturating_sub(1), Some(message))
+    (
+        prompt_len.saturating_sub(1),
+        Some(Refusal {
+            message,
+            err_type: Some("BadRequestError"),
+        }),
+    )
 }
 
 /// The first covered prompt position for `logprob_start_len = -1`.

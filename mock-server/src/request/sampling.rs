@@ -19,6 +19,8 @@ pub const DEFAULT_MAX_NEW_TOKENS: u32 = 128;
 pub struct ResolvedSampling {
     pub params: SamplingParams,
     pub stream_interval: Option<u32>,
+    /// `top_k` as `SamplingParams` holds it after `__post_init__`: 1 when greedy, `1 << 30` for `-1`.
+    pub normalized_top_k: i64,
 }
 
 fn type_error(key: SamplingKey, want: &str, got: &Value) -> ApiError {
@@ -433,6 +435,7 @@ impl Typed {
         };
         ResolvedSampling {
             params,
+            normalized_top_k: if top_k == -1 { 1 << 30 } else { top_k },
             stream_interval: self
                 .stream_interval
                 .map(|si| si.clamp(0, i64::from(u32::MAX)) as u32),

@@ -2,13 +2,13 @@
 //! `meta_info` insertion order, and the object of an item the scheduler rejected.
 
 use crate::config::SglangVersion;
-use crate::engine::{GeneratePlan, Generation, PlannedItem};
+use crate::engine::{GeneratePlan, Generation, PlannedItem, Refusal};
 use crate::model::{Model, Tokenizer};
 
 use super::json::{
     Abort, FinishJson, InputPositions, InputTokenLogprobs, OutputPositions, TokenLogprobs,
 };
-use super::meta::{LogprobFields, Meta, Object, Shape};
+use super::meta::{LogprobFields, MaskFields, Meta, Object, Shape};
 use super::versions::{VersionEvent, VersionSpan, weight_version_spans};
 /// How the output fields of one chunk relate to earlier chunks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,6 +131,13 @@ pub fn encode_item(
         .then(|| logprob_fields(ctx, item, generation, lp_from));
     let spans = (finished.is_some() && ctx.version.reports_weight_version_spans())
         .then(|| weight_version_spans(version_events, ctx.weight_version, ids.len()));
+    let sampling_mask = generation.sampling_mask().map(|(mode, rows)| MaskFields {
+        mode,
+        rows,
+        from: lp_from,
+    });
+    // Routes are read out when the item finishes (`_maybe_collect_routed_experts`): only its last object has them.
+    let routes = finished.and_then(|_| generation.routed_experts());
     // The finished object reports the version of its last span.
     let weight_version = spans
         .as_deref()
@@ -150,6 +157,8 @@ pub fn encode_item(
             completion_tokens: ids.len(),
             cached_tokens: 0,
             weight_versions: spans.as_deref(),
+            sampling_mask,
+            routed_experts: routes.as_deref(),
             e2e_latency: finished.map(|f| f.e2e_latency),
             response_sent_to_client_ts: sent_ts,
         },
@@ -221,7 +230,7 @@ pub fn encode_aborted(
     out: &mut Vec<u8>,
     ctx: &EncodeCtx<'_>,
     item: &PlannedItem,
-    message: &str,
+    refusal: &Refusal,
     finished: Finished,
     index: Option<usize>,
 ) {
@@ -239,9 +248,9 @@ pub fn encode_aborted(
         meta: Meta {
             id: &item.rid,
             finish_reason: Some(FinishJson::Abort(Abort {
-                message,
+                message: &refusal.message,
                 status_code: 400,
-                err_type: "BadRequestError",
+                err_type: refusal.err_type,
             })),
             prompt_tokens: req.input_ids.len(),
             weight_version: ctx.weight_version,
@@ -250,6 +259,8 @@ pub fn encode_aborted(
             completion_tokens: 0,
             cached_tokens: 0,
             weight_versions: spans.as_deref(),
+            sampling_mask: MaskFields::empty(item),
+            routed_experts: None,
             e2e_latency: Some(finished.e2e_latency),
             response_sent_to_client_ts: Some(finished.response_sent_to_client_ts),
         },

@@ -12,7 +12,8 @@ use crate::model::Tokenizer;
 pub struct Abort<'a> {
     pub message: &'a str,
     pub status_code: u16,
-    pub err_type: &'a str,
+    /// `null` for a refusal through `prepare_abort`.
+    pub err_type: Option<&'a str>,
 }
 
 /// The `message` of a request aborted in the waiting queue (`TokenizerManager._handle_abort_req`).
@@ -280,6 +281,33 @@ pub(super) fn write_serde<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
 }
 
 /// Writes an integer in decimal.
+/// Writes a float32 value as the logprobs are written: its shortest form, `null` when not finite.
+pub(super) fn write_f32(out: &mut Vec<u8>, value: f32) {
+    if value.is_finite() {
+        out.extend_from_slice(zmij::Buffer::new().format_finite(value).as_bytes());
+    } else {
+        out.extend_from_slice(b"null");
+    }
+}
+
+/// Writes a JSON string of the standard base64 (with padding) of `values`' little-endian bytes: how SGLang
+/// sends an int32 tensor (`pybase64.b64encode(tensor.numpy().tobytes())`, `routed_experts`).
+pub(super) fn write_base64_i32(out: &mut Vec<u8>, values: &[i32]) {
+    use base64::Engine;
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    out.push(b'"');
+    let start = out.len();
+    out.resize(
+        start + base64::encoded_len(bytes.len(), true).unwrap_or(0),
+        0,
+    );
+    let written = base64::engine::general_purpose::STANDARD
+        .encode_slice(&bytes, &mut out[start..])
+        .unwrap_or(0);
+    out.truncate(start + written);
+    out.push(b'"');
+}
+
 pub(super) fn write_int(out: &mut Vec<u8>, value: impl itoa::Integer) {
     out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
 }
@@ -383,7 +411,7 @@ impl Serialize for FinishJson<'_> {
                 s.serialize_field("type", "abort")?;
                 s.serialize_field("message", abort.message)?;
                 s.serialize_field("status_code", &abort.status_code)?;
-                s.serialize_field("err_type", abort.err_type)?;
+                s.serialize_field("err_type", &abort.err_type)?;
                 s.end()
             }
         }

@@ -6,11 +6,11 @@
 //! items, aborts and stream chunks all write through here.
 
 use crate::config::SglangVersion;
-use crate::engine::{PlannedItem, Rows};
+use crate::engine::{MaskRows, PlannedItem, Rows, SamplingLogprobsMode};
 
 use super::json::{
-    FinishJson, InputPositions, InputTokenLogprobs, OutputPositions, TokenLogprobs, write_ids,
-    write_int, write_serde, write_str,
+    FinishJson, InputPositions, InputTokenLogprobs, OutputPositions, TokenLogprobs,
+    write_base64_i32, write_f32, write_ids, write_int, write_serde, write_str,
 };
 use super::versions::VersionSpan;
 
@@ -45,9 +45,15 @@ pub enum Key {
     TopLogprobs,
     /// `input_token_ids_logprobs` and `output_token_ids_logprobs`.
     TokenIdsLogprobs,
+    /// `output_token_sampling_mask`, `output_token_sampling_logprobs` and `output_token_sampling_mask_length`
+    /// (0.5.23): only when the request asked for sampling masks.
+    SamplingMask,
     ReasoningTokens,
     CompletionTokens,
     CachedTokens,
+    /// `routed_experts` (0.5.15 and later): only on a finished item's object, when routes were asked for from a
+    /// server that returns them.
+    RoutedExperts,
     /// `weight_versions` (0.5.23): only on an item's final object.
     WeightVersions,
     /// `"dp_rank": null`: the rank of the data-parallel controller, which the mock (one scheduler) has none of.
@@ -75,6 +81,7 @@ pub fn keys(version: SglangVersion, shape: Shape) -> &'static [Key] {
             ReasoningTokens,
             CompletionTokens,
             CachedTokens,
+            RoutedExperts,
             DpRank,
             E2eLatency,
             ResponseSentToClientTs,
@@ -89,10 +96,12 @@ pub fn keys(version: SglangVersion, shape: Shape) -> &'static [Key] {
             OutputTokenLogprobsLength,
             TopLogprobs,
             TokenIdsLogprobs,
+            SamplingMask,
             ReasoningTokens,
             CompletionTokens,
             CachedTokens,
             WeightVersions,
+            RoutedExperts,
             DpRank,
             E2eLatency,
             ResponseSentToClientTs,
@@ -189,8 +198,67 @@ pub(super) struct Meta<'a> {
     pub(super) cached_tokens: usize,
     /// `Some` on an item's final object where the release reports spans.
     pub(super) weight_versions: Option<&'a [VersionSpan<'a>]>,
+    /// `Some` when the request asked for sampling masks.
+    pub(super) sampling_mask: Option<MaskFields<'a>>,
+    /// `Some` on a finished item's object when routes were asked for and returned: the flat rows.
+    pub(super) routed_experts: Option<&'a [i32]>,
     pub(super) e2e_latency: Option<f64>,
     pub(super) response_sent_to_client_ts: Option<f64>,
+}
+
+/// The sampling-mask keys of one object: the rows from `from` on (0, or the first not yet sent in an
+/// incremental stream), and the count of every row so far.
+pub(super) struct MaskFields<'a> {
+    pub(super) mode: SamplingLogprobsMode,
+    pub(super) rows: &'a MaskRows,
+    pub(super) from: usize,
+}
+
+impl MaskFields<'_> {
+    /// The keys of an object with no mask rows (a refused item's).
+    pub(super) fn empty(item: &PlannedItem) -> Option<MaskFields<'static>> {
+        item.request.sampling_mask.map(|mode| MaskFields {
+            mode,
+            rows: MaskRows::EMPTY,
+            from: 0,
+        })
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        let rows = self.from.min(self.rows.len())..self.rows.len();
+        out.extend_from_slice(br#""output_token_sampling_mask":["#);
+        for (n, i) in rows.clone().enumerate() {
+            if n > 0 {
+                out.push(b',');
+            }
+            write_ids(out, self.rows.ids(i));
+        }
+        out.extend_from_slice(br#"],"output_token_sampling_logprobs":["#);
+        for (n, i) in rows.enumerate() {
+            if n > 0 {
+                out.push(b',');
+            }
+            match self.mode {
+                SamplingLogprobsMode::Selected => {
+                    write_f32(out, self.rows.logprobs(i, self.mode)[0]);
+                }
+                SamplingLogprobsMode::Support => {
+                    out.push(b'[');
+                    for (k, &lp) in self.rows.logprobs(i, self.mode).iter().enumerate() {
+                        if k > 0 {
+                            out.push(b',');
+                        }
+                        write_f32(out, lp);
+                    }
+                    out.push(b']');
+                }
+            }
+        }
+        // The count of every row so far, also in an incremental stream (`_slice_streaming_output_meta_info`
+        // slices only the two lists).
+        out.extend_from_slice(br#"],"output_token_sampling_mask_length":"#);
+        write_int(out, self.rows.len());
+    }
 }
 
 pub(super) struct LogprobFields<'a> {
@@ -324,6 +392,19 @@ impl Meta<'_> {
                         write_serde(out, input);
                         out.extend_from_slice(br#","output_token_ids_logprobs":"#);
                         write_serde(out, output);
+                    }
+                }
+                Key::SamplingMask => {
+                    if let Some(mask) = &self.sampling_mask {
+                        out.extend_from_slice(sep);
+                        mask.write(out);
+                    }
+                }
+                Key::RoutedExperts => {
+                    if let Some(routes) = self.routed_experts {
+                        out.extend_from_slice(sep);
+                        out.extend_from_slice(br#""routed_experts":"#);
+                        write_base64_i32(out, routes);
                     }
                 }
                 Key::ReasoningTokens => {

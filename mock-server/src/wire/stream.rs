@@ -5,7 +5,7 @@ use bytes::Bytes;
 
 use super::item::{Chunk, EncodeCtx, Finished, OutputMode, Sent, encode_aborted, encode_item};
 use super::sse::{chunk_due, sse_event};
-use crate::engine::{GeneratePlan, Generation, Progress, Run};
+use crate::engine::{GeneratePlan, Generation, Progress, Refusal, Run};
 use crate::error::ApiError;
 
 /// Per-item stream state: the output mode and what each item has sent so far.
@@ -44,9 +44,9 @@ impl StreamEncoder {
             // The buffer is allocated only for an event that is due.
             let json = match due {
                 Due::Failed(err) => err.stream_event_json(ctx.version),
-                Due::Rejected(message) => {
+                Due::Rejected(refusal) => {
                     let mut json = Vec::with_capacity(512);
-                    encode_aborted(&mut json, ctx, item, message, finished(i), index);
+                    encode_aborted(&mut json, ctx, item, refusal, finished(i), index);
                     json
                 }
                 Due::Chunk { generation, done } => {
@@ -86,7 +86,7 @@ pub enum Due<'a> {
         done: bool,
     },
     /// The scheduler refused it, with this message: its abort object.
-    Rejected(&'a str),
+    Rejected(&'a Refusal),
     /// Its engine code failed: the error event.
     Failed(&'a ApiError),
 }
@@ -107,7 +107,7 @@ pub fn due<'a>(
             let due = match progress {
                 Progress::Idle => return None,
                 Progress::Failed => Due::Failed(run.failure(i)?),
-                Progress::Rejected => Due::Rejected(item.abort.as_deref().unwrap_or_default()),
+                Progress::Rejected => Due::Rejected(item.abort.as_ref()?),
                 Progress::Stepped | Progress::Finished => {
                     let generation = run.generation(i)?;
                     let done = progress == Progress::Finished;

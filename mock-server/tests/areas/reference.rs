@@ -32,6 +32,10 @@ async fn server_agrees_with_the_python_reference_under_every_release() {
             seed: SERVER_SEED,
             sglang_version,
             enable_deterministic_inference: deterministic,
+            enable_return_routed_experts: true,
+            num_hidden_layers: 4,
+            num_experts: 16,
+            num_experts_per_tok: 3,
             scripted: mock_server::ScriptRule::load(&script)
                 .expect("the cross-check's script file"),
             ..ServerConfig::default()
@@ -48,6 +52,9 @@ async fn server_agrees_with_the_python_reference_under_every_release() {
             script.clone(),
             "--sglang-version".into(),
             sglang_version.as_str().to_owned(),
+            "--enable-return-routed-experts".into(),
+            "--moe-shape".into(),
+            "4,16,3".into(),
         ];
         if deterministic {
             args.push("--enable-deterministic-inference".into());

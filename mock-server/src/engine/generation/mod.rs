@@ -17,7 +17,8 @@ mod tests;
 use std::sync::Arc;
 
 use crate::engine::item::{
-    FinishReason, GREEDY_TEMPERATURE, ItemRequest, LogprobEntry, Rows, SamplingParams,
+    FinishReason, GREEDY_TEMPERATURE, ItemRequest, LogprobEntry, MaskRows, Rows,
+    SamplingLogprobsMode, SamplingParams,
 };
 use crate::model::{Distribution, Logits, Model, Pick, count_since_special, mix, unit};
 
@@ -49,6 +50,10 @@ pub struct Generation {
     max_stop_len: usize,
     key: u64,
     forced_output: Vec<u32>,
+    /// `return_sampling_mask`: each step records the sampler's support.
+    sampling_mask: Option<SamplingLogprobsMode>,
+    mask_rows: MaskRows,
+    routes_from: Option<usize>,
 
     /// Prompt followed by output.
     context: Vec<u32>,
@@ -87,6 +92,8 @@ impl Generation {
             token_ids_logprob,
             sample_index,
             forced_output,
+            sampling_mask,
+            routes_from,
         } = item;
         let greedy = params.temperature < GREEDY_TEMPERATURE;
         let temperature = if greedy { 1.0 } else { params.temperature };
@@ -118,6 +125,7 @@ impl Generation {
             && top_k.is_none()
             && params.top_p >= 1.0
             && params.min_p <= 0.0
+            && sampling_mask.is_none()
             && (!return_logprob || (top_logprobs_num == 0 && token_ids_logprob.is_empty()));
 
         let prompt_hash = input_ids
@@ -159,6 +167,9 @@ impl Generation {
             max_stop_len,
             key,
             forced_output,
+            sampling_mask,
+            mask_rows: MaskRows::default(),
+            routes_from,
             context,
             prompt_len,
             since_special,
@@ -258,10 +269,20 @@ impl Generation {
         let masked: &[u32] = if masking { &self.min_tokens_mask } else { &[] };
         let vocab = self.model.config().vocab_size;
         let dist = Distribution::new(logits, vocab, self.temperature, masked);
+        let filters = (self.top_k, self.params.top_p, self.params.min_p);
         let pick = match forced {
             Some(forced) => Pick::forced(forced),
-            None => dist.pick(self.top_k, self.params.top_p, self.params.min_p, u),
+            None => dist.pick(filters.0, filters.1, filters.2, u),
         };
+        if let Some(mode) = self.sampling_mask {
+            // The support and its logprobs under the sampling distribution, whatever the report temperature.
+            let (mut ids, mut logprobs) = (Vec::new(), Vec::new());
+            let selected = dist.support(filters, pick.id, &mut ids, &mut logprobs);
+            match mode {
+                SamplingLogprobsMode::Selected => self.mask_rows.push_row(&ids, &[selected]),
+                SamplingLogprobsMode::Support => self.mask_rows.push_row(&ids, &logprobs),
+            }
+        }
         if self.return_logprob {
             // Borrowed, not moved: the distribution is a few hundred bytes and this runs once per token.
             let untempered;
@@ -389,6 +410,21 @@ impl Generation {
     /// The logprobs of the requested ids at prompt positions `logprob_start + 1..`.
     pub fn input_token_ids_logprobs(&self) -> &Rows {
         &self.input_ids_lp
+    }
+
+    /// The sampling masks of the output tokens, and their logprobs mode (`None` unless asked for).
+    pub fn sampling_mask(&self) -> Option<(SamplingLogprobsMode, &MaskRows)> {
+        self.sampling_mask.map(|mode| (mode, &self.mask_rows))
+    }
+
+    /// The routed experts of positions `routes_from..len - 1` of prompt and output, flat (`None` unless asked
+    /// for): what `meta_info.routed_experts` encodes once the generation has finished.
+    pub fn routed_experts(&self) -> Option<Vec<i32>> {
+        self.routes_from.map(|from| {
+            let mut out = Vec::new();
+            self.model.append_routes(&self.context, from, &mut out);
+            out
+        })
     }
 
     /// The number of top logprobs per position.

@@ -274,7 +274,9 @@ impl Events for OpenAiEvents {
                     let view = ItemView::generated(item, generation, tok, ctx.weight_version, from);
                     self.view(i, &view, out);
                 }
-                Due::Rejected(message) => self.close(&response::abort_error(message, 400), out),
+                Due::Rejected(refusal) => {
+                    self.close(&response::abort_error(&refusal.message, 400), out)
+                }
                 Due::Failed(err) => {
                     let error = response::abort_error(err.client_message(), err.status());
                     self.close(&error, out);

@@ -1,0 +1,425 @@
+//! The per-token channels beside the logprobs, as the releases that have them send them: `routed_experts`
+//! (0.5.15 and later, with `--enable-return-routed-experts`; MODEL.md section 12) and the sampling masks
+//! (`output_token_sampling_mask`, `output_token_sampling_logprobs`, `output_token_sampling_mask_length`,
+//! 0.5.23; MODEL.md section 7.1). The exact values are cross-checked against the Python reference
+//! (`reference::server_agrees_with_the_python_reference_under_every_release`); these tests hold the shapes,
+//! the frames that carry them, and the refusals, to SGLang's code.
+
+use base64::Engine;
+use mock_server::{ServerConfig, SglangVersion};
+use serde_json::{Value, json};
+
+use crate::common::{InProcess, sse_json};
+
+const LAYERS: usize = 3;
+const EXPERTS: i32 = 16;
+const PER_TOKEN: usize = 4;
+
+fn routing_server(version: SglangVersion, enabled: bool) -> InProcess {
+    InProcess::new(ServerConfig {
+        sglang_version: version,
+        enable_return_routed_experts: enabled,
+        num_hidden_layers: LAYERS as u32,
+        num_experts: EXPERTS as u32,
+        num_experts_per_tok: PER_TOKEN as u32,
+        incremental_streaming_output: false,
+        ..ServerConfig::default()
+    })
+}
+
+/// `meta_info.routed_experts` decoded as slime's `decode_int32_meta_array` does, then cut into rows of
+/// `[layers][experts per token]`.
+fn rows(meta: &Value) -> Vec<Vec<i32>> {
+    let text = meta["routed_experts"]
+        .as_str()
+        .expect("routed_experts is a string");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .expect("standard base64");
+    assert_eq!(bytes.len() % 4, 0, "whole int32 values");
+    let flat: Vec<i32> = bytes
+        .chunks(4)
+        .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    assert_eq!(flat.len() % (LAYERS * PER_TOKEN), 0, "whole rows");
+    flat.chunks(LAYERS * PER_TOKEN)
+        .map(<[i32]>::to_vec)
+        .collect()
+}
+
+async fn generate_ok(server: &InProcess, body: &Value) -> Value {
+    let reply = server.generate(body).await;
+    assert_eq!(reply.status, 200, "{body}: {}", reply.text());
+    reply.json()
+}
+
+fn ids(value: &Value) -> Vec<u32> {
+    serde_json::from_value(value.clone()).expect("a list of ids")
+}
+
+/// Rows cover `[routed_experts_start_len, seqlen - 1)` with `seqlen` the prompt and every output id
+/// (`BaseTopkCapturer.get_topk`): the last token has no row. Each layer routes to distinct experts in range, and a
+/// row depends on its prefix alone, so a continuation that re-sends prompt and output as its prompt (a second
+/// turn, a resumed partial rollout) gets the same rows for the positions they share; verl PR #6029 concatenated
+/// such answers and duplicated rows.
+#[tokio::test]
+async fn routes_have_a_row_per_position_but_the_last_and_continuations_repeat_them() {
+    for version in [SglangVersion::V0_5_15, SglangVersion::V0_5_23] {
+        let server = routing_server(version, true);
+        let first = generate_ok(
+            &server,
+            &json!({"input_ids": [5, 6, 7], "return_routed_experts": true,
+                    "sampling_params": {"max_new_tokens": 6, "ignore_eos": true}}),
+        )
+        .await;
+        let output = ids(&first["output_ids"]);
+        let first_rows = rows(&first["meta_info"]);
+        assert_eq!(first_rows.len(), 3 + output.len() - 1, "{version}");
+        for row in &first_rows {
+            for layer in row.chunks(PER_TOKEN) {
+                let mut distinct = layer.to_vec();
+                distinct.sort_unstable();
+                distinct.dedup();
+                assert_eq!(distinct.len(), PER_TOKEN, "{version}: {layer:?}");
+                assert!(layer.iter().all(|e| (0..EXPERTS).contains(e)), "{layer:?}");
+            }
+        }
+        assert_ne!(
+            first_rows[0], first_rows[1],
+            "rows differ along the sequence"
+        );
+
+        let mut prompt = vec![5, 6, 7];
+        prompt.extend(&output);
+        let second = generate_ok(
+            &server,
+            &json!({"input_ids": prompt, "return_routed_experts": true,
+                    "sampling_params": {"max_new_tokens": 3, "ignore_eos": true}}),
+        )
+        .await;
+        let second_rows = rows(&second["meta_info"]);
+        assert_eq!(second_rows.len(), prompt.len() + 3 - 1);
+        assert_eq!(second_rows[..first_rows.len()], first_rows[..], "{version}");
+
+        // A start skips the rows before it and changes none of the others.
+        let from_two = generate_ok(
+            &server,
+            &json!({"input_ids": prompt, "return_routed_experts": true, "routed_experts_start_len": 2,
+                    "sampling_params": {"max_new_tokens": 3, "ignore_eos": true}}),
+        )
+        .await;
+        assert_eq!(rows(&from_two["meta_info"]), second_rows[2..], "{version}");
+        // A start at the prompt's end is allowed: the rows of the output but its last token.
+        let from_end = generate_ok(
+            &server,
+            &json!({"input_ids": prompt, "return_routed_experts": true,
+                    "routed_experts_start_len": prompt.len(),
+                    "sampling_params": {"max_new_tokens": 3, "ignore_eos": true}}),
+        )
+        .await;
+        assert_eq!(rows(&from_end["meta_info"]), second_rows[prompt.len()..]);
+    }
+}
+
+/// The routes are read out when a request finishes (`_maybe_collect_routed_experts`): in a stream only the
+/// finishing frame has the key, with every row; earlier frames have none. `meta_info` puts it after
+/// `weight_versions` and before `dp_rank` (`_handle_batch_output`).
+#[tokio::test]
+async fn a_stream_carries_the_routes_on_its_finishing_frame_only() {
+    let server = routing_server(SglangVersion::V0_5_23, true);
+    let body = json!({"input_ids": [5, 6, 7], "return_routed_experts": true, "stream": true,
+                      "sampling_params": {"max_new_tokens": 4, "ignore_eos": true}});
+    let reply = server.generate(&body).await;
+    let events = sse_json(&reply.body);
+    let (last, earlier) = events.split_last().expect("frames");
+    assert!(!earlier.is_empty());
+    for frame in earlier {
+        assert!(
+            frame["meta_info"].get("routed_experts").is_none(),
+            "{frame}"
+        );
+    }
+    assert_eq!(rows(&last["meta_info"]).len(), 3 + 4 - 1);
+    let keys: Vec<&str> = last["meta_info"]
+        .as_object()
+        .expect("meta_info")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let at = |key: &str| keys.iter().position(|k| *k == key).expect(key);
+    assert_eq!(at("routed_experts"), at("weight_versions") + 1, "{keys:?}");
+    assert_eq!(at("dp_rank"), at("routed_experts") + 1, "{keys:?}");
+}
+
+/// Without `--enable-return-routed-experts` the capturer does not exist and a request that asks gets no key at
+/// all (HTTP 200); 0.5.3 has neither the flag nor the fields. The scheduler still checks the start whenever
+/// routes are asked for (0.5.15 and later), with its self-documenting f-strings: a 400 without a stream, an
+/// abort frame with one.
+#[tokio::test]
+async fn routes_need_the_server_flag_and_a_start_within_the_prompt() {
+    let ask = json!({"input_ids": [5, 6, 7], "return_routed_experts": true,
+                     "sampling_params": {"max_new_tokens": 2}});
+    for (version, enabled) in [
+        (SglangVersion::V0_5_23, false),
+        (SglangVersion::V0_5_15, false),
+        (SglangVersion::V0_5_3, true),
+    ] {
+        let answer = generate_ok(&routing_server(version, enabled), &ask).await;
+        assert!(
+            answer["meta_info"].get("routed_experts").is_none(),
+            "{version}: {answer}"
+        );
+    }
+    for (version, enabled) in [
+        (SglangVersion::V0_5_23, false),
+        (SglangVersion::V0_5_15, true),
+    ] {
+        let server = routing_server(version, enabled);
+        for (start, message) in [
+            (
+                -3,
+                "recv_req.routed_experts_start_len=-3 is lower than 0. Please use a non-negative \
+                 routed_experts_start_len.",
+            ),
+            (
+                4,
+                "recv_req.routed_experts_start_len=4 is higher than the number of input tokens \
+                 len(req.origin_input_ids)=3. Please use a smaller routed_experts_start_len.",
+            ),
+        ] {
+            let mut body = ask.clone();
+            body["routed_experts_start_len"] = json!(start);
+            let reply = server.generate(&body).await;
+            assert_eq!(reply.status, 400, "{version}");
+            assert_eq!(
+                reply.json(),
+                json!({"error": {"message": message}}),
+                "{version}"
+            );
+            body["stream"] = json!(true);
+            let frames = sse_json(&server.generate(&body).await.body);
+            assert_eq!(
+                frames[0]["meta_info"]["finish_reason"],
+                json!({"type": "abort", "message": message, "status_code": 400,
+                       "err_type": "BadRequestError"}),
+                "{version}"
+            );
+        }
+    }
+    // 0.5.3 reads neither field.
+    let mut body = ask.clone();
+    body["routed_experts_start_len"] = json!(-3);
+    generate_ok(&routing_server(SglangVersion::V0_5_3, true), &body).await;
+}
+
+fn logsumexp(values: &[f64]) -> f64 {
+    let top = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    top + values.iter().map(|v| (v - top).exp()).sum::<f64>().ln()
+}
+
+/// The mask is the sampler's support: with `top_k = k` (and no other filter) the first `k` ids of the sorted
+/// order, which is the top list of the same distribution; its logprobs are that distribution renormalised over
+/// the support, `log(p / sum p)` (`Sampler._build_sampling_mask_output`). Checked at T = 0.7, where the reported
+/// top logprobs are under the sampling temperature, against the server's own top lists, and for both modes.
+#[tokio::test]
+async fn a_sampling_mask_is_the_top_k_renormalised() {
+    let server = routing_server(SglangVersion::V0_5_23, false);
+    let k = 5;
+    for mode in ["selected", "support"] {
+        let answer = generate_ok(
+            &server,
+            &json!({"input_ids": [5, 6, 7], "return_logprob": true, "top_logprobs_num": k,
+                    "return_sampling_mask": true, "sampling_logprobs_mode": mode,
+                    "sampling_params": {"max_new_tokens": 8, "temperature": 0.7, "top_k": k,
+                                        "ignore_eos": true, "sampling_seed": 3}}),
+        )
+        .await;
+        let meta = &answer["meta_info"];
+        let output = ids(&answer["output_ids"]);
+        let masks = meta["output_token_sampling_mask"]
+            .as_array()
+            .expect("masks");
+        let logprobs = meta["output_token_sampling_logprobs"]
+            .as_array()
+            .expect("logprobs");
+        assert_eq!(masks.len(), output.len());
+        assert_eq!(logprobs.len(), output.len());
+        assert_eq!(meta["output_token_sampling_mask_length"], output.len());
+        for (j, token) in output.iter().enumerate() {
+            let top = meta["output_top_logprobs"][j]
+                .as_array()
+                .expect("a top list");
+            let top_ids: Vec<u32> = top
+                .iter()
+                .map(|t| t[1].as_u64().unwrap_or(0) as u32)
+                .collect();
+            let top_lps: Vec<f64> = top.iter().map(|t| t[0].as_f64().unwrap_or(0.0)).collect();
+            assert_eq!(ids(&masks[j]), top_ids, "{mode} position {j}");
+            let norm = logsumexp(&top_lps);
+            let want: Vec<f64> = top_lps.iter().map(|lp| lp - norm).collect();
+            let at = top_ids
+                .iter()
+                .position(|id| id == token)
+                .expect("the token is in its support");
+            let got: Vec<f64> = match mode {
+                "selected" => vec![logprobs[j].as_f64().unwrap_or(f64::NAN)],
+                _ => logprobs[j]
+                    .as_array()
+                    .expect("a list per token")
+                    .iter()
+                    .map(|v| v.as_f64().unwrap_or(f64::NAN))
+                    .collect(),
+            };
+            let want = if mode == "selected" {
+                vec![want[at]]
+            } else {
+                want
+            };
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                assert!((g - w).abs() < 1e-5, "{mode} position {j}: {g} vs {w}");
+            }
+        }
+    }
+}
+
+/// Greedy sampling has a one-id support, the most probable id, with logprob 0
+/// (`_build_greedy_sampling_mask_output`).
+#[tokio::test]
+async fn a_greedy_mask_is_the_argmax_with_logprob_zero() {
+    let server = routing_server(SglangVersion::V0_5_23, false);
+    let answer = generate_ok(
+        &server,
+        &json!({"input_ids": [5, 6, 7], "return_sampling_mask": true,
+                "sampling_params": {"max_new_tokens": 4, "temperature": 0, "ignore_eos": true}}),
+    )
+    .await;
+    let output = ids(&answer["output_ids"]);
+    let masks: Vec<Vec<u32>> = output.iter().map(|&id| vec![id]).collect();
+    assert_eq!(
+        answer["meta_info"]["output_token_sampling_mask"],
+        json!(masks)
+    );
+    assert_eq!(
+        answer["meta_info"]["output_token_sampling_logprobs"],
+        json!(vec![0.0; output.len()])
+    );
+}
+
+/// Every frame of a mask request carries the keys (`_handle_batch_output` extends the tokenizer's lists on each):
+/// cumulative lists by default; with `--incremental-streaming-output` the two lists are the new rows only while
+/// the length stays the count of every row (`_slice_streaming_output_meta_info` leaves it alone).
+#[tokio::test]
+async fn stream_frames_carry_the_masks_cumulative_or_as_deltas() {
+    let body = json!({"input_ids": [5, 6, 7], "return_sampling_mask": true, "stream": true,
+                      "sampling_params": {"max_new_tokens": 5, "top_k": 3, "ignore_eos": true,
+                                          "sampling_seed": 1}});
+    let cumulative = sse_json(
+        &routing_server(SglangVersion::V0_5_23, false)
+            .generate(&body)
+            .await
+            .body,
+    );
+    let incremental = sse_json(
+        &InProcess::new(ServerConfig {
+            incremental_streaming_output: true,
+            ..ServerConfig::default()
+        })
+        .generate(&body)
+        .await
+        .body,
+    );
+    assert_eq!(cumulative.len(), 5);
+    assert_eq!(incremental.len(), 5);
+    let full = &cumulative[4]["meta_info"]["output_token_sampling_mask"];
+    let mut joined = Vec::new();
+    for (j, (c, i)) in cumulative.iter().zip(&incremental).enumerate() {
+        let (c, i) = (&c["meta_info"], &i["meta_info"]);
+        assert_eq!(
+            c["output_token_sampling_mask"],
+            json!(full.as_array().unwrap()[..=j])
+        );
+        assert_eq!(c["output_token_sampling_mask_length"], j + 1);
+        assert_eq!(i["output_token_sampling_mask_length"], j + 1);
+        let delta = i["output_token_sampling_mask"].as_array().expect("a delta");
+        assert_eq!(delta.len(), 1, "frame {j}");
+        joined.extend(delta.iter().cloned());
+        assert_eq!(
+            i["output_token_sampling_logprobs"].as_array().map(Vec::len),
+            Some(1)
+        );
+    }
+    assert_eq!(json!(joined), *full);
+}
+
+/// The requests SGLang refuses, each with its own text and shape: the scheduler's top-k gate (a 400 without a
+/// stream; with one, an abort frame without `err_type`, its mask lists empty); the tokenizer's check of a mode
+/// without a mask; a mode outside the `Literal` (FastAPI's 400); a list with `n > 1`. Releases before 0.5.23
+/// have no such fields and ignore them.
+#[tokio::test]
+async fn sampling_mask_requests_are_refused_as_sglang_refuses_them() {
+    let server = routing_server(SglangVersion::V0_5_23, false);
+    let gate = "return_sampling_mask requires top_k=1 for greedy sampling or finite 1 < top_k <= 4096; \
+                got top_k=1073741824. Lower top_k or increase --sampling-mask-max-tokens.";
+    let unbounded = json!({"input_ids": [5, 6, 7], "return_sampling_mask": true,
+                           "sampling_params": {"max_new_tokens": 2}});
+    let reply = server.generate(&unbounded).await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(reply.json(), json!({"error": {"message": gate}}));
+    let mut streamed = unbounded.clone();
+    streamed["stream"] = json!(true);
+    let frames = sse_json(&server.generate(&streamed).await.body);
+    assert_eq!(frames.len(), 1);
+    let meta = &frames[0]["meta_info"];
+    assert_eq!(
+        meta["finish_reason"],
+        json!({"type": "abort", "message": gate, "status_code": 400, "err_type": null})
+    );
+    assert_eq!(meta["output_token_sampling_mask"], json!([]));
+    assert_eq!(meta["output_token_sampling_mask_length"], 0);
+
+    let above_cap = json!({"input_ids": [5, 6, 7], "return_sampling_mask": true,
+                           "sampling_params": {"max_new_tokens": 2, "top_k": 5000}});
+    let reply = server.generate(&above_cap).await;
+    assert_eq!(reply.status, 400);
+    assert!(reply.text().contains("got top_k=5000."), "{}", reply.text());
+
+    let mode_alone = json!({"input_ids": [5, 6, 7], "sampling_logprobs_mode": "support"});
+    let reply = server.generate(&mode_alone).await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(
+        reply.json(),
+        json!({"error": {"message": "sampling_logprobs_mode can only be set when return_sampling_mask=true."}})
+    );
+
+    let bad_mode = json!({"input_ids": [5, 6, 7], "return_sampling_mask": true,
+                          "sampling_logprobs_mode": "all"});
+    let reply = server.generate(&bad_mode).await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(reply.json()["object"], "error");
+    assert!(
+        reply
+            .text()
+            .contains("Input should be 'selected' or 'support'")
+    );
+
+    let list_with_n = json!({"input_ids": [5, 6, 7], "return_sampling_mask": [true],
+                             "sampling_params": {"n": 2, "top_k": 3}});
+    let reply = server.generate(&list_with_n).await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(
+        reply.json(),
+        json!({"error": {"message": "Cannot use list return_sampling_mask with parallel_sample_num > 1"}})
+    );
+
+    for version in [SglangVersion::V0_5_3, SglangVersion::V0_5_15] {
+        let answer = generate_ok(&routing_server(version, false), &unbounded).await;
+        assert!(
+            answer["meta_info"]
+                .get("output_token_sampling_mask")
+                .is_none(),
+            "{version}"
+        );
+        generate_ok(&routing_server(version, false), &bad_mode).await;
+    }
+}
