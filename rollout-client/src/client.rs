@@ -19,6 +19,7 @@ use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, RETRY_AFTER};
 use tokio::sync::Semaphore;
 
+use crate::channels::Asked;
 use crate::decode;
 use crate::error::{ClientError, ResponseError};
 use crate::request::{AbortRequest, GenerateRequest};
@@ -90,9 +91,18 @@ pub struct ClientBuilder {
     headers: HeaderMap,
     bad_header: Option<String>,
     rid_prefix: Option<String>,
+    routes_row_len: Option<usize>,
 }
 
 impl ClientBuilder {
+    /// The served model's MoE shape (`num_hidden_layers`, `num_experts_per_tok`; slime's `--num-layers` and
+    /// `--moe-router-topk`): every `routed_experts` row must then hold `layers * experts_per_token` ids, as
+    /// slime's reshape requires.
+    pub fn moe_shape(mut self, layers: usize, experts_per_token: usize) -> Self {
+        self.routes_row_len = Some(layers * experts_per_token);
+        self
+    }
+
     /// Give every single-prompt `/generate` request that has no `rid` of its own the id `<prefix><n>`, `n`
     /// counting up per client and written with 12 digits (so that no rid is a prefix of another), and keep the rids of those in flight ([`Client::in_flight_rids`]), so that a
     /// caller can abort exactly its own requests. (SGLang's tokenizer manager, 0.5.3 through 0.5.23, forwards
@@ -191,6 +201,7 @@ impl ClientBuilder {
                 next_rid: AtomicU64::new(0),
                 in_flight: Mutex::default(),
                 retries: RetryLog::default(),
+                routes_row_len: self.routes_row_len,
             }),
             ledger: Arc::default(),
         })
@@ -226,6 +237,8 @@ struct Inner {
     /// The rids given under `rid_prefix` whose requests have not ended.
     in_flight: Mutex<BTreeSet<String>>,
     retries: RetryLog,
+    /// `layers * experts_per_token` of the served model, when the caller gave its MoE shape.
+    routes_row_len: Option<usize>,
 }
 
 /// A rid given under the client's prefix, listed in flight until the request ends (or its future is dropped).
@@ -391,6 +404,7 @@ impl Client {
             headers: HeaderMap::new(),
             bad_header: None,
             rid_prefix: None,
+            routes_row_len: None,
         }
     }
 
@@ -513,7 +527,7 @@ impl Client {
         many: bool,
     ) -> Result<Vec<Turn>, ClientError> {
         let (body, _in_flight) = self.encode(req)?;
-        let logprobs = req.return_logprob;
+        let logprobs = req.asked(self.inner.routes_row_len);
         let expected = req.expected_items();
         let array = req.expects_array();
         let mode = self.inner.stream_mode;
@@ -745,7 +759,7 @@ async fn read_stream(
     mut resp: reqwest::Response,
     url: String,
     mode: StreamMode,
-    logprobs: bool,
+    logprobs: Asked,
     expected: usize,
 ) -> Result<Vec<Turn>, Failure> {
     let mut dec = StreamDecoder::new(mode, logprobs);

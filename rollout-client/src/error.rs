@@ -122,6 +122,15 @@ pub enum ResponseError {
         #[source]
         source: Box<ResponseError>,
     },
+    #[error("the request asked for `{channel}` and the response has none")]
+    MissingChannel { channel: &'static str },
+    #[error("`{channel}`{}: {problem}", position.map(|p| format!(" at position {p}")).unwrap_or_default())]
+    BadChannel {
+        channel: &'static str,
+        /// The token position (in the sequence for routes, in the output otherwise), when one is at fault.
+        position: Option<usize>,
+        problem: String,
+    },
 }
 
 impl ResponseError {
@@ -196,6 +205,22 @@ pub enum SampleError {
          the rollout engine's"
     )]
     PlaceholderLogprobs { trained: usize },
+    #[error("`{channel}` has {got} rows where the tokens need {expected}")]
+    ChannelMisaligned {
+        channel: &'static str,
+        expected: usize,
+        got: usize,
+    },
+    #[error(
+        "a generation turn without `{channel}` in a sample that carries it: its tokens would have none"
+    )]
+    ChannelMissingInTurn { channel: &'static str },
+    #[error("`{channel}`{}: {problem}", position.map(|p| format!(" at response position {p}")).unwrap_or_default())]
+    ChannelInvalid {
+        channel: &'static str,
+        position: Option<usize>,
+        problem: String,
+    },
 }
 
 /// Why a request to the server failed.

@@ -23,6 +23,7 @@ mod fields;
 pub mod wire;
 
 // Decoding, layer by layer: bytes to wire types, checks, turns, streams.
+pub mod channels;
 pub mod decode;
 mod fast;
 pub mod stream;
@@ -31,6 +32,7 @@ mod validate;
 mod visitor;
 
 // Samples, requests and the rollouts that build them.
+mod carried;
 pub mod client;
 pub mod multi_agent;
 mod record;

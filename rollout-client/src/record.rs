@@ -35,7 +35,7 @@ pub(crate) struct SampleRecord {
     pub(crate) rollout_log_probs: Option<Vec<f32>>,
     pub(crate) rollout_top_p_token_ids: Option<Vec<u32>>,
     pub(crate) rollout_top_p_token_offsets: Option<Vec<u32>>,
-    pub(crate) rollout_routed_experts: Option<Value>,
+    pub(crate) rollout_routed_experts: Option<crate::carried::RoutedExperts>,
     pub(crate) remove_sample: bool,
     pub(crate) teacher_log_probs: Option<Vec<f32>>,
     pub(crate) status: SampleStatus,
@@ -49,6 +49,8 @@ pub(crate) struct SampleRecord {
     pub(crate) prefix_cache_info: PrefixCacheInfo,
     pub(crate) generated_spans: Option<Vec<GeneratedSpan>>,
     pub(crate) policy_masked_tokens: usize,
+    pub(crate) rollout_sampling_log_probs: Option<Vec<f32>>,
+    pub(crate) weight_version_spans: Vec<crate::channels::VersionSpan>,
     #[serde(flatten)]
     pub(crate) extra: Map<String, Value>,
 }

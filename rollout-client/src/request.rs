@@ -2,6 +2,8 @@
 
 use serde::Serialize;
 
+use crate::channels::{Asked, RoutesAsked};
+
 /// `text`: one prompt or a batch.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
@@ -79,8 +81,16 @@ pub struct GenerateRequest {
     pub return_text_in_logprobs: bool,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub stream: bool,
+    /// \[0.5.15\] The server (with `--enable-return-routed-experts`) sends `meta_info.routed_experts`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub return_routed_experts: bool,
+    /// The first position with a routes row (SGLang's default 0: the whole sequence).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub routed_experts_start_len: Option<u32>,
+    /// \[0.5.23\] The server sends each output token's sampling support and renormalised logprob (it
+    /// needs greedy sampling or a `top_k` up to its `--sampling-mask-max-tokens`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub return_sampling_mask: bool,
 }
 
 impl GenerateRequest {
@@ -101,6 +111,18 @@ impl GenerateRequest {
             sampling_params,
             return_logprob: true,
             ..GenerateRequest::default()
+        }
+    }
+
+    /// What the response must carry, with the served model's routes row length when known.
+    pub fn asked(&self, routes_row_len: Option<usize>) -> Asked {
+        Asked {
+            logprobs: self.return_logprob,
+            routed_experts: self.return_routed_experts.then(|| RoutesAsked {
+                start: self.routed_experts_start_len.unwrap_or(0) as usize,
+                row_len: routes_row_len,
+            }),
+            sampling_mask: self.return_sampling_mask,
         }
     }
 

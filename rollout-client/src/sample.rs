@@ -27,6 +27,9 @@ use std::io::{BufRead, Write};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub use crate::carried::RoutedExperts;
+use crate::carried::{Carried, Masks, TurnPlace};
+pub use crate::channels::VersionSpan;
 use crate::error::SampleError;
 pub use crate::fields::{GeneratedSpan, PrefixCacheInfo, Prompt, Reward, SampleStatus, SpecInfo};
 use crate::record::SampleRecord;
@@ -65,9 +68,11 @@ pub struct Sample {
     loss_mask: Vec<u8>,
     pub weight_versions: Vec<String>,
     rollout_log_probs: Vec<f32>,
-    pub rollout_top_p_token_ids: Option<Vec<u32>>,
-    pub rollout_top_p_token_offsets: Option<Vec<u32>>,
-    pub rollout_routed_experts: Option<Value>,
+    /// The sampler's support per response token, CSR (with `rollout_top_p_token_offsets`).
+    rollout_top_p_token_ids: Option<Vec<u32>>,
+    rollout_top_p_token_offsets: Option<Vec<u32>>,
+    /// `[tokens - 1, num_layers * moe_router_topk]` (rows up to the last generated token).
+    rollout_routed_experts: Option<RoutedExperts>,
     pub remove_sample: bool,
     pub teacher_log_probs: Option<Vec<f32>>,
     pub status: SampleStatus,
@@ -83,6 +88,11 @@ pub struct Sample {
     generated_spans: Vec<GeneratedSpan>,
     /// Generated tokens whose loss mask a named policy set to 0.
     policy_masked_tokens: usize,
+    /// Each response token's logprob renormalised over its sampling support (0.0 for environment tokens),
+    /// with the sampling masks.
+    rollout_sampling_log_probs: Option<Vec<f32>>,
+    /// Which weight version made which response tokens.
+    weight_version_spans: Vec<VersionSpan>,
     /// Keys that are not slime fields (e.g. the multi-agent example's `reason_content`); kept
     /// and written back, as slime's `from_dict` does with `setattr`.
     #[serde(flatten)]
@@ -131,6 +141,8 @@ impl Sample {
             prefix_cache_info: PrefixCacheInfo::default(),
             generated_spans: Vec::new(),
             policy_masked_tokens: 0,
+            rollout_sampling_log_probs: None,
+            weight_version_spans: Vec::new(),
             extra: Map::new(),
         }
     }
@@ -219,8 +231,43 @@ impl Sample {
         Ok(())
     }
 
-    /// The one place a sample grows. Checks everything first, so on error nothing changed.
+    /// The one place a sample grows. Checks everything first, so on error nothing changed. Generated tokens
+    /// of a sample that carries routes or sampling masks come through [`Sample::apply_turn`], which brings
+    /// theirs; here they would have none.
     pub fn append_response_tokens(&mut self, segment: Segment<'_>) -> Result<(), SampleError> {
+        let before = self.clone();
+        match segment {
+            Segment::Generated { tokens, .. } if !tokens.is_empty() => {
+                if self.rollout_routed_experts.is_some() {
+                    return Err(SampleError::ChannelMissingInTurn {
+                        channel: "routed_experts",
+                    });
+                }
+                if self.rollout_top_p_token_ids.is_some() {
+                    return Err(SampleError::ChannelMissingInTurn {
+                        channel: "output_token_sampling_mask",
+                    });
+                }
+            }
+            Segment::Generated { .. } => {}
+            Segment::Environment { tokens } => {
+                let mut carried = self.carried();
+                carried.after_environment(tokens.len());
+                self.set_carried(carried);
+            }
+        }
+        let grown = self
+            .push_segment(segment)
+            .and_then(|()| self.check_invariants());
+        if grown.is_err() {
+            *self = before;
+        }
+        grown
+    }
+
+    /// Appends a segment's tokens, mask and logprobs, checking the segment's own values; the caller checks the
+    /// invariants.
+    fn push_segment(&mut self, segment: Segment<'_>) -> Result<(), SampleError> {
         match segment {
             Segment::Generated { tokens, log_probs } => {
                 if tokens.len() != log_probs.len() {
@@ -258,21 +305,98 @@ impl Sample {
                 self.response_length += tokens.len();
             }
         }
-        self.check_invariants()
+        Ok(())
     }
 
-    /// Appends tool or environment output (mask 0, logprob 0.0) and its text.
+    /// Appends tool or environment output (mask 0, logprob 0.0, an empty sampling support) and its text.
     pub fn append_environment(&mut self, tokens: &[u32], text: &str) -> Result<(), SampleError> {
         self.append_response_tokens(Segment::Environment { tokens })?;
         self.response.push_str(text);
         Ok(())
     }
 
-    /// Appends a validated generation: its tokens and logprobs, its text, the status implied by
-    /// its finish_reason, the weight version and the prefix-cache counters.
+    /// The channels beside the logprobs, as one value.
+    fn carried(&self) -> Carried {
+        Carried {
+            routes: self.rollout_routed_experts.clone(),
+            masks: match (
+                &self.rollout_top_p_token_ids,
+                &self.rollout_top_p_token_offsets,
+                &self.rollout_sampling_log_probs,
+            ) {
+                (Some(ids), Some(offsets), Some(log_probs)) => Some(Masks {
+                    ids: ids.clone(),
+                    offsets: offsets.clone(),
+                    log_probs: log_probs.clone(),
+                }),
+                _ => None,
+            },
+            version_spans: self.weight_version_spans.clone(),
+        }
+    }
+
+    fn set_carried(&mut self, carried: Carried) {
+        self.rollout_routed_experts = carried.routes;
+        (
+            self.rollout_top_p_token_ids,
+            self.rollout_top_p_token_offsets,
+            self.rollout_sampling_log_probs,
+        ) = match carried.masks {
+            Some(m) => (Some(m.ids), Some(m.offsets), Some(m.log_probs)),
+            None => (None, None, None),
+        };
+        self.weight_version_spans = carried.version_spans;
+    }
+
+    /// The routed experts: a row per sequence position up to the last generated token (slime's
+    /// `rollout_routed_experts`), when the rollout asked for them.
+    pub fn rollout_routed_experts(&self) -> Option<&RoutedExperts> {
+        self.rollout_routed_experts.as_ref()
+    }
+
+    /// The sampler's support of each response token in CSR form (`ids`, `offsets`), empty for environment
+    /// tokens, when the rollout asked for sampling masks.
+    pub fn rollout_top_p_tokens(&self) -> Option<(&[u32], &[u32])> {
+        self.rollout_top_p_token_ids
+            .as_deref()
+            .zip(self.rollout_top_p_token_offsets.as_deref())
+    }
+
+    /// Each response token's logprob renormalised over its sampling support (0.0 for environment tokens).
+    pub fn rollout_sampling_log_probs(&self) -> Option<&[f32]> {
+        self.rollout_sampling_log_probs.as_deref()
+    }
+
+    /// Which weight version made which response tokens, in response positions.
+    pub fn weight_version_spans(&self) -> &[VersionSpan] {
+        &self.weight_version_spans
+    }
+
+    /// Appends a validated generation: its tokens and logprobs, its channels (routes, sampling masks,
+    /// weight-version spans), its text, the status implied by its finish_reason, the weight version and the
+    /// prefix-cache counters. Nothing changes when it is refused.
     pub fn apply_turn(&mut self, turn: &Turn) -> Result<(), SampleError> {
+        let carried = self.carried().after_turn(
+            &turn.channels,
+            &TurnPlace {
+                offset: self.response_length,
+                output_ids: turn.output_ids.len(),
+                tokens_after: self.tokens.len() + turn.output_ids.len(),
+                generated_before: self.generated_tokens(),
+                weight_version: turn.meta_info.weight_version.clone(),
+            },
+        )?;
+        let before = self.clone();
+        let applied = self.append_turn(turn, carried);
+        if applied.is_err() {
+            *self = before;
+        }
+        applied
+    }
+
+    fn append_turn(&mut self, turn: &Turn, carried: Carried) -> Result<(), SampleError> {
         match &turn.logprobs {
-            Some(log_probs) => self.append_response_tokens(Segment::Generated {
+            Some(log_probs) => self.push_segment(Segment::Generated {
                 tokens: &turn.output_ids,
                 log_probs,
             })?,
@@ -301,7 +425,8 @@ impl Sample {
             self.spec_info.completion_token_num += completion;
             self.spec_info.spec_accept_token_num += completion.saturating_sub(verify);
         }
-        Ok(())
+        self.set_carried(carried);
+        self.check_invariants()
     }
 
     /// Sets the loss mask of every response token so far to 0, as slime's
@@ -355,7 +480,11 @@ impl Sample {
                 policy_masked: self.policy_masked_tokens,
             });
         }
-        Ok(())
+        self.carried().check(
+            self.prompt_len(),
+            self.response_tokens(),
+            &self.generated_spans,
+        )
     }
 
     /// Environment tokens (response offsets in `range`) have mask 0 and log prob 0.0.
@@ -472,6 +601,8 @@ impl TryFrom<SampleRecord> for Sample {
             prefix_cache_info: r.prefix_cache_info,
             generated_spans: columns.generated_spans,
             policy_masked_tokens: columns.policy_masked_tokens,
+            rollout_sampling_log_probs: r.rollout_sampling_log_probs,
+            weight_version_spans: r.weight_version_spans,
             extra: r.extra,
         };
         s.check_invariants()?;

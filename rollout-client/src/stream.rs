@@ -17,10 +17,11 @@
 //! `text`, so Auto then takes the text as cumulative when it extends the previous text. Set the
 //! mode explicitly when you know the server.
 
+use crate::channels::Asked;
 use crate::decode;
 use crate::error::ResponseError;
 use crate::turn::Turn;
-use crate::wire::{GenerateResponse, MetaInfo, TokenLogprobs};
+use crate::wire::{GenerateResponse, MetaInfo, SamplingLogprobs, TokenLogprobs};
 
 // The mode is a property of the wire format, so it is defined with the wire types; it stays reachable
 // here, where it was first defined and where its modes are explained.
@@ -104,6 +105,9 @@ struct Item {
     ids: Vec<u32>,
     saw_ids: bool,
     lps: Option<TokenLogprobs>,
+    /// The sampling masks so far, gathered like the logprobs (deltas in an incremental stream).
+    masks: Option<Vec<Vec<u32>>>,
+    mask_lps: Option<SamplingLogprobs>,
     meta: Option<MetaInfo>,
     finished: bool,
 }
@@ -114,6 +118,8 @@ struct Delta {
     ids: Option<Vec<u32>>,
     lps: Option<TokenLogprobs>,
     completion_tokens: Option<usize>,
+    masks: Option<Vec<Vec<u32>>>,
+    mask_lps: Option<SamplingLogprobs>,
 }
 
 impl Item {
@@ -164,6 +170,12 @@ impl Item {
             if d.lps.is_some() {
                 self.lps = d.lps;
             }
+            if d.masks.is_some() {
+                self.masks = d.masks;
+            }
+            if d.mask_lps.is_some() {
+                self.mask_lps = d.mask_lps;
+            }
             return Ok(());
         };
         let ids_delta = matches!(mode, StreamMode::Incremental | StreamMode::Mid);
@@ -211,6 +223,18 @@ impl Item {
                 (acc, _) => *acc = Some(l),
             }
         }
+        if let Some(m) = d.masks {
+            match (&mut self.masks, mode) {
+                (Some(acc), StreamMode::Incremental) => acc.extend(m),
+                (acc, _) => *acc = Some(m),
+            }
+        }
+        if let Some(l) = d.mask_lps {
+            match (&mut self.mask_lps, mode) {
+                (Some(acc), StreamMode::Incremental) => acc.extend_from(l),
+                (acc, _) => *acc = Some(l),
+            }
+        }
         Ok(())
     }
 }
@@ -219,17 +243,19 @@ impl Item {
 #[derive(Debug)]
 pub struct StreamAssembler {
     mode: StreamMode,
-    logprobs_requested: bool,
+    asked: Asked,
     items: Vec<Item>,
     chunks: usize,
     done: bool,
 }
 
 impl StreamAssembler {
-    pub fn new(mode: StreamMode, logprobs_requested: bool) -> StreamAssembler {
+    /// An assembler for a stream of a request that asked for `asked` (`return_logprob` alone converts from a
+    /// `bool`).
+    pub fn new(mode: StreamMode, asked: impl Into<Asked>) -> StreamAssembler {
         StreamAssembler {
             mode,
-            logprobs_requested,
+            asked: asked.into(),
             items: Vec::new(),
             chunks: 0,
             done: false,
@@ -286,6 +312,8 @@ impl StreamAssembler {
             ids: resp.output_ids,
             lps: meta.output_token_logprobs.take(),
             completion_tokens: meta.completion_tokens,
+            masks: meta.output_token_sampling_mask.take(),
+            mask_lps: meta.output_token_sampling_logprobs.take(),
         };
         let at = (index, chunk);
         if meta.finish_reason.as_ref().is_some_and(|f| f.is_abort()) {
@@ -298,12 +326,22 @@ impl StreamAssembler {
                 item.ids.clone(),
                 item.saw_ids,
                 item.lps.clone(),
+                (item.masks.clone(), item.mask_lps.clone()),
             );
             let fits = item.apply(self.mode, at, delta).is_ok()
-                && (!self.logprobs_requested
+                && (!self.asked.logprobs
                     || item.lps.as_ref().map(TokenLogprobs::len) == Some(item.ids.len()));
             if !fits {
-                (item.mode, item.text, item.ids, item.saw_ids, item.lps) = backup;
+                let masks;
+                (
+                    item.mode,
+                    item.text,
+                    item.ids,
+                    item.saw_ids,
+                    item.lps,
+                    masks,
+                ) = backup;
+                (item.masks, item.mask_lps) = masks;
             }
         } else {
             item.apply(self.mode, at, delta)?;
@@ -334,7 +372,7 @@ impl StreamAssembler {
                 got: self.items.len(),
             });
         }
-        let logprobs = self.logprobs_requested;
+        let asked = self.asked;
         self.items
             .into_iter()
             .enumerate()
@@ -345,6 +383,8 @@ impl StreamAssembler {
                 let mut meta = item.meta;
                 if let Some(m) = meta.as_mut() {
                     m.output_token_logprobs = item.lps;
+                    m.output_token_sampling_mask = item.masks;
+                    m.output_token_sampling_logprobs = item.mask_lps;
                 }
                 let resp = GenerateResponse {
                     text: Some(item.text),
@@ -354,7 +394,7 @@ impl StreamAssembler {
                     prompt_token_ids: None,
                     error: None,
                 };
-                Turn::from_response(resp, logprobs).map_err(|e| e.in_item(index))
+                Turn::from_response(resp, asked).map_err(|e| e.in_item(index))
             })
             .collect()
     }
@@ -423,10 +463,10 @@ pub struct StreamDecoder {
 }
 
 impl StreamDecoder {
-    pub fn new(mode: StreamMode, logprobs_requested: bool) -> StreamDecoder {
+    pub fn new(mode: StreamMode, asked: impl Into<Asked>) -> StreamDecoder {
         StreamDecoder {
             parser: SseParser::new(),
-            assembler: StreamAssembler::new(mode, logprobs_requested),
+            assembler: StreamAssembler::new(mode, asked),
         }
     }
 
@@ -453,10 +493,10 @@ impl StreamDecoder {
 pub fn decode_stream<'a>(
     chunks: impl IntoIterator<Item = &'a [u8]>,
     mode: StreamMode,
-    logprobs_requested: bool,
+    asked: impl Into<Asked>,
     expected_items: Option<usize>,
 ) -> Result<Vec<Turn>, ResponseError> {
-    let mut d = StreamDecoder::new(mode, logprobs_requested);
+    let mut d = StreamDecoder::new(mode, asked);
     for c in chunks {
         d.push(c)?;
     }

@@ -5,6 +5,7 @@
 //! this module decides which apply (an abort may have no logprobs, a very old server no `output_ids`)
 //! and builds the turn. [`parse_single`] and [`parse_many`] go from bytes to turns.
 
+use crate::channels::{self, Asked, Channels};
 use crate::decode;
 use crate::error::ResponseError;
 use crate::fields::SampleStatus;
@@ -21,7 +22,9 @@ pub struct Turn {
     /// requested.
     pub logprobs: Option<Vec<f32>>,
     pub finish_reason: FinishReason,
-    /// The rest of `meta_info`; `output_token_logprobs` and `finish_reason` were moved out of it.
+    /// The channels beside the logprobs, checked against the tokens: each one the request asked for is here.
+    pub channels: Channels,
+    /// The rest of `meta_info`; `output_token_logprobs`, `finish_reason` and the channels were moved out of it.
     pub meta_info: MetaInfo,
 }
 
@@ -41,11 +44,14 @@ impl Turn {
         self.finish_reason.is_abort()
     }
 
-    /// Validates one response object. `logprobs_requested` is the request's `return_logprob`.
+    /// Validates one response object against what the request asked for (`return_logprob` alone converts
+    /// from a `bool`).
     pub fn from_response(
         resp: GenerateResponse,
-        logprobs_requested: bool,
+        asked: impl Into<Asked>,
     ) -> Result<Turn, ResponseError> {
+        let asked = asked.into();
+        let logprobs_requested = asked.logprobs;
         if let Some(err) = resp.error {
             return Err(ResponseError::ServerError {
                 message: err.message.unwrap_or_default(),
@@ -63,7 +69,7 @@ impl Turn {
         let (output_ids, logprobs) = match (resp.output_ids, lps) {
             (_, None) if logprobs_requested => {
                 if abort {
-                    return Ok(Turn::empty_abort(meta, finish_reason, logprobs_requested));
+                    return Turn::empty_abort(meta, finish_reason, &asked);
                 }
                 return Err(ResponseError::MissingOutputLogprobs {
                     finish_reason: finish_reason.to_string(),
@@ -71,7 +77,7 @@ impl Turn {
             }
             (None, None) => {
                 if abort {
-                    return Ok(Turn::empty_abort(meta, finish_reason, logprobs_requested));
+                    return Turn::empty_abort(meta, finish_reason, &asked);
                 }
                 return Err(ResponseError::MissingOutputIds);
             }
@@ -84,25 +90,35 @@ impl Turn {
         if !abort {
             validate::check_completion_tokens(&meta, &output_ids)?;
         }
+        // An abort in the waiting queue never ran, so it has no channels.
+        let ran = !(abort && output_ids.is_empty());
+        let channels = channels::take(&mut meta, &asked, &output_ids, ran)?;
         Ok(Turn {
             text,
             output_ids,
             logprobs,
             finish_reason,
+            channels,
             meta_info: meta,
         })
     }
 
     /// An abort before any logprob was produced (MID "Abort before prefill", or a server that drops the key
     /// on abort) is an empty ABORTED turn: the sample keeps what it had.
-    fn empty_abort(meta: MetaInfo, finish_reason: FinishReason, logprobs_requested: bool) -> Turn {
-        Turn {
+    fn empty_abort(
+        mut meta: MetaInfo,
+        finish_reason: FinishReason,
+        asked: &Asked,
+    ) -> Result<Turn, ResponseError> {
+        let channels = channels::take(&mut meta, asked, &[], false)?;
+        Ok(Turn {
             text: String::new(),
             output_ids: Vec::new(),
-            logprobs: logprobs_requested.then(Vec::new),
+            logprobs: asked.logprobs.then(Vec::new),
             finish_reason,
+            channels,
             meta_info: meta,
-        }
+        })
     }
 }
 
@@ -128,20 +144,21 @@ fn checked_columns(
 }
 
 /// Decodes and validates a non-stream body that must be a single object (`n == 1`, no batch).
-pub fn parse_single(body: &[u8], logprobs_requested: bool) -> Result<Turn, ResponseError> {
+pub fn parse_single(body: &[u8], asked: impl Into<Asked>) -> Result<Turn, ResponseError> {
     match decode::decode_body(body)? {
-        ResponseBody::One(r) => Turn::from_response(*r, logprobs_requested),
+        ResponseBody::One(r) => Turn::from_response(*r, asked),
         ResponseBody::Many(v) => Err(ResponseError::ExpectedObject { len: v.len() }),
     }
 }
 
 /// Decodes and validates any non-stream body: an object becomes one turn, an array one per item
 /// (prompt-major for `n > 1`). An invalid item is reported with its position.
-pub fn parse_many(body: &[u8], logprobs_requested: bool) -> Result<Vec<Turn>, ResponseError> {
+pub fn parse_many(body: &[u8], asked: impl Into<Asked>) -> Result<Vec<Turn>, ResponseError> {
+    let asked = asked.into();
     decode::decode_body(body)?
         .into_vec()
         .into_iter()
         .enumerate()
-        .map(|(i, r)| Turn::from_response(r, logprobs_requested).map_err(|e| e.in_item(i)))
+        .map(|(i, r)| Turn::from_response(r, asked).map_err(|e| e.in_item(i)))
         .collect()
 }

@@ -55,8 +55,16 @@ pub struct MetaInfo {
     pub cached_tokens_details: Option<serde_json::Value>,
     pub dp_rank: Option<i64>,
     pub hidden_states: Option<serde_json::Value>,
-    /// Base64 MoE routing replay data.
+    /// Base64 MoE routing replay data: little-endian int32 rows (`channels.rs`).
     pub routed_experts: Option<String>,
+    /// \[0.5.23\] Which weight version made which output tokens.
+    pub weight_versions: Option<Vec<VersionSpan>>,
+    /// \[0.5.23\] With `return_sampling_mask`: the sampler's support per output token.
+    pub output_token_sampling_mask: Option<Vec<Vec<u32>>>,
+    /// \[0.5.23\] The support's renormalised logprobs: the sampled token's, or the whole support's.
+    pub output_token_sampling_logprobs: Option<SamplingLogprobs>,
+    /// \[0.5.23\] The number of output tokens with a mask.
+    pub output_token_sampling_mask_length: Option<usize>,
     pub image_tokens: Option<u64>,
     pub audio_tokens: Option<u64>,
     pub video_tokens: Option<u64>,
@@ -70,6 +78,49 @@ pub struct MetaInfo {
     pub spec_proposed_drafts: Option<f64>,
     pub spec_correct_drafts_histogram: Option<Vec<f64>>,
     pub spec_accept_histogram: Option<Vec<f64>>,
+}
+
+/// One entry of `weight_versions`: output tokens `start..end` came from `version`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionSpan {
+    pub version: String,
+    pub start: usize,
+    pub end: usize,
+}
+
+/// `output_token_sampling_logprobs`: one value per token (`sampling_logprobs_mode: "selected"`) or one list per
+/// token aligned with its support (`"support"`); `null` is a non-finite value.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum SamplingLogprobs {
+    Selected(Vec<Option<f32>>),
+    Support(Vec<Vec<Option<f32>>>),
+}
+
+impl SamplingLogprobs {
+    /// The rows: tokens with a mask.
+    pub fn len(&self) -> usize {
+        match self {
+            SamplingLogprobs::Selected(v) => v.len(),
+            SamplingLogprobs::Support(v) => v.len(),
+        }
+    }
+
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Appends `more`'s rows (a delta chunk of an incremental stream); a chunk of the other mode replaces them.
+    pub fn extend_from(&mut self, more: SamplingLogprobs) {
+        match (self, more) {
+            (SamplingLogprobs::Selected(a), SamplingLogprobs::Selected(b)) => a.extend(b),
+            (SamplingLogprobs::Support(a), SamplingLogprobs::Support(b)) => a.extend(b),
+            // An empty delta reads as "selected": it adds nothing.
+            (_, SamplingLogprobs::Selected(b)) if b.is_empty() => {}
+            (this, more) => *this = more,
+        }
+    }
 }
 
 /// The body of an error: `{"message","type","param","code"}`, inside `{"error":...}` or flat.

@@ -1,5 +1,7 @@
 //! Integration tests of rollout-client, built as one binary (one `mod` per area).
 
+/// The channels beside the logprobs (routes, weight-version spans, sampling masks), from the wire into `Sample`.
+mod channels;
 /// Shared helpers: fixture loading, the data-driven `check`, and a scripted HTTP/1.1 server.
 mod common;
 /// Non-stream bodies from `tests/data/`: every shape of spec sections 2 and 7 and every malformed variant.
