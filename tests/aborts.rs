@@ -24,6 +24,7 @@ fn config(max_new: u32, seed: u64, stream: bool, mask: bool) -> RolloutConfig {
         },
         stream,
         mask_offpolicy_in_partial_rollout: mask,
+        ..RolloutConfig::default()
     }
 }
 

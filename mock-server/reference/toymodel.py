@@ -854,8 +854,12 @@ class ToyModel:
             else:
                 token = dist.sample(sample.top_k, sample.top_p, sample.min_p, unit(mix(key, j)))
             if sample.sampling_mask is not None:
-                ids, logprobs, selected = dist.support(sample.top_k, sample.top_p, sample.min_p, token)
-                masks.append((ids, [selected] if sample.sampling_mask == "selected" else logprobs))
+                if j < len(sample.forced):
+                    # Section 7.1: a scripted id is forced decoding, the one choice the sampler had.
+                    masks.append(([token], [0.0]))
+                else:
+                    ids, logprobs, selected = dist.support(sample.top_k, sample.top_p, sample.min_p, token)
+                    masks.append((ids, [selected] if sample.sampling_mask == "selected" else logprobs))
             if sample.return_logprob:
                 if report_temperature != sample.temperature:
                     dist = self.distribution(context, report_temperature, masked)

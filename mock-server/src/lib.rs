@@ -36,6 +36,7 @@ pub use faults::{
 };
 pub use http::{AppState, Server, StartError};
 pub use latency::LatencyConfig;
+pub use model::MoeShape;
 pub use script::{ScriptError, ScriptFinish, ScriptRule};
 
 /// The router with every endpoint, sharing `state`.

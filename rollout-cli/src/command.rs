@@ -120,6 +120,36 @@ pub struct RolloutArgs {
     /// Exit 0 even when some groups failed (they are left out of the output and named in the summary).
     #[arg(long, env = "ROLLOUT_ALLOW_PARTIAL")]
     pub allow_partial: bool,
+
+    /// Ask for each token's routed experts (SGLang 0.5.15 and later with --enable-return-routed-experts;
+    /// the embedded mock is started with it) and write them as rollout_routed_experts.
+    #[arg(long, env = "ROLLOUT_ROUTED_EXPERTS")]
+    pub routed_experts: bool,
+
+    /// The served model's num_hidden_layers and num_experts_per_tok, "LAYERS,TOPK": every routes row must
+    /// hold LAYERS * TOPK experts. Default with the embedded mock: its 48,8.
+    #[arg(long, env = "ROLLOUT_MOE_SHAPE", value_parser = parse_moe_shape)]
+    pub moe_shape: Option<(usize, usize)>,
+
+    /// Ask for each token's sampling support and renormalised logprob (SGLang 0.5.23; needs --top-k or
+    /// --temperature 0) and write them as rollout_top_p_token_ids/offsets and rollout_sampling_log_probs.
+    #[arg(long, env = "ROLLOUT_SAMPLING_MASK")]
+    pub sampling_mask: bool,
+}
+
+/// `--moe-shape LAYERS,TOPK`.
+fn parse_moe_shape(text: &str) -> Result<(usize, usize), String> {
+    let (layers, topk) = text
+        .split_once(',')
+        .ok_or_else(|| format!("{text:?} is not LAYERS,TOPK"))?;
+    let number = |s: &str| {
+        s.trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| format!("{s:?} is not a positive integer"))
+    };
+    Ok((number(layers)?, number(topk)?))
 }
 
 /// Why the command failed.
@@ -149,6 +179,13 @@ pub enum CommandError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "--sampling-mask needs --top-k between 2 and the server's --sampling-mask-max-tokens, or --temperature 0: \
+         SGLang returns a sampling support only for a bounded top-k (got --top-k {top_k})"
+    )]
+    SamplingMaskTopK { top_k: i32 },
+    #[error("--sampling-mask and --routed-experts are not carried by --multi-agent")]
+    ChannelsWithMultiAgent,
     #[error("could not resume from {path}")]
     Resume {
         path: PathBuf,
@@ -274,6 +311,12 @@ pub async fn run_command(args: RolloutArgs) -> Result<Report, CommandError> {
 /// server (one `/abort_request` per rid in flight), and the report covers the groups that had finished,
 /// which the output already holds. Each group is appended to the output as it finishes.
 pub async fn run_command_until(args: RolloutArgs, stop: Stop) -> Result<Report, CommandError> {
+    if args.multi_agent && (args.sampling_mask || args.routed_experts) {
+        return Err(CommandError::ChannelsWithMultiAgent);
+    }
+    if args.sampling_mask && args.temperature != 0.0 && args.top_k < 2 {
+        return Err(CommandError::SamplingMaskTopK { top_k: args.top_k });
+    }
     let prompts = load_prompts(args.prompts.as_ref())?;
     let resume = if args.resume {
         prepare_resume(&args, &prompts)?
@@ -284,7 +327,7 @@ pub async fn run_command_until(args: RolloutArgs, stop: Stop) -> Result<Report, 
     let (mock, url, server, seed, scripted_prompts) = match &args.url {
         Some(url) => (None, url.clone(), url.clone(), args.seed, 0),
         None => {
-            let mock = EmbeddedMock::start(&prompts)
+            let mock = EmbeddedMock::start(&prompts, args.routed_experts)
                 .await
                 .map_err(CommandError::Mock)?;
             let (url, scripted_prompts) = (mock.url.clone(), mock.scripted_prompts);
@@ -342,6 +385,13 @@ fn build_client(url: &str, args: &RolloutArgs) -> Result<Client, CommandError> {
     if let Some(key) = &args.api_key {
         builder = builder.api_key(key);
     }
+    let embedded = (args.url.is_none()).then(|| {
+        let shape = mock_server::MoeShape::default();
+        (shape.layers as usize, shape.experts_per_token as usize)
+    });
+    if let Some((layers, topk)) = args.moe_shape.or(embedded) {
+        builder = builder.moe_shape(layers, topk);
+    }
     Ok(builder.build()?)
 }
 
@@ -368,6 +418,8 @@ fn run_config(args: &RolloutArgs, seed: Option<u64>) -> RunConfig {
             sampling_params,
             stream: args.stream,
             mask_offpolicy_in_partial_rollout: args.mask_offpolicy_in_partial_rollout,
+            return_routed_experts: args.routed_experts,
+            return_sampling_mask: args.sampling_mask,
         },
         seed,
         tokenizer: PromptTokenizer::Server,

@@ -16,11 +16,16 @@ pub struct EmbeddedMock {
 }
 
 impl EmbeddedMock {
-    /// Binds a free port and serves the mock configured with the scripted answers for `prompts`.
-    pub async fn start(prompts: &[LabeledPrompt]) -> Result<EmbeddedMock, StartError> {
+    /// Binds a free port and serves the mock configured with the scripted answers for `prompts`, returning
+    /// routed experts when `routed_experts`.
+    pub async fn start(
+        prompts: &[LabeledPrompt],
+        routed_experts: bool,
+    ) -> Result<EmbeddedMock, StartError> {
         let server = Server::start(ServerConfig {
             host: "127.0.0.1".to_owned(),
             port: 0,
+            enable_return_routed_experts: routed_experts,
             ..scripted::mock_config(prompts)
         })
         .await?;

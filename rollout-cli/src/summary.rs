@@ -102,6 +102,13 @@ pub struct Summary {
     pub loss: f64,
     /// Samples per `rollout_id` (multi-agent: siblings of one execution), when ids are set.
     pub rollouts: usize,
+    /// Samples that carry routed experts, and their rows (each checked against the sample's tokens).
+    pub routed_samples: usize,
+    pub route_rows: usize,
+    /// Samples that carry sampling masks, the generated tokens with a support, and the support ids.
+    pub masked_samples: usize,
+    pub masked_tokens: usize,
+    pub support_ids: usize,
 }
 
 fn status_name(s: SampleStatus) -> &'static str {
@@ -176,6 +183,29 @@ impl Summary {
             logprobs: Stats::of(logprobs),
             loss: grpo.loss,
             rollouts: rollout_ids.len(),
+            routed_samples: samples
+                .iter()
+                .filter(|s| s.rollout_routed_experts().is_some())
+                .count(),
+            route_rows: samples
+                .iter()
+                .filter_map(Sample::rollout_routed_experts)
+                .map(|r| r.rows())
+                .sum(),
+            masked_samples: samples
+                .iter()
+                .filter(|s| s.rollout_top_p_tokens().is_some())
+                .count(),
+            masked_tokens: samples
+                .iter()
+                .filter(|s| s.rollout_top_p_tokens().is_some())
+                .map(Sample::generated_tokens)
+                .sum(),
+            support_ids: samples
+                .iter()
+                .filter_map(Sample::rollout_top_p_tokens)
+                .map(|(ids, _)| ids.len())
+                .sum(),
         }
     }
 
@@ -282,6 +312,22 @@ impl fmt::Display for Summary {
             self.logprobs.count,
             (-self.logprobs.mean).exp()
         )?;
+        if self.routed_samples > 0 {
+            writeln!(
+                f,
+                "routes       {} samples, {} rows: one per token up to each sample's last generated one, checked",
+                self.routed_samples, self.route_rows
+            )?;
+        }
+        if self.masked_samples > 0 {
+            writeln!(
+                f,
+                "masks        {} samples, {} generated tokens, mean support {:.2} ids, each holding its token, checked",
+                self.masked_samples,
+                self.masked_tokens,
+                self.support_ids as f64 / self.masked_tokens.max(1) as f64
+            )?;
+        }
         write!(
             f,
             "grpo loss    {:+.6} at the rollout policy (every ratio is 1, so this is the mean of -advantage)",

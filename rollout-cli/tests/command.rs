@@ -242,6 +242,7 @@ async fn aborted_samples_are_resumed_by_the_run() {
             },
             stream: true,
             mask_offpolicy_in_partial_rollout: true,
+            ..RolloutConfig::default()
         },
         seed: Some(1),
         ..RunConfig::default()
@@ -304,5 +305,63 @@ async fn url_mode_talks_to_any_server_without_scripts_or_seeds() {
     assert_eq!(
         report.summary.correct, 0,
         "the toy model never writes the number"
+    );
+}
+
+/// `--routed-experts` and `--sampling-mask` on the embedded mock: every sample in the JSONL carries routes with a
+/// row per token up to its last generated one (rows of the mock's 48 layers times 8 experts) and a support per
+/// response token holding that token, the summary counts them, and the samples read back with the channels.
+/// Without a bounded `--top-k` the mask request is refused before anything runs, as SGLang's scheduler would
+/// refuse every request.
+#[tokio::test]
+async fn the_command_writes_routes_and_sampling_masks_checked() {
+    let output = temp_path("channels.jsonl");
+    let args = RolloutArgs::parse_from([
+        "rollout",
+        "--no-progress",
+        "--routed-experts",
+        "--sampling-mask",
+        "--top-k",
+        "20",
+        "-n",
+        "2",
+        "--max-new-tokens",
+        "24",
+        "--output",
+        output.to_str().unwrap(),
+    ]);
+    let report = command::run_command(args)
+        .await
+        .expect("a run with channels");
+    let s = &report.summary;
+    assert_eq!((s.routed_samples, s.masked_samples), (s.samples, s.samples));
+    let samples = read_jsonl(std::io::BufReader::new(
+        std::fs::File::open(&output).unwrap(),
+    ))
+    .expect("the samples read back");
+    assert_eq!(samples.len(), s.samples);
+    let rows: usize = samples
+        .iter()
+        .map(|sample| {
+            let routes = sample.rollout_routed_experts().expect("routes");
+            assert_eq!(routes.row_len(), 48 * 8);
+            assert_eq!(routes.rows(), sample.tokens().len() - 1);
+            let (ids, offsets) = sample.rollout_top_p_tokens().expect("masks");
+            for (i, token) in sample.response_tokens().iter().enumerate() {
+                let support = &ids[offsets[i] as usize..offsets[i + 1] as usize];
+                assert!(support.contains(token) && support.len() <= 20);
+            }
+            routes.rows()
+        })
+        .sum();
+    assert_eq!(rows, s.route_rows);
+    assert!(report.to_string().contains("checked"));
+    let _ = std::fs::remove_file(&output);
+
+    let unbounded = RolloutArgs::parse_from(["rollout", "--no-progress", "--sampling-mask"]);
+    let err = command::run_command(unbounded).await.unwrap_err();
+    assert!(
+        matches!(err, command::CommandError::SamplingMaskTopK { top_k: -1 }),
+        "{err}"
     );
 }

@@ -23,6 +23,12 @@ pub struct RolloutConfig {
     pub mask_offpolicy_in_partial_rollout: bool,
     /// Stream each turn; the result is the same turn a non-stream call gives.
     pub stream: bool,
+    /// Ask for `meta_info.routed_experts` (0.5.15 and later, a server with `--enable-return-routed-experts`):
+    /// every sample then carries `rollout_routed_experts`, or the turn is an error.
+    pub return_routed_experts: bool,
+    /// Ask for the sampling masks (0.5.23; greedy sampling or a bounded `top_k`): every sample then carries
+    /// its supports and `rollout_sampling_log_probs`, or the turn is an error.
+    pub return_sampling_mask: bool,
 }
 
 /// The next request for `sample`, or `None` when its token budget is used up.
@@ -44,6 +50,8 @@ pub fn next_request(sample: &Sample, config: &RolloutConfig) -> Option<GenerateR
         sampling_params: params,
         return_logprob: true,
         stream: config.stream,
+        return_routed_experts: config.return_routed_experts,
+        return_sampling_mask: config.return_sampling_mask,
         ..GenerateRequest::default()
     })
 }

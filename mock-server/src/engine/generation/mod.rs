@@ -274,13 +274,23 @@ impl Generation {
             Some(forced) => Pick::forced(forced),
             None => dist.pick(filters.0, filters.1, filters.2, u),
         };
-        if let Some(mode) = self.sampling_mask {
-            // The support and its logprobs under the sampling distribution, whatever the report temperature.
-            let (mut ids, mut logprobs) = (Vec::new(), Vec::new());
-            let selected = dist.support(filters, pick.id, &mut ids, &mut logprobs);
-            match mode {
-                SamplingLogprobsMode::Selected => self.mask_rows.push_row(&ids, &[selected]),
-                SamplingLogprobsMode::Support => self.mask_rows.push_row(&ids, &logprobs),
+        if self.sampling_mask.is_some() {
+            match forced {
+                // A scripted token is forced decoding: the sampler had that one choice, as under a grammar that
+                // allows a single token.
+                Some(id) => self.mask_rows.push_row(&[id], &[0.0]),
+                None => {
+                    // The support and its logprobs under the sampling distribution, whatever the report
+                    // temperature.
+                    let (mut ids, mut logprobs) = (Vec::new(), Vec::new());
+                    let selected = dist.support(filters, pick.id, &mut ids, &mut logprobs);
+                    match self.sampling_mask {
+                        Some(SamplingLogprobsMode::Support) => {
+                            self.mask_rows.push_row(&ids, &logprobs)
+                        }
+                        _ => self.mask_rows.push_row(&ids, &[selected]),
+                    }
+                }
             }
         }
         if self.return_logprob {
