@@ -81,6 +81,56 @@ MUTANTS = [
         "let inv_t = 1.0;",
         [("mock-server", "tests", "reference::server_agrees_with_the_python_reference_under_every_release")],
     ),
+    # The channels beside the logprobs (the SGLang-channels issue's table).
+    Mutant(
+        "routes concatenated across turns instead of replaced (verl PR #6029)",
+        "rollout-client/src/carried.rs",
+        "                let mut data = Vec::new();",
+        "                let mut data = existing.as_ref().map_or(Vec::new(), |e| e.as_flat().to_vec());",
+        [("rollout-client", "tests", "channels::a_multi_turn_sample_carries_every_channel_aligned")],
+    ),
+    Mutant(
+        "routes not counted against the tokens (miles #861)",
+        "rollout-client/src/channels.rs",
+        "if !data.len().is_multiple_of(rows) || data.is_empty() {",
+        "if data.is_empty() {",
+        [("rollout-client", "tests", "channels::malformed_routes_name_the_channel_and_what_is_wrong")],
+    ),
+    Mutant(
+        "a turn without the routes its sample carries accepted (miles #407)",
+        "rollout-client/src/carried.rs",
+        """            (None, Some(_)) if generated => {
+                return Err(SampleError::ChannelMissingInTurn {
+                    channel: "routed_experts",""",
+        """            (None, Some(_)) if false => {
+                return Err(SampleError::ChannelMissingInTurn {
+                    channel: "routed_experts",""",
+        [("rollout-client", "tests", "channels::a_sample_refuses_turns_that_would_misalign_its_channels")],
+    ),
+    Mutant(
+        "weight-version spans with a gap or an overlap accepted (AReaL PR #1569)",
+        "rollout-client/src/channels.rs",
+        "        if span.start != next {",
+        "        if false {",
+        [
+            ("rollout-client", "tests", "channels::weight_version_spans_must_tile_the_output"),
+            ("regression-tests", "regression", "fault_matrix::every_channel_fault_meets_every_channel_rollout"),
+        ],
+    ),
+    Mutant(
+        "a sampling support without its token accepted (TRL PR #7269)",
+        "rollout-client/src/channels.rs",
+        "let Some(at) = support.iter().position(|&id| id == token) else {",
+        "let Some(at) = support.iter().position(|&id| id == token).or(Some(0)) else {",
+        [("rollout-client", "tests", "channels::malformed_sampling_masks_name_the_position")],
+    ),
+    Mutant(
+        "the mock's router ignoring the context (routes no test can predict)",
+        "mock-server/src/model/router.rs",
+        "        let h = context_hash(seed, &tokens[..=p]) ^ ROUTER_SALT;",
+        "        let h = seed ^ ROUTER_SALT;",
+        [("mock-server", "tests", "channels::routes_have_a_row_per_position_but_the_last_and_continuations_repeat_them")],
+    ),
 ]
 
 

@@ -87,6 +87,24 @@ fn catalogue_case(kind: FaultKind) -> (&'static [&'static str], Effect, Effect) 
         FaultKind::DuplicateChunk => (&["duplicate-chunk;at=1"], Breaks, Tolerated),
         FaultKind::ErrorEvent => (&["error-event;after=1"], Breaks, Breaks),
         FaultKind::Stall => (&["stall;ms=250"], Harmless, Harmless),
+        // These rollouts ask for no channel, so a channel's fault finds nothing to change, except in the
+        // `weight_versions` spans every 0.5.23 answer carries; `every_channel_fault_meets_every_channel_rollout`
+        // asks for them all.
+        FaultKind::DropChannel => (
+            &["drop-channel;channel=weight_versions"],
+            Harmless,
+            Harmless,
+        ),
+        FaultKind::ShortRoutes => (&["routes-short"], Harmless, Harmless),
+        FaultKind::ExtraRoute => (&["routes-extra-row"], Harmless, Harmless),
+        FaultKind::RetractRoutes => (&["retract-routes"], Harmless, Harmless),
+        FaultKind::SpansGap => (&["spans-gap"], Breaks, Breaks),
+        FaultKind::SpansOverlap => (&["spans-overlap"], Breaks, Breaks),
+        FaultKind::StaleVersion => (&["stale-version"], Breaks, Breaks),
+        FaultKind::MaskMissingToken => (&["mask-missing-token"], Harmless, Harmless),
+        FaultKind::TwoElementLogprobs => (&["two-element-logprobs"], Breaks, Breaks),
+        // Every answer here has output tokens.
+        FaultKind::PhantomLogprob => (&["phantom-logprob"], Harmless, Harmless),
         FaultKind::AbortWaiting => (&["abort-waiting"], Aborts, Aborts),
         FaultKind::AbortRunning => (&["abort-running;after=2"], Aborts, Aborts),
         FaultKind::AbortBeforePrefill => (&["abort-before-prefill"], Aborts, Aborts),
@@ -164,6 +182,18 @@ async fn run(shape: Shape, client: &Client, stream: bool) -> Result<Vec<Checked>
         stream,
         ..RolloutConfig::default()
     };
+    run_with(shape, client, &config).await
+}
+
+/// [`run`] with `config` for the single-turn, multi-turn and group rollouts (the multi-agent system has its
+/// own configuration).
+async fn run_with(
+    shape: Shape,
+    client: &Client,
+    config: &RolloutConfig,
+) -> Result<Vec<Checked>, RolloutError> {
+    let stream = config.stream;
+    let config = config.clone();
     let whole_budget = |p: usize| MAX_NEW_TOKENS - p as u32;
     match shape {
         Shape::Single => {
@@ -371,4 +401,109 @@ fn every_fault_kind_meets_every_rollout_kind() {
         }
     }
     assert!(cases >= FaultKind::ALL.len() * SHAPES.len() * 4);
+}
+
+/// What a channel's fault does to a rollout that asks for every channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChannelEffect {
+    /// The rollout succeeds with the oracle's samples and the model's routes.
+    Harmless,
+    /// A typed error, never a sample.
+    Breaks,
+    /// The rollout succeeds, but its routes are not the model's: no check on one response can see a retract
+    /// that re-captured the routes (miles #3277); replaying them against the model does.
+    Misroutes,
+}
+
+/// The channel faults against rollouts that ask for routes and sampling masks (single turn, multi-turn with a
+/// tool, a group), streamed and not: each is refused with a typed error naming the channel, or, for a change no
+/// single response can show, caught by replaying the routes against the model.
+#[test]
+fn every_channel_fault_meets_every_channel_rollout() {
+    use ChannelEffect::{Breaks, Harmless, Misroutes};
+    let rt = paused_runtime();
+    let mock = Mock::start(
+        &rt,
+        ServerConfig {
+            enable_return_routed_experts: true,
+            num_hidden_layers: 2,
+            num_experts: 8,
+            num_experts_per_tok: 2,
+            ..ServerConfig::default()
+        },
+    );
+    let cases: [(&str, ChannelEffect); 12] = [
+        ("drop-channel", Breaks),
+        ("drop-channel;channel=sampling_mask", Breaks),
+        ("drop-channel;channel=weight_versions", Harmless),
+        ("routes-short", Breaks),
+        ("routes-extra-row", Breaks),
+        ("retract-routes", Misroutes),
+        ("spans-gap", Breaks),
+        ("spans-overlap", Breaks),
+        ("stale-version", Breaks),
+        ("mask-missing-token;at=1", Breaks),
+        ("two-element-logprobs", Breaks),
+        ("phantom-logprob", Harmless),
+    ];
+    let params = SamplingParams {
+        top_k: Some(20),
+        ..sampling()
+    };
+    for (fault, effect) in cases {
+        for shape in [Shape::Single, Shape::MultiTurn, Shape::Group] {
+            for stream in [false, true] {
+                let case = format!("{fault}, {shape:?}, stream {stream}");
+                let client = Client::builder(&mock.url)
+                    .moe_shape(2, 2)
+                    .header("X-Mock-Fault", fault)
+                    .retry(RetryPolicy {
+                        max_retries: 0,
+                        ..RetryPolicy::default()
+                    })
+                    .build()
+                    .expect("client");
+                let config = RolloutConfig {
+                    sampling_params: params.clone(),
+                    stream,
+                    return_routed_experts: true,
+                    return_sampling_mask: true,
+                    ..RolloutConfig::default()
+                };
+                let outcome = rt.block_on(run_with(shape, &client, &config));
+                let samples = match (outcome, effect) {
+                    (Err(_), Breaks) => continue,
+                    (Err(e), _) => panic!("{case}: the rollout failed: {e:?}"),
+                    (Ok(_), Breaks) => panic!("{case}: a broken channel became samples"),
+                    (Ok(samples), _) => samples,
+                };
+                for c in &samples {
+                    assert_aligned(&c.sample);
+                    assert_oracle_replay(
+                        &mock.oracle,
+                        &c.sample,
+                        &SamplingParams {
+                            sampling_seed: c.params.sampling_seed,
+                            ..params.clone()
+                        },
+                        c.provenance,
+                        &c.budget,
+                    );
+                    let routes = c.sample.rollout_routed_experts().expect("routes");
+                    let mut model_routes = Vec::new();
+                    mock.oracle.model().append_routes(
+                        &c.sample.tokens()[..routes.rows() + 1],
+                        0,
+                        &mut model_routes,
+                    );
+                    assert_eq!(
+                        routes.as_flat() == model_routes.as_slice(),
+                        effect == Harmless,
+                        "{case}: the routes are {}the model's",
+                        if effect == Harmless { "not " } else { "" }
+                    );
+                }
+            }
+        }
+    }
 }

@@ -30,9 +30,9 @@ pub mod wire;
 pub use config::{ServerConfig, SglangVersion, StateError, UnknownSglangVersion};
 pub use error::ApiError;
 pub use faults::{
-    BodyFault, EngineFault, FAULT_HEADER, Fault, FaultClass, FaultConfig, FaultConfigError,
-    FaultError, FaultKind, FaultRule, HttpFault, NonFinite, NumberLiteral, StreamFault,
-    StreamFilter,
+    BodyFault, Channel, EngineFault, FAULT_HEADER, Fault, FaultClass, FaultConfig,
+    FaultConfigError, FaultError, FaultKind, FaultRule, HttpFault, NonFinite, NumberLiteral,
+    StreamFault, StreamFilter,
 };
 pub use http::{AppState, Server, StartError};
 pub use latency::LatencyConfig;

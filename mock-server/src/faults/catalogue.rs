@@ -70,6 +70,21 @@ fault_kinds! {
         "After `after` (1) chunks an `{\"error\":...}` event and `[DONE]` end the stream.",
     Stall => "stall"
         "Pause `ms` before every streamed chunk, or before the body of a non-streamed answer.",
+    DropChannel => "drop-channel"
+        "`meta_info` without `channel` (`routed_experts`, the default; `weight_versions`; `sampling_mask`).",
+    ShortRoutes => "routes-short" "`routed_experts` without its last `by` (1) rows: routes cut shorter than tokens.",
+    ExtraRoute => "routes-extra-row" "`routed_experts` with its last row twice: one row too many.",
+    RetractRoutes => "retract-routes"
+        "Every routed expert id changed (XOR 1), the logprobs kept: a retract that re-captured the routes.",
+    SpansGap => "spans-gap" "The last `weight_versions` span starts one token late: a gap.",
+    SpansOverlap => "spans-overlap" "The last output token gets a second `weight_versions` span: an overlap.",
+    StaleVersion => "stale-version" "The last `weight_versions` span carries a stale version.",
+    MaskMissingToken => "mask-missing-token"
+        "The sampling support of output position `at` (0) lacks the sampled token.",
+    TwoElementLogprobs => "two-element-logprobs"
+        "`output_token_logprobs` entries as `[logprob, id]`, as slime's and miles' fake servers write them.",
+    PhantomLogprob => "phantom-logprob"
+        "An answer without output tokens carries one logprob entry anyway (`max_new_tokens: 0`).",
     AbortWaiting => "abort-waiting" "Aborted in the waiting queue: \"Abort in waiting queue\", no `prompt_tokens`.",
     AbortRunning => "abort-running" "Aborted while running after `after` (1) tokens, partial output kept.",
     AbortBeforePrefill => "abort-before-prefill"
@@ -151,6 +166,56 @@ pub enum BodyFault {
     StringLogprob {
         at: u64,
     },
+    DropChannel {
+        channel: Channel,
+    },
+    ShortRoutes {
+        by: u64,
+    },
+    ExtraRoute,
+    RetractRoutes,
+    SpansGap,
+    SpansOverlap,
+    StaleVersion,
+    MaskMissingToken {
+        at: u64,
+    },
+    TwoElementLogprobs,
+    PhantomLogprob,
+}
+
+/// A per-token channel beside the logprobs, as `drop-channel` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Channel {
+    /// `routed_experts`.
+    RoutedExperts,
+    /// `weight_versions`.
+    WeightVersions,
+    /// `output_token_sampling_mask` with its logprobs and length.
+    SamplingMask,
+}
+
+impl Channel {
+    pub fn name(self) -> &'static str {
+        match self {
+            Channel::RoutedExperts => "routed_experts",
+            Channel::WeightVersions => "weight_versions",
+            Channel::SamplingMask => "sampling_mask",
+        }
+    }
+
+    /// The `meta_info` keys the channel is made of.
+    pub fn keys(self) -> &'static [&'static str] {
+        match self {
+            Channel::RoutedExperts => &["routed_experts"],
+            Channel::WeightVersions => &["weight_versions"],
+            Channel::SamplingMask => &[
+                "output_token_sampling_mask",
+                "output_token_sampling_logprobs",
+                "output_token_sampling_mask_length",
+            ],
+        }
+    }
 }
 
 /// Faults on the bytes or events of an answer as it is sent.
@@ -280,6 +345,16 @@ impl Fault {
                 BodyFault::PositiveLogprob { .. } => FaultKind::PositiveLogprob,
                 BodyFault::WrongTokenId { .. } => FaultKind::WrongTokenId,
                 BodyFault::StringLogprob { .. } => FaultKind::StringLogprob,
+                BodyFault::DropChannel { .. } => FaultKind::DropChannel,
+                BodyFault::ShortRoutes { .. } => FaultKind::ShortRoutes,
+                BodyFault::ExtraRoute => FaultKind::ExtraRoute,
+                BodyFault::RetractRoutes => FaultKind::RetractRoutes,
+                BodyFault::SpansGap => FaultKind::SpansGap,
+                BodyFault::SpansOverlap => FaultKind::SpansOverlap,
+                BodyFault::StaleVersion => FaultKind::StaleVersion,
+                BodyFault::MaskMissingToken { .. } => FaultKind::MaskMissingToken,
+                BodyFault::TwoElementLogprobs => FaultKind::TwoElementLogprobs,
+                BodyFault::PhantomLogprob => FaultKind::PhantomLogprob,
             },
             Fault::Stream(f) => match f {
                 StreamFault::TruncatedBody { .. } => FaultKind::TruncatedBody,
@@ -320,13 +395,25 @@ impl Fault {
                 HttpFault::Reset => Vec::new(),
             },
             Fault::Body(f) => match f {
-                BodyFault::MissingMetaInfo | BodyFault::MissingLogprobs => Vec::new(),
-                BodyFault::ShortLogprobs { by } | BodyFault::LongLogprobs { by } => {
+                BodyFault::MissingMetaInfo
+                | BodyFault::MissingLogprobs
+                | BodyFault::ExtraRoute
+                | BodyFault::RetractRoutes
+                | BodyFault::SpansGap
+                | BodyFault::SpansOverlap
+                | BodyFault::StaleVersion
+                | BodyFault::TwoElementLogprobs
+                | BodyFault::PhantomLogprob => Vec::new(),
+                BodyFault::ShortLogprobs { by }
+                | BodyFault::LongLogprobs { by }
+                | BodyFault::ShortRoutes { by } => {
                     vec![n("by", *by)]
                 }
                 BodyFault::NullLogprob { at }
                 | BodyFault::WrongTokenId { at }
-                | BodyFault::StringLogprob { at } => vec![n("at", *at)],
+                | BodyFault::StringLogprob { at }
+                | BodyFault::MaskMissingToken { at } => vec![n("at", *at)],
+                BodyFault::DropChannel { channel } => vec![("channel", channel.name().to_owned())],
                 BodyFault::NanLogprob { at, value } => {
                     vec![n("at", *at), ("value", value.literal().to_owned())]
                 }
@@ -417,6 +504,21 @@ impl<'a> Params<'a> {
     const VALUE_REASON: &'static str =
         "expected NaN, Infinity or -Infinity for nan-logprob, a finite number otherwise";
 
+    fn channel(&mut self) -> Result<Option<Channel>, FaultError> {
+        self.raw("channel")
+            .map(|v| match v {
+                "routed_experts" => Ok(Channel::RoutedExperts),
+                "weight_versions" => Ok(Channel::WeightVersions),
+                "sampling_mask" => Ok(Channel::SamplingMask),
+                _ => Err(Self::bad(
+                    "channel",
+                    v,
+                    "expected routed_experts, weight_versions or sampling_mask",
+                )),
+            })
+            .transpose()
+    }
+
     fn non_finite(&mut self) -> Result<Option<NonFinite>, FaultError> {
         self.raw("value")
             .map(|v| match v {
@@ -480,6 +582,22 @@ impl<'a> Params<'a> {
             FaultKind::StringLogprob => Fault::Body(BodyFault::StringLogprob {
                 at: self.int("at")?.unwrap_or(AT),
             }),
+            FaultKind::DropChannel => Fault::Body(BodyFault::DropChannel {
+                channel: self.channel()?.unwrap_or(Channel::RoutedExperts),
+            }),
+            FaultKind::ShortRoutes => Fault::Body(BodyFault::ShortRoutes {
+                by: self.int("by")?.unwrap_or(BY),
+            }),
+            FaultKind::ExtraRoute => Fault::Body(BodyFault::ExtraRoute),
+            FaultKind::RetractRoutes => Fault::Body(BodyFault::RetractRoutes),
+            FaultKind::SpansGap => Fault::Body(BodyFault::SpansGap),
+            FaultKind::SpansOverlap => Fault::Body(BodyFault::SpansOverlap),
+            FaultKind::StaleVersion => Fault::Body(BodyFault::StaleVersion),
+            FaultKind::MaskMissingToken => Fault::Body(BodyFault::MaskMissingToken {
+                at: self.int("at")?.unwrap_or(AT),
+            }),
+            FaultKind::TwoElementLogprobs => Fault::Body(BodyFault::TwoElementLogprobs),
+            FaultKind::PhantomLogprob => Fault::Body(BodyFault::PhantomLogprob),
             FaultKind::TruncatedBody => Fault::Stream(StreamFault::TruncatedBody {
                 keep: self.int("keep")?,
             }),

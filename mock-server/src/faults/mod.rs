@@ -10,8 +10,8 @@ mod schedule;
 pub(crate) mod stream;
 
 pub use catalogue::{
-    BodyFault, EngineFault, FAULT_HEADER, Fault, FaultClass, FaultConfig, FaultConfigError,
-    FaultError, FaultKind, FaultRule, HttpFault, NonFinite, NumberLiteral, StreamFault,
-    StreamFilter,
+    BodyFault, Channel, EngineFault, FAULT_HEADER, Fault, FaultClass, FaultConfig,
+    FaultConfigError, FaultError, FaultKind, FaultRule, HttpFault, NonFinite, NumberLiteral,
+    StreamFault, StreamFilter,
 };
 pub(crate) use schedule::Faults;

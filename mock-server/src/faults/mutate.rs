@@ -2,6 +2,10 @@
 //! is encoded as usual, then the few bytes a fault changes are spliced (which is also how bare `NaN` and
 //! `Infinity` literals get into a body), found by a small scanner that knows where a JSON value ends.
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::Value;
+
 use super::catalogue::BodyFault;
 
 /// Apply a body fault to an encoded body: one object, or an array of objects (a batch).
@@ -68,8 +72,136 @@ pub(super) fn mutate_object(fault: &BodyFault, obj: &[u8]) -> Vec<u8> {
                 .unwrap_or(0);
             triple[1] = (if id == 0 { 1 } else { id - 1 }).to_string().into_bytes();
         }),
+        BodyFault::DropChannel { channel } => find_key(obj, 0, "meta_info").and_then(|meta| {
+            let mut out: Option<Vec<u8>> = None;
+            for key in channel.keys() {
+                let current = out.as_deref().unwrap_or(obj);
+                if let Some(edited) = remove_key(current, meta.value_start, key) {
+                    out = Some(edited);
+                }
+            }
+            out
+        }),
+        BodyFault::ShortRoutes { by } => edit_routes(obj, |rows, _| {
+            rows.truncate(rows.len().saturating_sub(*by as usize));
+        }),
+        BodyFault::ExtraRoute => edit_routes(obj, |rows, _| {
+            if let Some(last) = rows.last().cloned() {
+                rows.push(last);
+            }
+        }),
+        BodyFault::RetractRoutes => edit_routes(obj, |rows, _| {
+            rows.iter_mut().flatten().for_each(|e| *e ^= 1);
+        }),
+        BodyFault::SpansGap => edit_last_span(obj, |span| shift_start(span, 1)),
+        BodyFault::SpansOverlap => edit_meta(obj, "weight_versions", |spans| {
+            let spans = spans.as_array_mut()?;
+            let mut again = spans.last()?.clone();
+            let end = again["end"].as_i64().filter(|&end| end > 0)?;
+            again["start"] = Value::from(end - 1);
+            spans.push(again);
+            Some(())
+        }),
+        BodyFault::StaleVersion => edit_last_span(obj, |span| {
+            span["version"] = Value::from("stale");
+            true
+        }),
+        BodyFault::MaskMissingToken { at } => output_ids(obj).and_then(|ids| {
+            let i = (*at as usize).min(ids.len().checked_sub(1)?);
+            let token = ids[i];
+            edit_meta(obj, "output_token_sampling_mask", |masks| {
+                let row = masks.as_array_mut()?.get_mut(i)?.as_array_mut()?;
+                let before = row.len();
+                row.retain(|id| id.as_u64() != Some(token));
+                (row.len() != before).then_some(())
+            })
+        }),
+        BodyFault::TwoElementLogprobs => edit_triples(obj, |triples| {
+            triples.iter_mut().for_each(|t| t.truncate(2));
+            !triples.is_empty()
+        }),
+        BodyFault::PhantomLogprob => match output_ids(obj) {
+            Some(ids) if ids.is_empty() => edit_triples(obj, |triples| {
+                triples.push(vec![b"-0.5".to_vec(), b"0".to_vec(), b"null".to_vec()]);
+                true
+            }),
+            _ => None,
+        },
     };
     edited.unwrap_or_else(|| obj.to_vec())
+}
+
+/// The object's `output_ids`, when it has them.
+fn output_ids(obj: &[u8]) -> Option<Vec<u64>> {
+    let ids = find_key(obj, 0, "output_ids")?;
+    serde_json::from_slice(&obj[ids.value_start..ids.value_end]).ok()
+}
+
+/// Rewrites the value of `meta_info.<key>` through `edit`, parsed (channel faults are off the hot path);
+/// `None` when the key is absent or `edit` declines.
+fn edit_meta(
+    obj: &[u8],
+    key: &str,
+    edit: impl FnOnce(&mut Value) -> Option<()>,
+) -> Option<Vec<u8>> {
+    let meta = find_key(obj, 0, "meta_info")?;
+    let span = find_key(obj, meta.value_start, key)?;
+    let mut value: Value = serde_json::from_slice(&obj[span.value_start..span.value_end]).ok()?;
+    edit(&mut value)?;
+    let mut out = Vec::with_capacity(obj.len() + 16);
+    out.extend_from_slice(&obj[..span.value_start]);
+    out.extend_from_slice(&serde_json::to_vec(&value).ok()?);
+    out.extend_from_slice(&obj[span.value_end..]);
+    Some(out)
+}
+
+/// Rewrites `meta_info.routed_experts` as rows (counted from position 0: `prompt_tokens + output - 1`).
+fn edit_routes(obj: &[u8], edit: impl FnOnce(&mut Vec<Vec<i32>>, usize)) -> Option<Vec<u8>> {
+    let meta = find_key(obj, 0, "meta_info")?;
+    let prompt = find_key(obj, meta.value_start, "prompt_tokens")?;
+    let prompt: usize = std::str::from_utf8(&obj[prompt.value_start..prompt.value_end])
+        .ok()?
+        .parse()
+        .ok()?;
+    let positions = (prompt + output_ids(obj)?.len()).checked_sub(1)?;
+    edit_meta(obj, "routed_experts", |routes| {
+        let bytes = STANDARD.decode(routes.as_str()?).ok()?;
+        let values: Vec<i32> = bytes
+            .chunks_exact(4)
+            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let row_len = values.len().checked_div(positions).filter(|&n| n > 0)?;
+        let mut rows: Vec<Vec<i32>> = values.chunks(row_len).map(<[i32]>::to_vec).collect();
+        edit(&mut rows, row_len);
+        let bytes: Vec<u8> = rows
+            .iter()
+            .flatten()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        *routes = Value::from(STANDARD.encode(bytes));
+        Some(())
+    })
+}
+
+/// Rewrites the last span of `meta_info.weight_versions`.
+fn edit_last_span(obj: &[u8], edit: impl FnOnce(&mut Value) -> bool) -> Option<Vec<u8>> {
+    edit_meta(obj, "weight_versions", |spans| {
+        let last = spans.as_array_mut()?.last_mut()?;
+        edit(last).then_some(())
+    })
+}
+
+/// Moves a span's start by `by` tokens, keeping it inside the output.
+fn shift_start(span: &mut Value, by: i64) -> bool {
+    let (Some(start), Some(end)) = (span["start"].as_i64(), span["end"].as_i64()) else {
+        return false;
+    };
+    let moved = start + by;
+    if moved < 0 || moved > end {
+        return false;
+    }
+    span["start"] = Value::from(moved);
+    true
 }
 
 /// One `[logprob, token_id, text]` entry: each element's JSON bytes.

@@ -8,6 +8,8 @@
 //! | `short-logprobs` / `long-logprobs` | `by` entries fewer / more (the last repeated) in every per-token list |
 //! | `null-logprob`, `nan-logprob`, `positive-logprob`, `string-logprob` | the logprob at `at`, as on `/generate` |
 //! | `wrong-token-id` | the token text at `at` is another token's |
+//! | `drop-channel;channel=weight_versions`, `spans-gap`, `spans-overlap`, `stale-version` | the same on `metadata.weight_versions` |
+//! | the other channel faults, `two-element-logprobs`, `phantom-logprob` | none: the OpenAI answers carry no routes, masks or triples |
 
 use serde_json::{Value, json};
 
@@ -30,6 +32,44 @@ pub(crate) fn mutate(fault: &BodyFault, value: &mut Value) {
             obj.remove("metadata");
         }
         return;
+    }
+    if let Some(spans) = value
+        .get_mut("metadata")
+        .and_then(|m| m.get_mut("weight_versions"))
+    {
+        let last_start = |spans: &mut Value, by: i64| {
+            if let Some(span) = spans.as_array_mut().and_then(|s| s.last_mut())
+                && let Some(start) = span["start"].as_i64()
+                && (0..=span["end"].as_i64().unwrap_or(-1)).contains(&(start + by))
+            {
+                span["start"] = json!(start + by);
+            }
+        };
+        match fault {
+            BodyFault::SpansGap => last_start(spans, 1),
+            BodyFault::SpansOverlap => {
+                if let Some(list) = spans.as_array_mut()
+                    && let Some(mut again) = list.last().cloned()
+                    && let Some(end) = again["end"].as_i64().filter(|&end| end > 0)
+                {
+                    again["start"] = json!(end - 1);
+                    list.push(again);
+                }
+            }
+            BodyFault::StaleVersion => {
+                if let Some(span) = spans.as_array_mut().and_then(|s| s.last_mut()) {
+                    span["version"] = json!("stale");
+                }
+            }
+            _ => {}
+        }
+    }
+    if let BodyFault::DropChannel {
+        channel: crate::faults::Channel::WeightVersions,
+    } = fault
+        && let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut)
+    {
+        metadata.remove("weight_versions");
     }
     let Some(choices) = value.get_mut("choices").and_then(Value::as_array_mut) else {
         return;
@@ -55,6 +95,17 @@ pub(crate) fn mutate(fault: &BodyFault, value: &mut Value) {
                 set_logprob(logprobs, *at, |slot| json!(slot.to_string()));
             }
             BodyFault::WrongTokenId { at } => wrong_token(logprobs, *at),
+            // Handled on `metadata` above, or without an OpenAI counterpart.
+            BodyFault::DropChannel { .. }
+            | BodyFault::ShortRoutes { .. }
+            | BodyFault::ExtraRoute
+            | BodyFault::RetractRoutes
+            | BodyFault::SpansGap
+            | BodyFault::SpansOverlap
+            | BodyFault::StaleVersion
+            | BodyFault::MaskMissingToken { .. }
+            | BodyFault::TwoElementLogprobs
+            | BodyFault::PhantomLogprob => {}
         }
     }
 }
