@@ -32,23 +32,23 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/admin/stats", get(admin::stats))
         .route("/admin/reset", post(admin::reset))
         .route("/metrics", get(admin::metrics));
+    // The generating handlers read their bodies themselves; every other route and the 404 read them first
+    // (`read_whole_body`), so that no answer leaves a body unread.
+    let whole_body = || middleware::from_fn_with_state(state.clone(), extract::read_whole_body);
     let mut app = worker_routes(state.config(), get_or_post)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
             state.clone(),
             faults::http_faults,
         ))
+        .layer(whole_body())
         .merge(generating)
-        .merge(unfaulted)
+        .merge(unfaulted.layer(whole_body()))
         .method_not_allowed_fallback(method_not_allowed);
     if state.config().api_key.is_some() || state.config().admin_api_key.is_some() {
         app = app.layer(middleware::from_fn_with_state(state.clone(), api_key_auth));
     }
-    app.layer(middleware::from_fn_with_state(
-        state.clone(),
-        extract::read_whole_body,
-    ))
-    .with_state(state)
+    app.with_state(state)
 }
 
 /// The routes a router, a trainer or a health check calls besides generation, as each release's
@@ -198,10 +198,11 @@ async fn api_key_auth(State(state): State<AppState>, req: Request, next: Next) -
         Some(key) => header.is_some_and(|h| bearer_matches(version, h, key)),
     };
     if authorized {
-        next.run(req).await
-    } else {
-        ApiError::Unauthorized.into_response()
+        return next.run(req).await;
     }
+    // Refused before any handler reads the body: read it here (see `extract::read_whole_body`).
+    let _ = axum::body::to_bytes(req.into_body(), config.max_body_bytes).await;
+    ApiError::Unauthorized.into_response()
 }
 
 /// Whether an `Authorization` header carries `key`: `f"Bearer {api_key}"` exactly in 0.5.3; a scheme
