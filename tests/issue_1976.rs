@@ -115,6 +115,7 @@ fn parts(lens: &[usize], present: &[bool]) -> Vec<SampleParts> {
             rollout_log_probs: has.then(|| (0..len).map(|t| -0.1 * (t as f32 + 1.0)).collect()),
             group_index: Some(i / 2),
             rollout_id: Some(i as u64),
+            ..SampleParts::default()
         })
         .collect()
 }
@@ -140,13 +141,13 @@ proptest! {
         let p = parts(&lens, &present);
         let first_missing = present.iter().position(|h| !h).unwrap();
 
-        let required = BatchOptions { require_rollout_log_probs: true, grouping: Grouping::Single };
+        let required = BatchOptions { require_rollout_log_probs: true, grouping: Grouping::Single, ..BatchOptions::default() };
         prop_assert_eq!(
             Batch::new(&p, &required).unwrap_err(),
             BatchError::MissingRolloutLogProbs { sample: first_missing }
         );
 
-        let optional = BatchOptions { require_rollout_log_probs: false, grouping: Grouping::Single };
+        let optional = BatchOptions { require_rollout_log_probs: false, grouping: Grouping::Single, ..BatchOptions::default() };
         match present.iter().position(|&h| h != present[0]) {
             Some(sample) => prop_assert_eq!(
                 Batch::new(&p, &optional).unwrap_err(),
@@ -263,6 +264,7 @@ fn parts_from_slime_record(record: &serde_json::Value) -> SampleParts {
             .expect("logprobs or null"),
         group_index: None,
         rollout_id: record["rollout_id"].as_u64(),
+        ..SampleParts::default()
     }
 }
 

@@ -34,6 +34,27 @@ pub struct SampleParts {
     /// Id of the rollout execution; samples that share it are pooled by
     /// `Aggregation::SeqMeanTokenMean`. `None` means a fresh id.
     pub rollout_id: Option<u64>,
+    /// Per response token, the sampled token's logprob renormalised over the sampler's support (SGLang's
+    /// `output_token_sampling_logprobs`; 0 for untrained tokens): the behaviour policy's own probability under
+    /// top-k / top-p / min-p, which [`BehaviourLogProbs::SamplingMask`] puts in the ratio.
+    pub sampling_log_probs: Option<Vec<f32>>,
+    /// Rows of routed experts the sample carries (one per token it ran on), when it carries them.
+    pub routed_experts_rows: Option<usize>,
+    /// Response tokens whose weight version the sample knows (from `weight_versions` spans), when it knows any.
+    pub weight_versioned_tokens: Option<usize>,
+}
+
+/// Which logprob of the rollout engine is the behaviour policy's in the ratio (with `use_rollout_log_probs`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum BehaviourLogProbs {
+    /// `output_token_logprobs`: the logprob under the whole distribution at the sampling temperature.
+    #[default]
+    Rollout,
+    /// `output_token_sampling_logprobs`: renormalised over the sampler's support, the probability the token
+    /// was actually drawn with. Under top-p or top-k the whole-distribution logprob is lower by the log of the
+    /// kept mass, which the ratio would carry (TRL #7269); the trainer's current logprobs must then be computed
+    /// under the same support.
+    SamplingMask,
 }
 
 /// How samples form the groups over which rewards are normalised.
@@ -64,6 +85,12 @@ pub struct BatchOptions {
     pub require_rollout_log_probs: bool,
     /// How samples are grouped for reward normalisation.
     pub grouping: Grouping,
+    /// Which behaviour logprobs the batch's rollout column holds.
+    pub behaviour: BehaviourLogProbs,
+    /// Reject samples without routed experts covering their response (routing replay needs them).
+    pub require_routed_experts: bool,
+    /// Reject samples that do not know the weight version of every trained token.
+    pub require_weight_versions: bool,
 }
 
 impl BatchOptions {
@@ -72,6 +99,7 @@ impl BatchOptions {
         Self {
             require_rollout_log_probs: true,
             grouping: Grouping::Blocks(n),
+            ..Self::default()
         }
     }
 }
@@ -81,6 +109,9 @@ impl Default for BatchOptions {
         Self {
             require_rollout_log_probs: false,
             grouping: Grouping::Single,
+            behaviour: BehaviourLogProbs::Rollout,
+            require_routed_experts: false,
+            require_weight_versions: false,
         }
     }
 }
@@ -234,9 +265,37 @@ impl Batch {
     /// returned as a [`BatchError`] naming the sample.
     pub fn new(parts: &[SampleParts], options: &BatchOptions) -> Result<Self, BatchError> {
         let first = parts.first().ok_or(BatchError::Empty)?;
-        let mut columns = Columns::for_parts(parts, first.rollout_log_probs.is_some());
+        // The behaviour column: the rollout logprobs, or the ones renormalised over the sampling support,
+        // required on every sample.
+        let behaviour: Vec<SampleParts>;
+        let parts = match options.behaviour {
+            BehaviourLogProbs::Rollout => parts,
+            BehaviourLogProbs::SamplingMask => {
+                behaviour = parts
+                    .iter()
+                    .enumerate()
+                    .map(|(sample, p)| {
+                        let lp = p
+                            .sampling_log_probs
+                            .clone()
+                            .ok_or(BatchError::MissingSamplingLogProbs { sample })?;
+                        Ok(SampleParts {
+                            rollout_log_probs: Some(lp),
+                            ..p.clone()
+                        })
+                    })
+                    .collect::<Result<_, BatchError>>()?;
+                &behaviour
+            }
+        };
+        let mut columns = Columns::for_parts(
+            parts,
+            first.rollout_log_probs.is_some()
+                || options.behaviour == BehaviourLogProbs::SamplingMask,
+        );
         for (sample, p) in parts.iter().enumerate() {
             columns.push(sample, p, options.require_rollout_log_probs)?;
+            check_channels(sample, p, options)?;
         }
         let groups = group(parts, options.grouping)?;
         // Samples without a rollout id each get a pool of their own, as slime assigns fresh ids.
@@ -435,6 +494,42 @@ impl Columns {
             }),
         }
     }
+}
+
+/// The channels a batch requires: routed experts with a row for every response token's forward pass, a weight
+/// version for every trained token.
+fn check_channels(
+    sample: usize,
+    p: &SampleParts,
+    options: &BatchOptions,
+) -> Result<(), BatchError> {
+    if options.require_routed_experts {
+        match p.routed_experts_rows {
+            None => return Err(BatchError::MissingRoutedExperts { sample }),
+            Some(rows) if rows < p.response_length => {
+                return Err(BatchError::RoutedExpertsShort {
+                    sample,
+                    rows,
+                    response_length: p.response_length,
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    if options.require_weight_versions {
+        let trained = p.loss_mask.as_ref().map_or(p.response_length, |mask| {
+            mask.iter().filter(|&&m| m == 1).count()
+        });
+        let versioned = p.weight_versioned_tokens.unwrap_or(0);
+        if versioned < trained {
+            return Err(BatchError::MissingWeightVersions {
+                sample,
+                versioned,
+                trained,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// One rollout logprob per response token, each finite and `<= 0`.

@@ -33,6 +33,38 @@ pub enum BatchError {
         /// Index of the sample in the input.
         sample: usize,
     },
+    /// The batch takes its behaviour logprobs from the sampling masks and this sample has none.
+    #[error(
+        "sample {sample}: sampling_log_probs is missing but the batch takes its behaviour logprobs from the sampling masks"
+    )]
+    MissingSamplingLogProbs {
+        /// Index of the sample in the input.
+        sample: usize,
+    },
+    /// Routed experts are required and this sample has none.
+    #[error("sample {sample}: routed experts are missing but the batch requires them")]
+    MissingRoutedExperts {
+        /// Index of the sample in the input.
+        sample: usize,
+    },
+    /// The sample's routed experts cover fewer tokens than its response.
+    #[error("sample {sample}: {rows} rows of routed experts for {response_length} response tokens")]
+    RoutedExpertsShort {
+        /// Index of the sample in the input.
+        sample: usize,
+        rows: usize,
+        response_length: usize,
+    },
+    /// Weight versions are required and the sample does not know every trained token's.
+    #[error(
+        "sample {sample}: the weight version of {versioned} tokens is known, {trained} are trained"
+    )]
+    MissingWeightVersions {
+        /// Index of the sample in the input.
+        sample: usize,
+        versioned: usize,
+        trained: usize,
+    },
     /// Some samples carry rollout logprobs and others do not.
     #[error(
         "sample {sample}: rollout_log_probs is {} but sample {reference} {}; they must be present on all samples or on none",

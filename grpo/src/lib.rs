@@ -83,7 +83,7 @@ pub use advantage::{
     masked_whiten, normalize_rewards, rloo,
 };
 pub use aggregate::Aggregation;
-pub use batch::{Batch, BatchOptions, Grouping, Groups, Ragged, SampleParts};
+pub use batch::{Batch, BatchOptions, BehaviourLogProbs, Grouping, Groups, Ragged, SampleParts};
 pub use config::{Dispatch, KlLoss, PolicyLossConfig, PolicyLossKind, RatioLevel};
 pub use error::{BatchError, LossError};
 pub use input::LogProbs;

@@ -78,12 +78,14 @@ impl Case {
                     group_index: Some(i / n),
                     // Pools of two samples for seq-mean-token-mean.
                     rollout_id: Some((i / 2) as u64),
+                    ..SampleParts::default()
                 }
             })
             .collect();
         let options = BatchOptions {
             require_rollout_log_probs: true,
             grouping: grpo::Grouping::ByGroupIndex,
+            ..BatchOptions::default()
         };
         Case {
             batch: Batch::new(&parts, &options).expect("valid batch"),

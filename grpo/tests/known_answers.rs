@@ -1,10 +1,10 @@
 //! Known-answer vectors of section 6 (published upstream and computed), each row through `check`.
 
 use grpo::{
-    AdvantageConfig, Aggregation, Batch, BatchOptions, Convention, Estimator, Grouping,
-    KlEstimator, LogProbs, PolicyLossConfig, PolicyLossKind, RatioLevel, SampleParts, StdScale,
-    Tis, TisMode, cispo_loss, discounted_returns, kl, masked_whiten, nanstd, ppo_clip_loss,
-    tis_weight,
+    AdvantageConfig, Aggregation, Batch, BatchError, BatchOptions, BehaviourLogProbs, Convention,
+    Estimator, Grouping, KlEstimator, LogProbs, PolicyLossConfig, PolicyLossKind, RatioLevel,
+    SampleParts, StdScale, Tis, TisMode, cispo_loss, discounted_returns, kl, masked_whiten, nanstd,
+    ppo_clip_loss, tis_weight,
 };
 
 use crate::util::{reward_batch, sample};
@@ -605,6 +605,7 @@ fn reinforce_plus_plus_baseline_subtracts_the_kl_per_token() {
     let options = BatchOptions {
         require_rollout_log_probs: false,
         grouping: Grouping::Blocks(2),
+        ..BatchOptions::default()
     };
     let batch = Batch::new(&[sample(1.0, 2), sample(0.0, 3)], &options).expect("valid");
     let kl = [0.1f32, 0.2, 0.0, 0.4, 1.0];
@@ -688,4 +689,125 @@ fn ragged_arrays_hold_each_sample_in_order() {
 
     let batch = reward_batch(&[1.0, 0.0], Grouping::Single);
     assert_eq!((batch.len(), batch.is_empty()), (2, false));
+}
+
+/// The behaviour logprob in the ratio (TRL #7269). A token drawn under top-p or top-k has probability
+/// `p / kept` under the sampler, `p` under the whole distribution: SGLang's `output_token_logprobs` is
+/// `ln p`, its `output_token_sampling_logprobs` is `ln p - ln kept`. A trainer that computes its current
+/// logprobs under the same support (here equal to the behaviour's: the policy has not moved) sees ratio 1 and
+/// `ppo_kl` 0 with the renormalised behaviour; with the whole-distribution one every ratio carries `1 / kept`
+/// and `ppo_kl` the mean `ln kept`, by hand: `(ln 0.8 + ln 0.9) / 2 = -0.164252`.
+#[test]
+fn sampling_mask_behaviour_logprobs_take_the_kept_mass_out_of_the_ratio() {
+    let (kept, full) = ([0.8f64, 0.9], [-1.0f64, -0.5]);
+    let renormalised: Vec<f32> = full
+        .iter()
+        .zip(kept)
+        .map(|(lp, k)| (lp - k.ln()) as f32)
+        .collect();
+    let parts = [SampleParts {
+        rollout_log_probs: Some(full.iter().map(|&lp| lp as f32).collect()),
+        sampling_log_probs: Some(renormalised.clone()),
+        ..sample(1.0, 2)
+    }];
+    let current = LogProbs::new(&renormalised);
+    let config = PolicyLossConfig {
+        use_rollout_log_probs: true,
+        aggregation: Aggregation::TokenMean,
+        ..Default::default()
+    };
+    for (behaviour, ratios, ppo_kl) in [
+        (
+            BehaviourLogProbs::Rollout,
+            "[1.250000, 1.111111]",
+            -0.164252,
+        ),
+        (BehaviourLogProbs::SamplingMask, "[1.000000, 1.000000]", 0.0),
+    ] {
+        let options = BatchOptions {
+            behaviour,
+            ..BatchOptions::default()
+        };
+        let batch = Batch::new(&parts, &options).expect("valid batch");
+        let r = batch
+            .ratios(&current, true, RatioLevel::Token)
+            .expect("ratios");
+        check(&format!("{behaviour:?} ratios"), &f64s(r.values()), ratios);
+        let adv = batch.advantages(&AdvantageConfig::default());
+        let out = batch
+            .policy_loss(&adv, &current, &config)
+            .expect("the loss");
+        assert!(
+            (out.ppo_kl - ppo_kl).abs() < 1e-6,
+            "{behaviour:?}: ppo_kl {} vs {ppo_kl}",
+            out.ppo_kl
+        );
+    }
+    // A batch that takes its behaviour from the masks needs them on every sample.
+    let without = [sample(1.0, 2)];
+    let options = BatchOptions {
+        behaviour: BehaviourLogProbs::SamplingMask,
+        ..BatchOptions::default()
+    };
+    assert_eq!(
+        Batch::new(&without, &options).unwrap_err(),
+        BatchError::MissingSamplingLogProbs { sample: 0 }
+    );
+}
+
+/// A batch for routing replay requires routes covering every response token, and one for off-policy
+/// correction the weight version of every trained token; a sample short of either is named.
+#[test]
+fn a_batch_can_require_routes_and_weight_versions() {
+    let options = BatchOptions {
+        require_routed_experts: true,
+        require_weight_versions: true,
+        ..BatchOptions::default()
+    };
+    let ok = SampleParts {
+        routed_experts_rows: Some(3 + 4 - 1),
+        weight_versioned_tokens: Some(4),
+        ..sample(1.0, 4)
+    };
+    Batch::new(std::slice::from_ref(&ok), &options).expect("both carried");
+    for (bad, want) in [
+        (
+            SampleParts {
+                routed_experts_rows: None,
+                ..ok.clone()
+            },
+            BatchError::MissingRoutedExperts { sample: 1 },
+        ),
+        (
+            SampleParts {
+                routed_experts_rows: Some(3),
+                ..ok.clone()
+            },
+            BatchError::RoutedExpertsShort {
+                sample: 1,
+                rows: 3,
+                response_length: 4,
+            },
+        ),
+        (
+            SampleParts {
+                weight_versioned_tokens: Some(3),
+                ..ok.clone()
+            },
+            BatchError::MissingWeightVersions {
+                sample: 1,
+                versioned: 3,
+                trained: 4,
+            },
+        ),
+    ] {
+        assert_eq!(Batch::new(&[ok.clone(), bad], &options).unwrap_err(), want);
+    }
+    // Untrained tokens need no version.
+    let masked = SampleParts {
+        loss_mask: Some(vec![1, 1, 0, 0]),
+        weight_versioned_tokens: Some(2),
+        ..ok.clone()
+    };
+    Batch::new(&[masked], &options).expect("the trained tokens are versioned");
 }

@@ -28,6 +28,7 @@ fn sample_parts() -> impl Strategy<Value = SampleParts> {
                 rollout_log_probs: Some(lp),
                 group_index: None,
                 rollout_id,
+                ..SampleParts::default()
             })
     })
 }
@@ -401,7 +402,7 @@ proptest! {
                 Box::new(move |e| *e == BatchError::InvalidLossMask { sample, position: t, value: 3 })
             }
         };
-        let options = BatchOptions { require_rollout_log_probs: true, grouping: Grouping::Single };
+        let options = BatchOptions { require_rollout_log_probs: true, grouping: Grouping::Single, ..BatchOptions::default() };
         let err = Batch::new(&parts, &options).expect_err("must be rejected");
         prop_assert!(expected_matches(&err), "sample {sample}, {corruption:?}: got {err}");
         prop_assert!(err.to_string().starts_with(&format!("sample {sample}:")), "{err}");

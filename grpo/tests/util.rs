@@ -19,6 +19,7 @@ pub(crate) fn reward_batch(rewards: &[f64], grouping: Grouping) -> Batch {
         &BatchOptions {
             require_rollout_log_probs: false,
             grouping,
+            ..BatchOptions::default()
         },
     )
     .expect("valid batch")

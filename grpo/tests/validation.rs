@@ -1,8 +1,8 @@
 //! Batch validation and loss-input errors: each invalid input gives the right variant, sample and message.
 
 use grpo::{
-    AdvantageConfig, Batch, BatchError, BatchOptions, Grouping, LogProbs, LossError,
-    PolicyLossConfig, SampleParts, Tis,
+    AdvantageConfig, Batch, BatchError, BatchOptions, BehaviourLogProbs, Grouping, LogProbs,
+    LossError, PolicyLossConfig, SampleParts, Tis,
 };
 
 use crate::util::sample;
@@ -24,6 +24,9 @@ fn good() -> Vec<SampleParts> {
 const REQUIRED: BatchOptions = BatchOptions {
     require_rollout_log_probs: true,
     grouping: Grouping::Blocks(2),
+    behaviour: BehaviourLogProbs::Rollout,
+    require_routed_experts: false,
+    require_weight_versions: false,
 };
 
 /// Applies `edit` to a valid batch and checks the error and its message.

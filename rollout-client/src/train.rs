@@ -25,7 +25,8 @@ pub fn reward_value(reward: Option<&Reward>, key: Option<&str>) -> Option<f64> {
 }
 
 /// The grpo view of one sample: reward, lengths, mask (zeros if `remove_sample`), rollout
-/// logprobs (always present: a `Sample` cannot lack them), group index and rollout id.
+/// logprobs (always present: a `Sample` cannot lack them), group index and rollout id, and what the sample
+/// carries of the channels (sampling logprobs, routes rows, versioned tokens) for a batch that requires them.
 pub fn sample_parts(sample: &Sample, reward_key: Option<&str>) -> SampleParts {
     let loss_mask = if sample.remove_sample {
         vec![0; sample.response_length()]
@@ -39,6 +40,15 @@ pub fn sample_parts(sample: &Sample, reward_key: Option<&str>) -> SampleParts {
         rollout_log_probs: Some(sample.rollout_log_probs().to_vec()),
         group_index: sample.group_index,
         rollout_id: sample.rollout_id,
+        sampling_log_probs: sample.rollout_sampling_log_probs().map(<[f32]>::to_vec),
+        routed_experts_rows: sample.rollout_routed_experts().map(|r| r.rows()),
+        weight_versioned_tokens: Some(
+            sample
+                .weight_version_spans()
+                .iter()
+                .map(|span| span.end - span.start)
+                .sum(),
+        ),
     }
 }
 
@@ -50,6 +60,7 @@ pub fn slime_options(n_samples_per_prompt: usize, rollout_batch_size: usize) -> 
             n_samples_per_prompt,
             rollout_batch_size,
         },
+        ..BatchOptions::default()
     }
 }
 
