@@ -5,7 +5,7 @@
 # mutants/survivors.md.
 #
 #   mutants/run.sh                 every area
-#   mutants/run.sh decoding        one area: decoding, samples, grpo, model, openai
+#   mutants/run.sh decoding        one area: decoding, samples, grpo, model, openai, channels
 #   mutants/run.sh samples --shard 0/4 ...   extra arguments go to cargo mutants
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,8 +40,11 @@ run_area() {
         openai)
             files=('mock-server/src/http/openai/*.rs')
             packages=(mock-server) ;;
+        channels)
+            files=(rollout-client/src/channels.rs rollout-client/src/carried.rs)
+            packages=(rollout-client regression-tests) ;;
         *)
-            echo "unknown area $area (decoding, samples, grpo, model, openai)" >&2
+            echo "unknown area $area (decoding, samples, grpo, model, openai, channels)" >&2
             return 2 ;;
     esac
     local args=()
@@ -56,7 +59,7 @@ run_area() {
 
 if [ $# -eq 0 ]; then
     status=0
-    for area in decoding samples grpo model openai; do
+    for area in decoding samples grpo model openai channels; do
         run_area "$area" || status=1
     done
     exit $status

@@ -451,3 +451,449 @@ async fn an_incremental_stream_assembles_the_channels_of_every_frame() {
         assert_eq!(streamed.channels, whole.channels, "{mode:?}");
     }
 }
+
+/// The rows of decoded routes and of a sample's routes read back row by row, and a sample's masks count their
+/// tokens.
+#[test]
+fn routes_and_masks_read_back_row_by_row() {
+    let values: Vec<i32> = (0..4 * ROW as i32).collect();
+    let turn = parse_single(
+        &body(
+            json!({"prompt_tokens": 3, "routed_experts": routes_b64(&values),
+                   "output_token_logprobs": [[-0.5, 1, null], [-0.5, 2, null]],
+                   "output_token_sampling_mask": [[1], [2, 5]],
+                   "output_token_sampling_logprobs": [0.0, -0.1]}),
+            &[1, 2],
+        ),
+        Asked {
+            logprobs: true,
+            ..asked(true, true)
+        },
+    )
+    .expect("a valid turn");
+    let routes = turn.channels.routes.as_ref().expect("routes");
+    for i in 0..4 {
+        assert_eq!(routes.row(i), &values[i * ROW..(i + 1) * ROW], "row {i}");
+    }
+    let masks = turn.channels.masks.as_ref().expect("masks");
+    assert_eq!((masks.len(), masks.is_empty()), (2, false));
+    let mut sample = Sample::new("q", vec![5, 6, 7]);
+    sample.apply_turn(&turn).expect("fits");
+    let carried = sample.rollout_routed_experts().expect("routes");
+    for i in 0..4 {
+        assert_eq!(carried.row(i), routes.row(i), "row {i}");
+    }
+}
+
+/// A turn asked with `routed_experts_start_len` carries the rows from its start; the sample keeps its own rows
+/// before it (slime's splice). A start past the rows the sample has, or rows of another length, is refused.
+#[test]
+fn routes_from_a_start_are_spliced_after_the_samples_own_rows() {
+    let rows = |n: usize, value: i32| -> Vec<i32> { vec![value; n * ROW] };
+    let turn = |prompt: usize, output: &[u32], start: usize, values: &[i32]| {
+        let triples: Vec<Value> = output.iter().map(|&id| json!([-0.5, id, null])).collect();
+        let meta = json!({"prompt_tokens": prompt, "output_token_logprobs": triples,
+                          "routed_experts": routes_b64(values)});
+        let asked = Asked {
+            logprobs: true,
+            routed_experts: Some(RoutesAsked {
+                start,
+                row_len: None,
+            }),
+            sampling_mask: false,
+        };
+        parse_single(&body(meta, output), asked)
+    };
+    let mut sample = Sample::new("q", vec![5, 6, 7]);
+    sample
+        .apply_turn(&turn(3, &[1, 2], 0, &rows(4, 1)).expect("valid"))
+        .expect("fits");
+    // Prompt 5 (the sample's tokens), output 2, from position 3: rows 3..6.
+    let spliced = turn(5, &[3, 4], 3, &rows(3, 2)).expect("valid");
+    assert_eq!(spliced.channels.routes.as_ref().unwrap().rows(), 3);
+    let mut kept = sample.clone();
+    kept.apply_turn(&spliced).expect("fits");
+    let routes = kept.rollout_routed_experts().unwrap();
+    assert_eq!(routes.rows(), 6);
+    assert_eq!(routes.as_flat()[..3 * ROW], rows(3, 1)[..]);
+    assert_eq!(routes.as_flat()[3 * ROW..], rows(3, 2)[..]);
+    // A start past the four rows the sample has.
+    let mut over = sample.clone();
+    let beyond = turn(5, &[3, 4], 5, &rows(1, 2)).expect("valid");
+    assert_eq!(
+        over.apply_turn(&beyond).unwrap_err(),
+        SampleError::ChannelMisaligned {
+            channel: "routed_experts",
+            expected: 5,
+            got: 4
+        }
+    );
+    // Rows of another length than the sample's.
+    let other = turn(5, &[3, 4], 3, &[2; 3 * (ROW + 1)]).expect("valid");
+    assert_eq!(
+        over.apply_turn(&other).unwrap_err(),
+        SampleError::ChannelMisaligned {
+            channel: "routed_experts row length",
+            expected: ROW,
+            got: ROW + 1
+        }
+    );
+    assert_eq!(over, sample, "refused turns change nothing");
+}
+
+/// What a response may lack: an abort in the waiting queue never ran, so it has no channels and is no error;
+/// masks without their logprobs are; a sequence with no position for a row has empty routes, and values there
+/// are an error; a span that ends before it starts is refused.
+#[test]
+fn channels_of_aborts_empty_routes_and_backward_spans() {
+    let abort = |meta: Value| {
+        let mut meta = meta;
+        meta["id"] = json!("r");
+        meta["finish_reason"] = json!({"type": "abort", "message": "Abort in waiting queue"});
+        serde_json::to_vec(&json!({"text": "", "output_ids": [], "meta_info": meta})).unwrap()
+    };
+    let waiting =
+        parse_single(&abort(json!({})), asked(true, true)).expect("an abort that never ran");
+    assert_eq!(waiting.channels, Default::default());
+    // A sample with masks takes the empty abort.
+    let mut sample = Sample::new("q", vec![5, 6, 7]);
+    let masked = parse_single(
+        &body(
+            json!({"output_token_logprobs": [[-0.5, 1, null]],
+                   "output_token_sampling_mask": [[1]], "output_token_sampling_logprobs": [0.0]}),
+            &[1],
+        ),
+        Asked {
+            logprobs: true,
+            ..asked(false, true)
+        },
+    )
+    .expect("valid");
+    sample.apply_turn(&masked).expect("fits");
+    let empty_abort = parse_single(
+        &abort(json!({"output_token_logprobs": []})),
+        Asked {
+            logprobs: true,
+            ..asked(false, true)
+        },
+    )
+    .expect("an abort that never ran");
+    sample
+        .apply_turn(&empty_abort)
+        .expect("an empty turn needs no masks");
+
+    let err = parse_single(
+        &body(json!({"output_token_sampling_mask": [[1]]}), &[1]),
+        asked(false, true),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ResponseError::MissingChannel {
+                channel: "output_token_sampling_logprobs"
+            }
+        ),
+        "{err:?}"
+    );
+
+    // One prompt token and a start at 1: no position has a row.
+    let start_one = Asked {
+        routed_experts: Some(RoutesAsked {
+            start: 1,
+            row_len: Some(ROW),
+        }),
+        ..asked(true, false)
+    };
+    let none = parse_single(
+        &body(json!({"prompt_tokens": 1, "routed_experts": ""}), &[1]),
+        start_one,
+    )
+    .expect("no rows");
+    assert_eq!(none.channels.routes.unwrap().rows(), 0);
+    let (channel, _, problem) = bad_channel(parse_single(
+        &body(
+            json!({"prompt_tokens": 1, "routed_experts": routes_b64(&[1; ROW])}),
+            &[1],
+        ),
+        start_one,
+    ));
+    assert_eq!(channel, "routed_experts");
+    assert!(problem.contains("no position has a row"), "{problem}");
+
+    let (channel, position, _) = bad_channel(parse_single(
+        &body(
+            json!({"weight_version": "a", "weight_versions": [{"version": "a", "start": 0, "end": 2},
+                                                             {"version": "a", "start": 2, "end": 1}]}),
+            &[1, 2],
+        ),
+        false,
+    ));
+    assert_eq!((channel, position), ("weight_versions", Some(2)));
+}
+
+/// A JSONL record is held to the same alignment as a sample built turn by turn: routes short of the last
+/// generated token or past the tokens, supports that lack their token or sit on a tool's, offsets that do not
+/// rise, spans that overlap or leave the generated tokens are refused, naming the channel.
+#[test]
+fn a_record_with_misaligned_channels_is_refused() {
+    let rows = |n: usize| -> Vec<i32> { vec![3; n * ROW] };
+    let meta = json!({"prompt_tokens": 3, "weight_version": "v1",
+                      "output_token_logprobs": [[-0.5, 1, null], [-0.5, 2, null]],
+                      "routed_experts": routes_b64(&rows(4)),
+                      "output_token_sampling_mask": [[1, 7], [2]],
+                      "output_token_sampling_logprobs": [-0.2, 0.0]});
+    let turn = parse_single(
+        &body(meta, &[1, 2]),
+        Asked {
+            logprobs: true,
+            ..asked(true, true)
+        },
+    )
+    .expect("valid");
+    let mut sample = Sample::new("q", vec![5, 6, 7]);
+    sample.apply_turn(&turn).expect("fits");
+    sample.append_environment(&[9], "<tool>").expect("tool");
+    let (ids, offsets) = sample.rollout_top_p_tokens().expect("masks");
+    assert_eq!((ids, offsets), (&[1, 7, 2][..], &[0, 2, 3, 3][..]));
+    let spans: Vec<(usize, usize)> = sample
+        .weight_version_spans()
+        .iter()
+        .map(|s| (s.start, s.end))
+        .collect();
+    assert_eq!(
+        spans,
+        [(0, 2)],
+        "a turn without spans is its weight_version's"
+    );
+    let good: Value = serde_json::from_str(&sample.to_json().unwrap()).unwrap();
+    Sample::from_json(&good.to_string()).expect("the record itself is valid");
+    let refused = |edit: &dyn Fn(&mut Value), channel: &str| {
+        let mut record = good.clone();
+        edit(&mut record);
+        let err = Sample::from_json(&record.to_string()).expect_err(channel);
+        assert!(err.to_string().contains(channel), "{channel}: {err}");
+    };
+    let routes_rows = |n: usize| json!(vec![vec![3; ROW]; n]);
+    // Five tokens up to the last generated one need 4 rows; the six tokens hold at most 5.
+    refused(
+        &|r| r["rollout_routed_experts"] = routes_rows(3),
+        "has 3 rows where the tokens need 4",
+    );
+    refused(
+        &|r| r["rollout_routed_experts"] = routes_rows(6),
+        "has 6 rows where the tokens need 5",
+    );
+    refused(
+        &|r| r["rollout_top_p_token_offsets"] = json!([0, 2, 3]),
+        "output_token_sampling_mask",
+    );
+    refused(
+        &|r| r["rollout_top_p_token_offsets"] = json!([0, 3, 2, 3]),
+        "rollout_top_p_token_offsets",
+    );
+    refused(
+        &|r| r["rollout_top_p_token_offsets"] = json!([1, 2, 3, 3]),
+        "rollout_top_p_token_offsets",
+    );
+    refused(
+        &|r| r["rollout_top_p_token_ids"] = json!([1, 7, 2, 4]),
+        "rollout_top_p_token_offsets",
+    );
+    refused(
+        &|r| r["rollout_top_p_token_ids"] = json!([1, 7, 8]),
+        "rollout_top_p_token_ids",
+    );
+    refused(
+        &|r| {
+            r["rollout_top_p_token_ids"] = json!([1, 7, 2, 9]);
+            r["rollout_top_p_token_offsets"] = json!([0, 2, 3, 4]);
+        },
+        "rollout_top_p_token_ids",
+    );
+    refused(
+        &|r| r["rollout_sampling_log_probs"] = json!([-0.2, 0.0, -0.1]),
+        "rollout_top_p_token_ids",
+    );
+    refused(
+        &|r| r["weight_version_spans"] = json!([{"version": "v1", "start": 0, "end": 2}, {"version": "v2", "start": 1, "end": 2}]),
+        "weight_version_spans",
+    );
+    refused(
+        &|r| r["weight_version_spans"] = json!([{"version": "v1", "start": 0, "end": 3}]),
+        "weight_version_spans",
+    );
+    refused(
+        &|r| r["weight_version_spans"] = json!([{"version": "v1", "start": 1, "end": 1}]),
+        "weight_version_spans",
+    );
+}
+
+/// Tool output before the first masked turn gets empty supports; a generated turn without the masks the sample
+/// carries is refused, and an abort that never ran, with its weight version, adds neither a support nor a span.
+#[test]
+fn masks_begin_after_tool_output_and_every_later_turn_needs_them() {
+    let masked = |output: &[u32]| {
+        let triples: Vec<Value> = output.iter().map(|&id| json!([-0.5, id, null])).collect();
+        let supports: Vec<Value> = output.iter().map(|&id| json!([id])).collect();
+        let zeros = vec![0.0; output.len()];
+        let meta = json!({"output_token_logprobs": triples, "output_token_sampling_mask": supports,
+                          "output_token_sampling_logprobs": zeros});
+        parse_single(
+            &body(meta, output),
+            Asked {
+                logprobs: true,
+                ..asked(false, true)
+            },
+        )
+        .expect("valid")
+    };
+    let mut sample = Sample::new("q", vec![5, 6, 7]);
+    sample.append_environment(&[9, 9], "<tool>").expect("tool");
+    sample.apply_turn(&masked(&[1, 2])).expect("fits");
+    let (ids, offsets) = sample.rollout_top_p_tokens().expect("masks");
+    assert_eq!((ids, offsets), (&[1, 2][..], &[0, 0, 0, 1, 2][..]));
+    assert_eq!(sample.rollout_sampling_log_probs(), Some(&[0.0; 4][..]));
+    let plain = parse_single(
+        &body(json!({"output_token_logprobs": [[-0.5, 3, null]]}), &[3]),
+        true,
+    )
+    .expect("valid");
+    assert_eq!(
+        sample.clone().apply_turn(&plain).unwrap_err(),
+        SampleError::ChannelMissingInTurn {
+            channel: "output_token_sampling_mask"
+        }
+    );
+    let mut abort_body: Value = serde_json::from_slice(&body(
+        json!({"weight_version": "v2", "output_token_logprobs": []}),
+        &[],
+    ))
+    .unwrap();
+    abort_body["meta_info"]["finish_reason"] =
+        json!({"type": "abort", "message": "Abort in waiting queue"});
+    let abort = parse_single(
+        &serde_json::to_vec(&abort_body).unwrap(),
+        Asked {
+            logprobs: true,
+            ..asked(false, true)
+        },
+    )
+    .expect("an abort that never ran");
+    let before = sample.weight_version_spans().to_vec();
+    sample.apply_turn(&abort).expect("an empty turn");
+    assert_eq!(sample.weight_version_spans(), before);
+    assert_eq!(sample.rollout_top_p_tokens().unwrap().1.len(), 5);
+}
+
+/// The edges of carrying: a zero-length span (0.5.23's for an answer without tokens) and an answer without
+/// tokens whose routes start at the prompt's end (no rows) change nothing; a splice may start right after the
+/// sample's last row; spans of a later turn land at its offset; a masked turn after generated tokens without
+/// masks is refused; an answer without tokens has no mask rows.
+#[test]
+fn the_edges_of_carrying_channels() {
+    let turn = |prompt: usize, output: &[u32], extra: Value, asked: Asked| {
+        let triples: Vec<Value> = output.iter().map(|&id| json!([-0.5, id, null])).collect();
+        let mut meta = json!({"prompt_tokens": prompt, "output_token_logprobs": triples});
+        for (k, v) in extra.as_object().unwrap() {
+            meta[k] = v.clone();
+        }
+        parse_single(
+            &body(meta, output),
+            Asked {
+                logprobs: true,
+                ..asked
+            },
+        )
+        .expect("valid")
+    };
+    let routes_from = |start: usize| Asked {
+        routed_experts: Some(RoutesAsked {
+            start,
+            row_len: Some(ROW),
+        }),
+        ..asked(false, false)
+    };
+    let mut sample = Sample::new("q", vec![5, 6, 7]);
+    let first = turn(
+        3,
+        &[1, 2],
+        json!({"routed_experts": routes_b64(&[1; 4 * ROW])}),
+        routes_from(0),
+    );
+    sample.apply_turn(&first).expect("fits");
+    // No tokens, routes from the sample's end (position 4 of 5 tokens): no rows, the sample keeps its four.
+    let empty = turn(
+        5,
+        &[],
+        json!({"routed_experts": "",
+                                    "weight_versions": [{"version": "v", "start": 0, "end": 0}],
+                                    "weight_version": "v"}),
+        routes_from(4),
+    );
+    let mut kept = sample.clone();
+    kept.apply_turn(&empty).expect("an answer without tokens");
+    assert_eq!(kept.rollout_routed_experts().unwrap().rows(), 4);
+    assert!(kept.weight_version_spans().is_empty());
+    // An answer without tokens and without routes, in a sample that carries them.
+    let bare = turn(5, &[], json!({}), asked(false, false));
+    kept.apply_turn(&bare).expect("nothing to route");
+    // A splice right after the sample's four rows.
+    let next = turn(
+        5,
+        &[3, 4],
+        json!({"routed_experts": routes_b64(&[2; 2 * ROW])}),
+        routes_from(4),
+    );
+    kept.apply_turn(&next).expect("rows 4 and 5");
+    assert_eq!(kept.rollout_routed_experts().unwrap().rows(), 6);
+
+    // Spans of a later turn, at its offset.
+    let mut versioned = Sample::new("q", vec![5, 6, 7]);
+    versioned
+        .apply_turn(&turn(
+            3,
+            &[1, 2],
+            json!({"weight_version": "a"}),
+            asked(false, false),
+        ))
+        .unwrap();
+    versioned.append_environment(&[9], "<tool>").unwrap();
+    let two_spans = json!({"weight_version": "c", "weight_versions": [
+        {"version": "b", "start": 0, "end": 1}, {"version": "c", "start": 1, "end": 2}]});
+    versioned
+        .apply_turn(&turn(6, &[3, 4], two_spans, asked(false, false)))
+        .unwrap();
+    let spans: Vec<(&str, usize, usize)> = versioned
+        .weight_version_spans()
+        .iter()
+        .map(|s| (s.version.as_str(), s.start, s.end))
+        .collect();
+    assert_eq!(spans, [("a", 0, 2), ("b", 3, 4), ("c", 4, 5)]);
+
+    // Masks after generated tokens that had none.
+    let mut unmasked = Sample::new("q", vec![5, 6, 7]);
+    unmasked
+        .apply_turn(&turn(3, &[1], json!({}), asked(false, false)))
+        .unwrap();
+    let masked = turn(
+        4,
+        &[2],
+        json!({"output_token_sampling_mask": [[2]], "output_token_sampling_logprobs": [0.0]}),
+        asked(false, true),
+    );
+    assert_eq!(
+        unmasked.apply_turn(&masked).unwrap_err(),
+        SampleError::ChannelMissingInTurn {
+            channel: "output_token_sampling_mask"
+        }
+    );
+    let no_rows = turn(
+        4,
+        &[],
+        json!({"output_token_sampling_mask": [], "output_token_sampling_logprobs": []}),
+        asked(false, true),
+    );
+    let masks = no_rows.channels.masks.expect("masks");
+    assert!(masks.is_empty());
+}
