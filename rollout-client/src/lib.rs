@@ -6,10 +6,11 @@
 //!    behind it a serde visitor, fill the token ids and logprobs columns directly), and [`stream`]
 //!    reassembles SSE streams in every mode SGLang has used into the same shape.
 //! 2. [`Turn::from_response`] validates it: meta_info present, logprobs present when requested,
-//!    aligned with `output_ids` token for token, and finite and `<= 0`; anything else is a
-//!    [`ResponseError`] naming the field, index and value.
-//! 3. [`Sample::apply_turn`] appends it to a [`Sample`] whose length invariants are enforced by
-//!    construction, and [`rollout`] drives multi-turn, partial and group rollouts over a
+//!    aligned with `output_ids` token for token, and finite and `<= 0`, and every channel the request asked
+//!    for ([`channels`]: routed experts, weight-version spans, sampling masks) held to the tokens; anything
+//!    else is a [`ResponseError`] naming the field (or channel), index and value.
+//! 3. [`Sample::apply_turn`] appends it to a [`Sample`] whose length invariants (the channels' too) are
+//!    enforced by construction, and [`rollout`] drives multi-turn, partial and group rollouts over a
 //!    retrying, concurrency-limited [`Client`].
 //! 4. [`train`] hands the samples to `grpo` (rollout logprobs required), and [`multi_agent`] is slime's
 //!    multi-agent example.

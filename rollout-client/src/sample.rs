@@ -6,6 +6,9 @@
 //! `rollout_log_probs.len() == loss_mask.len() == response_length` hold after every call, and
 //! there is no `None` logprob list to forget (issue #1976).
 //!
+//! The channels beside the logprobs (routed experts, sampling supports, weight-version spans) grow only
+//! through [`Sample::apply_turn`] too, and are held to the tokens by the same invariants (`carried.rs`).
+//!
 //! A sample also records where its generated tokens are ([`GeneratedSpan`]s, one per generation turn) and
 //! how many of them a named policy masked, so every response token is accounted for: a generated token is
 //! trained (mask 1, with its logprob) unless a policy such as `--mask-offpolicy-in-partial-rollout` masked it,

@@ -897,3 +897,46 @@ fn the_edges_of_carrying_channels() {
     let masks = no_rows.channels.masks.expect("masks");
     assert!(masks.is_empty());
 }
+
+/// verl's phantom entry: with `max_new_tokens: 0` an answer has no output ids but one logprob entry
+/// (`phantom-logprob`). The client refuses it as misaligned instead of dropping the turn as verl does, so the
+/// caller learns the server broke the contract.
+#[tokio::test]
+async fn a_phantom_logprob_without_output_tokens_is_refused() {
+    let server = start(SglangVersion::V0_5_23).await;
+    let url = format!("http://{}", server.addr());
+    let request = GenerateRequest::from_ids(
+        vec![5, 6, 7],
+        SamplingParams {
+            max_new_tokens: Some(0),
+            ..SamplingParams::default()
+        },
+    );
+    let empty = client(&url).generate(&request).await.expect("no tokens");
+    assert!(empty.output_ids.is_empty());
+    let faulted = Client::builder(&url)
+        .header("X-Mock-Fault", "phantom-logprob")
+        .retry(RetryPolicy {
+            max_retries: 0,
+            ..RetryPolicy::default()
+        })
+        .build()
+        .expect("a client");
+    let err = faulted
+        .generate(&request)
+        .await
+        .expect_err("a phantom entry");
+    assert!(
+        matches!(
+            err,
+            ClientError::Response {
+                source: ResponseError::LengthMismatch {
+                    ids: 0,
+                    logprobs: 1
+                },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
