@@ -45,9 +45,11 @@ impl RoutedExperts {
         &self.data
     }
 
-    /// Row `i` (the routing of sequence position `i`).
+    /// Row `i` (the routing of sequence position `i`; empty past the last row).
     pub fn row(&self, i: usize) -> &[i32] {
-        &self.data[i * self.row_len..(i + 1) * self.row_len]
+        self.data
+            .get(i * self.row_len..(i + 1) * self.row_len)
+            .unwrap_or(&[])
     }
 }
 

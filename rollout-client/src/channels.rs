@@ -69,9 +69,11 @@ impl Routes {
         self.data.len().checked_div(self.row_len).unwrap_or(0)
     }
 
-    /// Row `i`.
+    /// Row `i` (empty past the last row).
     pub fn row(&self, i: usize) -> &[i32] {
-        &self.data[i * self.row_len..(i + 1) * self.row_len]
+        self.data
+            .get(i * self.row_len..(i + 1) * self.row_len)
+            .unwrap_or(&[])
     }
 }
 
@@ -98,9 +100,12 @@ impl Masks {
         self.logprobs.is_empty()
     }
 
-    /// Token `i`'s support.
+    /// Token `i`'s support (empty past the last token).
     pub fn support(&self, i: usize) -> &[u32] {
-        &self.ids[self.offsets[i] as usize..self.offsets[i + 1] as usize]
+        match (self.offsets.get(i), self.offsets.get(i + 1)) {
+            (Some(&start), Some(&end)) => self.ids.get(start as usize..end as usize).unwrap_or(&[]),
+            _ => &[],
+        }
     }
 }
 

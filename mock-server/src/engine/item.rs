@@ -127,22 +127,25 @@ impl MaskRows {
         self.ends.is_empty()
     }
 
-    /// The bounds of row `i` in the flat ids.
+    /// The bounds of row `i` in the flat ids (empty past the last row).
     fn bounds(&self, i: usize) -> std::ops::Range<usize> {
-        i.checked_sub(1).map_or(0, |j| self.ends[j])..self.ends[i]
+        let start = i.checked_sub(1).and_then(|j| self.ends.get(j)).copied();
+        let start = start.unwrap_or(0);
+        start..self.ends.get(i).copied().unwrap_or(start)
     }
 
-    /// The support ids of row `i`.
+    /// The support ids of row `i` (empty past the last row).
     pub fn ids(&self, i: usize) -> &[u32] {
-        &self.ids[self.bounds(i)]
+        self.ids.get(self.bounds(i)).unwrap_or(&[])
     }
 
-    /// The logprobs of row `i`: the selected token's alone, or one per support id.
+    /// The logprobs of row `i`: the selected token's alone, or one per support id (empty past the last row).
     pub fn logprobs(&self, i: usize, mode: SamplingLogprobsMode) -> &[f32] {
-        match mode {
-            SamplingLogprobsMode::Selected => &self.logprobs[i..=i],
-            SamplingLogprobsMode::Support => &self.logprobs[self.bounds(i)],
-        }
+        let range = match mode {
+            SamplingLogprobsMode::Selected => i..i + 1,
+            SamplingLogprobsMode::Support => self.bounds(i),
+        };
+        self.logprobs.get(range).unwrap_or(&[])
     }
 }
 

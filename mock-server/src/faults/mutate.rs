@@ -82,18 +82,18 @@ pub(super) fn mutate_object(fault: &BodyFault, obj: &[u8]) -> Vec<u8> {
             }
             out
         }),
-        BodyFault::ShortRoutes { by } => edit_routes(obj, |rows, _| {
+        BodyFault::ShortRoutes { by } => edit_routes(obj, |rows| {
             rows.truncate(rows.len().saturating_sub(*by as usize));
         }),
-        BodyFault::ExtraRoute => edit_routes(obj, |rows, _| {
+        BodyFault::ExtraRoute => edit_routes(obj, |rows| {
             if let Some(last) = rows.last().cloned() {
                 rows.push(last);
             }
         }),
-        BodyFault::RetractRoutes => edit_routes(obj, |rows, _| {
+        BodyFault::RetractRoutes => edit_routes(obj, |rows| {
             rows.iter_mut().flatten().for_each(|e| *e ^= 1);
         }),
-        BodyFault::SpansGap => edit_last_span(obj, |span| shift_start(span, 1)),
+        BodyFault::SpansGap => edit_last_span(obj, delay_start),
         BodyFault::SpansOverlap => edit_meta(obj, "weight_versions", |spans| {
             let spans = spans.as_array_mut()?;
             let mut again = spans.last()?.clone();
@@ -156,7 +156,7 @@ fn edit_meta(
 }
 
 /// Rewrites `meta_info.routed_experts` as rows (counted from position 0: `prompt_tokens + output - 1`).
-fn edit_routes(obj: &[u8], edit: impl FnOnce(&mut Vec<Vec<i32>>, usize)) -> Option<Vec<u8>> {
+fn edit_routes(obj: &[u8], edit: impl FnOnce(&mut Vec<Vec<i32>>)) -> Option<Vec<u8>> {
     let meta = find_key(obj, 0, "meta_info")?;
     let prompt = find_key(obj, meta.value_start, "prompt_tokens")?;
     let prompt: usize = std::str::from_utf8(&obj[prompt.value_start..prompt.value_end])
@@ -172,7 +172,7 @@ fn edit_routes(obj: &[u8], edit: impl FnOnce(&mut Vec<Vec<i32>>, usize)) -> Opti
             .collect();
         let row_len = values.len().checked_div(positions).filter(|&n| n > 0)?;
         let mut rows: Vec<Vec<i32>> = values.chunks(row_len).map(<[i32]>::to_vec).collect();
-        edit(&mut rows, row_len);
+        edit(&mut rows);
         let bytes: Vec<u8> = rows
             .iter()
             .flatten()
@@ -191,17 +191,15 @@ fn edit_last_span(obj: &[u8], edit: impl FnOnce(&mut Value) -> bool) -> Option<V
     })
 }
 
-/// Moves a span's start by `by` tokens, keeping it inside the output.
-fn shift_start(span: &mut Value, by: i64) -> bool {
-    let (Some(start), Some(end)) = (span["start"].as_i64(), span["end"].as_i64()) else {
-        return false;
-    };
-    let moved = start + by;
-    if moved < 0 || moved > end {
-        return false;
+/// Starts a span one token late, when it covers a token to start late on.
+fn delay_start(span: &mut Value) -> bool {
+    match (span["start"].as_i64(), span["end"].as_i64()) {
+        (Some(start), Some(end)) if start < end => {
+            span["start"] = Value::from(start + 1);
+            true
+        }
+        _ => false,
     }
-    span["start"] = Value::from(moved);
-    true
 }
 
 /// One `[logprob, token_id, text]` entry: each element's JSON bytes.

@@ -240,7 +240,8 @@ impl MaskFields<'_> {
             }
             match self.mode {
                 SamplingLogprobsMode::Selected => {
-                    write_f32(out, self.rows.logprobs(i, self.mode)[0]);
+                    let selected = self.rows.logprobs(i, self.mode).first().copied();
+                    write_f32(out, selected.unwrap_or(f32::NAN));
                 }
                 SamplingLogprobsMode::Support => {
                     out.push(b'[');
