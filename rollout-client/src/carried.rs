@@ -17,7 +17,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::channels::{Channels, VersionSpan};
+use crate::channels::{Channels, Masks, VersionSpan};
 use crate::error::SampleError;
 use crate::fields::GeneratedSpan;
 
@@ -78,14 +78,6 @@ impl From<RoutedExperts> for Vec<Vec<i32>> {
         }
         r.data.chunks(r.row_len).map(<[i32]>::to_vec).collect()
     }
-}
-
-/// The sampling masks of every response token so far.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct Masks {
-    pub(crate) ids: Vec<u32>,
-    pub(crate) offsets: Vec<u32>,
-    pub(crate) log_probs: Vec<f32>,
 }
 
 /// Everything a sample carries beside tokens, mask and logprobs.
@@ -183,14 +175,14 @@ impl Carried {
                     *masks = Some(Masks {
                         ids: Vec::new(),
                         offsets: vec![0; place.offset + 1],
-                        log_probs: vec![0.0; place.offset],
+                        logprobs: vec![0.0; place.offset],
                     });
                 }
                 if let Some(m) = masks {
                     let base = m.ids.len() as u32;
                     m.ids.extend_from_slice(&turn.ids);
                     m.offsets.extend(turn.offsets[1..].iter().map(|o| base + o));
-                    m.log_probs.extend_from_slice(&turn.logprobs);
+                    m.logprobs.extend_from_slice(&turn.logprobs);
                 }
             }
             (None, Some(_)) if generated => {
@@ -224,16 +216,6 @@ impl Carried {
         Ok(next)
     }
 
-    /// Environment tokens appended: empty supports, no routes (they were never a forward input of this
-    /// sample's generations) and no version.
-    pub(crate) fn after_environment(&mut self, tokens: usize) {
-        if let Some(m) = &mut self.masks {
-            let last = m.offsets.last().copied().unwrap_or(0);
-            m.offsets.extend(std::iter::repeat_n(last, tokens));
-            m.log_probs.extend(std::iter::repeat_n(0.0, tokens));
-        }
-    }
-
     /// The alignment of every channel with the sample's tokens and generated spans.
     pub(crate) fn check(
         &self,
@@ -253,11 +235,11 @@ impl Carried {
         }
         if let Some(m) = &self.masks {
             let n = response.len();
-            if m.offsets.len() != n + 1 || m.log_probs.len() != n {
+            if m.offsets.len() != n + 1 || m.logprobs.len() != n {
                 return Err(misaligned(
                     "output_token_sampling_mask",
                     n,
-                    m.log_probs.len(),
+                    m.logprobs.len(),
                 ));
             }
             if m.offsets[0] != 0
@@ -279,7 +261,7 @@ impl Carried {
                 let fits = if g {
                     support.contains(&response[i])
                 } else {
-                    support.is_empty() && m.log_probs[i] == 0.0
+                    support.is_empty() && m.logprobs[i] == 0.0
                 };
                 if !fits {
                     return Err(SampleError::ChannelInvalid {

@@ -31,7 +31,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use crate::carried::RoutedExperts;
-use crate::carried::{Carried, Masks, TurnPlace};
+use crate::carried::{Carried, TurnPlace};
+use crate::channels::Masks;
 pub use crate::channels::VersionSpan;
 use crate::error::SampleError;
 pub use crate::fields::{GeneratedSpan, PrefixCacheInfo, Prompt, Reward, SampleStatus, SpecInfo};
@@ -238,7 +239,6 @@ impl Sample {
     /// of a sample that carries routes or sampling masks come through [`Sample::apply_turn`], which brings
     /// theirs; here they would have none.
     pub fn append_response_tokens(&mut self, segment: Segment<'_>) -> Result<(), SampleError> {
-        let before = self.clone();
         match segment {
             Segment::Generated { tokens, .. } if !tokens.is_empty() => {
                 if self.rollout_routed_experts.is_some() {
@@ -254,18 +254,20 @@ impl Sample {
             }
             Segment::Generated { .. } => {}
             Segment::Environment { tokens } => {
-                let mut carried = self.carried();
-                carried.after_environment(tokens.len());
-                self.set_carried(carried);
+                // Environment tokens get empty supports; `push_segment` cannot refuse them.
+                if let (Some(offsets), Some(log_probs)) = (
+                    &mut self.rollout_top_p_token_offsets,
+                    &mut self.rollout_sampling_log_probs,
+                ) {
+                    let last = offsets.last().copied().unwrap_or(0);
+                    offsets.extend(std::iter::repeat_n(last, tokens.len()));
+                    log_probs.extend(std::iter::repeat_n(0.0, tokens.len()));
+                }
             }
         }
-        let grown = self
-            .push_segment(segment)
-            .and_then(|()| self.check_invariants());
-        if grown.is_err() {
-            *self = before;
-        }
-        grown
+        // `push_segment` refuses a generated segment before changing anything.
+        self.push_segment(segment)?;
+        self.check_invariants()
     }
 
     /// Appends a segment's tokens, mask and logprobs, checking the segment's own values; the caller checks the
@@ -327,10 +329,10 @@ impl Sample {
                 &self.rollout_top_p_token_offsets,
                 &self.rollout_sampling_log_probs,
             ) {
-                (Some(ids), Some(offsets), Some(log_probs)) => Some(Masks {
+                (Some(ids), Some(offsets), Some(logprobs)) => Some(Masks {
                     ids: ids.clone(),
                     offsets: offsets.clone(),
-                    log_probs: log_probs.clone(),
+                    logprobs: logprobs.clone(),
                 }),
                 _ => None,
             },
@@ -345,7 +347,7 @@ impl Sample {
             self.rollout_top_p_token_offsets,
             self.rollout_sampling_log_probs,
         ) = match carried.masks {
-            Some(m) => (Some(m.ids), Some(m.offsets), Some(m.log_probs)),
+            Some(m) => (Some(m.ids), Some(m.offsets), Some(m.logprobs)),
             None => (None, None, None),
         };
         self.weight_version_spans = carried.version_spans;
@@ -389,12 +391,9 @@ impl Sample {
                 weight_version: turn.meta_info.weight_version.clone(),
             },
         )?;
-        let before = self.clone();
-        let applied = self.append_turn(turn, carried);
-        if applied.is_err() {
-            *self = before;
-        }
-        applied
+        // Everything that can refuse the turn has been checked: its channels above, its tokens and logprobs by
+        // `push_segment` before it changes anything.
+        self.append_turn(turn, carried)
     }
 
     fn append_turn(&mut self, turn: &Turn, carried: Carried) -> Result<(), SampleError> {
