@@ -62,88 +62,111 @@ fn a_running_abort_keeps_the_partial_output_and_resumes() {
         0u64..1 << 40,
         any::<bool>(),
         any::<bool>(),
+        any::<bool>(),
     );
+    let updates = std::sync::atomic::AtomicUsize::new(0);
     runner(24)
-        .run(&strategy, |(prompt, after, max_new, seed, stream, mask)| {
-            let aborting = Client::builder(&mock.url)
-                .header("X-Mock-Fault", &format!("abort-running;after={after}"))
-                .retry(RetryPolicy {
-                    max_retries: 0,
-                    ..RetryPolicy::default()
-                })
-                .build()
-                .expect("client");
-            let cfg = config(max_new, seed, stream, mask);
-            let (full_ids, full_lps) = oracle_output(&mock, &prompt, max_new, seed);
-            let mut s = Sample::new("p", prompt.clone());
-            block_on(&rt, rollout::generate(&aborting, &mut s, &cfg))
-                .expect("an abort is an answer");
-            assert_aligned(&s);
-            let k = s.response_length();
-            if s.status != SampleStatus::Aborted {
-                // The generation ended before the abort point.
-                prop_assert!(after as usize >= full_ids.len(), "status {:?}", s.status);
-                prop_assert_eq!(s.response_tokens(), full_ids.as_slice());
-                return Ok(());
-            }
-            // The partial output is the oracle's generation cut after `after` tokens, logprobs kept.
-            let budget_at = |p: usize| max_new - p as u32;
-            assert_oracle_replay(
-                &mock.oracle,
-                &s,
-                &cfg.sampling_params,
-                Provenance::default(),
-                budget_at,
-            );
-            prop_assert_eq!(k, (after as usize).min(full_ids.len()));
-            prop_assert_eq!(s.response_tokens(), &full_ids[..k]);
-            prop_assert_eq!(s.rollout_log_probs(), &full_lps[..k]);
+        .run(
+            &strategy,
+            |(prompt, after, max_new, seed, stream, mask, update)| {
+                let aborting = Client::builder(&mock.url)
+                    .header("X-Mock-Fault", &format!("abort-running;after={after}"))
+                    .retry(RetryPolicy {
+                        max_retries: 0,
+                        ..RetryPolicy::default()
+                    })
+                    .build()
+                    .expect("client");
+                let cfg = config(max_new, seed, stream, mask);
+                let (full_ids, full_lps) = oracle_output(&mock, &prompt, max_new, seed);
+                let mut s = Sample::new("p", prompt.clone());
+                block_on(&rt, rollout::generate(&aborting, &mut s, &cfg))
+                    .expect("an abort is an answer");
+                assert_aligned(&s);
+                let k = s.response_length();
+                if s.status != SampleStatus::Aborted {
+                    // The generation ended before the abort point.
+                    prop_assert!(after as usize >= full_ids.len(), "status {:?}", s.status);
+                    prop_assert_eq!(s.response_tokens(), full_ids.as_slice());
+                    return Ok(());
+                }
+                // The partial output is the oracle's generation cut after `after` tokens, logprobs kept.
+                let budget_at = |p: usize| max_new - p as u32;
+                assert_oracle_replay(
+                    &mock.oracle,
+                    &s,
+                    &cfg.sampling_params,
+                    Provenance::default(),
+                    budget_at,
+                );
+                prop_assert_eq!(k, (after as usize).min(full_ids.len()));
+                prop_assert_eq!(s.response_tokens(), &full_ids[..k]);
+                prop_assert_eq!(s.rollout_log_probs(), &full_lps[..k]);
 
-            block_on(&rt, rollout::resume(&plain, &mut s, &cfg)).expect("resume");
-            assert_aligned(&s);
-            prop_assert!(matches!(
-                s.status,
-                SampleStatus::Completed | SampleStatus::Truncated
-            ));
-            let mut input = prompt.clone();
-            input.extend(&full_ids[..k]);
-            let (rest_ids, rest_lps) = oracle_output(&mock, &input, max_new - k as u32, seed);
-            prop_assert_eq!(&s.response_tokens()[..k], &full_ids[..k]);
-            prop_assert_eq!(&s.response_tokens()[k..], rest_ids.as_slice());
-            prop_assert_eq!(&s.rollout_log_probs()[..k], &full_lps[..k]);
-            prop_assert_eq!(&s.rollout_log_probs()[k..], rest_lps.as_slice());
-            let want_mask: Vec<u8> = (0..s.response_length())
-                .map(|i| u8::from(!(mask && i < k)))
-                .collect();
-            prop_assert_eq!(s.loss_mask(), want_mask.as_slice());
-            // The same through the replay of each generation: two spans, the first cut where it was aborted.
-            let provenance = Provenance {
-                environment_tokens: 0,
-                policy_masked_tokens: if mask { k } else { 0 },
-            };
-            assert_oracle_replay(
-                &mock.oracle,
-                &s,
-                &cfg.sampling_params,
-                provenance,
-                budget_at,
-            );
+                if update {
+                    // A training step between the abort and the resume: the resumed tokens come from a new version.
+                    let n = updates.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    block_on(&rt, update_weight_version(&mock.url, &format!("step-{n}")));
+                }
+                block_on(&rt, rollout::resume(&plain, &mut s, &cfg)).expect("resume");
+                assert_aligned(&s);
+                prop_assert!(matches!(
+                    s.status,
+                    SampleStatus::Completed | SampleStatus::Truncated
+                ));
+                let mut input = prompt.clone();
+                input.extend(&full_ids[..k]);
+                let (rest_ids, rest_lps) = oracle_output(&mock, &input, max_new - k as u32, seed);
+                prop_assert_eq!(&s.response_tokens()[..k], &full_ids[..k]);
+                prop_assert_eq!(&s.response_tokens()[k..], rest_ids.as_slice());
+                prop_assert_eq!(&s.rollout_log_probs()[..k], &full_lps[..k]);
+                prop_assert_eq!(&s.rollout_log_probs()[k..], rest_lps.as_slice());
+                // The prefix is masked when it is off-policy: asked to, and a weight update came between.
+                let off_policy = mask && update;
+                let want_mask: Vec<u8> = (0..s.response_length())
+                    .map(|i| u8::from(!(off_policy && i < k)))
+                    .collect();
+                prop_assert_eq!(s.loss_mask(), want_mask.as_slice());
+                // The same through the replay of each generation: two spans, the first cut where it was aborted.
+                let provenance = Provenance {
+                    environment_tokens: 0,
+                    policy_masked_tokens: if off_policy { k } else { 0 },
+                };
+                assert_oracle_replay(
+                    &mock.oracle,
+                    &s,
+                    &cfg.sampling_params,
+                    provenance,
+                    budget_at,
+                );
 
-            // The resumed sample is a valid GRPO input, masked prefix and all.
-            s.reward = Some(Reward::Scalar(1.0));
-            let mut batch = vec![s.clone(), s];
-            batch[1].reward = Some(Reward::Scalar(0.0));
-            let out = train::grpo_advantages(
-                &mut batch,
-                &train::slime_options(2, 1),
-                &grpo::AdvantageConfig::default(),
-                None,
-            )
-            .expect("grpo");
-            prop_assert!(out.loss.is_finite());
-            Ok(())
-        })
+                // The resumed sample is a valid GRPO input, masked prefix and all.
+                s.reward = Some(Reward::Scalar(1.0));
+                let mut batch = vec![s.clone(), s];
+                batch[1].reward = Some(Reward::Scalar(0.0));
+                let out = train::grpo_advantages(
+                    &mut batch,
+                    &train::slime_options(2, 1),
+                    &grpo::AdvantageConfig::default(),
+                    None,
+                )
+                .expect("grpo");
+                prop_assert!(out.loss.is_finite());
+                Ok(())
+            },
+        )
         .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// `/update_weight_version`, as a trainer does after a training step.
+async fn update_weight_version(url: &str, version: &str) {
+    let resp = reqwest::Client::new()
+        .post(format!("{url}/update_weight_version"))
+        .body(serde_json::json!({"new_version": version}).to_string())
+        .send()
+        .await
+        .expect("update");
+    assert!(resp.status().is_success(), "{}", resp.status());
 }
 
 /// A count of the mock's first rank in `/v1/loads`: `num_running_reqs` or `num_waiting_reqs`.
@@ -268,13 +291,7 @@ fn a_resume_after_a_weight_update_records_both_versions() {
             .expect("abort");
         assert_eq!((s.status, s.response_length()), (SampleStatus::Aborted, 3));
 
-        let resp = reqwest::Client::new()
-            .post(format!("{}/update_weight_version", mock.url))
-            .body(r#"{"new_version": "step-1", "abort_all_requests": true}"#)
-            .send()
-            .await
-            .expect("update");
-        assert!(resp.status().is_success(), "{}", resp.status());
+        update_weight_version(&mock.url, "step-1").await;
 
         rollout::resume(&plain, &mut s, &cfg).await.expect("resume");
         assert_eq!(s.weight_versions, ["default", "step-1"]);

@@ -83,8 +83,8 @@ pub struct RolloutArgs {
     #[arg(long, env = "ROLLOUT_CONCURRENCY", default_value_t = 64)]
     pub concurrency: usize,
 
-    /// When an aborted sample is resumed, stop training on the tokens it already had (slime's
-    /// --mask-offpolicy-in-partial-rollout).
+    /// When an aborted sample is resumed, stop training on the tokens an older weight version made (slime's
+    /// --mask-offpolicy-in-partial-rollout; by each token's version, or every earlier token without versions).
     #[arg(long, env = "ROLLOUT_MASK_OFFPOLICY")]
     pub mask_offpolicy_in_partial_rollout: bool,
 
@@ -184,8 +184,6 @@ pub enum CommandError {
          SGLang returns a sampling support only for a bounded top-k (got --top-k {top_k})"
     )]
     SamplingMaskTopK { top_k: i32 },
-    #[error("--sampling-mask and --routed-experts are not carried by --multi-agent")]
-    ChannelsWithMultiAgent,
     #[error("could not resume from {path}")]
     Resume {
         path: PathBuf,
@@ -311,9 +309,6 @@ pub async fn run_command(args: RolloutArgs) -> Result<Report, CommandError> {
 /// server (one `/abort_request` per rid in flight), and the report covers the groups that had finished,
 /// which the output already holds. Each group is appended to the output as it finishes.
 pub async fn run_command_until(args: RolloutArgs, stop: Stop) -> Result<Report, CommandError> {
-    if args.multi_agent && (args.sampling_mask || args.routed_experts) {
-        return Err(CommandError::ChannelsWithMultiAgent);
-    }
     if args.sampling_mask && args.temperature != 0.0 && args.top_k < 2 {
         return Err(CommandError::SamplingMaskTopK { top_k: args.top_k });
     }
@@ -408,6 +403,8 @@ fn run_config(args: &RolloutArgs, seed: Option<u64>) -> RunConfig {
         rollout_max_context_len: args.max_context_len,
         sampling_params: sampling_params.clone(),
         stream: args.stream,
+        return_routed_experts: args.routed_experts,
+        return_sampling_mask: args.sampling_mask,
         tokenizer: PromptTokenizer::Server,
         shuffle_seed: Some(seed.unwrap_or(0)),
         ..MultiAgentConfig::default()

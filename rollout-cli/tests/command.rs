@@ -216,7 +216,8 @@ fn a_bad_prompts_file_is_a_typed_error_with_the_line() {
 
 /// Aborted samples are resumed as a partial rollout: the first 8 streamed generations are aborted
 /// after 2 tokens, and every sample still ends completed or truncated, the resumed ones having
-/// run under two engine calls.
+/// run under two engine calls. No weight update came between abort and resume, so with
+/// `--mask-offpolicy-in-partial-rollout` their first tokens are on-policy and stay trained.
 #[tokio::test]
 async fn aborted_samples_are_resumed_by_the_run() {
     use mock_server::{Fault, FaultConfig, FaultRule, StreamFilter};
@@ -264,20 +265,18 @@ async fn aborted_samples_are_resumed_by_the_run() {
         ));
     }
     for s in resumed {
-        assert_eq!(
-            &s.loss_mask()[..2],
-            [0, 0],
-            "the off-policy prefix is masked"
-        );
-        assert_eq!(s.policy_masked_tokens(), 2);
+        let versions: Vec<&str> = s
+            .weight_version_spans()
+            .iter()
+            .map(|span| span.version.as_str())
+            .collect();
+        assert_eq!(versions, ["default", "default"]);
+        assert_eq!(&s.loss_mask()[..2], [1, 1], "one version: on-policy");
+        assert_eq!(s.policy_masked_tokens(), 0);
     }
-    // Those two tokens of each resumed sample are the only generated tokens not trained on.
     let summary = &out.summary;
-    assert_eq!(summary.policy_masked_tokens, 16);
-    assert_eq!(
-        summary.trained_tokens + summary.policy_masked_tokens,
-        summary.generated_tokens
-    );
+    assert_eq!(summary.policy_masked_tokens, 0);
+    assert_eq!(summary.trained_tokens, summary.generated_tokens);
 }
 
 #[tokio::test]
@@ -308,55 +307,63 @@ async fn url_mode_talks_to_any_server_without_scripts_or_seeds() {
     );
 }
 
-/// `--routed-experts` and `--sampling-mask` on the embedded mock: every sample in the JSONL carries routes with a
-/// row per token up to its last generated one (rows of the mock's 48 layers times 8 experts) and a support per
-/// response token holding that token, the summary counts them, and the samples read back with the channels.
-/// Without a bounded `--top-k` the mask request is refused before anything runs, as SGLang's scheduler would
-/// refuse every request.
+/// `--routed-experts` and `--sampling-mask` on the embedded mock, for groups and for the multi-agent system:
+/// every sample in the JSONL carries routes with a row per token up to its last generated one (rows of the mock's
+/// 48 layers times 8 experts) and a support per response token holding that token, the summary counts them, and
+/// the samples read back with the channels. Without a bounded `--top-k` the mask request is refused before
+/// anything runs, as SGLang's scheduler would refuse every request.
 #[tokio::test]
 async fn the_command_writes_routes_and_sampling_masks_checked() {
-    let output = temp_path("channels.jsonl");
-    let args = RolloutArgs::parse_from([
-        "rollout",
-        "--no-progress",
-        "--routed-experts",
-        "--sampling-mask",
-        "--top-k",
-        "20",
-        "-n",
-        "2",
-        "--max-new-tokens",
-        "24",
-        "--output",
-        output.to_str().unwrap(),
-    ]);
-    let report = command::run_command(args)
-        .await
-        .expect("a run with channels");
-    let s = &report.summary;
-    assert_eq!((s.routed_samples, s.masked_samples), (s.samples, s.samples));
-    let samples = read_jsonl(std::io::BufReader::new(
-        std::fs::File::open(&output).unwrap(),
-    ))
-    .expect("the samples read back");
-    assert_eq!(samples.len(), s.samples);
-    let rows: usize = samples
-        .iter()
-        .map(|sample| {
-            let routes = sample.rollout_routed_experts().expect("routes");
-            assert_eq!(routes.row_len(), 48 * 8);
-            assert_eq!(routes.rows(), sample.tokens().len() - 1);
-            let (ids, offsets) = sample.rollout_top_p_tokens().expect("masks");
-            for (i, token) in sample.response_tokens().iter().enumerate() {
-                let support = &ids[offsets[i] as usize..offsets[i + 1] as usize];
-                assert!(support.contains(token) && support.len() <= 20);
-            }
-            routes.rows()
-        })
-        .sum();
-    assert_eq!(rows, s.route_rows);
-    assert!(report.to_string().contains("checked"));
-    let _ = std::fs::remove_file(&output);
+    for mode in [&[][..], &["--multi-agent"][..]] {
+        let output = temp_path(&format!("channels{}.jsonl", mode.len()));
+        let mut argv = vec![
+            "rollout",
+            "--no-progress",
+            "--routed-experts",
+            "--sampling-mask",
+            "--top-k",
+            "20",
+            "-n",
+            "2",
+            "--max-new-tokens",
+            "24",
+            "--output",
+            output.to_str().unwrap(),
+        ];
+        argv.extend(mode);
+        let report = command::run_command(RolloutArgs::parse_from(argv))
+            .await
+            .expect("a run with channels");
+        let s = &report.summary;
+        assert!(s.samples > 0, "{mode:?}");
+        assert_eq!(
+            (s.routed_samples, s.masked_samples),
+            (s.samples, s.samples),
+            "{mode:?}"
+        );
+        let samples = read_jsonl(std::io::BufReader::new(
+            std::fs::File::open(&output).unwrap(),
+        ))
+        .expect("the samples read back");
+        assert_eq!(samples.len(), s.samples);
+        let rows: usize = samples
+            .iter()
+            .map(|sample| {
+                let routes = sample.rollout_routed_experts().expect("routes");
+                assert_eq!(routes.row_len(), 48 * 8);
+                assert_eq!(routes.rows(), sample.tokens().len() - 1);
+                let (ids, offsets) = sample.rollout_top_p_tokens().expect("masks");
+                for (i, token) in sample.response_tokens().iter().enumerate() {
+                    let support = &ids[offsets[i] as usize..offsets[i + 1] as usize];
+                    assert!(support.contains(token) && support.len() <= 20);
+                }
+                routes.rows()
+            })
+            .sum();
+        assert_eq!(rows, s.route_rows);
+        assert!(report.to_string().contains("checked"));
+        let _ = std::fs::remove_file(&output);
+    }
 
     let unbounded = RolloutArgs::parse_from(["rollout", "--no-progress", "--sampling-mask"]);
     let err = command::run_command(unbounded).await.unwrap_err();

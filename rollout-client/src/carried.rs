@@ -51,6 +51,11 @@ impl RoutedExperts {
             .get(i * self.row_len..(i + 1) * self.row_len)
             .unwrap_or(&[])
     }
+
+    /// Keeps at most the first `rows` rows.
+    pub(crate) fn keep_rows(&mut self, rows: usize) {
+        self.data.truncate(rows * self.row_len);
+    }
 }
 
 impl TryFrom<Vec<Vec<i32>>> for RoutedExperts {
@@ -113,13 +118,13 @@ fn misaligned(channel: &'static str, expected: usize, got: usize) -> SampleError
 impl Carried {
     /// The state after a generation turn with `channels` at `place`, or why the turn does not fit.
     pub(crate) fn after_turn(
-        &self,
+        self,
         channels: &Channels,
         place: &TurnPlace,
     ) -> Result<Carried, SampleError> {
-        let mut next = self.clone();
+        let mut next = self;
         let generated = place.output_ids > 0;
-        match (&channels.routes, &self.routes) {
+        match (&channels.routes, &next.routes) {
             (Some(turn), existing) => {
                 let mut data = Vec::new();
                 if turn.start > 0 {
@@ -215,7 +220,25 @@ impl Carried {
         }
         Ok(next)
     }
+}
 
+/// The channels of a sample, borrowed: what [`CarriedView::check`] holds to the tokens without copying them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CarriedView<'a> {
+    pub(crate) routes: Option<&'a RoutedExperts>,
+    pub(crate) masks: Option<MasksView<'a>>,
+    pub(crate) version_spans: &'a [VersionSpan],
+}
+
+/// [`Masks`], borrowed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MasksView<'a> {
+    pub(crate) ids: &'a [u32],
+    pub(crate) offsets: &'a [u32],
+    pub(crate) logprobs: &'a [f32],
+}
+
+impl CarriedView<'_> {
     /// The alignment of every channel with the sample's tokens and generated spans.
     pub(crate) fn check(
         &self,
@@ -277,7 +300,7 @@ impl Carried {
             }
         }
         let mut next = 0;
-        for span in &self.version_spans {
+        for span in self.version_spans {
             let inside = spans
                 .iter()
                 .any(|g| g.start <= span.start && span.end <= g.end());

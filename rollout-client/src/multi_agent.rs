@@ -14,14 +14,15 @@
 //! - Every emitted sample gets `rollout_id` = the input sample's `index`, and the list is shuffled.
 //!
 //! Unlike slime v0.3.0 (issue #1976), every emitted sample carries its rollout logprobs: the
-//! samples are built through [`Sample::apply_turn`], which cannot store tokens without them.
+//! samples are built through [`Sample::apply_turn`], which cannot store tokens without them, nor without the
+//! routes or sampling masks the config asks for.
 
 use futures_util::future::join_all;
 use serde_json::Value;
 
 use crate::client::Client;
 use crate::error::RolloutError;
-use crate::request::{GenerateRequest, IdsInput, SamplingParams};
+use crate::request::{GenerateRequest, SamplingParams};
 use crate::sample::{Prompt, Reward, Sample};
 use crate::tokenize::PromptTokenizer;
 
@@ -37,6 +38,11 @@ pub struct MultiAgentConfig {
     /// `max_new_tokens` must be set; it is capped per call by the context left.
     pub sampling_params: SamplingParams,
     pub stream: bool,
+    /// Ask every call for `meta_info.routed_experts`; each emitted sample then carries its routes.
+    pub return_routed_experts: bool,
+    /// Ask every call for the sampling masks (greedy sampling or a bounded `top_k`); each emitted sample then
+    /// carries its supports and renormalised logprobs.
+    pub return_sampling_mask: bool,
     pub tokenizer: PromptTokenizer,
     /// Seed of the final `random.shuffle`; `None` keeps the emission order.
     pub shuffle_seed: Option<u64>,
@@ -55,6 +61,8 @@ impl Default for MultiAgentConfig {
                 ..SamplingParams::default()
             },
             stream: false,
+            return_routed_experts: false,
+            return_sampling_mask: false,
             tokenizer: PromptTokenizer::Server,
             shuffle_seed: None,
         }
@@ -239,14 +247,14 @@ pub async fn generate_response(
         sample.metadata.insert("sampling_seed".into(), seed.into());
     }
     let req = GenerateRequest {
-        input_ids: Some(IdsInput::One(sample.tokens().to_vec())),
-        sampling_params: params,
-        return_logprob: true,
         stream: config.stream,
-        ..GenerateRequest::default()
+        return_routed_experts: config.return_routed_experts,
+        return_sampling_mask: config.return_sampling_mask,
+        ..GenerateRequest::from_ids(sample.tokens().to_vec(), params)
     };
     let turn = client.generate(&req).await?;
-    // Tokens, logprobs, text and the status (length, stop, and abort as at HEAD) in one checked step.
+    // Tokens, logprobs, every channel asked for, text and the status (length, stop, and abort as at HEAD) in one
+    // checked step.
     sample.apply_turn(&turn)?;
     let content = match split_think(&sample.response) {
         Some((reason, response)) => {

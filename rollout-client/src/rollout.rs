@@ -10,7 +10,7 @@ use futures_util::future::try_join_all;
 
 use crate::client::Client;
 use crate::error::RolloutError;
-use crate::request::{GenerateRequest, IdsInput, SamplingParams};
+use crate::request::{GenerateRequest, SamplingParams};
 use crate::sample::{Sample, SampleStatus};
 
 /// Settings shared by every generation of a rollout.
@@ -18,8 +18,9 @@ use crate::sample::{Sample, SampleStatus};
 pub struct RolloutConfig {
     /// `max_new_tokens` here is the budget for the whole response, across turns.
     pub sampling_params: SamplingParams,
-    /// slime's `--mask-offpolicy-in-partial-rollout`: when resuming an aborted sample, the tokens
-    /// it already has get loss mask 0.
+    /// slime's `--mask-offpolicy-in-partial-rollout`: once an aborted sample is resumed, the tokens an older
+    /// weight version made get loss mask 0 ([`Sample::mask_offpolicy`]); without versions, every token it had
+    /// before the resume, as in slime.
     pub mask_offpolicy_in_partial_rollout: bool,
     /// Stream each turn; the result is the same turn a non-stream call gives.
     pub stream: bool,
@@ -46,13 +47,10 @@ pub fn next_request(sample: &Sample, config: &RolloutConfig) -> Option<GenerateR
         params.max_new_tokens = Some(left as u32);
     }
     Some(GenerateRequest {
-        input_ids: Some(IdsInput::One(sample.tokens().to_vec())),
-        sampling_params: params,
-        return_logprob: true,
         stream: config.stream,
         return_routed_experts: config.return_routed_experts,
         return_sampling_mask: config.return_sampling_mask,
-        ..GenerateRequest::default()
+        ..GenerateRequest::from_ids(sample.tokens().to_vec(), params)
     })
 }
 
@@ -79,16 +77,19 @@ pub async fn generate(
 }
 
 /// Resumes a sample that a previous rollout aborted, keeping its partial tokens and logprobs.
-/// With `mask_offpolicy_in_partial_rollout`, those earlier tokens stop being trained on.
+/// With `mask_offpolicy_in_partial_rollout`, the tokens an older weight version made stop being trained on once
+/// the resumed turn is in (the turn's spans say which version made its tokens); a refused turn masks nothing.
 pub async fn resume(
     client: &Client,
     sample: &mut Sample,
     config: &RolloutConfig,
 ) -> Result<(), RolloutError> {
-    if config.mask_offpolicy_in_partial_rollout && sample.response_length() > 0 {
-        sample.mask_offpolicy_prefix();
+    let resumed_at = sample.response_length();
+    generate(client, sample, config).await?;
+    if config.mask_offpolicy_in_partial_rollout && resumed_at > 0 {
+        sample.mask_offpolicy(resumed_at);
     }
-    generate(client, sample, config).await
+    Ok(())
 }
 
 /// Output of an environment (tool call result, user turn) to splice into a multi-turn sample.

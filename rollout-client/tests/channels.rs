@@ -940,3 +940,185 @@ async fn a_phantom_logprob_without_output_tokens_is_refused() {
         "{err:?}"
     );
 }
+
+/// A generation turn of `output` tokens labelled with weight version `version` (none: a server that sends no
+/// `weight_version`), finished as `finish`.
+fn versioned_turn(prompt: usize, output: &[u32], version: Option<&str>, finish: &str) -> Turn {
+    let triples: Vec<Value> = output.iter().map(|&id| json!([-0.25, id, null])).collect();
+    let mut meta = json!({"prompt_tokens": prompt, "output_token_logprobs": triples});
+    if let Some(v) = version {
+        meta["weight_version"] = json!(v);
+    }
+    let mut body: Value = serde_json::from_slice(&body(meta, output)).expect("JSON");
+    body["meta_info"]["finish_reason"] = match finish {
+        "abort" => json!({"type": "abort", "message": "Abort before update_weights"}),
+        other => json!({"type": other}),
+    };
+    parse_single(&serde_json::to_vec(&body).unwrap(), true).expect("a valid turn")
+}
+
+/// `--mask-offpolicy-in-partial-rollout` by each token's version (slime PR #2092: requeued aborted groups mixed
+/// tokens of weight versions 2, 4 and 6 in one sample, all trained): after every resume only the tokens of the
+/// newest version stay trained. A resume under the version the sample already had masks nothing, and without
+/// versions the tokens before the resume are masked, as slime does.
+#[test]
+fn offpolicy_masking_follows_each_tokens_weight_version() {
+    let resume = |versions: [Option<&str>; 3]| {
+        let mut s = Sample::new("q", vec![5, 6, 7]);
+        s.apply_turn(&versioned_turn(3, &[1, 2, 3], versions[0], "abort"))
+            .expect("turn 1");
+        let resumed_at = s.response_length();
+        s.apply_turn(&versioned_turn(6, &[4, 5], versions[1], "abort"))
+            .expect("turn 2");
+        s.mask_offpolicy(resumed_at);
+        let resumed_at = s.response_length();
+        s.apply_turn(&versioned_turn(8, &[6, 7], versions[2], "stop"))
+            .expect("turn 3");
+        s.mask_offpolicy(resumed_at);
+        // Masking twice changes nothing more.
+        s.mask_offpolicy(resumed_at);
+        let again = Sample::from_json(&s.to_json().unwrap()).expect("a valid sample");
+        assert_eq!(again, s);
+        (s.loss_mask().to_vec(), s.policy_masked_tokens())
+    };
+    assert_eq!(
+        resume([Some("2"), Some("4"), Some("6")]),
+        (vec![0, 0, 0, 0, 0, 1, 1], 5)
+    );
+    assert_eq!(
+        resume([Some("2"), Some("6"), Some("6")]),
+        (vec![0, 0, 0, 1, 1, 1, 1], 3)
+    );
+    assert_eq!(
+        resume([Some("6"), Some("6"), Some("6")]),
+        (vec![1; 7], 0),
+        "one version throughout is on-policy"
+    );
+    assert_eq!(
+        resume([None, None, None]),
+        (vec![0, 0, 0, 0, 0, 1, 1], 5),
+        "without versions, everything before the last resume"
+    );
+    // A sample with environment tokens: they stay untrained and are not counted as masked.
+    let mut s = Sample::new("q", vec![5]);
+    s.apply_turn(&versioned_turn(1, &[1, 2], Some("a"), "stop"))
+        .expect("turn 1");
+    s.append_environment(&[9], "").expect("tool");
+    let resumed_at = s.response_length();
+    s.apply_turn(&versioned_turn(4, &[3], Some("b"), "stop"))
+        .expect("turn 2");
+    s.mask_offpolicy(resumed_at);
+    assert_eq!(
+        (s.loss_mask(), s.policy_masked_tokens()),
+        (&[0, 0, 0, 1][..], 2)
+    );
+}
+
+/// The fields a truncation must cut together, as one comparable value (the text and the server's counters
+/// aside).
+fn per_token_channels(s: &Sample) -> Value {
+    json!({
+        "tokens": s.tokens(),
+        "loss_mask": s.loss_mask(),
+        "rollout_log_probs": s.rollout_log_probs(),
+        "generated_spans": s.generated_spans(),
+        "policy_masked_tokens": s.policy_masked_tokens(),
+        "rollout_top_p_tokens": s.rollout_top_p_tokens(),
+        "rollout_sampling_log_probs": s.rollout_sampling_log_probs(),
+        "weight_version_spans": s.weight_version_spans(),
+    })
+}
+
+/// A sample of the prompt `[5, 6, 7]`: a generation of `first` tokens, `tool` tokens of tool output, a
+/// generation of `second` tokens (each part left out when 0), against `c`.
+async fn rollout(c: &Client, first: u32, tool: usize, second: u32) -> Sample {
+    let mut s = Sample::new("q", vec![5, 6, 7]);
+    for (part, max_new) in [(0, first), (1, 0), (2, second)] {
+        if part == 1 && tool > 0 {
+            s.append_environment(&[9, 9][..tool], "<tool>")
+                .expect("tool");
+        }
+        if max_new > 0 {
+            let mut req = request(s.tokens(), false);
+            req.sampling_params.max_new_tokens = Some(max_new);
+            let turn = c.generate(&req).await.expect("a turn");
+            s.apply_turn(&turn).expect("the turn fits");
+        }
+    }
+    s
+}
+
+/// miles #861 (fixed in PR #893): truncating a sample cut its tokens, logprobs and loss mask but not
+/// `rollout_routed_experts`, so `len(tokens) - 1 != routes.shape[0]`. Cutting a multi-turn sample (generate 5,
+/// tool 2, generate 5, against 0.5.23 with routes and masks) to `keep` response tokens gives, channel for
+/// channel, the sample the same rollout would have built had its budget ended there: the server's own answers
+/// to the shorter requests, not a slice computed here. The routes keep `len(tokens) - 1` rows, as miles' fix
+/// does: where the cut ends in tool output, that is more than the shorter rollout had, since the second turn's
+/// prefill routed the tool tokens too.
+#[tokio::test]
+async fn truncating_a_sample_cuts_every_channel_as_a_shorter_rollout_would() {
+    let server = start(SglangVersion::V0_5_23).await;
+    let c = client(&format!("http://{}", server.addr()));
+    let full = rollout(&c, 5, 2, 5).await;
+    assert_eq!(full.response_length(), 12);
+    for keep in 1..12 {
+        let mut cut = full.clone();
+        cut.truncate_response(keep, |ids| format!("{ids:?}"));
+        let (first, tool, second) = match keep {
+            1..=5 => (keep as u32, 0, 0),
+            6..=7 => (5, keep - 5, 0),
+            _ => (5, 2, keep as u32 - 7),
+        };
+        let shorter = rollout(&c, first, tool, second).await;
+        assert_eq!(
+            per_token_channels(&cut),
+            per_token_channels(&shorter),
+            "keep {keep}"
+        );
+        let routes = cut.rollout_routed_experts().expect("routes");
+        assert_eq!(routes.rows(), cut.tokens().len() - 1, "keep {keep}");
+        let full_routes = full.rollout_routed_experts().expect("routes");
+        assert_eq!(
+            routes.as_flat(),
+            &full_routes.as_flat()[..routes.rows() * ROW],
+            "keep {keep}"
+        );
+        if tool == 0 || second > 0 {
+            assert_eq!(
+                Some(routes),
+                shorter.rollout_routed_experts(),
+                "keep {keep}"
+            );
+        }
+        assert_eq!(cut.response, format!("{:?}", cut.response_tokens()));
+        assert_eq!(cut.status, rollout_client::SampleStatus::Truncated);
+        // The cut sample is as valid as one built turn by turn: its JSONL record reads back.
+        assert_eq!(
+            Sample::from_json(&cut.to_json().unwrap()).expect("valid"),
+            cut
+        );
+    }
+    // Cut to nothing, the sample keeps the prompt's rows and empty supports: a sample that asked for the
+    // channels still has them.
+    let mut none = full.clone();
+    none.truncate_response(0, |_| String::new());
+    assert_eq!(none.tokens(), [5, 6, 7]);
+    assert!(none.generated_spans().is_empty() && none.weight_version_spans().is_empty());
+    let routes = none.rollout_routed_experts().expect("routes");
+    assert_eq!(
+        routes.as_flat(),
+        &full.rollout_routed_experts().unwrap().as_flat()[..2 * ROW]
+    );
+    assert_eq!(none.rollout_top_p_tokens(), Some((&[][..], &[0][..])));
+    assert_eq!(
+        Sample::from_json(&none.to_json().unwrap()).expect("valid"),
+        none
+    );
+
+    let mut same = full.clone();
+    same.truncate_response(12, |_| unreachable!("nothing to cut"));
+    assert_eq!(
+        same, full,
+        "a response no longer than the budget is left as it is"
+    );
+}
