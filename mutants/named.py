@@ -49,8 +49,8 @@ MUTANTS = [
     Mutant(
         "multi-agent requests without return_logprob",
         "rollout-client/src/multi_agent.rs",
-        "        return_logprob: true,",
-        "        return_logprob: false,",
+        "        ..GenerateRequest::from_ids(sample.tokens().to_vec(), params)",
+        "        return_logprob: false,\n        ..GenerateRequest::from_ids(sample.tokens().to_vec(), params)",
         [("regression-tests", "regression", "agents::every_branch_of_the_reward_shaping_with_oracle_logprobs")],
     ),
     Mutant(
@@ -87,14 +87,41 @@ MUTANTS = [
         "rollout-client/src/carried.rs",
         "                let mut data = Vec::new();",
         "                let mut data = existing.as_ref().map_or(Vec::new(), |e| e.as_flat().to_vec());",
-        [("rollout-client", "tests", "channels::a_multi_turn_sample_carries_every_channel_aligned")],
+        [
+            ("rollout-client", "tests", "channels::a_multi_turn_sample_carries_every_channel_aligned"),
+            ("regression-tests", "regression", "rollouts::random_rollouts_reach_grpo_aligned_and_equal_to_the_oracle"),
+        ],
     ),
     Mutant(
-        "routes not counted against the tokens (miles #861)",
+        "routes cut shorter than the tokens accepted (miles #861's shape)",
         "rollout-client/src/channels.rs",
         "if !data.len().is_multiple_of(rows) || data.is_empty() {",
         "if data.is_empty() {",
         [("rollout-client", "tests", "channels::malformed_routes_name_the_channel_and_what_is_wrong")],
+    ),
+    Mutant(
+        "a truncation that cuts the tokens but not the routes (miles #861)",
+        "rollout-client/src/sample.rs",
+        "routes.keep_rows(self.tokens.len().saturating_sub(1));",
+        "let _ = &routes;",
+        [("rollout-client", "tests", "channels::truncating_a_sample_cuts_every_channel_as_a_shorter_rollout_would")],
+    ),
+    Mutant(
+        "multi-agent calls that do not ask for the routes (miles #407 in the multi-agent path)",
+        "rollout-client/src/multi_agent.rs",
+        "        return_routed_experts: config.return_routed_experts,",
+        "        return_routed_experts: false,",
+        [("rollout-cli", "tests", "command::the_command_writes_routes_and_sampling_masks_checked")],
+    ),
+    Mutant(
+        "tokens of older weight versions left trained after a resume (slime PR #2092)",
+        "rollout-client/src/sample.rs",
+        "                    .filter(|s| s.version != newest)",
+        "                    .filter(|_| false)",
+        [
+            ("rollout-client", "tests", "channels::offpolicy_masking_follows_each_tokens_weight_version"),
+            ("regression-tests", "regression", "aborts::a_running_abort_keeps_the_partial_output_and_resumes"),
+        ],
     ),
     Mutant(
         "a turn without the routes its sample carries accepted (miles #407)",

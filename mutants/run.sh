@@ -5,7 +5,7 @@
 # mutants/survivors.md.
 #
 #   mutants/run.sh                 every area
-#   mutants/run.sh decoding        one area: decoding, samples, grpo, model, openai, channels
+#   mutants/run.sh decoding        one area: decoding, samples, grpo, model, openai, channels, server-channels
 #   mutants/run.sh samples --shard 0/4 ...   extra arguments go to cargo mutants
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +20,7 @@ fi
 run_area() {
     local area=$1
     shift
-    local files=() packages=()
+    local files=() packages=() extra=()
     case "$area" in
         decoding)
             files=(rollout-client/src/wire.rs rollout-client/src/fast.rs rollout-client/src/visitor.rs
@@ -43,13 +43,24 @@ run_area() {
         channels)
             files=(rollout-client/src/channels.rs rollout-client/src/carried.rs)
             packages=(rollout-client regression-tests) ;;
+        server-channels)
+            # The server's side of the channels (the router, the sampling supports, their refusals and their
+            # wire form) is spread over many files, so this area mutates the lines of these files changed since
+            # the commit before the channels began.
+            files=(mock-server/src/model/router.rs mock-server/src/model/dist.rs mock-server/src/engine/item.rs
+                mock-server/src/engine/plan.rs mock-server/src/wire/meta.rs mock-server/src/wire/json.rs)
+            mkdir -p target
+            git diff ccfb6dc -- mock-server/src > target/server-channels.diff
+            extra=(--in-diff target/server-channels.diff)
+            packages=(mock-server) ;;
         *)
-            echo "unknown area $area (decoding, samples, grpo, model, openai, channels)" >&2
+            echo "unknown area $area (decoding, samples, grpo, model, openai, channels, server-channels)" >&2
             return 2 ;;
     esac
     local args=()
     for f in "${files[@]}"; do args+=(--file "$f"); done
     for p in "${packages[@]}"; do args+=(--test-package "$p"); done
+    args+=("${extra[@]}")
     mkdir -p "mutants.out/$area"
     # Debug info makes every mutant's link slower and is not needed to see a test fail.
     export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-none}"
@@ -59,7 +70,7 @@ run_area() {
 
 if [ $# -eq 0 ]; then
     status=0
-    for area in decoding samples grpo model openai channels; do
+    for area in decoding samples grpo model openai channels server-channels; do
         run_area "$area" || status=1
     done
     exit $status

@@ -131,6 +131,7 @@ fn a_running_abort_keeps_the_partial_output_and_resumes() {
                 let provenance = Provenance {
                     environment_tokens: 0,
                     policy_masked_tokens: if off_policy { k } else { 0 },
+                    ..Provenance::default()
                 };
                 assert_oracle_replay(
                     &mock.oracle,

@@ -2,6 +2,8 @@
 
 use std::future::Future;
 
+use base64::Engine;
+
 use mock_server::oracle::Oracle;
 use mock_server::{Server, ServerConfig};
 use proptest::test_runner::{Config, RngSeed, TestRunner};
@@ -111,6 +113,9 @@ pub(crate) fn assert_aligned(s: &Sample) {
 pub(crate) struct Provenance {
     pub(crate) environment_tokens: usize,
     pub(crate) policy_masked_tokens: usize,
+    /// The server re-captured the routes after the logprobs were made (a retract, miles #3277; the
+    /// `retract-routes` fault): the sample's routes are expected to differ from the model's.
+    pub(crate) rerouted: bool,
 }
 
 /// Replays every generation of `s` (each generated span, one request made at that response offset) through
@@ -121,7 +126,10 @@ pub(crate) struct Provenance {
 /// - every span's ids and logprobs are the oracle's, token for token and bit for bit; a span may stop short of
 ///   the oracle's answer only where the server aborted it (the sample is ABORTED there, or the next span
 ///   resumes right after it);
-/// - every generated token has mask 1, except exactly `provenance.policy_masked_tokens` of them.
+/// - every generated token has mask 1, except exactly `provenance.policy_masked_tokens` of them;
+/// - a sample that carries sampling masks holds, for every generated token, the support and the renormalised
+///   logprob of the oracle's answer (bit for bit), and one that carries routes holds the rows the oracle routes
+///   for its last generation, one per position up to its last generated token but that token.
 ///
 /// `params` are the rollout's sampling parameters; `budget_at(offset)` gives the `max_new_tokens` of the
 /// request made at that response offset.
@@ -142,6 +150,7 @@ pub(crate) fn assert_oracle_replay(
     );
     let mut environment = vec![true; resp.len()];
     let mut untrained = 0;
+    let masks = s.rollout_top_p_tokens().zip(s.rollout_sampling_log_probs());
     for (k, span) in spans.iter().enumerate() {
         let (p, end) = (span.start, span.end());
         environment[p..end].iter_mut().for_each(|e| *e = false);
@@ -151,6 +160,8 @@ pub(crate) fn assert_oracle_replay(
             input_ids: Some(IdsInput::One(s.tokens()[..prompt_len + p].to_vec())),
             sampling_params: req_params,
             return_logprob: true,
+            return_routed_experts: s.rollout_routed_experts().is_some(),
+            return_sampling_mask: masks.is_some(),
             ..GenerateRequest::default()
         };
         let body = serde_json::to_vec(&req).expect("encode");
@@ -187,6 +198,50 @@ pub(crate) fn assert_oracle_replay(
             "logprobs of span {k} at offset {p}, bit for bit"
         );
         untrained += mask[p..end].iter().filter(|&&m| m == 0).count();
+        let meta = &expected.body["meta_info"];
+        if let Some(((ids, offsets), sampling)) = masks {
+            for i in p..end {
+                let want: Vec<u32> = meta["output_token_sampling_mask"][i - p]
+                    .as_array()
+                    .expect("a support per output token")
+                    .iter()
+                    .map(|id| id.as_u64().expect("an id") as u32)
+                    .collect();
+                let support = &ids[offsets[i] as usize..offsets[i + 1] as usize];
+                assert_eq!(support, want, "the support of response token {i}");
+                let want = meta["output_token_sampling_logprobs"][i - p]
+                    .as_f64()
+                    .expect("the selected mode's logprob") as f32;
+                assert_eq!(
+                    sampling[i].to_bits(),
+                    want.to_bits(),
+                    "the renormalised logprob of response token {i}"
+                );
+            }
+        }
+        if let Some(routes) = s.rollout_routed_experts()
+            && k + 1 == spans.len()
+        {
+            let b64 = meta["routed_experts"].as_str().expect("routes asked for");
+            let want: Vec<i32> = base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .expect("base64")
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            // The oracle's answer may run past an aborted span; the rows of the positions before are the same.
+            assert_eq!(
+                routes.rows(),
+                prompt_len + end - 1,
+                "a row per position up to the last generated token"
+            );
+            assert_eq!(
+                routes.as_flat() == &want[..routes.as_flat().len()],
+                !provenance.rerouted,
+                "the routes of the last generation are {}the model's",
+                if provenance.rerouted { "" } else { "not " }
+            );
+        }
     }
     assert_eq!(
         untrained, provenance.policy_masked_tokens,

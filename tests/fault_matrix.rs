@@ -216,6 +216,7 @@ async fn run_with(
                 provenance: Provenance {
                     environment_tokens: (TOOL_TURNS - tool.turns) * TOOL_TOKENS.len(),
                     policy_masked_tokens: 0,
+                    ..Provenance::default()
                 },
                 budget: Box::new(whole_budget),
             }])
@@ -479,6 +480,7 @@ fn every_channel_fault_meets_every_channel_rollout() {
                 };
                 for c in &samples {
                     assert_aligned(&c.sample);
+                    // The replay holds the routes to the model's: equal, or for a retract different.
                     assert_oracle_replay(
                         &mock.oracle,
                         &c.sample,
@@ -486,21 +488,11 @@ fn every_channel_fault_meets_every_channel_rollout() {
                             sampling_seed: c.params.sampling_seed,
                             ..params.clone()
                         },
-                        c.provenance,
+                        Provenance {
+                            rerouted: effect == Misroutes,
+                            ..c.provenance
+                        },
                         &c.budget,
-                    );
-                    let routes = c.sample.rollout_routed_experts().expect("routes");
-                    let mut model_routes = Vec::new();
-                    mock.oracle.model().append_routes(
-                        &c.sample.tokens()[..routes.rows() + 1],
-                        0,
-                        &mut model_routes,
-                    );
-                    assert_eq!(
-                        routes.as_flat() == model_routes.as_slice(),
-                        effect == Harmless,
-                        "{case}: the routes are {}the model's",
-                        if effect == Harmless { "not " } else { "" }
                     );
                 }
             }

@@ -2,7 +2,10 @@
 //! non-positive and equal to the oracle token for token, and GRPO accepts the batch.
 
 use futures_util::future::join_all;
-use grpo::{AdvantageConfig, Aggregation, LogProbs, PolicyLossConfig, RatioLevel};
+use grpo::{
+    AdvantageConfig, Aggregation, BatchOptions, BehaviourLogProbs, LogProbs, PolicyLossConfig,
+    RatioLevel,
+};
 use mock_server::ServerConfig;
 use mock_server::{ScriptFinish, ScriptRule};
 use proptest::prelude::*;
@@ -34,6 +37,10 @@ struct Case {
     stream: bool,
     seed: u64,
     rewards: Vec<bool>,
+    /// Ask for the routed experts (on a server that has them).
+    routes: bool,
+    /// Ask for the sampling masks (on a server that has them, when the sampling has a bounded support).
+    masks: bool,
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -60,6 +67,8 @@ fn case() -> impl Strategy<Value = Case> {
             any::<bool>(),
             0u64..1_000_000,
             prop::collection::vec(any::<bool>(), 64),
+            any::<bool>(),
+            any::<bool>(),
         ),
     )
         .prop_map(
@@ -73,7 +82,7 @@ fn case() -> impl Strategy<Value = Case> {
                 stop,
                 env_turns,
                 env_tokens,
-                (multi_agent, max_context_len, stream, seed, rewards),
+                (multi_agent, max_context_len, stream, seed, rewards, routes, masks),
             )| Case {
                 prompts,
                 n,
@@ -89,6 +98,9 @@ fn case() -> impl Strategy<Value = Case> {
                 stream,
                 seed,
                 rewards,
+                routes,
+                // SGLang returns a support only for greedy sampling or a bounded top-k.
+                masks: masks && (temperature == 0.0 || top_k > 0),
             },
         )
 }
@@ -138,6 +150,8 @@ async fn grouped(mock: &Mock, c: &Case) -> Vec<Sample> {
                 let cfg = RolloutConfig {
                     sampling_params: sp,
                     stream: c.stream,
+                    return_routed_experts: c.routes,
+                    return_sampling_mask: c.masks,
                     ..RolloutConfig::default()
                 };
                 let mut tool = Tool {
@@ -150,6 +164,7 @@ async fn grouped(mock: &Mock, c: &Case) -> Vec<Sample> {
                 let provenance = Provenance {
                     environment_tokens: (c.env_turns - tool.turns) * c.env_tokens.len(),
                     policy_masked_tokens: 0,
+                    ..Provenance::default()
                 };
                 (s, cfg.sampling_params, provenance)
             }
@@ -175,6 +190,8 @@ async fn agents(mock: &Mock, c: &Case) -> Vec<Sample> {
             ..params(c)
         },
         stream: c.stream,
+        return_routed_experts: c.routes,
+        return_sampling_mask: c.masks,
         tokenizer: PromptTokenizer::Server,
         shuffle_seed: Some(c.seed),
         ..MultiAgentConfig::default()
@@ -240,9 +257,20 @@ fn random_rollouts_reach_grpo_aligned_and_equal_to_the_oracle() {
                 "<think>hm</think>The answer is 42.",
             ),
         ],
-        ..ServerConfig::default()
+        ..with_channels()
     };
     check_random_rollouts(config, false, 12);
+}
+
+/// A 0.5.23 server that returns routed experts, for a small MoE (2 layers, 2 of 8 experts per token).
+fn with_channels() -> ServerConfig {
+    ServerConfig {
+        enable_return_routed_experts: true,
+        num_hidden_layers: 2,
+        num_experts: 8,
+        num_experts_per_tok: 2,
+        ..ServerConfig::default()
+    }
 }
 
 /// The same on a [MID] server (delta `output_ids` in streams) with every generation streamed.
@@ -261,17 +289,20 @@ fn random_streamed_rollouts_on_an_incremental_server() {
     let config = ServerConfig {
         incremental_streaming_output: true,
         stream_interval: 3,
-        ..ServerConfig::default()
+        ..with_channels()
     };
     check_random_rollouts(config, true, 6);
 }
 
 fn check_random_rollouts(server: ServerConfig, force_stream: bool, default_cases: u32) {
     let rt = runtime();
+    let channels = server.enable_return_routed_experts;
     let mock = Mock::start(&rt, server);
     runner(default_cases)
         .run(&case(), |mut c| {
             c.stream |= force_stream;
+            c.routes &= channels;
+            c.masks &= channels;
             let mut samples = block_on(&rt, async {
                 if c.multi_agent {
                     agents(&mock, &c).await
@@ -290,7 +321,17 @@ fn check_random_rollouts(server: ServerConfig, force_stream: bool, default_cases
                     s.reward = Some(Reward::Scalar(if r { 1.0 } else { 0.0 }));
                 }
             }
-            let options = train::slime_options(c.n, c.prompts.len());
+            let options = BatchOptions {
+                // Every generated token was routed and labelled: a batch that requires both takes the samples.
+                require_routed_experts: c.routes,
+                require_weight_versions: channels,
+                behaviour: if c.masks {
+                    BehaviourLogProbs::SamplingMask
+                } else {
+                    BehaviourLogProbs::Rollout
+                },
+                ..train::slime_options(c.n, c.prompts.len())
+            };
             let outcome =
                 train::grpo_advantages(&mut samples, &options, &AdvantageConfig::default(), None)
                     .expect("GRPO accepts every sample the client built");
@@ -372,7 +413,7 @@ fn recomputed_log_probs(mock: &Mock, s: &Sample, temperature: f32) -> Vec<f32> {
 #[test]
 fn rollout_logprobs_are_the_policys_own_so_every_ratio_is_one() {
     let rt = runtime();
-    let mock = Mock::start(&rt, ServerConfig::default());
+    let mock = Mock::start(&rt, with_channels());
     runner(8)
         .run(&case(), |c| {
             let mut samples = block_on(&rt, async {

@@ -38,8 +38,10 @@ pub struct SampleParts {
     /// `output_token_sampling_logprobs`; 0 for untrained tokens): the behaviour policy's own probability under
     /// top-k / top-p / min-p, which [`BehaviourLogProbs::SamplingMask`] puts in the ratio.
     pub sampling_log_probs: Option<Vec<f32>>,
-    /// Rows of routed experts the sample carries (one per token it ran on), when it carries them.
-    pub routed_experts_rows: Option<usize>,
+    /// Response tokens whose forward pass has its routed experts, when the sample carries routes: token `j` is
+    /// predicted at sequence position `prompt + j - 1`, so routes of `rows` positions cover
+    /// `rows + 1 - prompt` response tokens (all of them when `rows == len(tokens) - 1`, slime's shape).
+    pub routed_response_tokens: Option<usize>,
     /// Response tokens whose weight version the sample knows (from `weight_versions` spans), when it knows any.
     pub weight_versioned_tokens: Option<usize>,
 }
@@ -496,21 +498,27 @@ impl Columns {
     }
 }
 
-/// The channels a batch requires: routed experts with a row for every response token's forward pass, a weight
-/// version for every trained token.
+/// The channels a batch requires: routed experts for the forward pass of every response token up to the last
+/// trained one (the positions after it change no trained token's logits, so a tool's output at the end needs
+/// none), a weight version for every trained token.
 fn check_channels(
     sample: usize,
     p: &SampleParts,
     options: &BatchOptions,
 ) -> Result<(), BatchError> {
     if options.require_routed_experts {
-        match p.routed_experts_rows {
+        let needed = p.loss_mask.as_ref().map_or(p.response_length, |mask| {
+            mask.iter()
+                .rposition(|&m| m == 1)
+                .map_or(0, |last| last + 1)
+        });
+        match p.routed_response_tokens {
             None => return Err(BatchError::MissingRoutedExperts { sample }),
-            Some(rows) if rows < p.response_length => {
+            Some(routed) if routed < needed => {
                 return Err(BatchError::RoutedExpertsShort {
                     sample,
-                    rows,
-                    response_length: p.response_length,
+                    routed,
+                    needed,
                 });
             }
             Some(_) => {}

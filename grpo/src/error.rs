@@ -47,13 +47,18 @@ pub enum BatchError {
         /// Index of the sample in the input.
         sample: usize,
     },
-    /// The sample's routed experts cover fewer tokens than its response.
-    #[error("sample {sample}: {rows} rows of routed experts for {response_length} response tokens")]
+    /// The sample's routed experts stop before its last trained token.
+    #[error(
+        "sample {sample}: routed experts cover {routed} response tokens, training needs {needed} (through the last \
+         trained token)"
+    )]
     RoutedExpertsShort {
         /// Index of the sample in the input.
         sample: usize,
-        rows: usize,
-        response_length: usize,
+        /// Response tokens whose forward pass has routes.
+        routed: usize,
+        /// Response tokens up to and including the last one trained on.
+        needed: usize,
     },
     /// Weight versions are required and the sample does not know every trained token's.
     #[error(

@@ -755,8 +755,9 @@ fn sampling_mask_behaviour_logprobs_take_the_kept_mass_out_of_the_ratio() {
     );
 }
 
-/// A batch for routing replay requires routes covering every response token, and one for off-policy
-/// correction the weight version of every trained token; a sample short of either is named.
+/// A batch for routing replay requires routes for the forward pass of every response token up to the last
+/// trained one, and one for off-policy correction the weight version of every trained token; a sample short of
+/// either is named.
 #[test]
 fn a_batch_can_require_routes_and_weight_versions() {
     let options = BatchOptions {
@@ -765,7 +766,7 @@ fn a_batch_can_require_routes_and_weight_versions() {
         ..BatchOptions::default()
     };
     let ok = SampleParts {
-        routed_experts_rows: Some(3 + 4 - 1),
+        routed_response_tokens: Some(4),
         weight_versioned_tokens: Some(4),
         ..sample(1.0, 4)
     };
@@ -773,20 +774,33 @@ fn a_batch_can_require_routes_and_weight_versions() {
     for (bad, want) in [
         (
             SampleParts {
-                routed_experts_rows: None,
+                routed_response_tokens: None,
                 ..ok.clone()
             },
             BatchError::MissingRoutedExperts { sample: 1 },
         ),
         (
             SampleParts {
-                routed_experts_rows: Some(3),
+                routed_response_tokens: Some(3),
                 ..ok.clone()
             },
             BatchError::RoutedExpertsShort {
                 sample: 1,
-                rows: 3,
-                response_length: 4,
+                routed: 3,
+                needed: 4,
+            },
+        ),
+        (
+            // The last token is trained, so its forward pass needs routes even after an untrained one.
+            SampleParts {
+                loss_mask: Some(vec![1, 0, 0, 1]),
+                routed_response_tokens: Some(3),
+                ..ok.clone()
+            },
+            BatchError::RoutedExpertsShort {
+                sample: 1,
+                routed: 3,
+                needed: 4,
             },
         ),
         (
@@ -809,5 +823,11 @@ fn a_batch_can_require_routes_and_weight_versions() {
         weight_versioned_tokens: Some(2),
         ..ok.clone()
     };
-    Batch::new(&[masked], &options).expect("the trained tokens are versioned");
+    Batch::new(&[masked.clone()], &options).expect("the trained tokens are versioned");
+    // A tool's output after the last trained token changes no trained logit: it needs no routes.
+    let tool_tail = SampleParts {
+        routed_response_tokens: Some(2),
+        ..masked
+    };
+    Batch::new(&[tool_tail], &options).expect("routes through the last trained token");
 }

@@ -41,7 +41,9 @@ pub fn sample_parts(sample: &Sample, reward_key: Option<&str>) -> SampleParts {
         group_index: sample.group_index,
         rollout_id: sample.rollout_id,
         sampling_log_probs: sample.rollout_sampling_log_probs().map(<[f32]>::to_vec),
-        routed_experts_rows: sample.rollout_routed_experts().map(|r| r.rows()),
+        routed_response_tokens: sample
+            .rollout_routed_experts()
+            .map(|r| (r.rows() + 1).saturating_sub(sample.prompt_len())),
         weight_versioned_tokens: Some(
             sample
                 .weight_version_spans()
