@@ -8,6 +8,7 @@ whose temperature no longer matters. For each, the script edits one line of the 
 requires at least one of them to fail (a test failure, not a build failure), and restores the file.
 
 Usage: python3 mutants/named.py            (from anywhere; about one incremental build per mutant)
+       python3 mutants/named.py "#2092"   (only the mutants whose name contains the text)
 """
 
 import subprocess
@@ -152,6 +153,34 @@ MUTANTS = [
         [("rollout-client", "tests", "channels::malformed_sampling_masks_name_the_position")],
     ),
     Mutant(
+        "a null logprob read as 0.0 (TRL #6166, miles PR #2662: NaN written as JSON null)",
+        "rollout-client/src/fast.rs",
+        "out.logprobs.push(f32::NAN);",
+        "out.logprobs.push(0.0);",
+        [
+            ("rollout-client", "tests", "decode::malformed_bodies_are_typed_errors"),
+            ("regression-tests", "regression", "faults::faulted_responses_are_typed_errors_and_never_samples"),
+        ],
+    ),
+    Mutant(
+        "2-element [logprob, id] entries accepted (slime's FakeSGLangServer, miles' mock)",
+        "rollout-client/src/visitor.rs",
+        """        seq.next_element::<IgnoredAny>()?
+            .ok_or_else(|| de::Error::invalid_length(2, &self))?;""",
+        """        seq.next_element::<IgnoredAny>()?;""",
+        [
+            ("rollout-client", "tests", "decode::malformed_bodies_are_typed_errors"),
+            ("regression-tests", "regression", "fault_matrix::every_channel_fault_meets_every_channel_rollout"),
+        ],
+    ),
+    Mutant(
+        "a phantom logprob entry without output tokens accepted (verl, max_new_tokens 0)",
+        "rollout-client/src/validate.rs",
+        "    if ids.len() != lps.len() {",
+        "    if !ids.is_empty() && ids.len() != lps.len() {",
+        [("rollout-client", "tests", "channels::a_phantom_logprob_without_output_tokens_is_refused")],
+    ),
+    Mutant(
         "the mock's router ignoring the context (routes no test can predict)",
         "mock-server/src/model/router.rs",
         "        let h = context_hash(seed, &tokens[..=p]) ^ ROUTER_SALT;",
@@ -174,8 +203,13 @@ def run_test(package, binary, test):
 
 
 def main():
+    # An argument picks the mutants whose name contains it (a local run); CI runs them all.
+    chosen = [m for m in MUTANTS if len(sys.argv) < 2 or sys.argv[1] in m.name]
+    if not chosen:
+        print(f"ERROR no mutant's name contains {sys.argv[1]!r}")
+        return 2
     survived = []
-    for mutant in MUTANTS:
+    for mutant in chosen:
         path = ROOT / mutant.path
         source = path.read_text()
         if source.count(mutant.original) != 1:
@@ -199,7 +233,7 @@ def main():
             print(f"SURVIVED  {mutant.name}: {', '.join(t[2] for t in mutant.tests)} all passed")
             survived.append(mutant.name)
     # Each mutant is a test of the suite: caught passes, survived fails.
-    print(f"named-mutants: {len(MUTANTS) - len(survived)} passed, {len(survived)} failed")
+    print(f"named-mutants: {len(chosen) - len(survived)} passed, {len(survived)} failed")
     return 1 if survived else 0
 
 
