@@ -201,7 +201,11 @@ def random_request(rng, vocab_size, coverage):
     if rng.random() < 0.25:
         # Section 7.1: a mask needs greedy sampling or a bounded top_k.
         body["return_sampling_mask"] = True
-        if sampling.get("temperature") != 0:
+        if sampling.get("temperature") == 0.01:
+            # Cold: the tail and most explicit entries have no weight, and the support leaves them out.
+            sampling["top_k"] = rng.choice([20, 50])
+            coverage.add("sampling_mask at T=0.01")
+        elif sampling.get("temperature") != 0:
             sampling["top_k"] = rng.choice([2, 3, 8, 9, 20, 50])
         if rng.random() < 0.5:
             body["sampling_logprobs_mode"] = rng.choice(["selected", "support"])
@@ -346,7 +350,7 @@ def replay(args, model, problems):
         "greedy", "T=0.01", "T=0.7", "T=1.0", "T=1.3", "top_k", "top_p", "min_p", "min_new_tokens", "ignore_eos",
         "stop", "stop_token_ids", "logprob_start_len=0", "top_logprobs_num", "token_ids_logprob", "n>1", "batch",
         "scripted", "stream", "finish:length:int", "finish:stop:int", "finish:stop:str", "routed_experts",
-        "sampling_mask",
+        "sampling_mask", "sampling_mask at T=0.01",
     }
     missing = sorted(wanted - coverage)
     if missing:

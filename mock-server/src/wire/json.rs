@@ -294,7 +294,7 @@ pub(super) fn write_f32(out: &mut Vec<u8>, value: f32) {
 /// sends an int32 tensor (`pybase64.b64encode(tensor.numpy().tobytes())`, `routed_experts`).
 pub(super) fn write_base64_i32(out: &mut Vec<u8>, values: &[i32]) {
     use base64::Engine;
-    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let bytes = le_bytes(values);
     out.push(b'"');
     let start = out.len();
     out.resize(
@@ -306,6 +306,17 @@ pub(super) fn write_base64_i32(out: &mut Vec<u8>, values: &[i32]) {
         .unwrap_or(0);
     out.truncate(start + written);
     out.push(b'"');
+}
+
+/// The standard base64 (with padding) of `values`' little-endian bytes, as a string (the OpenAI answers'
+/// `sglext.routed_experts`).
+pub fn base64_i32(values: &[i32]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(le_bytes(values))
+}
+
+fn le_bytes(values: &[i32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
 pub(super) fn write_int(out: &mut Vec<u8>, value: impl itoa::Integer) {

@@ -9,7 +9,7 @@ use base64::Engine;
 use mock_server::{ServerConfig, SglangVersion};
 use serde_json::{Value, json};
 
-use crate::common::{InProcess, sse_json};
+use crate::common::{InProcess, Reply, sse_json};
 
 const LAYERS: usize = 3;
 const EXPERTS: i32 = 16;
@@ -283,6 +283,60 @@ async fn a_sampling_mask_is_the_top_k_renormalised() {
     }
 }
 
+/// At a cold temperature most weights underflow to 0 (MODEL.md section 5: more than about 745 nats below the top),
+/// and the sampler cannot draw them, so the support holds only ids of positive weight (section 7.1): a prefix of
+/// the top-k list, never a tail id (the tail lies 1,200 nats down at T = 0.01), each with a logprob above the
+/// underflow and together of mass 1. Every id of the top-k list left out has a whole-distribution logprob far
+/// below the underflow.
+#[tokio::test]
+async fn a_cold_sampling_mask_holds_only_ids_the_sampler_can_draw() {
+    let server = routing_server(SglangVersion::V0_5_23, false);
+    let k = 50;
+    let answer = generate_ok(
+        &server,
+        &json!({"input_ids": [5, 6, 7], "return_logprob": true, "top_logprobs_num": k,
+                "return_sampling_mask": true, "sampling_logprobs_mode": "support",
+                "sampling_params": {"max_new_tokens": 8, "temperature": 0.01, "top_k": k,
+                                    "ignore_eos": true, "sampling_seed": 5}}),
+    )
+    .await;
+    let meta = &answer["meta_info"];
+    let output = ids(&answer["output_ids"]);
+    let mut cut = 0;
+    for (j, token) in output.iter().enumerate() {
+        let support = ids(&meta["output_token_sampling_mask"][j]);
+        let logprobs: Vec<f64> = meta["output_token_sampling_logprobs"][j]
+            .as_array()
+            .expect("a list per token")
+            .iter()
+            .map(|v| v.as_f64().expect("finite"))
+            .collect();
+        let top = meta["output_top_logprobs"][j]
+            .as_array()
+            .expect("a top list");
+        let top_ids: Vec<u32> = top.iter().map(|t| t[1].as_u64().unwrap() as u32).collect();
+        assert!(support.contains(token), "position {j}");
+        assert!(
+            support.len() <= 9,
+            "explicit entries only: {}",
+            support.len()
+        );
+        assert_eq!(support[..], top_ids[..support.len()], "position {j}");
+        assert!(
+            logprobs.iter().all(|&lp| lp > -745.0),
+            "position {j}: {logprobs:?}"
+        );
+        let mass: f64 = logprobs.iter().map(|lp| lp.exp()).sum();
+        assert!((mass - 1.0).abs() < 1e-5, "position {j}: mass {mass}");
+        for left_out in &top[support.len()..] {
+            let lp = left_out[0].as_f64().expect("a logprob");
+            assert!(lp < -745.0, "position {j}: a drawable id left out ({lp})");
+        }
+        cut += top.len() - support.len();
+    }
+    assert!(cut > 0, "the case has weights that underflow");
+}
+
 /// Greedy sampling has a one-id support, the most probable id, with logprob 0
 /// (`_build_greedy_sampling_mask_output`).
 #[tokio::test]
@@ -422,4 +476,226 @@ async fn sampling_mask_requests_are_refused_as_sglang_refuses_them() {
         );
         generate_ok(&routing_server(version, false), &bad_mode).await;
     }
+}
+
+/// `/v1/completions` or `/v1/chat/completions` with `body`, answered 200.
+async fn openai_ok(server: &InProcess, path: &str, body: &Value) -> Reply {
+    let reply = server
+        .post(path, serde_json::to_vec(body).expect("serialisable"))
+        .await;
+    assert_eq!(reply.status, 200, "{path} {body}: {}", reply.text());
+    reply
+}
+
+/// The OpenAI routes' `sglext.routed_experts` (0.5.15 and later, `serving_completions.py` and `serving_chat.py`):
+/// a non-stream answer carries the first item's routes after `metadata`, the very string `/generate` sends for
+/// the same request, `n = 2` included; a stream sends them once, in a chunk of their own with no choices and a
+/// `null` usage, after every choice's chunks and before the usage chunk. Without the request field, without the
+/// server flag, or on 0.5.3, no answer has an `sglext`.
+#[tokio::test]
+async fn openai_answers_carry_the_first_choices_routes_in_sglext() {
+    let chatml = "<|im_start|>user\nroute me<|im_end|>\n<|im_start|>assistant\n";
+    for version in [SglangVersion::V0_5_15, SglangVersion::V0_5_23] {
+        let server = routing_server(version, true);
+        for n in [1, 2] {
+            let sampling =
+                json!({"max_new_tokens": 4, "sampling_seed": 3, "ignore_eos": true, "n": n});
+            let routes_of = |answer: &Value| -> Value {
+                let first = if n == 1 { answer } else { &answer[0] };
+                first["meta_info"]["routed_experts"].clone()
+            };
+            let native_ids = generate_ok(
+                &server,
+                &json!({"input_ids": [5, 6, 7], "return_routed_experts": true, "sampling_params": sampling}),
+            )
+            .await;
+            let native_text = generate_ok(
+                &server,
+                &json!({"text": chatml, "return_routed_experts": true, "sampling_params": sampling}),
+            )
+            .await;
+            let common = json!({"max_tokens": 4, "seed": 3, "ignore_eos": true, "n": n,
+                                "return_routed_experts": true});
+            let mut completion = common.clone();
+            completion["prompt"] = json!([5, 6, 7]);
+            let mut chat = common.clone();
+            chat["messages"] = json!([{"role": "user", "content": "route me"}]);
+            for (path, mut request, want) in [
+                ("/v1/completions", completion, routes_of(&native_ids)),
+                ("/v1/chat/completions", chat, routes_of(&native_text)),
+            ] {
+                assert!(want.is_string(), "{version} {path}: {want}");
+                let reply = openai_ok(&server, path, &request).await;
+                let answer = reply.json();
+                assert_eq!(
+                    answer["sglext"],
+                    json!({"routed_experts": want}),
+                    "{version} {path} n={n}"
+                );
+                let text = reply.text();
+                let at = |key: &str| text.find(&format!("\"{key}\":")).expect(key);
+                assert!(at("metadata") < at("sglext"), "{text}");
+
+                request["stream"] = json!(true);
+                request["stream_options"] = json!({"include_usage": true});
+                let chunks = sse_json(&openai_ok(&server, path, &request).await.body);
+                let carrying: Vec<usize> = (0..chunks.len())
+                    .filter(|&i| chunks[i].get("sglext").is_some())
+                    .collect();
+                assert_eq!(carrying.len(), 1, "{version} {path}: {chunks:?}");
+                let at = carrying[0];
+                assert_eq!(at, chunks.len() - 2, "before the usage chunk alone");
+                let chunk = &chunks[at];
+                assert_eq!(
+                    (&chunk["choices"], &chunk["usage"], &chunk["sglext"]),
+                    (&json!([]), &Value::Null, &json!({"routed_experts": want})),
+                    "{version} {path}"
+                );
+                assert!(chunk.as_object().unwrap().contains_key("usage"));
+                assert!(
+                    chunks[..at]
+                        .iter()
+                        .all(|c| !c["choices"].as_array().unwrap().is_empty())
+                );
+            }
+        }
+    }
+    let plain = json!({"prompt": [5, 6, 7], "max_tokens": 2});
+    let asked = json!({"prompt": [5, 6, 7], "max_tokens": 2, "return_routed_experts": true});
+    for (version, enabled, request) in [
+        (SglangVersion::V0_5_23, true, &plain),
+        (SglangVersion::V0_5_23, false, &asked),
+        (SglangVersion::V0_5_15, false, &asked),
+        (SglangVersion::V0_5_3, true, &asked),
+    ] {
+        let server = routing_server(version, enabled);
+        let answer = openai_ok(&server, "/v1/completions", request).await.json();
+        assert!(answer.get("sglext").is_none(), "{version}: {answer}");
+        let mut request = request.clone();
+        request["stream"] = json!(true);
+        let chunks = sse_json(&openai_ok(&server, "/v1/completions", &request).await.body);
+        assert!(
+            chunks.iter().all(|c| c.get("sglext").is_none()),
+            "{version}"
+        );
+    }
+}
+
+/// The edges, as SGLang's code has them: routes without a row (a start at the prompt's end and one output
+/// token) are an empty string, which a non-stream answer leaves out (`if routed_experts or ...`) and a stream
+/// sends (`is not None`); a start past the prompt is the scheduler's 400, as on `/generate`.
+#[tokio::test]
+async fn openai_routes_without_rows_and_a_start_past_the_prompt() {
+    let server = routing_server(SglangVersion::V0_5_23, true);
+    let mut request = json!({"prompt": [5, 6, 7], "max_tokens": 1, "return_routed_experts": true,
+                             "routed_experts_start_len": 3});
+    let answer = openai_ok(&server, "/v1/completions", &request).await.json();
+    assert!(answer.get("sglext").is_none(), "{answer}");
+    request["stream"] = json!(true);
+    let chunks = sse_json(&openai_ok(&server, "/v1/completions", &request).await.body);
+    let carrying: Vec<&Value> = chunks
+        .iter()
+        .filter(|c| c.get("sglext").is_some())
+        .collect();
+    assert_eq!(carrying.len(), 1);
+    assert_eq!(carrying[0]["sglext"], json!({"routed_experts": ""}));
+
+    request["routed_experts_start_len"] = json!(4);
+    request["stream"] = json!(false);
+    let reply = server
+        .post("/v1/completions", serde_json::to_vec(&request).unwrap())
+        .await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert!(
+        reply.text().contains(
+            "recv_req.routed_experts_start_len=4 is higher than the number of input tokens \
+             len(req.origin_input_ids)=3."
+        ),
+        "{}",
+        reply.text()
+    );
+}
+
+/// The routes faults reach `sglext.routed_experts`: dropped with the `sglext` it leaves empty, a row short, a
+/// row repeated, every expert id changed.
+#[tokio::test]
+async fn routes_faults_reach_the_openai_sglext() {
+    let server = routing_server(SglangVersion::V0_5_23, true);
+    let request = json!({"prompt": [5, 6, 7], "max_tokens": 4, "ignore_eos": true,
+                         "return_routed_experts": true});
+    let clean = openai_ok(&server, "/v1/completions", &request).await.json();
+    let clean_rows = rows(&clean["sglext"]);
+    assert_eq!(clean_rows.len(), 3 + 4 - 1);
+    let faulted = |fault: &'static str| {
+        let server = server.clone();
+        let request = request.clone();
+        async move {
+            let headers = [
+                ("content-type", "application/json"),
+                ("x-mock-fault", fault),
+            ];
+            let reply = server
+                .request(
+                    axum::http::Method::POST,
+                    "/v1/completions",
+                    serde_json::to_vec(&request).unwrap(),
+                    &headers,
+                )
+                .await;
+            assert_eq!(reply.status, 200, "{fault}");
+            reply.json()
+        }
+    };
+    let dropped = faulted("drop-channel").await;
+    assert!(dropped.get("sglext").is_none(), "{dropped}");
+    assert_eq!(dropped["choices"], clean["choices"]);
+    assert_eq!(
+        rows(&faulted("routes-short").await["sglext"]),
+        clean_rows[..5]
+    );
+    let extra = rows(&faulted("routes-extra-row").await["sglext"]);
+    assert_eq!((&extra[..6], &extra[6]), (&clean_rows[..], &clean_rows[5]));
+    let retracted = rows(&faulted("retract-routes").await["sglext"]);
+    for (got, clean) in retracted.iter().flatten().zip(clean_rows.iter().flatten()) {
+        assert_eq!(*got, clean ^ 1);
+    }
+    assert_eq!(retracted.len(), clean_rows.len());
+}
+
+/// A chat request's sampling mask needs `return_meta_info` (0.5.23's `_validate_request`, its message); the mock
+/// does not build `choices[].meta_info`, so it refuses `return_meta_info` with a 400 that says so instead of
+/// answering without it. 0.5.3 has neither field and ignores both.
+#[tokio::test]
+async fn chat_sampling_masks_need_meta_info_which_the_mock_refuses_to_fake() {
+    let messages = json!([{"role": "user", "content": "mask me"}]);
+    let server = routing_server(SglangVersion::V0_5_23, false);
+    let refused = |body: Value| {
+        let server = server.clone();
+        async move {
+            let reply = server
+                .post("/v1/chat/completions", serde_json::to_vec(&body).unwrap())
+                .await;
+            assert_eq!(reply.status, 400, "{body}");
+            reply.json()["message"]
+                .as_str()
+                .expect("a message")
+                .to_owned()
+        }
+    };
+    assert_eq!(
+        refused(json!({"messages": messages, "return_sampling_mask": true})).await,
+        "return_sampling_mask requires return_meta_info=true."
+    );
+    let message = refused(json!({"messages": messages, "return_meta_info": true})).await;
+    assert!(
+        message.contains("does not serve return_meta_info"),
+        "{message}"
+    );
+    let old = routing_server(SglangVersion::V0_5_3, false);
+    openai_ok(
+        &old,
+        "/v1/chat/completions",
+        &json!({"messages": messages, "max_tokens": 2, "return_sampling_mask": true, "return_meta_info": true}),
+    )
+    .await;
 }

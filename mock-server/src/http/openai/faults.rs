@@ -9,11 +9,14 @@
 //! | `null-logprob`, `nan-logprob`, `positive-logprob`, `string-logprob` | the logprob at `at`, as on `/generate` |
 //! | `wrong-token-id` | the token text at `at` is another token's |
 //! | `drop-channel;channel=weight_versions`, `spans-gap`, `spans-overlap`, `stale-version` | the same on `metadata.weight_versions` |
-//! | the other channel faults, `two-element-logprobs`, `phantom-logprob` | none: the OpenAI answers carry no routes, masks or triples |
+//! | `drop-channel` (routes), `routes-short`, `routes-extra-row`, `retract-routes` | the same on `sglext.routed_experts` (an `sglext` left empty goes) |
+//! | `drop-channel;channel=sampling_mask`, `mask-missing-token`, `two-element-logprobs`, `phantom-logprob` | none: the OpenAI answers carry no masks or triples |
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
-use crate::faults::BodyFault;
+use crate::faults::{BodyFault, Channel};
 
 /// A raw JSON token travels inside a string wrapped in this marker, and is unwrapped by [`write`].
 const RAW: &str = "\u{1}raw\u{1}";
@@ -24,8 +27,9 @@ const RAW_ESCAPED: &str = "\\u0001raw\\u0001";
 pub(crate) const WRONG_TOKEN: &str = "<|wrong-token|>";
 
 /// Apply a body fault to an OpenAI body or chunk. Only choices that carry logprobs are touched by the
-/// logprob faults.
-pub(crate) fn mutate(fault: &BodyFault, value: &mut Value) {
+/// logprob faults; `routes_row_len` is a routes row's length (`num_hidden_layers * num_experts_per_tok`).
+pub(crate) fn mutate(fault: &BodyFault, value: &mut Value, routes_row_len: usize) {
+    routes(fault, value, routes_row_len);
     if *fault == BodyFault::MissingMetaInfo {
         if let Some(obj) = value.as_object_mut() {
             obj.remove("usage");
@@ -65,7 +69,7 @@ pub(crate) fn mutate(fault: &BodyFault, value: &mut Value) {
         }
     }
     if let BodyFault::DropChannel {
-        channel: crate::faults::Channel::WeightVersions,
+        channel: Channel::WeightVersions,
     } = fault
         && let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut)
     {
@@ -95,7 +99,7 @@ pub(crate) fn mutate(fault: &BodyFault, value: &mut Value) {
                 set_logprob(logprobs, *at, |slot| json!(slot.to_string()));
             }
             BodyFault::WrongTokenId { at } => wrong_token(logprobs, *at),
-            // Handled on `metadata` above, or without an OpenAI counterpart.
+            // Handled on `metadata` or `sglext` above, or without an OpenAI counterpart.
             BodyFault::DropChannel { .. }
             | BodyFault::ShortRoutes { .. }
             | BodyFault::ExtraRoute
@@ -108,6 +112,50 @@ pub(crate) fn mutate(fault: &BodyFault, value: &mut Value) {
             | BodyFault::PhantomLogprob => {}
         }
     }
+}
+
+/// The routes faults on `sglext.routed_experts`: dropped (and `sglext` with it when nothing else is left), cut
+/// short by `by` rows, a row repeated, or every expert id changed as a retract's re-capture would.
+fn routes(fault: &BodyFault, value: &mut Value, row_len: usize) {
+    let Some(sglext) = value.get_mut("sglext").and_then(Value::as_object_mut) else {
+        return;
+    };
+    if let BodyFault::DropChannel {
+        channel: Channel::RoutedExperts,
+    } = fault
+    {
+        sglext.remove("routed_experts");
+        if sglext.is_empty() {
+            value.as_object_mut().map(|obj| obj.remove("sglext"));
+        }
+        return;
+    }
+    let Some(routes) = sglext.get_mut("routed_experts") else {
+        return;
+    };
+    let Some(mut values) = routes
+        .as_str()
+        .and_then(|b64| STANDARD.decode(b64).ok())
+        .map(|bytes| {
+            bytes
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect::<Vec<i32>>()
+        })
+    else {
+        return;
+    };
+    match fault {
+        BodyFault::ShortRoutes { by } => {
+            values.truncate(values.len().saturating_sub(*by as usize * row_len));
+        }
+        BodyFault::ExtraRoute if values.len() >= row_len => {
+            values.extend_from_within(values.len() - row_len..);
+        }
+        BodyFault::RetractRoutes => values.iter_mut().for_each(|e| *e ^= 1),
+        _ => return,
+    }
+    *routes = json!(crate::wire::base64_i32(&values));
 }
 
 /// Serialise an answer, writing the raw tokens the faults asked for (a bare `NaN`, a number as a string).

@@ -101,9 +101,11 @@ async fn handle(
     let body_fault = fault.as_ref().and_then(Fault::body).cloned();
     let created = unix_seconds();
     let stream = openai.stream;
+    let routes_row_len = (config.num_hidden_layers * config.num_experts_per_tok) as usize;
     let events = |_: &GeneratePlan| OpenAiEvents {
         translator: ChunkTranslator::new(openai.clone(), created),
         body_fault,
+        routes_row_len,
         closed: false,
     };
     // What fails in the engine or the queue (a full queue's 503, a refused item) passes in SGLang's shape.
@@ -148,7 +150,7 @@ async fn handle(
     let mut answer = response::body(&openai, &views, created);
     // Body faults act on the typed answer; the others (a cut, a stall) on its bytes.
     if let Some(body_fault) = fault.as_ref().and_then(Fault::body) {
-        faults::mutate(body_fault, &mut answer);
+        faults::mutate(body_fault, &mut answer, routes_row_len);
     }
     let out = match &fault {
         Some(fault) => {
@@ -225,6 +227,8 @@ struct OpenAiEvents {
     translator: ChunkTranslator,
     /// A body fault acts on every chunk (not on the error event).
     body_fault: Option<BodyFault>,
+    /// The length of a routes row, for the routes faults.
+    routes_row_len: usize,
     closed: bool,
 }
 
@@ -239,7 +243,7 @@ impl OpenAiEvents {
     fn chunks(&self, chunks: Vec<Value>, out: &mut VecDeque<Bytes>) {
         for mut chunk in chunks {
             if let Some(fault) = &self.body_fault {
-                faults::mutate(fault, &mut chunk);
+                faults::mutate(fault, &mut chunk, self.routes_row_len);
             }
             out.push_back(sse_event(&faults::write(&chunk)));
         }

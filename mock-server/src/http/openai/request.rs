@@ -43,6 +43,9 @@ pub(crate) struct OpenAiRequest {
     pub logprobs: Option<u32>,
     /// Completions with `echo`: the text put before each prompt's answers, one per prompt.
     pub echo: Option<Vec<String>>,
+    /// `return_routed_experts` (0.5.15 and later): the answer's `sglext.routed_experts` carries the first
+    /// choice's routes, when the server returns them.
+    pub return_routed_experts: bool,
     /// The `/generate` body SGLang builds from the request.
     pub native: Value,
     /// The release answering: chat stream chunks differ.
@@ -131,6 +134,21 @@ pub(crate) fn translate(
     if let Some(rid) = present(obj, "rid") {
         native.insert("rid".to_owned(), rid.clone());
     }
+    // `return_routed_experts: bool = False` and `routed_experts_start_len: int = 0` (0.5.15 and later; 0.5.3's
+    // models have neither and ignore them), passed on when routes are asked for (the start means nothing
+    // otherwise); the scheduler checks the start.
+    let return_routed_experts = match config.sglang_version.has_routed_experts() {
+        false => false,
+        true => {
+            let asked = bool_field(obj, "return_routed_experts")?.unwrap_or(false);
+            let start = int_field(obj, "routed_experts_start_len")?.unwrap_or(0);
+            if asked {
+                native.insert("return_routed_experts".to_owned(), json!(true));
+                native.insert("routed_experts_start_len".to_owned(), json!(start));
+            }
+            asked
+        }
+    };
     Ok(OpenAiRequest {
         api,
         model,
@@ -140,6 +158,7 @@ pub(crate) fn translate(
         continuous_usage,
         logprobs,
         echo,
+        return_routed_experts,
         native: Value::Object(native),
         sglang_version: config.sglang_version,
     })
@@ -270,6 +289,7 @@ fn chat_prompt(
         .as_array()
         .ok_or_else(|| type_error("messages", "list_type", "a valid list"))?;
     let rendered = chat_messages(messages)?;
+    meta_info_fields(obj, config.sglang_version)?;
     native.insert("text".to_owned(), json!(render_chatml(&rendered, true)));
     let (completion, legacy) = (
         int_field(obj, "max_completion_tokens")?,
@@ -419,6 +439,31 @@ pub(crate) fn chat_messages(messages: &[Value]) -> Result<Vec<ChatMessage>, ApiE
         return Err(ApiError::openai_bad_request("Messages cannot be empty."));
     }
     Ok(rendered)
+}
+
+/// A chat request's `return_meta_info` (0.5.15 and later) and `return_sampling_mask` (0.5.23, which
+/// `_validate_request` refuses without `return_meta_info`). The mock does not build `choices[].meta_info`, so it
+/// refuses a request for it rather than answer without what was asked (`/generate` has every `meta_info` field).
+fn meta_info_fields(obj: &Map<String, Value>, version: SglangVersion) -> Result<(), ApiError> {
+    if version == SglangVersion::V0_5_3 {
+        return Ok(());
+    }
+    let meta_info = bool_field(obj, "return_meta_info")?.unwrap_or(false);
+    if version.has_sampling_masks()
+        && bool_field(obj, "return_sampling_mask")?.unwrap_or(false)
+        && !meta_info
+    {
+        return Err(ApiError::openai_bad_request(
+            "return_sampling_mask requires return_meta_info=true.",
+        ));
+    }
+    if meta_info {
+        return Err(ApiError::openai_bad_request(
+            "The mock does not serve return_meta_info (choices[].meta_info); /generate answers with every \
+             meta_info field.",
+        ));
+    }
+    Ok(())
 }
 
 /// `response_format` as SGLang's `_build_sampling_params` turns it into a grammar constraint (which the toy

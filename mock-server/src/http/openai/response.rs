@@ -116,6 +116,9 @@ pub(crate) struct ItemView {
     pub(crate) weight_version: Option<String>,
     /// `meta_info.weight_versions` of a finished item (0.5.23): the answer's `metadata` repeats it.
     pub(crate) weight_versions: Option<Value>,
+    /// `meta_info.routed_experts` of a finished item that asked for them on a server that returns them (base64),
+    /// which the answer's `sglext` carries.
+    pub(crate) routed_experts: Option<String>,
     pub(crate) logprobs: Logprobs,
 }
 
@@ -227,6 +230,11 @@ impl ItemView {
             completion_tokens: generation.output_ids().len() as u64,
             weight_version: Some(weight_version.to_owned()),
             weight_versions: None,
+            // Only a finished item's object has them, as on `/generate`.
+            routed_experts: generation
+                .finish_reason()
+                .and_then(|_| generation.routed_experts())
+                .map(|routes| crate::wire::base64_i32(&routes)),
             logprobs,
         }
     }
@@ -247,6 +255,7 @@ impl ItemView {
             completion_tokens: 0,
             weight_version: weight_version.map(str::to_owned),
             weight_versions: None,
+            routed_experts: None,
             logprobs: Logprobs {
                 output_top: empty_top.clone(),
                 input_top: empty_top,
@@ -293,7 +302,7 @@ pub(crate) fn body(req: &OpenAiRequest, items: &[ItemView], created: u64) -> Val
     for (idx, item) in items.iter().enumerate() {
         usage.add(idx, item, req.n);
     }
-    json!({
+    let mut body = json!({
         "id": first.map_or(Value::Null, |m| json!(m.id)),
         "object": object(req.api, false),
         "created": created,
@@ -301,7 +310,17 @@ pub(crate) fn body(req: &OpenAiRequest, items: &[ItemView], created: u64) -> Val
         "choices": choices,
         "usage": usage.to_json(),
         "metadata": metadata(first),
-    })
+    });
+    // `process_routed_experts_from_ret(ret[0])`: the first item's routes only, and none when they are empty
+    // (`if routed_experts or ...`).
+    if req.return_routed_experts
+        && let Some(routes) = first
+            .and_then(|m| m.routed_experts.as_deref())
+            .filter(|r| !r.is_empty())
+    {
+        body["sglext"] = json!({"routed_experts": routes});
+    }
+    body
 }
 
 /// `build_endpoint_weight_version_metadata` (0.5.23's `srt/utils/weight_versions.py`): the first item's
@@ -403,6 +422,8 @@ struct ChoiceState {
     started: bool,
     finish: Option<Finish>,
     usage: Usage,
+    /// `routed_experts[index]`: what the choice's latest native chunk carried (its finishing one has them).
+    routed_experts: Option<String>,
 }
 
 /// Turns the due chunks of one stream's items into OpenAI chunks, keeping per-choice offsets.
@@ -412,6 +433,8 @@ pub(crate) struct ChunkTranslator {
     created: u64,
     id: Value,
     choices: BTreeMap<usize, ChoiceState>,
+    /// The choices in the order their first chunk came (the order of Python's per-index dicts).
+    seen: Vec<usize>,
 }
 
 /// What one item's chunk becomes.
@@ -429,6 +452,7 @@ impl ChunkTranslator {
             created,
             id: Value::Null,
             choices: BTreeMap::new(),
+            seen: Vec::new(),
         }
     }
 
@@ -470,7 +494,11 @@ impl ChunkTranslator {
             self.id = json!(item.id);
         }
         let req = &self.req;
+        if !self.choices.contains_key(&index) {
+            self.seen.push(index);
+        }
         let state = self.choices.entry(index).or_default();
+        state.routed_experts = item.routed_experts.clone();
         let mut delta = item
             .text
             .get(state.text_sent..)
@@ -517,7 +545,7 @@ impl ChunkTranslator {
         Translated::Chunks(chunks)
     }
 
-    /// The chunks after the last item's: chat's finish chunks, and the usage chunk.
+    /// The chunks after the last item's: chat's finish chunks, the `sglext` chunk and the usage chunk.
     pub(crate) fn finish(&mut self) -> Vec<Value> {
         let mut chunks = Vec::new();
         if self.req.api == Api::Chat {
@@ -528,6 +556,19 @@ impl ChunkTranslator {
                     chunks.push(self.chat_chunk(choice, None));
                 }
             }
+        }
+        // `next(v for v in routed_experts.values() if v is not None)`: the first choice to appear that has
+        // routes, an empty string included; a pydantic chunk, so `usage` is `null`.
+        let routes = self
+            .seen
+            .iter()
+            .find_map(|index| self.choices[index].routed_experts.as_ref());
+        if self.req.return_routed_experts
+            && let Some(routes) = routes
+        {
+            let mut chunk = self.chunk(Vec::new(), Some(Value::Null));
+            chunk["sglext"] = json!({"routed_experts": routes});
+            chunks.push(chunk);
         }
         if self.req.include_usage {
             let mut usage = Usage::default();
