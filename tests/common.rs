@@ -83,6 +83,17 @@ impl Mock {
     }
 }
 
+/// A 0.5.23 server that returns routed experts, for a small MoE (2 layers, 2 of 8 experts per token).
+pub(crate) fn with_channels() -> ServerConfig {
+    ServerConfig {
+        enable_return_routed_experts: true,
+        num_hidden_layers: 2,
+        num_experts: 8,
+        num_experts_per_tok: 2,
+        ..ServerConfig::default()
+    }
+}
+
 /// Runs one async case on the test's runtime.
 pub(crate) fn block_on<F: Future>(rt: &Runtime, f: F) -> F::Output {
     rt.block_on(f)

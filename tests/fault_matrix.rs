@@ -16,7 +16,7 @@ use rollout_client::tokenize::PromptTokenizer;
 use rollout_client::{Client, RetryPolicy, RolloutError, Sample, SampleStatus, SamplingParams};
 use tokio::runtime::Runtime;
 
-use crate::common::{Mock, Provenance, assert_aligned, assert_oracle_replay};
+use crate::common::{Mock, Provenance, assert_aligned, assert_oracle_replay, with_channels};
 
 /// What a fault may do to a rollout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -423,16 +423,7 @@ enum ChannelEffect {
 fn every_channel_fault_meets_every_channel_rollout() {
     use ChannelEffect::{Breaks, Harmless, Misroutes};
     let rt = paused_runtime();
-    let mock = Mock::start(
-        &rt,
-        ServerConfig {
-            enable_return_routed_experts: true,
-            num_hidden_layers: 2,
-            num_experts: 8,
-            num_experts_per_tok: 2,
-            ..ServerConfig::default()
-        },
-    );
+    let mock = Mock::start(&rt, with_channels());
     let cases: [(&str, ChannelEffect); 12] = [
         ("drop-channel", Breaks),
         ("drop-channel;channel=sampling_mask", Breaks),

@@ -18,6 +18,7 @@ use rollout_client::{GenerateRequest, Reward, Sample, SamplingParams};
 
 use crate::common::{
     Mock, Provenance, assert_aligned, assert_oracle_replay, block_on, runner, runtime,
+    with_channels,
 };
 
 /// A random valid rollout configuration.
@@ -260,17 +261,6 @@ fn random_rollouts_reach_grpo_aligned_and_equal_to_the_oracle() {
         ..with_channels()
     };
     check_random_rollouts(config, false, 12);
-}
-
-/// A 0.5.23 server that returns routed experts, for a small MoE (2 layers, 2 of 8 experts per token).
-fn with_channels() -> ServerConfig {
-    ServerConfig {
-        enable_return_routed_experts: true,
-        num_hidden_layers: 2,
-        num_experts: 8,
-        num_experts_per_tok: 2,
-        ..ServerConfig::default()
-    }
 }
 
 /// The same on a [MID] server (delta `output_ids` in streams) with every generation streamed.
