@@ -1,4 +1,4 @@
-//! Aborts during a rollout: the partial sample keeps its tokens and logprobs, resumes, and (optionally) masks the
+//! Aborts during a rollout: the partial sample keeps its tokens, logprobs and channels, resumes, and (optionally) masks the
 //! off-policy prefix, and every token still equals the oracle's.
 
 use mock_server::ServerConfig;
@@ -13,6 +13,7 @@ use rollout_client::{
 
 use crate::common::{
     Mock, Provenance, assert_aligned, assert_oracle_replay, block_on, runner, runtime,
+    with_channels,
 };
 
 fn config(max_new: u32, seed: u64, stream: bool, mask: bool) -> RolloutConfig {
@@ -28,14 +29,18 @@ fn config(max_new: u32, seed: u64, stream: bool, mask: bool) -> RolloutConfig {
     }
 }
 
-/// What the oracle generates for `input` with `max_new` tokens left.
-fn oracle_output(mock: &Mock, input: &[u32], max_new: u32, seed: u64) -> (Vec<u32>, Vec<f32>) {
+/// What the oracle generates for `input` with `max_new` tokens left, under `params` (the rollout's).
+fn oracle_output(
+    mock: &Mock,
+    input: &[u32],
+    max_new: u32,
+    params: &SamplingParams,
+) -> (Vec<u32>, Vec<f32>) {
     let req = GenerateRequest {
         input_ids: Some(IdsInput::One(input.to_vec())),
         sampling_params: SamplingParams {
             max_new_tokens: Some(max_new),
-            sampling_seed: Some(seed),
-            ..SamplingParams::default()
+            ..params.clone()
         },
         return_logprob: true,
         ..GenerateRequest::default()
@@ -53,7 +58,7 @@ fn oracle_output(mock: &Mock, input: &[u32], max_new: u32, seed: u64) -> (Vec<u3
 #[test]
 fn a_running_abort_keeps_the_partial_output_and_resumes() {
     let rt = runtime();
-    let mock = Mock::start(&rt, ServerConfig::default());
+    let mock = Mock::start(&rt, with_channels());
     let plain = mock.client();
     let strategy = (
         prop::collection::vec(256u32..151_000, 1..8),
@@ -63,12 +68,13 @@ fn a_running_abort_keeps_the_partial_output_and_resumes() {
         any::<bool>(),
         any::<bool>(),
         any::<bool>(),
+        any::<bool>(),
     );
     let updates = std::sync::atomic::AtomicUsize::new(0);
     runner(24)
         .run(
             &strategy,
-            |(prompt, after, max_new, seed, stream, mask, update)| {
+            |(prompt, after, max_new, seed, stream, mask, update, channels)| {
                 let aborting = Client::builder(&mock.url)
                     .header("X-Mock-Fault", &format!("abort-running;after={after}"))
                     .retry(RetryPolicy {
@@ -77,8 +83,15 @@ fn a_running_abort_keeps_the_partial_output_and_resumes() {
                     })
                     .build()
                     .expect("client");
-                let cfg = config(max_new, seed, stream, mask);
-                let (full_ids, full_lps) = oracle_output(&mock, &prompt, max_new, seed);
+                let mut cfg = config(max_new, seed, stream, mask);
+                if channels {
+                    // Routes and sampling masks through the abort and the resume (a mask needs a bounded top_k).
+                    cfg.return_routed_experts = true;
+                    cfg.return_sampling_mask = true;
+                    cfg.sampling_params.top_k = Some(20);
+                }
+                let params = &cfg.sampling_params;
+                let (full_ids, full_lps) = oracle_output(&mock, &prompt, max_new, params);
                 let mut s = Sample::new("p", prompt.clone());
                 block_on(&rt, rollout::generate(&aborting, &mut s, &cfg))
                     .expect("an abort is an answer");
@@ -116,7 +129,7 @@ fn a_running_abort_keeps_the_partial_output_and_resumes() {
                 ));
                 let mut input = prompt.clone();
                 input.extend(&full_ids[..k]);
-                let (rest_ids, rest_lps) = oracle_output(&mock, &input, max_new - k as u32, seed);
+                let (rest_ids, rest_lps) = oracle_output(&mock, &input, max_new - k as u32, params);
                 prop_assert_eq!(&s.response_tokens()[..k], &full_ids[..k]);
                 prop_assert_eq!(&s.response_tokens()[k..], rest_ids.as_slice());
                 prop_assert_eq!(&s.rollout_log_probs()[..k], &full_lps[..k]);
