@@ -1,5 +1,5 @@
-//! Aborts during a rollout: the partial sample keeps its tokens, logprobs and channels, resumes, and (optionally) masks the
-//! off-policy prefix, and every token still equals the oracle's.
+//! Aborts during a rollout: the partial sample keeps its tokens, logprobs and channels, resumes, and (optionally)
+//! masks the off-policy prefix, and every token still equals the oracle's.
 
 use mock_server::ServerConfig;
 use proptest::prelude::*;
