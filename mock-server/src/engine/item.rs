@@ -267,3 +267,27 @@ pub enum FinishReason {
         err_type: Option<String>,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mask_rows_read_back_row_by_row_and_count_as_rows() {
+        assert!(MaskRows::EMPTY.is_empty());
+        let mut rows = MaskRows::default();
+        rows.push_row(&[4, 9], &[-0.25, -1.5]);
+        rows.push_row(&[7], &[0.0]);
+        assert!(!rows.is_empty());
+        assert_eq!(rows.len(), 2);
+        assert_eq!(
+            (rows.ids(0), rows.ids(1), rows.ids(2)),
+            (&[4, 9][..], &[7][..], &[][..])
+        );
+        assert_eq!(rows.logprobs(1, SamplingLogprobsMode::Support), [0.0]);
+        assert_eq!(
+            rows.logprobs(0, SamplingLogprobsMode::Support),
+            [-0.25, -1.5]
+        );
+    }
+}
