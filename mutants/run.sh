@@ -5,7 +5,8 @@
 # mutants/survivors.md.
 #
 #   mutants/run.sh                 every area
-#   mutants/run.sh decoding        one area: decoding, samples, grpo, model, openai, channels, server-channels
+#   mutants/run.sh decoding        one area: decoding, samples, grpo, model, openai, channels, server-channels,
+#                                  client-channels
 #   mutants/run.sh samples --shard 0/4 ...   extra arguments go to cargo mutants
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,8 +54,15 @@ run_area() {
             git diff ccfb6dc -- mock-server/src > target/server-channels.diff
             extra=(--in-diff target/server-channels.diff)
             packages=(mock-server) ;;
+        client-channels)
+            # What truncation, the version-aware off-policy mask, the multi-agent channels and grpo's routes check
+            # added to the client and grpo: the lines changed since the commit before them.
+            mkdir -p target
+            git diff 4ca50a0 -- rollout-client/src grpo/src > target/client-channels.diff
+            extra=(--in-diff target/client-channels.diff)
+            packages=(rollout-client rollout-cli regression-tests grpo) ;;
         *)
-            echo "unknown area $area (decoding, samples, grpo, model, openai, channels, server-channels)" >&2
+            echo "unknown area $area (decoding, samples, grpo, model, openai, channels, server-channels, client-channels)" >&2
             return 2 ;;
     esac
     local args=()
@@ -70,7 +78,7 @@ run_area() {
 
 if [ $# -eq 0 ]; then
     status=0
-    for area in decoding samples grpo model openai channels server-channels; do
+    for area in decoding samples grpo model openai channels server-channels client-channels; do
         run_area "$area" || status=1
     done
     exit $status

@@ -999,6 +999,11 @@ fn offpolicy_masking_follows_each_tokens_weight_version() {
         (vec![0, 0, 0, 0, 0, 1, 1], 5),
         "without versions, everything before the last resume"
     );
+    assert_eq!(
+        resume([None, Some("6"), Some("6")]),
+        (vec![0, 0, 0, 0, 0, 1, 1], 5),
+        "a turn without a version: the spans do not say which tokens are stale"
+    );
     // A sample with environment tokens: they stay untrained and are not counted as masked.
     let mut s = Sample::new("q", vec![5]);
     s.apply_turn(&versioned_turn(1, &[1, 2], Some("a"), "stop"))
