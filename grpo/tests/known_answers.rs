@@ -823,7 +823,7 @@ fn a_batch_can_require_routes_and_weight_versions() {
         weight_versioned_tokens: Some(2),
         ..ok.clone()
     };
-    Batch::new(&[masked.clone()], &options).expect("the trained tokens are versioned");
+    Batch::new(std::slice::from_ref(&masked), &options).expect("the trained tokens are versioned");
     // A tool's output after the last trained token changes no trained logit: it needs no routes.
     let tool_tail = SampleParts {
         routed_response_tokens: Some(2),
