@@ -125,8 +125,10 @@ fn routes(fault: &BodyFault, value: &mut Value, row_len: usize) {
     } = fault
     {
         sglext.remove("routed_experts");
-        if sglext.is_empty() {
-            value.as_object_mut().map(|obj| obj.remove("sglext"));
+        if sglext.is_empty()
+            && let Some(obj) = value.as_object_mut()
+        {
+            obj.remove("sglext");
         }
         return;
     }
