@@ -2,11 +2,10 @@
 //! is encoded as usual, then the few bytes a fault changes are spliced (which is also how bare `NaN` and
 //! `Infinity` literals get into a body), found by a small scanner that knows where a JSON value ends.
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use serde_json::Value;
 
 use super::catalogue::BodyFault;
+use crate::wire::{base64_i32, decode_base64_i32};
 
 /// Apply a body fault to an encoded body: one object, or an array of objects (a batch).
 pub(super) fn mutate_body(fault: &BodyFault, body: &[u8]) -> Vec<u8> {
@@ -165,20 +164,11 @@ fn edit_routes(obj: &[u8], edit: impl FnOnce(&mut Vec<Vec<i32>>)) -> Option<Vec<
         .ok()?;
     let positions = (prompt + output_ids(obj)?.len()).checked_sub(1)?;
     edit_meta(obj, "routed_experts", |routes| {
-        let bytes = STANDARD.decode(routes.as_str()?).ok()?;
-        let values: Vec<i32> = bytes
-            .chunks_exact(4)
-            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
+        let values = decode_base64_i32(routes.as_str()?)?;
         let row_len = values.len().checked_div(positions).filter(|&n| n > 0)?;
         let mut rows: Vec<Vec<i32>> = values.chunks(row_len).map(<[i32]>::to_vec).collect();
         edit(&mut rows);
-        let bytes: Vec<u8> = rows
-            .iter()
-            .flatten()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
-        *routes = Value::from(STANDARD.encode(bytes));
+        *routes = Value::from(base64_i32(&rows.concat()));
         Some(())
     })
 }

@@ -315,6 +315,21 @@ pub fn base64_i32(values: &[i32]) -> String {
     base64::engine::general_purpose::STANDARD.encode(le_bytes(values))
 }
 
+/// The int32 values of a standard base64 string of little-endian bytes (`None` when it is not base64); a trailing
+/// partial value is dropped.
+pub fn decode_base64_i32(text: &str) -> Option<Vec<i32>> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .ok()?;
+    Some(
+        bytes
+            .chunks_exact(4)
+            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+    )
+}
+
 fn le_bytes(values: &[i32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }

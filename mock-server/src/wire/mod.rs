@@ -22,7 +22,10 @@ mod versions;
 
 pub use body::{NeverRan, check_serialisable, encode_body, join_body, never_ran_objects};
 pub use item::{Chunk, EncodeCtx, Finished, OutputMode, Sent, encode_aborted, encode_item};
-pub use json::{Abort, BEFORE_PREFILL_MESSAGE, WAITING_ABORT_MESSAGE, WaitingAbort, base64_i32};
+pub use json::{
+    Abort, BEFORE_PREFILL_MESSAGE, WAITING_ABORT_MESSAGE, WaitingAbort, base64_i32,
+    decode_base64_i32,
+};
 pub use meta::{Key, Shape, keys};
 pub use sse::{DONE_EVENT, chunk_due, error_stream_body, sse_event, stream_mode};
 pub use stream::{Due, StreamEncoder, due};

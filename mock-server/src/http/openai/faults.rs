@@ -12,11 +12,10 @@
 //! | `drop-channel` (routes), `routes-short`, `routes-extra-row`, `retract-routes` | the same on `sglext.routed_experts` (an `sglext` left empty goes) |
 //! | `drop-channel;channel=sampling_mask`, `mask-missing-token`, `two-element-logprobs`, `phantom-logprob` | none: the OpenAI answers carry no masks or triples |
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
 use crate::faults::{BodyFault, Channel};
+use crate::wire::{base64_i32, decode_base64_i32};
 
 /// A raw JSON token travels inside a string wrapped in this marker, and is unwrapped by [`write`].
 const RAW: &str = "\u{1}raw\u{1}";
@@ -135,16 +134,7 @@ fn routes(fault: &BodyFault, value: &mut Value, row_len: usize) {
     let Some(routes) = sglext.get_mut("routed_experts") else {
         return;
     };
-    let Some(mut values) = routes
-        .as_str()
-        .and_then(|b64| STANDARD.decode(b64).ok())
-        .map(|bytes| {
-            bytes
-                .chunks_exact(4)
-                .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect::<Vec<i32>>()
-        })
-    else {
+    let Some(mut values) = routes.as_str().and_then(decode_base64_i32) else {
         return;
     };
     match fault {
@@ -157,7 +147,7 @@ fn routes(fault: &BodyFault, value: &mut Value, row_len: usize) {
         BodyFault::RetractRoutes => values.iter_mut().for_each(|e| *e ^= 1),
         _ => return,
     }
-    *routes = json!(crate::wire::base64_i32(&values));
+    *routes = json!(base64_i32(&values));
 }
 
 /// Serialise an answer, writing the raw tokens the faults asked for (a bare `NaN`, a number as a string).
