@@ -239,6 +239,19 @@ pub(crate) struct MasksView<'a> {
 }
 
 impl CarriedView<'_> {
+    /// An owned copy.
+    pub(crate) fn to_carried(self) -> Carried {
+        Carried {
+            routes: self.routes.cloned(),
+            masks: self.masks.map(|m| Masks {
+                ids: m.ids.to_vec(),
+                offsets: m.offsets.to_vec(),
+                logprobs: m.logprobs.to_vec(),
+            }),
+            version_spans: self.version_spans.to_vec(),
+        }
+    }
+
     /// The alignment of every channel with the sample's tokens and generated spans.
     pub(crate) fn check(
         &self,

@@ -32,7 +32,6 @@ use serde_json::{Map, Value};
 
 pub use crate::carried::RoutedExperts;
 use crate::carried::{Carried, CarriedView, MasksView, TurnPlace};
-use crate::channels::Masks;
 pub use crate::channels::VersionSpan;
 use crate::error::SampleError;
 pub use crate::fields::{GeneratedSpan, PrefixCacheInfo, Prompt, Reward, SampleStatus, SpecInfo};
@@ -343,22 +342,7 @@ impl Sample {
     /// The channels beside the logprobs, as one value (a copy: a turn builds the next state from it, so a refused
     /// turn leaves the sample unchanged).
     fn carried(&self) -> Carried {
-        Carried {
-            routes: self.rollout_routed_experts.clone(),
-            masks: match (
-                &self.rollout_top_p_token_ids,
-                &self.rollout_top_p_token_offsets,
-                &self.rollout_sampling_log_probs,
-            ) {
-                (Some(ids), Some(offsets), Some(logprobs)) => Some(Masks {
-                    ids: ids.clone(),
-                    offsets: offsets.clone(),
-                    logprobs: logprobs.clone(),
-                }),
-                _ => None,
-            },
-            version_spans: self.weight_version_spans.clone(),
-        }
+        self.carried_view().to_carried()
     }
 
     fn set_carried(&mut self, carried: Carried) {
@@ -396,6 +380,14 @@ impl Sample {
     /// Which weight version made which response tokens, in response positions.
     pub fn weight_version_spans(&self) -> &[VersionSpan] {
         &self.weight_version_spans
+    }
+
+    /// How many response tokens the weight-version spans label.
+    pub fn weight_versioned_tokens(&self) -> usize {
+        self.weight_version_spans
+            .iter()
+            .map(|span| span.end - span.start)
+            .sum()
     }
 
     /// Appends a validated generation: its tokens and logprobs, its channels (routes, sampling masks,
@@ -469,11 +461,7 @@ impl Sample {
     /// A version is the server's `weight_version` string, so this relies on the trainer naming each weight
     /// update, as slime's weight updaters do.
     pub fn mask_offpolicy(&mut self, resumed_at: usize) {
-        let labelled: usize = self
-            .weight_version_spans
-            .iter()
-            .map(|s| s.end - s.start)
-            .sum();
+        let labelled = self.weight_versioned_tokens();
         let newest = self.weight_version_spans.last().map(|s| s.version.clone());
         match newest {
             Some(newest) if labelled == self.generated_tokens() => {
@@ -522,16 +510,7 @@ impl Sample {
             span.len = span.len.min(keep.saturating_sub(span.start));
             span.len > 0
         });
-        self.policy_masked_tokens = self
-            .generated_spans
-            .iter()
-            .map(|span| {
-                self.loss_mask[span.start..span.end()]
-                    .iter()
-                    .filter(|&&m| m == 0)
-                    .count()
-            })
-            .sum();
+        self.policy_masked_tokens = self.untrained_generated();
         if let Some(routes) = &mut self.rollout_routed_experts {
             routes.keep_rows(self.tokens.len().saturating_sub(1));
         }
@@ -570,7 +549,6 @@ impl Sample {
             });
         }
         let mut next = 0;
-        let mut untrained = 0;
         for span in &self.generated_spans {
             if span.start < next || span.end() > self.response_length || span.len == 0 {
                 return Err(SampleError::BadGeneratedSpan {
@@ -580,13 +558,10 @@ impl Sample {
                 });
             }
             self.check_environment(next..span.start)?;
-            untrained += self.loss_mask[span.start..span.end()]
-                .iter()
-                .filter(|&&m| m == 0)
-                .count();
             next = span.end();
         }
         self.check_environment(next..self.response_length)?;
+        let untrained = self.untrained_generated();
         if untrained != self.policy_masked_tokens {
             return Err(SampleError::GeneratedTokenUntrained {
                 untrained,
@@ -598,6 +573,19 @@ impl Sample {
             self.response_tokens(),
             &self.generated_spans,
         )
+    }
+
+    /// Generated tokens with loss mask 0 (the spans must lie inside the response).
+    fn untrained_generated(&self) -> usize {
+        self.generated_spans
+            .iter()
+            .map(|span| {
+                self.loss_mask[span.start..span.end()]
+                    .iter()
+                    .filter(|&&m| m == 0)
+                    .count()
+            })
+            .sum()
     }
 
     /// Environment tokens (response offsets in `range`) have mask 0 and log prob 0.0.

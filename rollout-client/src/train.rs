@@ -44,13 +44,7 @@ pub fn sample_parts(sample: &Sample, reward_key: Option<&str>) -> SampleParts {
         routed_response_tokens: sample
             .rollout_routed_experts()
             .map(|r| (r.rows() + 1).saturating_sub(sample.prompt_len())),
-        weight_versioned_tokens: Some(
-            sample
-                .weight_version_spans()
-                .iter()
-                .map(|span| span.end - span.start)
-                .sum(),
-        ),
+        weight_versioned_tokens: Some(sample.weight_versioned_tokens()),
     }
 }
 
