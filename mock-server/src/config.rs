@@ -5,7 +5,10 @@ use std::str::FromStr;
 
 use crate::faults::FaultConfig;
 use crate::latency::LatencyConfig;
-use crate::model::MoeShape;
+use crate::model::{LoadedTokenizer, MoeShape};
+
+/// The toy model's vocabulary size, Qwen2.5's 151,936.
+const DEFAULT_VOCAB_SIZE: u32 = 151_936;
 use crate::script::ScriptRule;
 
 /// The SGLang release the server answers as: its routes, its request contract, its wire format and its
@@ -165,9 +168,17 @@ pub struct ServerConfig {
     /// Name reported by /v1/models (defaults to the model path, as in SGLang).
     #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_SERVED_MODEL_NAME"))]
     pub served_model_name: Option<String>,
-    /// Vocabulary size of the toy model.
-    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_VOCAB_SIZE", default_value_t = ServerConfig::default().vocab_size))]
-    pub vocab_size: u32,
+    /// Vocabulary size of the model [default: 151936, or with --tokenizer its config.json's vocab_size, else
+    /// the tokenizer's size].
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_VOCAB_SIZE"))]
+    pub vocab_size: Option<u32>,
+    /// A Hugging Face tokenizer (a tokenizer.json, or a model directory holding one with tokenizer_config.json,
+    /// generation_config.json and config.json): the model speaks its vocabulary and chat template.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, env = "SGLANG_MOCK_TOKENIZER", value_name = "PATH")
+    )]
+    pub tokenizer: Option<LoadedTokenizer>,
     /// Context length: maximum prompt plus completion tokens.
     #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_CONTEXT_LENGTH", default_value_t = ServerConfig::default().context_length))]
     pub context_length: u32,
@@ -263,7 +274,8 @@ impl Default for ServerConfig {
             seed: 0,
             model_path: DEFAULT_MODEL_PATH.to_owned(),
             served_model_name: None,
-            vocab_size: 151_936,
+            vocab_size: None,
+            tokenizer: None,
             context_length: 32_768,
             api_key: None,
             admin_api_key: None,
@@ -315,6 +327,27 @@ impl ServerConfig {
             .unwrap_or(&self.model_path)
     }
 
+    /// The tokenizer path `/server_info` and `/model_info` report: `--tokenizer`'s, or the model path, as
+    /// SGLang defaults `--tokenizer-path` to `--model-path`.
+    pub fn tokenizer_path(&self) -> String {
+        match &self.tokenizer {
+            Some(loaded) => loaded.vocab().source().display().to_string(),
+            None => self.model_path.clone(),
+        }
+    }
+
+    /// The model's vocabulary size: `vocab_size` when set, otherwise the loaded tokenizer's model's (its
+    /// `config.json`'s `vocab_size`, else the tokenizer's own size), otherwise the toy model's 151,936.
+    pub fn vocab_size(&self) -> u32 {
+        self.vocab_size.unwrap_or_else(|| match &self.tokenizer {
+            Some(loaded) => {
+                let vocab = loaded.vocab();
+                vocab.config_vocab_size().unwrap_or(vocab.size())
+            }
+            None => DEFAULT_VOCAB_SIZE,
+        })
+    }
+
     /// Checks the configuration and builds its toy model: what a server and an oracle need before answering.
     pub fn build_model(&self) -> Result<crate::model::Model, StateError> {
         if self.slime_patches && self.sglang_version != SglangVersion::V0_5_15 {
@@ -325,7 +358,7 @@ impl ServerConfig {
         }
         self.faults.validate().map_err(StateError::Faults)?;
         crate::model::Model::new(self.model_config()).map_err(|source| StateError::Model {
-            vocab_size: self.vocab_size,
+            vocab_size: self.vocab_size(),
             seed: self.seed,
             source,
         })
@@ -335,13 +368,14 @@ impl ServerConfig {
     pub fn model_config(&self) -> crate::model::ModelConfig {
         crate::model::ModelConfig {
             seed: self.seed,
-            vocab_size: self.vocab_size,
+            vocab_size: self.vocab_size(),
             return_original_logprob: self.return_original_logprob,
             moe: MoeShape {
                 layers: self.num_hidden_layers,
                 experts: self.num_experts,
                 experts_per_token: self.num_experts_per_tok,
             },
+            tokenizer: self.tokenizer.clone(),
         }
     }
 }
@@ -349,7 +383,7 @@ impl ServerConfig {
 /// Why a server (or an oracle) could not be built from its configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
-    #[error("cannot build the toy model (vocab_size {vocab_size}, seed {seed})")]
+    #[error("cannot build the model (vocab_size {vocab_size}, seed {seed})")]
     Model {
         vocab_size: u32,
         seed: u64,

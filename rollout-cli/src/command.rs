@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Parser;
+use mock_server::model::LoadedTokenizer;
 use rollout_client::multi_agent::MultiAgentConfig;
 use rollout_client::rollout::RolloutConfig;
 use rollout_client::sample;
@@ -20,7 +21,7 @@ use rollout_client::{Client, ClientError, Prompt, RetryPolicy, Sample, SamplingP
 use crate::embedded::EmbeddedMock;
 use crate::progress;
 use crate::prompts::{self, LabeledPrompt, PromptsError};
-use crate::run::{self, GroupSink, Resume, RunConfig, RunError, RunOutput, Stop};
+use crate::run::{self, GroupSink, PromptFormat, Resume, RunConfig, RunError, RunOutput, Stop};
 use crate::summary::Summary;
 
 /// Record a GRPO rollout from SGLang (or an embedded sglang-mock) as JSONL samples with rewards and advantages.
@@ -100,9 +101,15 @@ pub struct RolloutArgs {
     #[arg(long, env = "ROLLOUT_MAX_CONTEXT_LEN", default_value_t = 4096)]
     pub max_context_len: usize,
 
-    /// Send prompts as raw text instead of a ChatML user turn.
+    /// Send prompts as raw text instead of a user turn in the chat template.
     #[arg(long, env = "ROLLOUT_NO_CHAT_TEMPLATE")]
     pub no_chat_template: bool,
+
+    /// The model's Hugging Face tokenizer (a tokenizer.json or a model directory): prompts are rendered with
+    /// its chat template and tokenized with it here, and the embedded mock speaks its vocabulary. Default: the
+    /// server tokenizes, and prompts are ChatML.
+    #[arg(long, env = "ROLLOUT_TOKENIZER", value_name = "PATH")]
+    pub tokenizer: Option<PathBuf>,
 
     /// Where to write the samples (one slime to_dict() JSON object per line, with reward and advantage).
     #[arg(short, long, env = "ROLLOUT_OUTPUT", default_value = "rollout.jsonl")]
@@ -169,6 +176,12 @@ pub enum CommandError {
     },
     #[error("could not start the embedded sglang-mock")]
     Mock(#[source] mock_server::StartError),
+    #[error("could not load the tokenizer {path}")]
+    Tokenizer {
+        path: PathBuf,
+        #[source]
+        source: mock_server::model::LoadError,
+    },
     #[error("could not set up the client")]
     Client(#[from] ClientError),
     #[error("the rollout failed")]
@@ -313,8 +326,20 @@ pub async fn run_command_until(args: RolloutArgs, stop: Stop) -> Result<Report, 
         return Err(CommandError::SamplingMaskTopK { top_k: args.top_k });
     }
     let prompts = load_prompts(args.prompts.as_ref())?;
+    let tokenizer = match &args.tokenizer {
+        Some(path) => {
+            Some(
+                LoadedTokenizer::load(path).map_err(|source| CommandError::Tokenizer {
+                    path: path.clone(),
+                    source,
+                })?,
+            )
+        }
+        None => None,
+    };
+    let format = prompt_format(&args, tokenizer.as_ref());
     let resume = if args.resume {
-        prepare_resume(&args, &prompts)?
+        prepare_resume(&args, &prompts, &format)?
     } else {
         Resume::default()
     };
@@ -322,7 +347,7 @@ pub async fn run_command_until(args: RolloutArgs, stop: Stop) -> Result<Report, 
     let (mock, url, server, seed, scripted_prompts) = match &args.url {
         Some(url) => (None, url.clone(), url.clone(), args.seed, 0),
         None => {
-            let mock = EmbeddedMock::start(&prompts, args.routed_experts)
+            let mock = EmbeddedMock::start(&prompts, args.routed_experts, tokenizer.clone())
                 .await
                 .map_err(CommandError::Mock)?;
             let (url, scripted_prompts) = (mock.url.clone(), mock.scripted_prompts);
@@ -339,7 +364,7 @@ pub async fn run_command_until(args: RolloutArgs, stop: Stop) -> Result<Report, 
     };
     let result = match build_client(&url, &args) {
         Ok(client) => {
-            let config = run_config(&args, seed);
+            let config = run_config(&args, seed, tokenizer.as_ref(), format);
             rollout_with_progress(&client, &prompts, &config, &args, &mut sink, stop, resume)
                 .await
                 .map_err(CommandError::from)
@@ -391,7 +416,33 @@ fn build_client(url: &str, args: &RolloutArgs) -> Result<Client, CommandError> {
 }
 
 /// The rollout the flags describe; `seed` is the base `sampling_seed`, if any.
-fn run_config(args: &RolloutArgs, seed: Option<u64>) -> RunConfig {
+/// How the flags format prompts: raw, a user turn in the model's template (`--tokenizer`), or ChatML.
+fn prompt_format(args: &RolloutArgs, tokenizer: Option<&LoadedTokenizer>) -> PromptFormat {
+    match (args.no_chat_template, tokenizer) {
+        (true, _) => PromptFormat::Raw,
+        (false, Some(loaded)) => PromptFormat::Model(loaded.clone()),
+        (false, None) => PromptFormat::ChatMl,
+    }
+}
+
+/// Prompt text to ids: the `--tokenizer` here (slime tokenizes with the model's Hugging Face tokenizer
+/// before it sends `input_ids`), or the server.
+fn prompt_tokenizer(tokenizer: Option<&LoadedTokenizer>) -> PromptTokenizer {
+    match tokenizer {
+        Some(loaded) => {
+            let loaded = loaded.clone();
+            PromptTokenizer::local(move |text| loaded.encode(text))
+        }
+        None => PromptTokenizer::Server,
+    }
+}
+
+fn run_config(
+    args: &RolloutArgs,
+    seed: Option<u64>,
+    tokenizer: Option<&LoadedTokenizer>,
+    prompt_format: PromptFormat,
+) -> RunConfig {
     let sampling_params = SamplingParams {
         max_new_tokens: Some(args.max_new_tokens),
         temperature: Some(args.temperature),
@@ -405,7 +456,7 @@ fn run_config(args: &RolloutArgs, seed: Option<u64>) -> RunConfig {
         stream: args.stream,
         return_routed_experts: args.routed_experts,
         return_sampling_mask: args.sampling_mask,
-        tokenizer: PromptTokenizer::Server,
+        tokenizer: prompt_tokenizer(tokenizer),
         shuffle_seed: Some(seed.unwrap_or(0)),
         ..MultiAgentConfig::default()
     });
@@ -419,8 +470,8 @@ fn run_config(args: &RolloutArgs, seed: Option<u64>) -> RunConfig {
             return_sampling_mask: args.sampling_mask,
         },
         seed,
-        tokenizer: PromptTokenizer::Server,
-        chat_template: !args.no_chat_template,
+        tokenizer: prompt_tokenizer(tokenizer),
+        prompt_format,
         multi_agent,
         group_concurrency: args.concurrency,
         overlong_buffer: args.overlong_buffer,
@@ -501,6 +552,7 @@ impl GroupSink for JsonlSink {
 pub fn prepare_resume(
     args: &RolloutArgs,
     prompts: &[LabeledPrompt],
+    format: &PromptFormat,
 ) -> Result<Resume, CommandError> {
     let path = &args.output;
     let error = |source| CommandError::Resume {
@@ -554,9 +606,10 @@ pub fn prepare_resume(
                 n,
             }));
         }
-        let expected = prompts
-            .get(group_index)
-            .map(|p| Prompt::from(run::format_prompt(&p.prompt, !args.no_chat_template)));
+        let expected = match prompts.get(group_index) {
+            Some(p) => Some(Prompt::from(format.apply(&p.prompt)?)),
+            None => None,
+        };
         if expected.as_ref() != Some(&members[0].prompt) || !resume.groups.insert(group_index) {
             return Err(error(ResumeError::OtherPrompt { group_index }));
         }

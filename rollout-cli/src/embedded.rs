@@ -1,5 +1,6 @@
 //! The embedded sglang-mock: started in-process on 127.0.0.1:0 with scripted answers for the prompts, stopped after the run.
 
+use mock_server::model::LoadedTokenizer;
 use mock_server::{Server, ServerConfig, StartError};
 
 use crate::prompts::LabeledPrompt;
@@ -17,15 +18,17 @@ pub struct EmbeddedMock {
 
 impl EmbeddedMock {
     /// Binds a free port and serves the mock configured with the scripted answers for `prompts`, returning
-    /// routed experts when `routed_experts`.
+    /// routed experts when `routed_experts`, over `tokenizer`'s vocabulary when one is given.
     pub async fn start(
         prompts: &[LabeledPrompt],
         routed_experts: bool,
+        tokenizer: Option<LoadedTokenizer>,
     ) -> Result<EmbeddedMock, StartError> {
         let server = Server::start(ServerConfig {
             host: "127.0.0.1".to_owned(),
             port: 0,
             enable_return_routed_experts: routed_experts,
+            tokenizer,
             ..scripted::mock_config(prompts)
         })
         .await?;

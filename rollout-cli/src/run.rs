@@ -13,6 +13,7 @@ use futures_util::StreamExt;
 use futures_util::stream;
 use grpo::AdvantageConfig;
 use indicatif::ProgressBar;
+use mock_server::model::LoadedTokenizer;
 use tokio::sync::watch;
 
 use rollout_client::multi_agent::{self, MultiAgentConfig};
@@ -34,8 +35,8 @@ pub struct RunConfig {
     /// Base of the per-sample `sampling_seed` (`seed + index`); `None` sends no seed.
     pub seed: Option<u64>,
     pub tokenizer: PromptTokenizer,
-    /// Wrap each prompt as a ChatML user turn.
-    pub chat_template: bool,
+    /// How each prompt becomes the text of its samples: a ChatML user turn by default.
+    pub prompt_format: PromptFormat,
     /// Run slime's multi-agent system for each sample instead of one generation.
     pub multi_agent: Option<MultiAgentConfig>,
     /// Groups (or agent systems) in flight at once; the client's own limit bounds requests.
@@ -54,7 +55,7 @@ impl Default for RunConfig {
             rollout: RolloutConfig::default(),
             seed: None,
             tokenizer: PromptTokenizer::Server,
-            chat_template: true,
+            prompt_format: PromptFormat::ChatMl,
             multi_agent: None,
             group_concurrency: 64,
             max_resumes: 3,
@@ -80,6 +81,8 @@ pub enum RunError {
     NoSamples,
     #[error("stopped before any group finished")]
     StoppedBeforeAnyGroup,
+    #[error("the model's chat template cannot render a prompt: {message}")]
+    ChatTemplate { message: String },
     #[error("could not write a finished group to the output")]
     Output(#[source] std::io::Error),
     #[error("GRPO rejected the rollout")]
@@ -244,12 +247,34 @@ pub async fn abort_in_flight(client: &Client) {
     }
 }
 
-/// The prompt as sent: ChatML-wrapped or raw.
-pub fn format_prompt(prompt: &str, chat_template: bool) -> String {
-    if chat_template {
-        multi_agent::wrap_user_turn(prompt)
-    } else {
-        prompt.to_owned()
+/// How a prompt becomes the text of its samples.
+#[derive(Debug, Clone, Default)]
+pub enum PromptFormat {
+    /// As written.
+    Raw,
+    /// One ChatML user turn and the generation prompt: the toy model's template, and Qwen's.
+    #[default]
+    ChatMl,
+    /// One user turn and the generation prompt in this model's chat template (`--tokenizer`), as transformers'
+    /// `apply_chat_template` renders it; ChatML when the model has none.
+    Model(LoadedTokenizer),
+}
+
+impl PromptFormat {
+    /// The text of `prompt`; only a model's template can fail (its `raise_exception`, or an error in it).
+    pub fn apply(&self, prompt: &str) -> Result<String, RunError> {
+        let template = match self {
+            PromptFormat::Raw => return Ok(prompt.to_owned()),
+            PromptFormat::ChatMl => None,
+            PromptFormat::Model(loaded) => loaded.vocab().chat_template(),
+        };
+        let Some(template) = template else {
+            return Ok(multi_agent::wrap_user_turn(prompt));
+        };
+        let messages = serde_json::json!([{"role": "user", "content": prompt}]);
+        template
+            .render(&messages, None, true, &serde_json::Map::new())
+            .map_err(|message| RunError::ChatTemplate { message })
     }
 }
 
@@ -298,6 +323,17 @@ pub async fn rollout_to(
     if n == 0 {
         return Err(RunError::ZeroGroupSize);
     }
+    // Each prompt's text once, before any request: a template that cannot render one fails the run here.
+    let formatted = prompts
+        .iter()
+        .map(|p| {
+            Ok(LabeledPrompt {
+                prompt: config.prompt_format.apply(&p.prompt)?,
+                label: p.label.clone(),
+            })
+        })
+        .collect::<Result<Vec<_>, RunError>>()?;
+    let prompts = &formatted[..];
     let started = Instant::now();
     let skipped = resume.groups.len();
     let mut samples = resume.samples;
@@ -432,7 +468,7 @@ async fn run_group(
     progress: Option<&ProgressBar>,
 ) -> Result<Vec<Sample>, GroupFailure> {
     let n = config.n_samples_per_prompt;
-    let text = format_prompt(&prompt.prompt, config.chat_template);
+    let text = prompt.prompt.clone();
     let ids = config
         .tokenizer
         .encode(client, &text)
@@ -496,7 +532,7 @@ async fn run_multi_agent(
     let label = prompt.label.clone();
     let rm = move |s: &Sample| math_reward(&s.response, &label);
     let runs = (0..n).map(|k| {
-        let mut input = Sample::new(format_prompt(&prompt.prompt, config.chat_template), vec![]);
+        let mut input = Sample::new(prompt.prompt.clone(), vec![]);
         input.label = Some(prompt.label.clone());
         input.group_index = Some(group_index);
         input.index = Some(group_index * n + k);

@@ -11,6 +11,7 @@ use std::time::Duration;
 use clap::Parser;
 use mock_server::{LatencyConfig, Server, ServerConfig};
 use rollout_cli::command::{self, RolloutArgs};
+use rollout_cli::run::PromptFormat;
 use rollout_client::Sample;
 use rollout_client::sample::read_jsonl;
 
@@ -352,7 +353,8 @@ async fn resume_drops_a_torn_line_and_a_cut_group_and_refuses_other_prompts() {
             .chain(["--resume".to_owned()]),
     );
     let prompts = rollout_cli::prompts::builtin();
-    let resume = command::prepare_resume(&args, &prompts).expect("the output resumes");
+    let resume = command::prepare_resume(&args, &prompts, &PromptFormat::ChatMl)
+        .expect("the output resumes");
     let mut kept_groups = whole_groups(&full[..2 * N]);
     kept_groups.sort_unstable();
     assert_eq!(resume.groups.into_iter().collect::<Vec<_>>(), kept_groups);
@@ -364,9 +366,7 @@ async fn resume_drops_a_torn_line_and_a_cut_group_and_refuses_other_prompts() {
     );
 
     // The same file read for another prompt set (raw prompts instead of ChatML) is refused, and kept.
-    let mut other = args.clone();
-    other.no_chat_template = true;
-    let err = command::prepare_resume(&other, &prompts).unwrap_err();
+    let err = command::prepare_resume(&args, &prompts, &PromptFormat::Raw).unwrap_err();
     assert!(
         matches!(
             err,

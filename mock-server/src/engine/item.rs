@@ -79,6 +79,9 @@ pub struct ItemRequest {
     /// `return_routed_experts` on a server that returns them: the first position with a routes row
     /// (`routed_experts_start_len`).
     pub routes_from: Option<usize>,
+    /// The `stream_interval` of a streamed request, `None` for a whole answer: when SGLang's scheduler hands
+    /// the output to its detokenizer, which decides the text of a loaded tokenizer (`MODEL.md` section 13.4).
+    pub stream_interval: Option<u32>,
 }
 
 /// `sampling_logprobs_mode`: which renormalised logprobs a sampling mask comes with (`SamplingLogprobsMode` in
@@ -164,6 +167,7 @@ impl ItemRequest {
             forced_output: Vec::new(),
             sampling_mask: None,
             routes_from: None,
+            stream_interval: None,
         }
     }
 }
@@ -289,5 +293,16 @@ mod tests {
             rows.logprobs(0, SamplingLogprobsMode::Support),
             [-0.25, -1.5]
         );
+    }
+}
+
+/// Whether a chunk is due after `len` output tokens (`Scheduler.stream_output`): every token for an
+/// interval of 1, otherwise at lengths 1, 1 + k, 1 + 2k, ...
+pub fn chunk_due(len: usize, interval: u32) -> bool {
+    let interval = interval.max(1) as usize;
+    if interval > 1 {
+        len % interval == 1
+    } else {
+        true
     }
 }

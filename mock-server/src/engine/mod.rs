@@ -15,7 +15,7 @@ mod step;
 pub use generation::{Generation, generate};
 pub use item::{
     FinishReason, GREEDY_TEMPERATURE, ItemRequest, LogprobEntry, MaskRows, Rows,
-    SamplingLogprobsMode, SamplingParams,
+    SamplingLogprobsMode, SamplingParams, chunk_due,
 };
 pub use plan::{GeneratePlan, PlannedItem, Refusal, RidSource};
 pub use step::{Interventions, Outside, Progress, Run, abort_message};

@@ -51,6 +51,7 @@ pub(crate) async fn health_generate(State(state): State<AppState>) -> Response {
         forced_output: Vec::new(),
         sampling_mask: None,
         routes_from: None,
+        stream_interval: None,
     };
     let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
         let mut generation = Generation::new(model, item);
@@ -80,7 +81,7 @@ pub(crate) async fn server_info(State(state): State<AppState>) -> Response {
     let max_total_num_tokens = max_total_num_tokens(c);
     let server_args = ordered! {
         "model_path": c.model_path,
-        "tokenizer_path": c.model_path,
+        "tokenizer_path": c.tokenizer_path(),
         "tokenizer_mode": "auto",
         "skip_tokenizer_init": false,
         "load_format": "auto",
@@ -124,7 +125,7 @@ pub(crate) async fn server_info(State(state): State<AppState>) -> Response {
         "disaggregation_bootstrap_port": 8998,
         "speculative_algorithm": serde_json::Value::Null,
         "enable_lora": serde_json::Value::Null,
-        "vocab_size": c.vocab_size,
+        "vocab_size": c.vocab_size(),
         "mock_profile": c.sglang_version.as_str(),
         "return_original_logprob": c.return_original_logprob,
     };
@@ -157,14 +158,14 @@ pub(crate) async fn model_info(State(state): State<AppState>) -> Response {
     let body = match c.sglang_version {
         SglangVersion::V0_5_3 => ordered! {
             "model_path": &*model_path,
-            "tokenizer_path": c.model_path,
+            "tokenizer_path": c.tokenizer_path(),
             "is_generation": true,
             "preferred_sampling_params": serde_json::Value::Null,
             "weight_version": &*weight_version,
         },
         SglangVersion::V0_5_15 => ordered! {
             "model_path": &*model_path,
-            "tokenizer_path": c.model_path,
+            "tokenizer_path": c.tokenizer_path(),
             "is_generation": true,
             "preferred_sampling_params": serde_json::Value::Null,
             "weight_version": &*weight_version,
@@ -176,7 +177,7 @@ pub(crate) async fn model_info(State(state): State<AppState>) -> Response {
         SglangVersion::V0_5_23 => ordered! {
             "model_path": &*model_path,
             "served_model_name": &*served_model_name,
-            "tokenizer_path": c.model_path,
+            "tokenizer_path": c.tokenizer_path(),
             "is_generation": true,
             "preferred_sampling_params": serde_json::Value::Null,
             "weight_version": &*weight_version,

@@ -13,7 +13,7 @@
 //! one `ln` for the reported logprob. At any other temperature logprobs are computed in log space,
 //! `l / T - log Z`, so they stay finite however far below the top a token lies.
 
-use super::tokenizer::Tokenizer;
+use super::tokenizer::{Tokenizer, WordIds};
 
 /// Content candidates per context (the end-of-turn token comes on top).
 pub const CANDIDATES: usize = 8;
@@ -31,7 +31,7 @@ const FLATNESS_SPAN: f64 = 0.69;
 /// Explicit entries per context: the content candidates and `<|im_end|>`.
 const EXPLICIT: usize = CANDIDATES + 1;
 /// Single-byte tokens the model proposes as punctuation.
-const PUNCTUATION: &[u8] = b".,.,\n!?:;";
+pub(crate) const PUNCTUATION: &[u8] = b".,.,\n!?:;";
 
 /// SplitMix64's output function: a fast, well-mixed bijection on `u64`.
 pub(crate) fn splitmix64(mut z: u64) -> u64 {
@@ -63,7 +63,7 @@ pub(crate) struct Logits {
 
 /// How a slot's token id is drawn. Ids are computed only when something asks for them: a step at temperature 1
 /// without masks needs the id of the sampled slot alone.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct CandidateIds {
     /// The state the per-slot draws continue from.
     stream: u64,
@@ -71,7 +71,9 @@ struct CandidateIds {
     punctuation_rank: usize,
     punctuation: u32,
     block: u32,
-    first_word: u32,
+    /// The ids the word slots index into: the toy's word range, or a loaded vocabulary's content ids.
+    words: WordIds,
+    /// The end-of-turn id (`<|im_end|>` in the toy model).
     im_end: u32,
 }
 
@@ -93,7 +95,11 @@ impl CandidateIds {
         let start = ((slot as u32 + self.rotation) % CANDIDATES as u32) * self.block;
         // An even offset within the block (a word that starts with a space), odd one time in eight.
         let pair = ((r * u64::from(self.block / 2)) >> 32) as u32;
-        self.first_word + start + 2 * pair + u32::from(r & 7 == 0)
+        let index = start + 2 * pair + u32::from(r & 7 == 0);
+        match &self.words {
+            WordIds::Range { first, .. } => first + index,
+            WordIds::Table(ids) => ids[index as usize],
+        }
     }
 }
 
@@ -135,8 +141,8 @@ pub(crate) fn logits(
 ) -> Logits {
     debug_assert_eq!(since_special, count_since_special(tokenizer, context));
     let h = context_hash(seed, context);
-    let im_end = tokenizer.im_end_id();
-    let (first_word, words) = tokenizer.word_range();
+    let im_end = tokenizer.end_of_turn_id();
+    let words = tokenizer.word_ids();
 
     // One SplitMix64 stream per context supplies every random choice.
     let mut stream = h;
@@ -166,9 +172,9 @@ pub(crate) fn logits(
         stream: next(),
         rotation: (layout & 7) as u32,
         punctuation_rank: ((layout >> 3) % 10) as usize,
-        punctuation: u32::from(PUNCTUATION[((layout >> 8) % PUNCTUATION.len() as u64) as usize]),
-        block: (words / CANDIDATES as u32) & !1,
-        first_word,
+        punctuation: tokenizer.punctuation(((layout >> 8) % PUNCTUATION.len() as u64) as usize),
+        block: (words.count() / CANDIDATES as u32) & !1,
+        words,
         im_end,
     };
     Logits { weights, ids }
@@ -279,7 +285,7 @@ impl<'m> Distribution<'m> {
         masked: &'m [u32],
     ) -> Distribution<'m> {
         debug_assert!(masked.windows(2).all(|w| w[0] < w[1]));
-        let ids = logits.ids;
+        let ids = logits.ids.clone();
         let mut explicit: [(usize, f64); EXPLICIT] =
             std::array::from_fn(|slot| (slot, logits.weights[slot]));
         let mut n = EXPLICIT;
@@ -613,7 +619,7 @@ mod tests {
     #[test]
     fn probabilities_sum_to_one_at_any_temperature_and_mask() {
         let (t, l) = setup(&[1, 2, 3]);
-        let masked = [5, t.im_end_id()];
+        let masked = [5, t.end_of_turn_id()];
         for temp in [1e-5, 0.01, 0.1, 0.7, 1.0, 2.0, 10.0] {
             for m in [&[][..], &masked[..]] {
                 let d = Distribution::new(&l, t.vocab_size(), temp, m);
@@ -651,7 +657,7 @@ mod tests {
                     .map(|i| (mix(h, i) % u64::from(vocab - 3)) as u32)
                     .collect();
                 if case % 3 == 0 {
-                    context.push(t.im_end_id());
+                    context.push(t.end_of_turn_id());
                 }
                 let since = count_since_special(&t, &context);
                 let l = logits(h >> 7, &t, &context, since);
@@ -753,7 +759,7 @@ mod tests {
         // Issue: weights computed as exp(l / T - shift) underflowed below about -745, so logprobs became -inf
         // (null on the wire) at T = 0.01 and below.
         let (t, l) = setup(&[785, 6722, 315, 9625, 374]);
-        let masked = [t.im_end_id()];
+        let masked = [t.end_of_turn_id()];
         for temp in [1.000_001e-6, 1e-5, 1e-3, 0.01, 0.3, 0.7, 1.3, 1e6] {
             let d = Distribution::new(&l, t.vocab_size(), temp, &masked);
             let mut top = Vec::new();

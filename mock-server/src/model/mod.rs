@@ -4,13 +4,21 @@
 //! `mock-server/MODEL.md` specifies everything here, and `mock-server/reference/toymodel.py`, an implementation of
 //! that document alone, checks the server from outside its code.
 
+mod chat;
 mod dist;
+mod hf;
 mod router;
 mod tokenizer;
+mod toy;
 
+pub use chat::ChatTemplate;
 pub use dist::{CANDIDATES, Distribution, TAIL_LOGIT, TAIL_MARGIN};
+pub use hf::{HfVocab, LoadError, LoadedTokenizer, SpecialTokenStrings};
 pub use router::MoeShape;
-pub use tokenizer::{MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, Piece, Tokenizer};
+pub use tokenizer::Tokenizer;
+pub use toy::{MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, Piece};
+
+use std::sync::Arc;
 
 pub(crate) use dist::{Logits, Pick, count_since_special, mix, unit};
 
@@ -26,6 +34,8 @@ pub struct ModelConfig {
     pub return_original_logprob: bool,
     /// The MoE shape the router reports routes in.
     pub moe: MoeShape,
+    /// A loaded tokenizer (`MODEL.md` section 13), or `None` for the toy tokenizer of section 2.
+    pub tokenizer: Option<LoadedTokenizer>,
 }
 
 impl Default for ModelConfig {
@@ -35,6 +45,7 @@ impl Default for ModelConfig {
             vocab_size: 151_936,
             return_original_logprob: false,
             moe: MoeShape::default(),
+            tokenizer: None,
         }
     }
 }
@@ -45,6 +56,15 @@ pub enum ModelError {
     /// The vocabulary is smaller or larger than the tokenizer's layout supports.
     #[error("vocab_size must be between {MIN_VOCAB_SIZE} and {MAX_VOCAB_SIZE}, got {0}")]
     VocabSize(u32),
+    /// The vocabulary is smaller than the loaded tokenizer's, or larger than the context key holds.
+    #[error(
+        "vocab_size must be between the tokenizer's {tokenizer} ids and {max}, got {vocab_size}"
+    )]
+    LoadedVocabSize {
+        vocab_size: u32,
+        tokenizer: u32,
+        max: u32,
+    },
     /// The MoE shape has no layer, or routes a token to no expert or to more experts than a layer has.
     #[error(
         "the MoE shape needs at least one layer and 1 <= num_experts_per_tok <= num_experts, got {0:?}"
@@ -62,9 +82,26 @@ pub struct Model {
 impl Model {
     /// Builds the model, checking the configuration.
     pub fn new(config: ModelConfig) -> Result<Model, ModelError> {
-        if !(MIN_VOCAB_SIZE..=MAX_VOCAB_SIZE).contains(&config.vocab_size) {
-            return Err(ModelError::VocabSize(config.vocab_size));
-        }
+        let vocab_size = config.vocab_size;
+        let tokenizer = match &config.tokenizer {
+            None if !(MIN_VOCAB_SIZE..=MAX_VOCAB_SIZE).contains(&vocab_size) => {
+                return Err(ModelError::VocabSize(vocab_size));
+            }
+            None => Tokenizer::new(vocab_size),
+            Some(loaded) => {
+                let size = loaded.vocab().size();
+                // Section 4.1's context key holds 21 bits of each id.
+                let max = (1 << 21) - 1;
+                if !(size..=max).contains(&vocab_size) {
+                    return Err(ModelError::LoadedVocabSize {
+                        vocab_size,
+                        tokenizer: size,
+                        max,
+                    });
+                }
+                Tokenizer::loaded(Arc::clone(loaded.vocab()), vocab_size)
+            }
+        };
         let moe = config.moe;
         if moe.layers == 0
             || moe.experts_per_token == 0
@@ -73,7 +110,6 @@ impl Model {
         {
             return Err(ModelError::MoeShape(moe));
         }
-        let tokenizer = Tokenizer::new(config.vocab_size);
         Ok(Model { config, tokenizer })
     }
 

@@ -257,10 +257,10 @@ fn plan_item(
     config: &ServerConfig,
 ) -> Result<PlannedItem, ApiError> {
     let token_ids = &expanded.token_ids_logprob[i];
-    validate_token_ids_logprob(token_ids.as_ref(), config.vocab_size)?;
+    validate_token_ids_logprob(token_ids.as_ref(), config.vocab_size())?;
     let resolved = resolve_sampling_params(
         expanded.sampling[i],
-        config.vocab_size,
+        config.vocab_size(),
         input_ids.len(),
         config,
     )?;
@@ -289,7 +289,7 @@ fn plan_item(
     let routes_from = (asks_routes && config.enable_return_routed_experts)
         .then(|| req.routed_experts_start_len.max(0) as usize);
     let k = if want_logprob {
-        expanded.top_logprobs_num[i].clamp(0, i64::from(config.vocab_size)) as usize
+        expanded.top_logprobs_num[i].clamp(0, i64::from(config.vocab_size())) as usize
     } else {
         0
     };
@@ -339,6 +339,7 @@ fn plan_item(
             forced_output: Vec::new(),
             sampling_mask,
             routes_from,
+            stream_interval: req.stream.then_some(stream_interval),
         },
     })
 }
@@ -643,7 +644,7 @@ fn prompt_ids(
         if ids.is_empty() {
             return Err(ApiError::value("input_ids cannot be empty."));
         }
-        let vocab = i64::from(config.vocab_size);
+        let vocab = i64::from(config.vocab_size());
         if ids.iter().any(|&id| id < 0 || id >= vocab) {
             return Err(ApiError::value(format!(
                 "The input_ids {} contains values greater than the vocab size ({vocab}).",

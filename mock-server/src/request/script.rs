@@ -28,9 +28,9 @@ pub(super) fn apply(rules: &[ScriptRule], tokenizer: &Tokenizer, items: &mut [Pl
         let Some(rule) = matching_rule(rules, tokenizer, &item.request.input_ids) else {
             continue;
         };
-        let mut forced = tokenizer.encode(&rule.answer);
+        let mut forced = tokenizer.encode_plain(&rule.answer);
         match rule.finish_reason {
-            ScriptFinish::Stop => forced.push(tokenizer.im_end_id()),
+            ScriptFinish::Stop => forced.push(tokenizer.end_of_turn_id()),
             ScriptFinish::Length => {
                 let params = &mut item.request.params;
                 params.max_new_tokens = params.max_new_tokens.min(forced.len() as u32);

@@ -20,6 +20,7 @@ mod sse;
 mod stream;
 mod versions;
 
+pub use crate::engine::chunk_due;
 pub use body::{NeverRan, check_serialisable, encode_body, join_body, never_ran_objects};
 pub use item::{Chunk, EncodeCtx, Finished, OutputMode, Sent, encode_aborted, encode_item};
 pub use json::{
@@ -27,6 +28,6 @@ pub use json::{
     decode_base64_i32,
 };
 pub use meta::{Key, Shape, keys};
-pub use sse::{DONE_EVENT, chunk_due, error_stream_body, sse_event, stream_mode};
+pub use sse::{DONE_EVENT, error_stream_body, sse_event, stream_mode};
 pub use stream::{Due, StreamEncoder, due};
 pub use versions::{VersionEvent, VersionSpan, weight_version_spans};

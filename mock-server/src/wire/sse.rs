@@ -25,17 +25,6 @@ pub fn error_stream_body(err: &ApiError, version: SglangVersion) -> Bytes {
     Bytes::from(out)
 }
 
-/// Whether a chunk is due after `len` output tokens (`Scheduler.stream_output`): every token for an
-/// interval of 1, otherwise at lengths 1, 1 + k, 1 + 2k, ...
-pub fn chunk_due(len: usize, interval: u32) -> bool {
-    let interval = interval.max(1) as usize;
-    if interval > 1 {
-        len % interval == 1
-    } else {
-        true
-    }
-}
-
 /// The output mode of streamed chunks under this configuration.
 pub fn stream_mode(config: &ServerConfig) -> OutputMode {
     match (config.sglang_version, config.incremental_streaming_output) {

@@ -4,8 +4,8 @@
 use bytes::Bytes;
 
 use super::item::{Chunk, EncodeCtx, Finished, OutputMode, Sent, encode_aborted, encode_item};
-use super::sse::{chunk_due, sse_event};
-use crate::engine::{GeneratePlan, Generation, Progress, Refusal, Run};
+use super::sse::sse_event;
+use crate::engine::{GeneratePlan, Generation, Progress, Refusal, Run, chunk_due};
 use crate::error::ApiError;
 
 /// Per-item stream state: the output mode and what each item has sent so far.

@@ -438,13 +438,13 @@ async fn a_live_server_answers_and_shuts_down_gracefully() {
 #[tokio::test]
 async fn a_bad_model_config_is_an_error_not_a_panic() {
     let err = mock_server::AppState::new(ServerConfig {
-        vocab_size: 10,
+        vocab_size: Some(10),
         ..ServerConfig::default()
     })
     .expect_err("vocab too small");
     assert!(err.to_string().contains("vocab_size 10"), "{err}");
     let result = mock_server::Server::start(ServerConfig {
-        vocab_size: 10,
+        vocab_size: Some(10),
         port: 0,
         ..ServerConfig::default()
     })

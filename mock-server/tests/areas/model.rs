@@ -167,7 +167,7 @@ async fn top_lists_are_in_descending_order() {
 async fn each_top_list_has_the_unmasked_ids_of_its_own_position() {
     let vocab: u32 = 1024;
     let server = InProcess::new(ServerConfig {
-        vocab_size: vocab,
+        vocab_size: Some(vocab),
         ..ServerConfig::default()
     });
     let answer = generate_ok(

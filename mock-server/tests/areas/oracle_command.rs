@@ -100,7 +100,7 @@ async fn the_oracle_command_prints_the_live_servers_answer() {
             ],
             ServerConfig {
                 scripted: mock_server::ScriptRule::load(&script).expect("the script loads"),
-                vocab_size: 50_000,
+                vocab_size: Some(50_000),
                 ..ServerConfig::default()
             },
         ),

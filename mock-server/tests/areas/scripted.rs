@@ -84,7 +84,7 @@ async fn matching_prompts_get_the_scripted_text_with_true_logprobs() {
         check(&server, body, text, finish).await;
     }
     let v = server.generate(&cases[0].0).await.json();
-    let im_end = model.tokenizer().im_end_id();
+    let im_end = model.tokenizer().end_of_turn_id();
     assert_eq!(
         v["meta_info"]["finish_reason"],
         json!({"type": "stop", "matched": im_end})
@@ -169,7 +169,7 @@ async fn a_scripted_stop_inside_min_new_tokens_has_a_masked_logprob() {
         .as_array()
         .unwrap()
         .clone();
-    let eos = latest.oracle.model().tokenizer().im_end_id();
+    let eos = latest.oracle.model().tokenizer().end_of_turn_id();
     let last = lps.last().unwrap();
     assert_eq!((&last[0], &last[1]), (&Value::Null, &json!(eos)));
     assert!(lps[..lps.len() - 1].iter().all(|t| t[0].is_f64()));

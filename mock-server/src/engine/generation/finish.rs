@@ -3,7 +3,8 @@
 //! `DetokenizerManager.trim_matched_stop` does it.
 
 use super::Generation;
-use crate::engine::item::FinishReason;
+use super::detok::{FORCE_STREAM_INTERVAL, holds_stop_prefix, matched_stop};
+use crate::engine::item::{FinishReason, chunk_due};
 
 impl Generation {
     /// SGLang's finish checks, in its order: length, then stop tokens (unless `ignore_eos`), then stop strings.
@@ -23,6 +24,45 @@ impl Generation {
             self.finish(FinishReason::StopStr { matched }, None);
         } else {
             self.stable_len = self.decoded.len() - self.stop_prefix_suffix_len();
+        }
+    }
+
+    /// The finish checks over a loaded tokenizer, in the same order, with SGLang's stop-string tail (`MODEL.md`
+    /// section 13.4); a sample that runs on hands its output to the detokenizer when the scheduler would.
+    pub(super) fn check_finished_loaded(&mut self, id: u32) {
+        let (Some(loaded), Some(vocab)) = (self.loaded.as_deref_mut(), self.model.tokenizer().hf())
+        else {
+            return;
+        };
+        loaded.detok.push(id);
+        let output = &self.context[self.prompt_len..];
+        let reason = if output.len() >= self.params.max_new_tokens as usize {
+            Some(FinishReason::Length {
+                length: self.params.max_new_tokens,
+            })
+        } else if self.stop_ids.binary_search(&id).is_ok() {
+            Some(FinishReason::StopToken { matched: id })
+        } else if let Some(stop_tail) = &loaded.stop_tail {
+            let tail = stop_tail.tail(vocab, output);
+            let matched = matched_stop(&self.params.stop, &tail);
+            loaded.holds = matched.is_none() && holds_stop_prefix(&self.params.stop, &tail);
+            matched.map(|matched| FinishReason::StopStr {
+                matched: matched.to_owned(),
+            })
+        } else {
+            None
+        };
+        match reason {
+            Some(reason) => self.finish(reason, None),
+            None => {
+                let due = match loaded.stream_interval {
+                    Some(interval) => chunk_due(output.len(), interval),
+                    None => output.len().is_multiple_of(FORCE_STREAM_INTERVAL),
+                };
+                if due && !loaded.holds {
+                    loaded.detok.call(vocab);
+                }
+            }
         }
     }
 
@@ -62,6 +102,22 @@ impl Generation {
     /// (the text as it was before it, `trim_to`) and a stop string is cut before (or, with `no_stop_trim`, after) its
     /// first occurrence.
     pub(super) fn finish(&mut self, reason: FinishReason, trim_to: Option<(usize, Vec<u8>)>) {
+        if let (Some(loaded), Some(vocab)) =
+            (self.loaded.as_deref_mut(), self.model.tokenizer().hf())
+        {
+            let no_stop_trim = self.params.no_stop_trim;
+            let trim_stop_id = matches!(reason, FinishReason::StopToken { .. }) && !no_stop_trim;
+            let stop_str = match &reason {
+                FinishReason::StopStr { matched } => Some(matched.as_str()),
+                _ => None,
+            };
+            loaded
+                .detok
+                .finish(vocab, trim_stop_id, stop_str, no_stop_trim);
+            self.final_text = Some(loaded.detok.text().to_owned());
+            self.finish = Some(reason);
+            return;
+        }
         let text = match (&reason, trim_to) {
             (_, Some((len, pending))) => {
                 let mut text = self.decoded[..len].to_owned();

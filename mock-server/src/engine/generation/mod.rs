@@ -10,12 +10,14 @@
 //! request layer and deliberately not applied: the model's distribution stays a pure function of the context, which
 //! is what lets a test recompute every logprob. The finish rules are in `finish`.
 
+mod detok;
 mod finish;
 #[cfg(test)]
 mod tests;
 
 use std::sync::Arc;
 
+use self::detok::{Detokenizer, StopTail};
 use crate::engine::item::{
     FinishReason, GREEDY_TEMPERATURE, ItemRequest, LogprobEntry, MaskRows, Rows,
     SamplingLogprobsMode, SamplingParams,
@@ -77,6 +79,20 @@ pub struct Generation {
     /// The final text, set when the generation finishes.
     final_text: Option<String>,
     finish: Option<FinishReason>,
+    /// With a loaded tokenizer, the text comes from SGLang's detokenizer instead of `decoded` and `pending`.
+    loaded: Option<Box<LoadedText>>,
+}
+
+/// The text state of a generation over a loaded tokenizer (`MODEL.md` section 13.4).
+#[derive(Clone, Debug)]
+struct LoadedText {
+    detok: Detokenizer,
+    /// The stop strings' tail window; `None` without stop strings.
+    stop_tail: Option<StopTail>,
+    /// Whether the tail holds a stop string's start, so the scheduler sends nothing this step.
+    holds: bool,
+    /// The request's `stream_interval` when it streams.
+    stream_interval: Option<u32>,
 }
 
 impl Generation {
@@ -94,6 +110,7 @@ impl Generation {
             forced_output,
             sampling_mask,
             routes_from,
+            stream_interval,
         } = item;
         let greedy = params.temperature < GREEDY_TEMPERATURE;
         let temperature = if greedy { 1.0 } else { params.temperature };
@@ -141,6 +158,14 @@ impl Generation {
 
         let prompt_len = input_ids.len();
         let since_special = count_since_special(model.tokenizer(), &input_ids);
+        let loaded = model.tokenizer().hf().map(|vocab| {
+            Box::new(LoadedText {
+                detok: Detokenizer::new(&input_ids, params.skip_special_tokens),
+                stop_tail: StopTail::new(vocab, &params.stop),
+                holds: false,
+                stream_interval,
+            })
+        });
         let max_new_tokens = params.max_new_tokens;
         // Room for the answer up front, so that a short answer allocates once and a long one regrows a few
         // times rather than from empty; bounded, so that a large limit on an answer that ends early holds no
@@ -185,6 +210,7 @@ impl Generation {
             stable_len: 0,
             final_text: None,
             finish: None,
+            loaded,
         };
         if return_logprob {
             generation.compute_input_logprobs();
@@ -257,9 +283,13 @@ impl Generation {
         } else {
             self.since_special += 1;
         }
-        let before = (self.decoded.len(), self.pending.clone());
-        self.push_text(id);
-        self.check_finished(id, before);
+        if self.loaded.is_some() {
+            self.check_finished_loaded(id);
+        } else {
+            let before = (self.decoded.len(), self.pending.clone());
+            self.push_text(id);
+            self.check_finished(id, before);
+        }
         self.finish.is_some()
     }
 
@@ -335,7 +365,9 @@ impl Generation {
     /// Decodes token `id` onto the output text, keeping an incomplete trailing UTF-8 character aside.
     fn push_text(&mut self, id: u32) {
         let skip = self.params.skip_special_tokens;
-        let tokenizer = self.model.tokenizer();
+        let Some(tokenizer) = self.model.tokenizer().toy() else {
+            return;
+        };
         // Almost every token is ASCII on its own; only bytes of multi-byte characters need the UTF-8 buffer.
         if !(self.pending.is_empty() && tokenizer.push_ascii(id, skip, &mut self.decoded)) {
             tokenizer.push_bytes(id, skip, &mut self.pending);
@@ -371,16 +403,21 @@ impl Generation {
     /// The text to report now: once finished, the final trimmed text; before that, the prefix that is safe to
     /// stream. Each value extends the one before.
     pub fn text(&self) -> &str {
-        match &self.final_text {
-            Some(text) => text,
-            None => &self.decoded[..self.stable_len],
+        match (&self.final_text, &self.loaded) {
+            (Some(text), _) => text,
+            (None, Some(loaded)) => loaded.detok.text(),
+            (None, None) => &self.decoded[..self.stable_len],
         }
     }
 
     /// Whether the end of the output could be the start of a stop string, so the text holds some of it back:
     /// SGLang then skips a due stream chunk (`check_match_stop_str_prefix`).
     pub fn holds_stop_prefix(&self) -> bool {
-        self.final_text.is_none() && self.stable_len < self.decoded.len()
+        self.final_text.is_none()
+            && match &self.loaded {
+                Some(loaded) => loaded.holds,
+                None => self.stable_len < self.decoded.len(),
+            }
     }
 
     /// The logprob of each output token (empty unless logprobs were requested).

@@ -94,7 +94,7 @@ fn eos_ends_generation_and_is_kept_in_ids_but_not_text() {
         m.clone(),
         item("Tell me", |i| i.params.max_new_tokens = 2000),
     );
-    let eos = m.tokenizer().im_end_id();
+    let eos = m.tokenizer().end_of_turn_id();
     assert_eq!(
         g.finish_reason(),
         Some(&FinishReason::StopToken { matched: eos })
@@ -334,7 +334,7 @@ fn abort_keeps_partial_output() {
 fn forced_tokens_come_first_with_their_true_logprobs() {
     let m = model();
     let mut forced = m.tokenizer().encode(" Judgment: 2");
-    forced.push(m.tokenizer().im_end_id());
+    forced.push(m.tokenizer().end_of_turn_id());
     let g = generate(
         m.clone(),
         item("Pick one", |i| {
@@ -347,7 +347,7 @@ fn forced_tokens_come_first_with_their_true_logprobs() {
     assert_eq!(
         g.finish_reason(),
         Some(&FinishReason::StopToken {
-            matched: m.tokenizer().im_end_id()
+            matched: m.tokenizer().end_of_turn_id()
         })
     );
     let mut context = g.input_ids().to_vec();

@@ -118,7 +118,7 @@ pub(crate) fn translate(
     let mut native = Map::new();
     let (logprobs, echo) = match api {
         Api::Completions => completions_prompt(obj, tokenizer, &mut native, &mut sampling)?,
-        Api::Chat => chat_prompt(obj, config, &mut native, &mut sampling)?,
+        Api::Chat => chat_prompt(obj, config, tokenizer, &mut native, &mut sampling)?,
     };
     native.insert("sampling_params".to_owned(), Value::Object(sampling));
     native.insert("return_logprob".to_owned(), json!(logprobs.is_some()));
@@ -280,6 +280,7 @@ impl Prompts {
 fn chat_prompt(
     obj: &Map<String, Value>,
     config: &ServerConfig,
+    tokenizer: &Tokenizer,
     native: &mut Map<String, Value>,
     sampling: &mut Map<String, Value>,
 ) -> Result<PromptParts, ApiError> {
@@ -288,9 +289,18 @@ fn chat_prompt(
         .ok_or_else(|| validation_error("missing", "'messages'", "Field required"))?
         .as_array()
         .ok_or_else(|| type_error("messages", "list_type", "a valid list"))?;
-    let rendered = chat_messages(messages)?;
+    let prompt = render_chat(tokenizer, obj, messages, true)?;
     meta_info_fields(obj, config.sglang_version)?;
-    native.insert("text".to_owned(), json!(render_chatml(&rendered, true)));
+    // A loaded model's template writes its own special tokens, so it is encoded without adding any (SGLang's
+    // `_render_and_encode_chat_template`); the toy tokenizer adds none, and ChatML runs as a text prompt.
+    if tokenizer.hf().is_some() {
+        native.insert(
+            "input_ids".to_owned(),
+            json!(tokenizer.encode_plain(&prompt)),
+        );
+    } else {
+        native.insert("text".to_owned(), json!(prompt));
+    }
     let (completion, legacy) = (
         int_field(obj, "max_completion_tokens")?,
         int_field(obj, "max_tokens")?,
@@ -426,6 +436,105 @@ pub(crate) fn render_chatml(messages: &[ChatMessage], add_generation_prompt: boo
         out.push_str("<|im_start|>assistant\n");
     }
     out
+}
+
+/// The prompt of a chat request's `messages` (`MODEL.md` sections 8.6 and 13.5): the loaded model's chat
+/// template as transformers renders it, with the request's `tools` (unless `tool_choice` is `"none"`) and
+/// `chat_template_kwargs`, or the toy's ChatML. Messages go to the template as SGLang's `_process_messages`
+/// hands them over: `null` fields left out, `null` content as `""`, text parts joined, and an assistant's
+/// `tool_calls[].function.arguments` given as a JSON string parsed into its object. A template that raises
+/// (`raise_exception`) or fails is the request's 400, after one retry with the tools' bare `function` objects
+/// (SGLang's fallback for templates that expect them).
+pub(crate) fn render_chat(
+    tokenizer: &Tokenizer,
+    obj: &Map<String, Value>,
+    messages: &[Value],
+    add_generation_prompt: bool,
+) -> Result<String, ApiError> {
+    let parsed = chat_messages(messages)?;
+    let Some(template) = tokenizer.chat_template() else {
+        return Ok(render_chatml(&parsed, add_generation_prompt));
+    };
+    let processed = messages
+        .iter()
+        .zip(parsed)
+        .map(|(raw, message)| template_message(raw, message.content))
+        .collect::<Result<Vec<Value>, ApiError>>()?;
+    let messages = Value::Array(processed);
+    let tools = match (obj.get("tools"), obj.get("tool_choice")) {
+        (_, Some(Value::String(choice))) if choice == "none" => None,
+        (Some(Value::Array(tools)), _) if !tools.is_empty() => Some(tools),
+        _ => None,
+    };
+    let kwargs = match obj.get("chat_template_kwargs") {
+        Some(Value::Object(kwargs)) => kwargs.clone(),
+        _ => Map::new(),
+    };
+    let tools_value = tools.map(|tools| Value::Array(tools.clone()));
+    template
+        .render(
+            &messages,
+            tools_value.as_ref(),
+            add_generation_prompt,
+            &kwargs,
+        )
+        .or_else(|first| match tools {
+            Some(tools) => {
+                let bare = tools
+                    .iter()
+                    .map(|t| t.get("function").cloned().unwrap_or_else(|| t.clone()))
+                    .collect();
+                template.render(
+                    &messages,
+                    Some(&Value::Array(bare)),
+                    add_generation_prompt,
+                    &kwargs,
+                )
+            }
+            None => Err(first),
+        })
+        .map_err(ApiError::openai_bad_request)
+}
+
+/// One message as the chat template sees it: its fields without the `null` ones, its `content` as parsed,
+/// and an assistant's string tool-call arguments parsed (`normalize_assistant_tool_call_arguments`, strict).
+fn template_message(raw: &Value, content: String) -> Result<Value, ApiError> {
+    let mut message: Map<String, Value> = raw
+        .as_object()
+        .map(|obj| {
+            obj.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    message.insert("content".into(), Value::String(content));
+    if message.get("role").and_then(Value::as_str) == Some("assistant")
+        && let Some(Value::Array(calls)) = message.get_mut("tool_calls")
+    {
+        for call in calls {
+            let Some(Value::String(arguments)) = call
+                .get_mut("function")
+                .and_then(|f| f.get_mut("arguments"))
+            else {
+                continue;
+            };
+            let parsed: Value = serde_json::from_str(arguments).map_err(|_| {
+                ApiError::openai_bad_request(
+                    "Assistant tool call function.arguments must be valid JSON.",
+                )
+            })?;
+            if !parsed.is_object() {
+                return Err(ApiError::openai_bad_request(
+                    "Assistant tool call function.arguments must be a JSON object.",
+                ));
+            }
+            if let Some(function) = call.get_mut("function") {
+                function["arguments"] = parsed;
+            }
+        }
+    }
+    Ok(Value::Object(message))
 }
 
 /// A chat request's `messages`, each parsed, refused when there are none (`_validate_request`).

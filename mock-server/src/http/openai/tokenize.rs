@@ -2,13 +2,14 @@
 //! `{"prompt": str | [str], "add_special_tokens"}` or `{"messages": [...]}` (rendered with the chat template,
 //! as for a chat completion) gives `{"tokens", "count", "max_model_len"}`, and
 //! `{"tokens": [int] | [[int]], "skip_special_tokens"}` gives `{"text"}`. The toy tokenizer adds no special
-//! tokens of its own, so `add_special_tokens` changes nothing, as for Qwen's.
+//! tokens of its own, so `add_special_tokens` changes nothing for it, as for Qwen's; a loaded tokenizer adds
+//! what its post-processor adds.
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::request::{body_object, bool_field, chat_messages, render_chatml, type_error};
+use super::request::{body_object, bool_field, render_chat, type_error};
 use crate::config::SglangVersion;
 use crate::error::ApiError;
 use crate::http::extract::OpenAiJson;
@@ -47,8 +48,15 @@ fn answer(
 fn tokenize_body(state: &AppState, body: &Value) -> Result<Value, ApiError> {
     let tokenizer = state.model().tokenizer();
     let obj = body_object(body)?;
-    // Checked for its type; the toy tokenizer adds no special tokens either way.
-    bool_field(obj, "add_special_tokens")?;
+    // The toy tokenizer adds no special tokens either way; a loaded one adds its post-processor's.
+    let add_special_tokens = bool_field(obj, "add_special_tokens")?.unwrap_or(true);
+    let encode = |text: &str| {
+        if add_special_tokens {
+            tokenizer.encode(text)
+        } else {
+            tokenizer.encode_plain(text)
+        }
+    };
     let max_model_len = state.config().context_length;
     let present = |key: &str| obj.get(key).filter(|v| !v.is_null());
     // `TokenizeRequest.validate_tokenize_input`, a model validator: FastAPI's 400.
@@ -68,22 +76,23 @@ fn tokenize_body(state: &AppState, body: &Value) -> Result<Value, ApiError> {
             SglangVersion::V0_5_23 => bool_field(obj, "add_generation_prompt")?.unwrap_or(true),
             SglangVersion::V0_5_3 | SglangVersion::V0_5_15 => true,
         };
-        let prompt = render_chatml(&chat_messages(messages)?, add_generation_prompt);
-        let tokens = tokenizer.encode(&prompt);
+        let prompt = render_chat(tokenizer, obj, messages, add_generation_prompt)?;
+        // A rendered template is encoded without added special tokens (`serving_tokenize.py`).
+        let tokens = tokenizer.encode_plain(&prompt);
         return Ok(
             json!({"tokens": tokens, "count": tokens.len(), "max_model_len": max_model_len}),
         );
     }
     match obj.get("prompt") {
         Some(Value::String(text)) => {
-            let tokens = tokenizer.encode(text);
+            let tokens = encode(text);
             Ok(json!({"tokens": tokens, "count": tokens.len(), "max_model_len": max_model_len}))
         }
         Some(Value::Array(texts)) => {
             let texts: Option<Vec<&str>> = texts.iter().map(Value::as_str).collect();
             let texts =
                 texts.ok_or_else(|| type_error("prompt", "string_type", "a valid string"))?;
-            let tokens: Vec<Vec<u32>> = texts.iter().map(|t| tokenizer.encode(t)).collect();
+            let tokens: Vec<Vec<u32>> = texts.iter().map(|t| encode(t)).collect();
             let count: Vec<usize> = tokens.iter().map(Vec::len).collect();
             Ok(json!({"tokens": tokens, "count": count, "max_model_len": max_model_len}))
         }
