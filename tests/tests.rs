@@ -19,5 +19,7 @@ mod faults;
 mod issue_1976;
 /// The module graph of a crate, parsed from its source: references between modules and external crates.
 mod module_graph;
+/// A real BPE (Qwen's vocabulary) drifts when generated ids go through text and back; the client never does.
+mod retokenization;
 /// Random valid rollouts (groups, sampling parameters, multi-turn, multi-agent, streaming) through to GRPO.
 mod rollouts;
