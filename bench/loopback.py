@@ -20,8 +20,10 @@ Needs: wrk (apt-get install wrk), and fastapi, uvicorn[standard], orjson (pip in
 
     python3 bench/loopback.py [--seconds 10] [--rounds 3] [--connections 64] [--tokens 1024,16] [--baseline PATH]
 
-`--baseline PATH` adds another sglang-mock binary (an earlier build, say) as a fourth row of the same rounds,
-so that a change to the server is measured side by side with what it replaces.
+`--baseline PATH` adds another sglang-mock binary (an earlier build, say) as a row of the same rounds, so that a
+change to the server is measured side by side with what it replaces. `--tokenizer PATH` adds sglang-mock with
+that Hugging Face tokenizer (`target/qwen-tokenizer`, built by `scripts/qwen_tokenizer.py`, is Qwen's) as a row
+too, and reports its throughput as a ratio of the toy tokenizer's in the same rounds.
 """
 
 import argparse
@@ -79,6 +81,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--tokens", default="1024,16", help="answer lengths, one table each")
     parser.add_argument("--baseline", help="another sglang-mock binary to measure in the same rounds")
+    parser.add_argument("--tokenizer", help="also measure sglang-mock with this --tokenizer in the same rounds")
     args = parser.parse_args()
     lengths = [int(t) for t in args.tokens.split(",")]
     for tool in ("wrk", "taskset"):
@@ -118,6 +121,8 @@ def main() -> None:
         }
         if args.baseline:
             servers[tokens]["sglang-mock (baseline)"] = [os.path.abspath(args.baseline)]
+        if args.tokenizer:
+            servers[tokens]["sglang-mock --tokenizer"] = mock + ["--tokenizer", os.path.abspath(args.tokenizer)]
     proc.terminate()
     proc.wait()
 
@@ -166,6 +171,9 @@ def main() -> None:
               f"{floor_rps:,.0f} | {floor_rps * size / 1e6:,.1f} | {size:,} | {floor_rps / python:.1f}x | "
               f"{floor_rps / ceiling:.2f} |")
         print(f"\nsglang-mock reaches {best[tokens, 'sglang-mock'][0] / floor_rps:.2f} of its floor.")
+        if args.tokenizer:
+            ratio = best[tokens, "sglang-mock --tokenizer"][0] / best[tokens, "sglang-mock"][0]
+            print(f"With --tokenizer {args.tokenizer}: {ratio:.2f} of the toy tokenizer's requests/s.")
 
 
 if __name__ == "__main__":

@@ -58,3 +58,6 @@ mod streaming;
 /// Every validation error: status, shape, message, non-streamed and streamed.
 #[path = "areas/validation.rs"]
 mod validation;
+/// The model over a loaded vocabulary (Qwen's real tokenizer): what it derives, its slots, its errors, its text.
+#[path = "areas/vocabulary.rs"]
+mod vocabulary;
