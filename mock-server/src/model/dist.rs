@@ -13,7 +13,7 @@
 //! one `ln` for the reported logprob. At any other temperature logprobs are computed in log space,
 //! `l / T - log Z`, so they stay finite however far below the top a token lies.
 
-use super::tokenizer::{Tokenizer, WordIds};
+use super::tokenizer::Tokenizer;
 
 /// Content candidates per context (the end-of-turn token comes on top).
 pub const CANDIDATES: usize = 8;
@@ -63,7 +63,7 @@ pub(crate) struct Logits {
 
 /// How a slot's token id is drawn. Ids are computed only when something asks for them: a step at temperature 1
 /// without masks needs the id of the sampled slot alone.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 struct CandidateIds {
     /// The state the per-slot draws continue from.
     stream: u64,
@@ -71,8 +71,9 @@ struct CandidateIds {
     punctuation_rank: usize,
     punctuation: u32,
     block: u32,
-    /// The ids the word slots index into: the toy's word range, or a loaded vocabulary's content ids.
-    words: WordIds,
+    /// The word slots' ids: `first_word + index` for the toy, `table[index]` for a loaded vocabulary.
+    first_word: u32,
+    table: Option<&'static [u32]>,
     /// The end-of-turn id (`<|im_end|>` in the toy model).
     im_end: u32,
 }
@@ -96,9 +97,9 @@ impl CandidateIds {
         // An even offset within the block (a word that starts with a space), odd one time in eight.
         let pair = ((r * u64::from(self.block / 2)) >> 32) as u32;
         let index = start + 2 * pair + u32::from(r & 7 == 0);
-        match &self.words {
-            WordIds::Range { first, .. } => first + index,
-            WordIds::Table(ids) => ids[index as usize],
+        match self.table {
+            None => self.first_word + index,
+            Some(ids) => ids[index as usize],
         }
     }
 }
@@ -141,8 +142,7 @@ pub(crate) fn logits(
 ) -> Logits {
     debug_assert_eq!(since_special, count_since_special(tokenizer, context));
     let h = context_hash(seed, context);
-    let im_end = tokenizer.end_of_turn_id();
-    let words = tokenizer.word_ids();
+    let slots = tokenizer.slots();
 
     // One SplitMix64 stream per context supplies every random choice.
     let mut stream = h;
@@ -172,10 +172,11 @@ pub(crate) fn logits(
         stream: next(),
         rotation: (layout & 7) as u32,
         punctuation_rank: ((layout >> 3) % 10) as usize,
-        punctuation: tokenizer.punctuation(((layout >> 8) % PUNCTUATION.len() as u64) as usize),
-        block: (words.count() / CANDIDATES as u32) & !1,
-        words,
-        im_end,
+        punctuation: slots.punctuation[((layout >> 8) % PUNCTUATION.len() as u64) as usize],
+        block: (slots.word_count / CANDIDATES as u32) & !1,
+        first_word: slots.first_word,
+        table: slots.table,
+        im_end: slots.end_of_turn,
     };
     Logits { weights, ids }
 }
@@ -285,7 +286,7 @@ impl<'m> Distribution<'m> {
         masked: &'m [u32],
     ) -> Distribution<'m> {
         debug_assert!(masked.windows(2).all(|w| w[0] < w[1]));
-        let ids = logits.ids.clone();
+        let ids = logits.ids;
         let mut explicit: [(usize, f64); EXPLICIT] =
             std::array::from_fn(|slot| (slot, logits.weights[slot]));
         let mut n = EXPLICIT;

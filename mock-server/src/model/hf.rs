@@ -64,8 +64,11 @@ pub struct HfVocab {
     /// The end-of-sequence ids, the end-of-turn id first.
     eos: Vec<u32>,
     punctuation: [u32; PUNCTUATION.len()],
-    /// The content ids `C`, ascending.
-    content: Arc<[u32]>,
+    /// The content ids `C`, ascending. They live as long as the process: the model's slots index them at every
+    /// step, and a reference in its `Copy` slot recipe costs nothing there, where a counted one would cost two
+    /// atomic operations a step. A process loads a tokenizer once (the command line; clones of a
+    /// [`LoadedTokenizer`] share it), so what is leaked is one table per load.
+    content: &'static [u32],
     tokens: SpecialTokenStrings,
     chat_template: Option<ChatTemplate>,
 }
@@ -192,7 +195,7 @@ impl HfVocab {
             }
         }
 
-        let content: Arc<[u32]> = (0..size)
+        let content: Vec<u32> = (0..size)
             .filter(|&id| {
                 has_token[id as usize]
                     && !is_added[id as usize]
@@ -232,6 +235,7 @@ impl HfVocab {
             })
             .transpose()?;
 
+        let content: &'static [u32] = Box::leak(content.into_boxed_slice());
         Ok(HfVocab {
             source: path.to_path_buf(),
             tokenizer,
@@ -274,8 +278,8 @@ impl HfVocab {
         self.punctuation[index]
     }
 
-    pub(crate) fn content(&self) -> &Arc<[u32]> {
-        &self.content
+    pub(crate) fn content(&self) -> &'static [u32] {
+        self.content
     }
 
     /// The special-token strings of `tokenizer_config.json`.

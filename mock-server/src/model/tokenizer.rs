@@ -13,6 +13,22 @@ use super::toy::{Piece, Toy};
 #[derive(Clone, Debug)]
 pub struct Tokenizer {
     kind: Kind,
+    /// What the model's slots draw from, resolved once: every step reads it.
+    slots: Slots,
+}
+
+/// The ids section 4.3 assigns to slots, for either vocabulary.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Slots {
+    /// The end-of-turn id, slot 8.
+    pub(crate) end_of_turn: u32,
+    /// The word slots' ids: `first + index` for the toy, `table[index]` for a loaded vocabulary.
+    pub(crate) first_word: u32,
+    pub(crate) table: Option<&'static [u32]>,
+    /// How many ids the word slots index.
+    pub(crate) word_count: u32,
+    /// The id of each character of section 4.3's punctuation table.
+    pub(crate) punctuation: [u32; super::dist::PUNCTUATION.len()],
 }
 
 #[derive(Clone, Debug)]
@@ -28,15 +44,34 @@ enum Kind {
 impl Tokenizer {
     /// The toy tokenizer over `vocab_size` ids. The caller checks the size against the toy's bounds.
     pub(crate) fn new(vocab_size: u32) -> Tokenizer {
+        let toy = Toy::new(vocab_size);
+        let (first_word, word_count) = toy.word_range();
+        let slots = Slots {
+            end_of_turn: toy.im_end_id(),
+            first_word,
+            table: None,
+            word_count,
+            punctuation: std::array::from_fn(|i| u32::from(super::dist::PUNCTUATION[i])),
+        };
         Tokenizer {
-            kind: Kind::Toy(Toy::new(vocab_size)),
+            kind: Kind::Toy(toy),
+            slots,
         }
     }
 
     /// A loaded tokenizer in a model of `vocab_size` ids; the caller checks that it covers the tokenizer's.
     pub(crate) fn loaded(vocab: Arc<HfVocab>, vocab_size: u32) -> Tokenizer {
+        let content = vocab.content();
+        let slots = Slots {
+            end_of_turn: vocab.eos_token_ids()[0],
+            first_word: 0,
+            table: Some(content),
+            word_count: content.len() as u32,
+            punctuation: std::array::from_fn(|i| vocab.punctuation(i)),
+        };
         Tokenizer {
             kind: Kind::Loaded { vocab, vocab_size },
+            slots,
         }
     }
 
@@ -77,10 +112,7 @@ impl Tokenizer {
     /// end-of-sequence id of a loaded one.
     #[inline]
     pub fn end_of_turn_id(&self) -> u32 {
-        match &self.kind {
-            Kind::Toy(toy) => toy.im_end_id(),
-            Kind::Loaded { vocab, .. } => vocab.eos_token_ids()[0],
-        }
+        self.slots.end_of_turn
     }
 
     /// Whether `id` is a special token (the count of tokens since the last one drives the end-of-turn weight).
@@ -136,41 +168,9 @@ impl Tokenizer {
         self.hf()?.chat_template()
     }
 
-    /// The ids the word slots draw from (section 4.3): a range `first..first + count` for the toy, the list of
-    /// content ids of a loaded vocabulary (section 13.2), whose first `count` ids are `table[..count]`.
-    #[inline]
-    pub(crate) fn word_ids(&self) -> WordIds {
-        match &self.kind {
-            Kind::Toy(toy) => {
-                let (first, count) = toy.word_range();
-                WordIds::Range { first, count }
-            }
-            Kind::Loaded { vocab, .. } => WordIds::Table(Arc::clone(vocab.content())),
-        }
-    }
-
-    /// The id of punctuation character `index` of section 4.3's table.
-    #[inline]
-    pub(crate) fn punctuation(&self, index: usize) -> u32 {
-        match &self.kind {
-            Kind::Toy(_) => u32::from(super::dist::PUNCTUATION[index]),
-            Kind::Loaded { vocab, .. } => vocab.punctuation(index),
-        }
-    }
-}
-
-/// Where the word slots' ids come from.
-#[derive(Clone, Debug)]
-pub(crate) enum WordIds {
-    Range { first: u32, count: u32 },
-    Table(Arc<[u32]>),
-}
-
-impl WordIds {
-    pub(crate) fn count(&self) -> u32 {
-        match self {
-            WordIds::Range { count, .. } => *count,
-            WordIds::Table(table) => table.len() as u32,
-        }
+    /// The ids section 4.3's slots draw from.
+    #[inline(always)]
+    pub(crate) fn slots(&self) -> &Slots {
+        &self.slots
     }
 }

@@ -55,11 +55,13 @@ impl Generation {
         match reason {
             Some(reason) => self.finish(reason, None),
             None => {
+                // A stream skips a due chunk while the tail holds a stop string's start; the periodic
+                // output of a whole answer does not look (`SchedulerOutputStreamer.accept`, 0.5.23).
                 let due = match loaded.stream_interval {
-                    Some(interval) => chunk_due(output.len(), interval),
+                    Some(interval) => chunk_due(output.len(), interval) && !loaded.holds,
                     None => output.len().is_multiple_of(FORCE_STREAM_INTERVAL),
                 };
-                if due && !loaded.holds {
+                if due {
                     loaded.detok.call(vocab);
                 }
             }
