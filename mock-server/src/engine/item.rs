@@ -272,6 +272,17 @@ pub enum FinishReason {
     },
 }
 
+/// Whether a chunk is due after `len` output tokens (`Scheduler.stream_output`): every token for an
+/// interval of 1, otherwise at lengths 1, 1 + k, 1 + 2k, ...
+pub fn chunk_due(len: usize, interval: u32) -> bool {
+    let interval = interval.max(1) as usize;
+    if interval > 1 {
+        len % interval == 1
+    } else {
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,16 +304,5 @@ mod tests {
             rows.logprobs(0, SamplingLogprobsMode::Support),
             [-0.25, -1.5]
         );
-    }
-}
-
-/// Whether a chunk is due after `len` output tokens (`Scheduler.stream_output`): every token for an
-/// interval of 1, otherwise at lengths 1, 1 + k, 1 + 2k, ...
-pub fn chunk_due(len: usize, interval: u32) -> bool {
-    let interval = interval.max(1) as usize;
-    if interval > 1 {
-        len % interval == 1
-    } else {
-        true
     }
 }

@@ -97,8 +97,17 @@ impl HfVocab {
             path: file.clone(),
             source,
         })?;
-        let tokenizer =
+        let mut tokenizer =
             tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| LoadError::Tokenizer {
+                path: file.clone(),
+                message: e.to_string(),
+            })?;
+        // SGLang encodes prompts whole: a truncation or padding setting in the file does not apply, and without
+        // them encoding a string cannot fail.
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(None)
+            .map_err(|e| LoadError::Tokenizer {
                 path: file.clone(),
                 message: e.to_string(),
             })?;
@@ -295,8 +304,7 @@ impl HfVocab {
     /// The ids of `text`, with the tokenizer's special tokens added when `add_special_tokens` (a BOS for
     /// Llama's post-processor, nothing for Qwen's).
     pub(crate) fn encode(&self, text: &str, add_special_tokens: bool) -> Vec<u32> {
-        // Encoding a string fails only when a truncation or padding setting cannot be met; a tokenizer.json
-        // with one encodes without it rather than failing the request.
+        // Without truncation and padding (removed at load), encoding a string does not fail.
         match self.tokenizer.encode_fast(text, add_special_tokens) {
             Ok(encoding) => encoding.get_ids().to_vec(),
             Err(_) => Vec::new(),

@@ -461,16 +461,26 @@ pub(crate) fn render_chat(
         .map(|(raw, message)| template_message(raw, message.content))
         .collect::<Result<Vec<Value>, ApiError>>()?;
     let messages = Value::Array(processed);
-    let tools = match (obj.get("tools"), obj.get("tool_choice")) {
+    // `tool_choice` "none" leaves the tools out; a named function keeps only that tool (`serving_chat.py`).
+    let tools: Option<Vec<Value>> = match (obj.get("tools"), obj.get("tool_choice")) {
         (_, Some(Value::String(choice))) if choice == "none" => None,
-        (Some(Value::Array(tools)), _) if !tools.is_empty() => Some(tools),
+        (Some(Value::Array(tools)), Some(Value::Object(choice))) => {
+            let name = choice.get("function").and_then(|f| f.get("name"));
+            let named: Vec<Value> = tools
+                .iter()
+                .filter(|t| t.get("function").and_then(|f| f.get("name")) == name)
+                .cloned()
+                .collect();
+            (!named.is_empty()).then_some(named)
+        }
+        (Some(Value::Array(tools)), _) if !tools.is_empty() => Some(tools.clone()),
         _ => None,
     };
     let kwargs = match obj.get("chat_template_kwargs") {
         Some(Value::Object(kwargs)) => kwargs.clone(),
         _ => Map::new(),
     };
-    let tools_value = tools.map(|tools| Value::Array(tools.clone()));
+    let tools_value = tools.clone().map(Value::Array);
     template
         .render(
             &messages,
@@ -478,7 +488,7 @@ pub(crate) fn render_chat(
             add_generation_prompt,
             &kwargs,
         )
-        .or_else(|first| match tools {
+        .or_else(|first| match &tools {
             Some(tools) => {
                 let bare = tools
                     .iter()
