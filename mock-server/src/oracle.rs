@@ -170,7 +170,7 @@ impl Oracle {
         body: &[u8],
         interventions: &Interventions,
     ) -> Result<Vec<serde_json::Value>, ApiError> {
-        let plan = match self.plan(body) {
+        let mut plan = match self.plan(body) {
             Ok(plan) => plan,
             Err(err @ (ApiError::Value(_) | ApiError::Validation(_))) => {
                 return Ok(vec![
@@ -180,6 +180,10 @@ impl Oracle {
             }
             Err(err) => return Err(err),
         };
+        // The flag is implied, and with it the stream's detokenizer schedule (a loaded tokenizer's text).
+        for item in &mut plan.items {
+            item.request.stream_interval = Some(item.stream_interval);
+        }
         let mut run = Run::new(
             &self.model,
             &plan,

@@ -287,7 +287,8 @@ impl HfVocab {
         self.punctuation[index]
     }
 
-    pub(crate) fn content(&self) -> &'static [u32] {
+    /// The content ids `C` of section 13.2, ascending: what the word slots draw from.
+    pub fn content(&self) -> &'static [u32] {
         self.content
     }
 

@@ -46,6 +46,27 @@ fn the_vocabulary_comes_from_the_model_directory() {
     );
 }
 
+/// Section 13.2's content ids: every id of the 151,643 ranks but the seven punctuation ids (`.`, `,`, `!`,
+/// `?`, `:`, `;` at their byte's rank from `!`, and `\n` at 198), in ascending order; no added token.
+#[test]
+fn the_content_ids_are_the_ranks_without_punctuation() {
+    let model = qwen().build_model().expect("the model builds");
+    let content = model
+        .tokenizer()
+        .hf()
+        .expect("a loaded tokenizer")
+        .content();
+    let punctuation = [b'!', b',', b'.', b':', b';', b'?'].map(|b| u32::from(b) - 33);
+    let want: Vec<u32> = (0..ENDOFTEXT)
+        .filter(|id| !punctuation.contains(id) && *id != 198)
+        .collect();
+    assert_eq!(content.len(), 151_636);
+    assert!(
+        content == want.as_slice(),
+        "the content ids differ from the ranks less punctuation"
+    );
+}
+
 /// Section 13.2: the nine explicit entries of any context are distinct; the end-of-turn slot holds
 /// `<|im_end|>`; a content slot never holds an added token or a punctuation id; the punctuation slot holds one
 /// of the ids of `. , \n ! ? : ;`, which in Qwen's ranks are the byte's rank: printable ASCII from `!` (rank 0),
@@ -200,4 +221,61 @@ fn a_whole_answers_text_is_the_decode_of_its_ids() {
             assert_eq!(item.prompt_tokens, tokenizer.encode(prompt).len());
         }
     }
+}
+
+/// Streams over a real byte-level BPE (about one content id in a hundred is a piece of a UTF-8 character): each
+/// chunk's text extends the one before and never ends in U+FFFD before the last chunk (SGLang's detokenizer
+/// commits no text that ends in one and streams only the printable part before it), and the last chunk's text
+/// is the whole answer's, the decode of its ids.
+#[test]
+fn streamed_text_holds_back_incomplete_characters_and_reassembles() {
+    let tokenizer = qwen_tokenizer();
+    let oracle = Oracle::new(qwen()).expect("an oracle");
+    let mut inside_a_character = 0;
+    for (seed, interval) in [(1, 1), (2, 1), (3, 3), (4, 1)] {
+        let body = json!({"input_ids": [785, 6722, 315, 9625, 374], "sampling_params": {"max_new_tokens": 1000,
+            "ignore_eos": true, "temperature": 1.0, "sampling_seed": seed, "stream_interval": interval}});
+        let whole = oracle
+            .expect(body.to_string().as_bytes())
+            .expect("an answer");
+        let whole = &whole.items[0];
+        assert_eq!(
+            whole.text,
+            tokenizer.decode(&whole.output_ids, true),
+            "seed {seed}"
+        );
+        let chunks = oracle
+            .expect_stream(body.to_string().as_bytes())
+            .expect("a stream");
+        let mut last = String::new();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let text = chunk["text"]
+                .as_str()
+                .expect("a cumulative text")
+                .to_owned();
+            assert!(
+                text.starts_with(&last),
+                "seed {seed}: {last:?} then {text:?}"
+            );
+            let ids = chunk["output_ids"].as_array().expect("ids").len();
+            if tokenizer.decode(&whole.output_ids[ids - 1..ids], true) == "\u{FFFD}" {
+                inside_a_character += 1;
+            }
+            if i + 1 < chunks.len() {
+                assert!(
+                    !text.ends_with('\u{FFFD}'),
+                    "seed {seed}: chunk at {ids} ids: {text:?}"
+                );
+            }
+            last = text;
+        }
+        assert_eq!(
+            last, whole.text,
+            "seed {seed}: the stream reassembles to the whole answer"
+        );
+    }
+    assert!(
+        inside_a_character > 0,
+        "no chunk ended on a piece of a character"
+    );
 }
