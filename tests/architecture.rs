@@ -177,9 +177,13 @@ fn mock_server() -> Graph {
     Graph::load("mock-server", &workspace().join("mock-server/src/lib.rs"))
 }
 
+/// The model is pure: it sees itself and Python's formatting of values (a leaf that imports nothing, which a
+/// loaded model's chat template prints with, as Jinja2 under transformers prints).
 #[test]
 fn the_model_imports_nothing_but_itself() {
-    assert_layer(&mock_server(), &["model"], &[], HTTP_AND_ASYNC);
+    let graph = mock_server();
+    assert_layer(&graph, &["model"], &[&["pyfmt"]], HTTP_AND_ASYNC);
+    assert_layer(&graph, &["pyfmt"], &[], HTTP_AND_ASYNC);
 }
 
 /// The engine (generation, plan, step core) is pure: it sees the model, the configuration and the error type.

@@ -261,7 +261,7 @@ impl fmt::Display for Report {
         if self.scripted_prompts > 0 {
             writeln!(
                 f,
-                "note         the toy model writes pseudo-words, so only the {} prompts with scripted \
+                "note         the mock model's free text is never a right answer, so only the {} prompts with scripted \
                  answers (forced text, same for a whole group) can be correct; see rollout-cli/README.md",
                 self.scripted_prompts
             )?;

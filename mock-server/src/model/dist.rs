@@ -13,6 +13,7 @@
 //! one `ln` for the reported logprob. At any other temperature logprobs are computed in log space,
 //! `l / T - log Z`, so they stay finite however far below the top a token lies.
 
+use super::slots::PUNCTUATION;
 use super::tokenizer::Tokenizer;
 
 /// Content candidates per context (the end-of-turn token comes on top).
@@ -30,8 +31,6 @@ const FLATNESS_MIN: f64 = 0.26;
 const FLATNESS_SPAN: f64 = 0.69;
 /// Explicit entries per context: the content candidates and `<|im_end|>`.
 const EXPLICIT: usize = CANDIDATES + 1;
-/// Single-byte tokens the model proposes as punctuation.
-pub(crate) const PUNCTUATION: &[u8] = b".,.,\n!?:;";
 
 /// SplitMix64's output function: a fast, well-mixed bijection on `u64`.
 pub(crate) fn splitmix64(mut z: u64) -> u64 {

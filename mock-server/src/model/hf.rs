@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::chat::ChatTemplate;
-use super::dist::PUNCTUATION;
+use super::chat::{ChatTemplate, SpecialTokenStrings};
+use super::slots::PUNCTUATION;
 
 /// What [`HfVocab::load`] could not read or use.
 #[derive(Debug, thiserror::Error)]
@@ -39,15 +39,6 @@ pub enum LoadError {
     /// The chat template does not compile.
     #[error("the chat template of {path} does not compile: {message}")]
     Template { path: PathBuf, message: String },
-}
-
-/// The special-token strings `tokenizer_config.json` names, which chat templates read as variables.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SpecialTokenStrings {
-    pub bos_token: Option<String>,
-    pub eos_token: Option<String>,
-    pub pad_token: Option<String>,
-    pub unk_token: Option<String>,
 }
 
 /// A loaded tokenizer and the vocabulary of section 13.2.

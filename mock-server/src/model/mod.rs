@@ -8,12 +8,13 @@ mod chat;
 mod dist;
 mod hf;
 mod router;
+mod slots;
 mod tokenizer;
 mod toy;
 
-pub use chat::ChatTemplate;
+pub use chat::{ChatTemplate, SpecialTokenStrings};
 pub use dist::{CANDIDATES, Distribution, TAIL_LOGIT, TAIL_MARGIN};
-pub use hf::{HfVocab, LoadError, LoadedTokenizer, SpecialTokenStrings};
+pub use hf::{HfVocab, LoadError, LoadedTokenizer};
 pub use router::MoeShape;
 pub use tokenizer::Tokenizer;
 pub use toy::{MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, Piece};

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::chat::ChatTemplate;
 use super::hf::HfVocab;
+use super::slots::{PUNCTUATION, Slots};
 use super::toy::{Piece, Toy};
 
 /// The tokenizer of the model.
@@ -15,20 +16,6 @@ pub struct Tokenizer {
     kind: Kind,
     /// What the model's slots draw from, resolved once: every step reads it.
     slots: Slots,
-}
-
-/// The ids section 4.3 assigns to slots, for either vocabulary.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Slots {
-    /// The end-of-turn id, slot 8.
-    pub(crate) end_of_turn: u32,
-    /// The word slots' ids: `first + index` for the toy, `table[index]` for a loaded vocabulary.
-    pub(crate) first_word: u32,
-    pub(crate) table: Option<&'static [u32]>,
-    /// How many ids the word slots index.
-    pub(crate) word_count: u32,
-    /// The id of each character of section 4.3's punctuation table.
-    pub(crate) punctuation: [u32; super::dist::PUNCTUATION.len()],
 }
 
 #[derive(Clone, Debug)]
@@ -51,7 +38,7 @@ impl Tokenizer {
             first_word,
             table: None,
             word_count,
-            punctuation: std::array::from_fn(|i| u32::from(super::dist::PUNCTUATION[i])),
+            punctuation: std::array::from_fn(|i| u32::from(PUNCTUATION[i])),
         };
         Tokenizer {
             kind: Kind::Toy(toy),
