@@ -378,6 +378,23 @@ mod tests {
         assert_eq!(out, "None True 1.0 ['a', 1] <|im_end|>");
     }
 
+    /// A tool's keys reach `tojson` and `.items()` in the request's order, as in a Python dict: Python prints
+    /// `{"type": "function", "function": {"name": "f", "description": "d"}}` and `type,function`.
+    #[test]
+    fn maps_keep_the_order_the_request_gave() {
+        let t = template(
+            "{{ tools[0] | tojson }} {% for k, v in tools[0].items() %}{{ k }},{% endfor %}",
+        );
+        let tools = serde_json::json!([{"type": "function", "function": {"name": "f", "description": "d"}}]);
+        let out = t
+            .render(&serde_json::json!([]), Some(&tools), false, &Map::new())
+            .unwrap();
+        assert_eq!(
+            out,
+            r#"{"type": "function", "function": {"name": "f", "description": "d"}} type,function,"#
+        );
+    }
+
     #[test]
     fn raise_exception_is_the_error_and_blocks_are_trimmed() {
         let t = template(
