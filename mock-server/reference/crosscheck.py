@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks a running sglang-mock against the independent reference model (``toymodel.py``, written from MODEL.md).
 
-Two checks, standard library only:
+Two checks, with the standard library only for the toy tokenizer:
 
 * **Replay.** Random ``/generate`` requests (greedy and T in {0.01, 0.7, 1, 1.3}; top-k, top-p, min-p;
   ``min_new_tokens``, ``ignore_eos``, stop strings and stop ids; ``logprob_start_len`` 0; ``top_logprobs_num`` up
@@ -10,8 +10,11 @@ Two checks, standard library only:
 * **Frequencies.** For fixed contexts and filters, the first token of 4,000 seeded samples must follow the
   reference's filtered distribution (chi-square, p > 0.001), and each draw must be the reference's own draw.
 
-Usage: ``crosscheck.py --url http://127.0.0.1:PORT --server-seed 7 --script FILE --sglang-version 0.5.23`` (the
-server must run with the same seed, vocabulary, script file and release). Exits non-zero with a report of every mismatch.
+Usage: ``crosscheck.py --url http://127.0.0.1:PORT --server-seed 7 --script FILE --sglang-version 0.5.23
+[--tokenizer PATH]`` (the server must run with the same seed, vocabulary or tokenizer, script file and release).
+Exits non-zero with a report of every mismatch. With ``--tokenizer`` it needs Hugging Face's ``tokenizers``
+package, the random requests add multi-byte stop strings and streams with a ``stream_interval``, and the texts
+compared are those of SGLang's incremental detokenizer (MODEL.md 13.4).
 """
 
 import argparse
@@ -28,8 +31,6 @@ import toymodel  # noqa: E402
 
 # The rules of the script file the server is started with contain these phrases; random prompts never do.
 SCRIPTED_PHRASES = ("Judgment", "count to three")
-# Bytes the model proposes as punctuation: frequent enough that stop ids on them end many answers.
-PUNCTUATION_IDS = [10, 33, 44, 46, 58, 59, 63]
 
 
 def post(url, body, delta_ids=False):
@@ -77,7 +78,8 @@ def random_word(rng):
 
 
 def random_text(rng):
-    """A prompt mixing the model's word pieces, bytes, multi-byte characters and chat-template markers."""
+    """A prompt mixing the model's word pieces, bytes, multi-byte characters, combining marks, whitespace runs and
+    chat-template markers."""
     parts = []
     for _ in range(rng.randint(1, 8)):
         kind = rng.random()
@@ -86,7 +88,8 @@ def random_text(rng):
         elif kind < 0.7:
             parts.append(rng.choice(["The", " capital", " of", " France", " is", "2+2=", " Hello", "!"]))
         elif kind < 0.8:
-            parts.append(rng.choice(["é", "日本", " wörld", "\n", "🙂"]))
+            parts.append(rng.choice(["é", "日本", " wörld", "\n", "🙂", "e\u0301", "  \t ", "👩‍💻",
+                                     "<tool_call>"]))
         elif kind < 0.9:
             parts.append(rng.choice(["<|im_start|>user\n", "<|im_end|>\n", "<|im_start|>assistant\n"]))
         else:
@@ -94,20 +97,30 @@ def random_text(rng):
     return "".join(parts) or "x"
 
 
-def random_ids(rng, vocab_size):
+def special_ids(model):
+    """Ids a prompt may hold beside ordinary ones: the toy's three special tokens, or a loaded tokenizer's
+    end-of-sequence and special ids and an id past its tokens, which has no text (MODEL.md 13.2)."""
+    vocab = model.vocab
+    if not model.loaded:
+        return [vocab.vocab_size - 3, vocab.vocab_size - 2, vocab.vocab_size - 1]
+    return sorted(set(vocab.end_of_sequence_ids).union(vocab.special_ids)) + [vocab.vocab_size - 1]
+
+
+def random_ids(rng, model):
+    """A prompt of ids: bytes (in a byte-level BPE, ids that may end inside a character), any id, special ids."""
     ids = []
     for _ in range(rng.randint(1, 12)):
         kind = rng.random()
         if kind < 0.2:
             ids.append(rng.randrange(256))
         elif kind < 0.9:
-            ids.append(rng.randrange(256, vocab_size))
+            ids.append(rng.randrange(256, model.vocab_size))
         else:
-            ids.append(vocab_size - rng.randint(1, 3))
+            ids.append(rng.choice(special_ids(model)))
     return ids
 
 
-def random_sampling(rng, coverage):
+def random_sampling(rng, model, coverage):
     params = {"max_new_tokens": rng.choice([1, 2, 5, 16, 32, 64, 64, 200])}
     temperature = rng.choice([0, 0.01, 0.7, 1.0, 1.0, 1.3])
     if temperature != 1.0 or rng.random() < 0.5:
@@ -133,9 +146,14 @@ def random_sampling(rng, coverage):
             rng.choice(["zu", "no", "ti"]),
             rng.choice(["a ", "o", ","]),
         ]
+        if model.loaded and rng.random() < 0.5:
+            # Over a real vocabulary: stop strings of several characters and tokens, and multi-byte ones.
+            params["stop"] = [rng.choice(["的", "。", "é", "ing", "\n", "er ", "tion"]),
+                              rng.choice(["the", "们", ", "])]
         coverage.add("stop")
     if rng.random() < 0.25:
-        params["stop_token_ids"] = rng.sample(PUNCTUATION_IDS, rng.randint(1, 3))
+        # The punctuation ids the model proposes: frequent enough that stop ids on them end many answers.
+        params["stop_token_ids"] = rng.sample(sorted(set(model.vocab.punctuation_ids)), rng.randint(1, 3))
         coverage.add("stop_token_ids")
     if rng.random() < 0.15:
         params["no_stop_trim"] = True
@@ -147,7 +165,7 @@ def random_sampling(rng, coverage):
     return params
 
 
-def random_request(rng, vocab_size, coverage):
+def random_request(rng, model, coverage):
     """One random /generate body, and the coverage tags it exercises."""
     body = {}
     shape = rng.random()
@@ -157,10 +175,10 @@ def random_request(rng, vocab_size, coverage):
         body["text"] = prompts
         coverage.add("batch")
     elif shape < 0.35:
-        body["input_ids"] = [random_ids(rng, vocab_size) for _ in range(rng.randint(2, 3))]
+        body["input_ids"] = [random_ids(rng, model) for _ in range(rng.randint(2, 3))]
         coverage.add("batch")
     elif shape < 0.65:
-        body["input_ids"] = random_ids(rng, vocab_size)
+        body["input_ids"] = random_ids(rng, model)
     else:
         body["text"] = random_text(rng)
     if scripted:
@@ -173,7 +191,7 @@ def random_request(rng, vocab_size, coverage):
             body["text"] = " please " + phrase
             body.pop("input_ids")
         coverage.add("scripted")
-    sampling = random_sampling(rng, coverage)
+    sampling = random_sampling(rng, model, coverage)
     if rng.random() < 0.15:
         sampling["n"] = rng.randint(2, 3)
         coverage.add("n>1")
@@ -188,7 +206,7 @@ def random_request(rng, vocab_size, coverage):
             body["top_logprobs_num"] = rng.randint(1, 20)
             coverage.add("top_logprobs_num")
         if rng.random() < 0.3:
-            body["token_ids_logprob"] = rng.sample(range(vocab_size), 2) + [vocab_size - 1]
+            body["token_ids_logprob"] = rng.sample(range(model.vocab_size), 2) + [model.vocab.end_of_turn]
             coverage.add("token_ids_logprob")
         if rng.random() < 0.3:
             body["return_text_in_logprobs"] = True
@@ -214,6 +232,10 @@ def random_request(rng, vocab_size, coverage):
     if single and sampling.get("n", 1) == 1 and rng.random() < 0.2:
         body["stream"] = True
         coverage.add("stream")
+        if model.loaded and rng.random() < 0.5:
+            # MODEL.md 13.4: the text depends on when the detokenizer runs, which the chunk schedule decides.
+            sampling["stream_interval"] = rng.choice([2, 3, 8])
+            coverage.add("stream_interval")
     return body
 
 
@@ -323,7 +345,7 @@ def replay(args, model, problems):
     coverage = set()
     samples = logprobs = 0
     for number in range(args.requests):
-        body = random_request(rng, args.vocab_size, coverage)
+        body = random_request(rng, model, coverage)
         want = model.generate(body)
         if model.sglang_version == "0.5.3" and not body.get("stream") and any(map(has_infinite_logprob, want)):
             # MODEL.md 8.5: a -inf logprob fails a whole non-streamed 0.5.3 answer.
@@ -346,16 +368,54 @@ def replay(args, model, problems):
             coverage.add(f"finish:{finish['type']}:{type(finish.get('matched', 0)).__name__}")
         if len(problems) > before:
             problems.append(f"request {number} was: {json.dumps(body)}")
+    if model.loaded:
+        samples += split_characters(args, model, rng, coverage, problems)
     wanted = {
         "greedy", "T=0.01", "T=0.7", "T=1.0", "T=1.3", "top_k", "top_p", "min_p", "min_new_tokens", "ignore_eos",
         "stop", "stop_token_ids", "logprob_start_len=0", "top_logprobs_num", "token_ids_logprob", "n>1", "batch",
         "scripted", "stream", "finish:length:int", "finish:stop:int", "finish:stop:str", "routed_experts",
         "sampling_mask", "sampling_mask at T=0.01",
-    }
+    } | ({"stream_interval", "split character"} if model.loaded else set())
     missing = sorted(wanted - coverage)
     if missing:
         problems.append(f"the random requests never exercised {missing}; raise --requests or change --seed")
     print(f"replay: {args.requests} requests, {samples} samples, {logprobs} logprobs compared")
+
+
+def split_characters(args, model, rng, coverage, problems):
+    """Over a loaded tokenizer: prompts that end inside a UTF-8 character, where the greedy answer's first id
+    brings more bytes. There SGLang's detokenizer text is not ``decode(output_ids)`` (MODEL.md 13.4: the
+    surrogate ids' text is subtracted whole), and random requests almost never get there; the reference finds
+    such prompts by search. Returns the number of samples compared."""
+    vocab = model.vocab
+    partial = [token for token in range(256) if vocab.decode([token]) == "\ufffd"]
+    prompts = []
+    for _ in range(200_000):
+        if len(prompts) == 8:
+            break
+        prompt = random_ids(rng, model)[:6] + [rng.choice(partial)]
+        first = model.distribution(prompt, 1.0).top(1)[0][0]
+        tail = prompt[-5:]
+        if vocab.decode(tail + [first])[len(vocab.decode(tail)):] != vocab.decode([first]):
+            prompts.append(prompt)
+    if len(prompts) < 8:
+        problems.append(f"found {len(prompts)} prompts that end inside a character, not 8")
+    differing = 0
+    for number, prompt in enumerate(prompts):
+        body = {"input_ids": prompt, "return_logprob": True, "stream": number % 2 == 1,
+                "sampling_params": {"temperature": 0, "max_new_tokens": 6}}
+        [want] = model.generate(body)
+        differing += want["text"] != vocab.decode(want["output_ids"])
+        got = post(args.url + "/generate", body, delta_ids=model.sglang_version == "0.5.3")
+        before = len(problems)
+        compare(f"split character {number}", got, want, problems)
+        if len(problems) > before:
+            problems.append(f"split character {number} was: {json.dumps(body)}")
+    if prompts and not differing:
+        problems.append("no split-character answer has a text other than decode(output_ids): the case tests nothing")
+    coverage.add("split character")
+    print(f"split characters: {len(prompts)} prompts, {differing} texts other than decode(output_ids)")
+    return len(prompts)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -438,7 +498,7 @@ def frequencies(args, model, problems):
         if mismatched:
             problems.append(f"{case['name']}: {mismatched} of {args.draws} draws differ from the reference's")
 
-        masked = sorted({args.vocab_size - 1, args.vocab_size - 3}) if sampling.get("min_new_tokens") else []
+        masked = sorted(model.end_of_sequence_ids) if sampling.get("min_new_tokens") else []
         dist = model.distribution(ids, sampling["temperature"], masked)
         explicit, kept_tail, tail_p = dist.filtered(sampling.get("top_k"), sampling.get("top_p", 1.0),
                                                     sampling.get("min_p", 0.0))
@@ -484,7 +544,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", required=True, help="base URL of a running sglang-mock")
     parser.add_argument("--server-seed", type=int, default=0, help="the server's --seed")
-    parser.add_argument("--vocab-size", type=int, default=151936, help="the server's --vocab-size")
+    parser.add_argument("--vocab-size", type=int, help="the server's --vocab-size, when it gives one")
+    parser.add_argument("--tokenizer", metavar="PATH", help="the server's --tokenizer (MODEL.md 13)")
     parser.add_argument("--script", help="the server's --script file")
     parser.add_argument("--sglang-version", default="0.5.23", choices=tuple(toymodel.RELEASES),
                         help="the server's --sglang-version")
@@ -503,7 +564,7 @@ def main():
     model = toymodel.ToyModel(seed=args.server_seed, vocab_size=args.vocab_size, sglang_version=args.sglang_version,
                               scripts=scripts, deterministic_inference=args.enable_deterministic_inference,
                               enable_return_routed_experts=args.enable_return_routed_experts,
-                              moe_shape=tuple(int(x) for x in args.moe_shape.split(",")))
+                              moe_shape=tuple(int(x) for x in args.moe_shape.split(",")), tokenizer=args.tokenizer)
     problems = []
     replay(args, model, problems)
     if args.draws > 0:

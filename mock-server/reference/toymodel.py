@@ -1,25 +1,29 @@
 """Reference implementation of the toy language model of `sglang-mock`.
 
-This module implements sections 2 to 9 of `mock-server/MODEL.md` (tokenizer, hashing, the distribution at one
-context, temperature and logprobs, the sorted order and filters, sampling, request handling, generation and finish
-checks). It was written from that document alone, in Python 3.11 with the standard library only, and is
-independent of the Rust server's code: the tests compare the server against it.
+This module implements sections 2 to 9, 12 and 13 of `mock-server/MODEL.md` (tokenizer, hashing, the distribution
+at one context, temperature and logprobs, the sorted order and filters, sampling, request handling, generation and
+finish checks, the router, and the model over a loaded tokenizer's vocabulary). It was written from that document
+alone, in Python 3.11, and is independent of the Rust server's code: the tests compare the server against it. The
+toy model needs the standard library only; a loaded tokenizer (section 13) is read with Hugging Face's `tokenizers`
+package, imported only then.
 
 Use it from Python:
 
     from toymodel import ToyModel
-    model = ToyModel(seed=0)
+    model = ToyModel(seed=0)                    # or ToyModel(seed=0, tokenizer="path/to/model-dir")
     samples = model.generate({"text": "Hello world", "sampling_params": {"temperature": 0.7}})
     dist = model.distribution(model.encode("Hello world"), 0.7)
     dist.logprob(110106), dist.top(5), dist.filtered(top_k=None, top_p=0.9, min_p=0.0)
 
 or from the command line (prints the list of samples as JSON; the body is read from stdin when it is `-` or absent):
 
-    python3 toymodel.py [--seed S] [--vocab-size V] [--context-length L] [--sglang-version 0.5.3|0.5.15|0.5.23]
-                        [--return-original-logprob] [--script FILE] [BODY_JSON | -]
+    python3 toymodel.py [--seed S] [--vocab-size V] [--tokenizer PATH] [--context-length L]
+                        [--sglang-version 0.5.3|0.5.15|0.5.23] [--stream-interval K] [--return-original-logprob]
+                        [--script FILE] [BODY_JSON | -]
 
 Logprobs are returned at full binary64 precision (the server rounds them to binary32 on the wire); `-inf` is
-returned as `None`.
+returned as `None`. A streamed body (`"stream": true`) is answered with its final text, which over a loaded
+tokenizer depends on the stream's chunk schedule (section 13.4).
 """
 
 import argparse
@@ -27,6 +31,7 @@ import base64
 import codecs
 import json
 import math
+import os
 import struct
 import sys
 from collections import namedtuple
@@ -113,15 +118,16 @@ class ExplicitEntries:
         """Section 4.1's h."""
         return splitmix64(splitmix64(seed ^ ExplicitEntries.context_key(context)) ^ len(context))
 
-    def __init__(self, seed, vocab_size, context):
+    def __init__(self, seed, vocab, context):
+        """`vocab`: the vocabulary (a ToyVocabulary or a LoadedVocabulary) whose ids the slots take."""
         self.key = self.context_key(context)
         self.hash = self.context_hash(seed, context)
         self.draws = [splitmix64(self.hash + i * GOLDEN) for i in range(1, 7)]
-        self._weights(vocab_size, context)
-        self._ids(vocab_size)
+        self._weights(vocab, context)
+        self._ids(vocab)
         self.entries = list(zip(self.ids, self.weights))
 
-    def _weights(self, vocab_size, context):
+    def _weights(self, vocab, context):
         """Section 4.2: the falling candidate weights and the end-of-turn weight."""
         shape = self.draws[0]
         self.flatness = 0.26 + 0.69 * unit(shape)
@@ -134,20 +140,19 @@ class ExplicitEntries:
             self.jitters.append(jitter)
             self.ratios.append(ratio)
             self.weights.append(self.weights[k] * ratio)
-        first_special = vocab_size - len(SPECIAL_NAMES)
         t = 0
-        while t < len(context) and context[len(context) - 1 - t] < first_special:
+        while t < len(context) and not vocab.is_special(context[len(context) - 1 - t]):
             t += 1
         self.turn_length = t
         self.weights.append(math.exp(min(-6 + 0.05 * t, 2)))
 
-    def _ids(self, vocab_size):
-        """Section 4.3: the id of each slot."""
+    def _ids(self, vocab):
+        """Section 4.3 (13.2 over a loaded vocabulary): the id of each slot."""
         layout, stream = self.draws[4], self.draws[5]
         self.rotation = layout & 7
         self.punctuation_pos = (layout >> 3) % 10
-        self.punctuation = PUNCTUATION[(layout >> 8) % 9]
-        self.block = ((vocab_size - 259) // 8) & ~1
+        self.punctuation = vocab.punctuation_ids[(layout >> 8) % 9]
+        self.block = (vocab.word_count // 8) & ~1
         self.word_slots = []
         self.ids = []
         for k in range(8):
@@ -158,10 +163,10 @@ class ExplicitEntries:
             r = splitmix64(stream + (k + 1) * GOLDEN) >> 32
             start = ((k + self.rotation) % 8) * self.block
             pair = (r * (self.block // 2)) >> 32
-            token = FIRST_WORD_ID + start + 2 * pair + (1 if r & 7 == 0 else 0)
+            token = vocab.word_id(start + 2 * pair + (1 if r & 7 == 0 else 0))
             self.word_slots.append(WordSlot(r, start, pair, token))
             self.ids.append(token)
-        self.ids.append(vocab_size - 1)
+        self.ids.append(vocab.end_of_turn)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -414,53 +419,43 @@ def _flag(value, name, default):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The model
+# Sections 2 and 13: the vocabularies
 # ---------------------------------------------------------------------------------------------------------------
 
-class ToyModel:
-    """The toy model with its server configuration (section 1): tokenizer, distributions and /generate."""
+class Vocabulary:
+    """What the model needs of a vocabulary (ToyVocabulary, LoadedVocabulary): `vocab_size` (V), `word_count`
+    (W), `word_id(x)` (the id of word index x in 0..W), `punctuation_ids` (nine ids, section 4.3), `end_of_turn`
+    (slot 8's id), `end_of_sequence_ids` (end-of-turn first), `is_special(id)` (section 4.2), `encode(text)` (a
+    `text` prompt), `encode_plain(text)` (without special tokens: scripted answers, stop strings), `decode(ids,
+    skip_special_tokens)` and `token_text(id)`."""
 
-    def __init__(self, seed=0, vocab_size=151936, context_length=32768, sglang_version="0.5.23",
-                 return_original_logprob=False, scripts=None, deterministic_inference=False,
-                 enable_return_routed_experts=False, moe_shape=(48, 128, 8), sampling_mask_max_tokens=4096):
-        self.seed = _integer(seed, "seed", 0, MASK64)
-        self.vocab_size = _integer(vocab_size, "vocab_size", 1024, 1_400_000)
-        self.context_length = _integer(context_length, "context_length", 1)
-        if sglang_version not in RELEASES:
-            raise ValueError(f"sglang_version must be one of {', '.join(RELEASES)}, got {sglang_version!r}")
-        self.sglang_version = RELEASES[sglang_version]
-        self.deterministic_inference = bool(deterministic_inference)
-        self.return_original_logprob = bool(return_original_logprob)
-        self.scripts = [self._script_rule(rule) for rule in (scripts or ())]
-        self.word_count = vocab_size - 259
-        self.first_special = vocab_size - len(SPECIAL_NAMES)
-        self.end_of_sequence_ids = frozenset((vocab_size - 1, vocab_size - 3))
-        self.enable_return_routed_experts = bool(enable_return_routed_experts)
-        layers, experts, per_token = (_integer(x, "moe_shape", 1) for x in moe_shape)
-        if per_token > experts:
-            raise ValueError("num_experts_per_tok must be at most num_experts")
-        self.moe_shape = (layers, experts, per_token)
-        self.sampling_mask_max_tokens = _integer(sampling_mask_max_tokens, "sampling_mask_max_tokens", 1)
+    vocab_size = 0
 
-    @staticmethod
-    def _script_rule(rule):
-        """One scripted rule of section 8.4, with its finish_reason defaulting to "stop"."""
-        if not isinstance(rule, dict):
-            raise ValueError("a script rule must be an object")
-        contains, answer = rule.get("prompt_contains"), rule.get("answer")
-        finish = rule.get("finish_reason", "stop")
-        if finish is None:
-            finish = "stop"
-        if not isinstance(contains, str) or not isinstance(answer, str) or finish not in ("stop", "length"):
-            raise ValueError(f"invalid script rule {rule!r}")
-        return {"prompt_contains": contains, "answer": answer, "finish_reason": finish}
-
-    # -- Section 2: tokenizer --------------------------------------------------------------------------------
-
-    def _check_id(self, token_id):
-        """ValueError unless `token_id` is an id of the vocabulary, 0..V (section 2.1)."""
+    def check_id(self, token_id):
+        """ValueError unless `token_id` is an id of the model, 0..V."""
         if not _is_int(token_id) or not 0 <= token_id < self.vocab_size:
             raise ValueError(f"token id {token_id!r} is outside 0..{self.vocab_size}")
+
+
+class ToyVocabulary(Vocabulary):
+    """Section 2: the toy tokenizer over the ids 0..V (bytes, word pieces, three special tokens)."""
+
+    def __init__(self, vocab_size):
+        self.vocab_size = _integer(vocab_size, "vocab_size", 1024, 1_400_000)
+        self.word_count = vocab_size - 259
+        self.first_special = vocab_size - len(SPECIAL_NAMES)
+        self.end_of_turn = vocab_size - 1
+        self.end_of_sequence_ids = (vocab_size - 1, vocab_size - 3)
+        self.punctuation_ids = PUNCTUATION
+
+    def is_special(self, token_id):
+        """Whether an id is one of the special tokens `<|endoftext|>`, `<|im_start|>`, `<|im_end|>`."""
+        return token_id >= self.first_special
+
+    @staticmethod
+    def word_id(index):
+        """Section 4.3: word index x is the id 256 + x."""
+        return FIRST_WORD_ID + index
 
     def _word_text(self, token_id):
         """Section 2.1, id to word: the text of a word-piece id."""
@@ -472,9 +467,9 @@ class ToyModel:
         syllables = "".join(CONSONANTS[d // 5] + VOWELS[d % 5] for d in digits)
         return (" " if w % 2 == 0 else "") + syllables
 
-    def _token_bytes(self, token_id, skip_special_tokens):
+    def token_bytes(self, token_id, skip_special_tokens):
         """Section 2.2: the bytes of one id."""
-        self._check_id(token_id)
+        self.check_id(token_id)
         if token_id < FIRST_WORD_ID:
             return bytes((token_id,))
         if token_id >= self.first_special:
@@ -483,11 +478,11 @@ class ToyModel:
 
     def decode(self, ids, skip_special_tokens=True):
         """Section 2.2: the text of a sequence of ids, ill-formed UTF-8 replaced by U+FFFD."""
-        return b"".join(self._token_bytes(t, skip_special_tokens) for t in ids).decode("utf-8", "replace")
+        return b"".join(self.token_bytes(t, skip_special_tokens) for t in ids).decode("utf-8", "replace")
 
     def token_text(self, token_id):
         """Section 2.2: one token's text, as `return_text_in_logprobs` reports it."""
-        self._check_id(token_id)
+        self.check_id(token_id)
         if token_id >= self.first_special:
             return SPECIAL_NAMES[token_id - self.first_special]
         if token_id >= FIRST_WORD_ID:
@@ -533,6 +528,189 @@ class ToyModel:
             pos += 1
         return ids
 
+    # The toy tokenizer adds nothing around a text: encoding with and without special tokens is one.
+    encode_plain = encode
+
+
+class LoadedVocabulary(Vocabulary):
+    """Section 13: the vocabulary of a Hugging Face tokenizer (`--tokenizer PATH`), read with the `tokenizers`
+    package (imported here only: the toy model needs nothing beyond the standard library).
+
+    Besides what every Vocabulary has it keeps `tokens` (T, one more than the largest id of the tokenizer),
+    `special_ids`, `content_ids` (C, ascending) and `tokenizer` (the library's Tokenizer)."""
+
+    def __init__(self, path, vocab_size=None):
+        from tokenizers import Tokenizer
+
+        path = os.fspath(path)
+        directory, file = (path, os.path.join(path, "tokenizer.json")) if os.path.isdir(path) else (
+            os.path.dirname(path), path)
+        self.tokenizer = Tokenizer.from_file(file)
+        # Section 13.3: prompts are encoded whole, whatever the file says of truncation and padding.
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
+        config = _read_json(os.path.join(directory, "tokenizer_config.json"))
+        generation = _read_json(os.path.join(directory, "generation_config.json"))
+        model_config = _read_json(os.path.join(directory, "config.json"))
+
+        vocabulary = self.tokenizer.get_vocab(with_added_tokens=True)
+        self.tokens = max(vocabulary.values()) + 1
+        added = self.tokenizer.get_added_tokens_decoder()
+        self.special_ids = frozenset(token_id for token_id, token in added.items() if token.special)
+
+        # Section 13.2: V is --vocab-size, else config.json's vocab_size, else T.
+        if vocab_size is None:
+            vocab_size = (model_config or {}).get("vocab_size") or self.tokens
+        self.vocab_size = _integer(vocab_size, "vocab_size", self.tokens, (1 << 21) - 1)
+
+        eos = []
+        eos_token_id = (generation or {}).get("eos_token_id")
+        for token_id in eos_token_id if isinstance(eos_token_id, list) else (
+                [] if eos_token_id is None else [eos_token_id]):
+            if token_id not in eos:
+                eos.append(_integer(token_id, "eos_token_id", 0))
+        eos_token = (config or {}).get("eos_token")
+        if isinstance(eos_token, dict):
+            eos_token = eos_token.get("content")
+        if eos_token is not None:
+            token_id = self.tokenizer.token_to_id(eos_token)
+            if token_id is None:
+                raise ValueError(f"eos_token {eos_token!r} is not a token of {file}")
+            if token_id not in eos:
+                eos.append(token_id)
+        if not eos:
+            raise ValueError(f"{file}: the model has no end-of-sequence token")
+        self.end_of_sequence_ids = tuple(eos)
+        self.end_of_turn = eos[0]
+
+        punctuation = []
+        for byte in PUNCTUATION:
+            ids = self.encode_plain(chr(byte))
+            if not ids or ids[0] in eos:
+                raise ValueError(f"{file}: {chr(byte)!r} encodes to {ids}, which has no punctuation id")
+            punctuation.append(ids[0])
+        self.punctuation_ids = tuple(punctuation)
+
+        has_token = set(vocabulary.values())
+        excluded = set(added).union(eos, punctuation)
+        self.content_ids = [c for c in range(self.tokens) if c in has_token and c not in excluded]
+        self.word_count = len(self.content_ids)
+        if self.word_count < 16:
+            raise ValueError(f"{file}: the model needs at least 16 ordinary tokens, this one has {self.word_count}")
+
+    def is_special(self, token_id):
+        """Whether an id is an added token marked special."""
+        return token_id in self.special_ids
+
+    def word_id(self, index):
+        """Section 13.2: word index x is the content id C[x]."""
+        return self.content_ids[index]
+
+    def encode(self, text):
+        """Section 13.3: a `text` prompt's ids, with what the tokenizer's post-processor adds."""
+        return self.tokenizer.encode(text, add_special_tokens=True).ids
+
+    def encode_plain(self, text):
+        """Section 13.3: the ids of a text without special tokens (scripted answers, stop strings' lengths)."""
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids, skip_special_tokens=True):
+        """Section 13.3: the library's decoding; ids without a token decode to nothing."""
+        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def token_text(self, token_id):
+        """Section 13.3: one token's text, `decode([id], false)`."""
+        self.check_id(token_id)
+        return self.decode([token_id], skip_special_tokens=False)
+
+
+def _read_json(path):
+    """The parsed JSON of a file that may be absent (None)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The model
+# ---------------------------------------------------------------------------------------------------------------
+
+class ToyModel:
+    """The toy model with its server configuration (section 1): tokenizer, distributions and /generate.
+
+    `tokenizer`: the server's `--tokenizer PATH` (section 13), None for the toy tokenizer of section 2;
+    `vocab_size`: its `--vocab-size` (None: 151,936 for the toy tokenizer, section 13.2's V for a loaded one);
+    `stream_interval`: its `--stream-interval`, the default of a streamed request's chunk schedule (13.4)."""
+
+    def __init__(self, seed=0, vocab_size=None, context_length=32768, sglang_version="0.5.23",
+                 return_original_logprob=False, scripts=None, deterministic_inference=False,
+                 enable_return_routed_experts=False, moe_shape=(48, 128, 8), sampling_mask_max_tokens=4096,
+                 tokenizer=None, stream_interval=1):
+        self.seed = _integer(seed, "seed", 0, MASK64)
+        if tokenizer is None:
+            self.vocab = ToyVocabulary(151936 if vocab_size is None else vocab_size)
+        else:
+            self.vocab = LoadedVocabulary(tokenizer, vocab_size)
+        self.loaded = tokenizer is not None
+        self.stream_interval = _integer(stream_interval, "stream_interval", 1)
+        self.context_length = _integer(context_length, "context_length", 1)
+        if sglang_version not in RELEASES:
+            raise ValueError(f"sglang_version must be one of {', '.join(RELEASES)}, got {sglang_version!r}")
+        self.sglang_version = RELEASES[sglang_version]
+        self.deterministic_inference = bool(deterministic_inference)
+        self.return_original_logprob = bool(return_original_logprob)
+        self.scripts = [self._script_rule(rule) for rule in (scripts or ())]
+        self.enable_return_routed_experts = bool(enable_return_routed_experts)
+        layers, experts, per_token = (_integer(x, "moe_shape", 1) for x in moe_shape)
+        if per_token > experts:
+            raise ValueError("num_experts_per_tok must be at most num_experts")
+        self.moe_shape = (layers, experts, per_token)
+        self.sampling_mask_max_tokens = _integer(sampling_mask_max_tokens, "sampling_mask_max_tokens", 1)
+
+    @staticmethod
+    def _script_rule(rule):
+        """One scripted rule of section 8.4, with its finish_reason defaulting to "stop"."""
+        if not isinstance(rule, dict):
+            raise ValueError("a script rule must be an object")
+        contains, answer = rule.get("prompt_contains"), rule.get("answer")
+        finish = rule.get("finish_reason", "stop")
+        if finish is None:
+            finish = "stop"
+        if not isinstance(contains, str) or not isinstance(answer, str) or finish not in ("stop", "length"):
+            raise ValueError(f"invalid script rule {rule!r}")
+        return {"prompt_contains": contains, "answer": answer, "finish_reason": finish}
+
+    # -- Sections 2 and 13: the tokenizer --------------------------------------------------------------------
+
+    @property
+    def vocab_size(self):
+        """V: the model's ids are 0..V."""
+        return self.vocab.vocab_size
+
+    @property
+    def word_count(self):
+        """W: the ids the word slots draw from (section 4.3)."""
+        return self.vocab.word_count
+
+    @property
+    def end_of_sequence_ids(self):
+        """The ids that end a sample (unless ignore_eos) and that min_new_tokens masks, end-of-turn first."""
+        return self.vocab.end_of_sequence_ids
+
+    def encode(self, text):
+        """A `text` prompt's ids (section 2.3, or 13.3 over a loaded tokenizer)."""
+        return self.vocab.encode(text)
+
+    def decode(self, ids, skip_special_tokens=True):
+        """The text of a sequence of ids (section 2.2, or 13.3)."""
+        return self.vocab.decode(ids, skip_special_tokens)
+
+    def token_text(self, token_id):
+        """One token's text, as `return_text_in_logprobs` reports it (section 2.2, or 13.3)."""
+        return self.vocab.token_text(token_id)
+
     # -- Sections 4 to 7: the distribution at one context ----------------------------------------------------
 
     def explicit_entries(self, context):
@@ -541,8 +719,8 @@ class ToyModel:
         if not context:
             raise ValueError("a context is a non-empty sequence of ids")
         for token in context:
-            self._check_id(token)
-        return ExplicitEntries(self.seed, self.vocab_size, context)
+            self.vocab.check_id(token)
+        return ExplicitEntries(self.seed, self.vocab, context)
 
     def distribution(self, context, temperature, masked=()):
         """The distribution at `context`, temperature T > 0 and the set of masked ids (sections 4 and 5)."""
@@ -577,7 +755,7 @@ class ToyModel:
             if not isinstance(prompt, list) or not prompt:
                 raise ValueError("every prompt must be a non-empty list of ids")
             for token in prompt:
-                self._check_id(token)
+                self.vocab.check_id(token)
         return prompts
 
     @staticmethod
@@ -639,15 +817,18 @@ class ToyModel:
             raise ValueError("stop_token_ids must be a list of integers")
         # Any value is kept; only an integer (or an integral float) seeds the sampler (section 8.3).
         sampling_seed = params.get("sampling_seed")
+        # Section 13.4: a streamed request's chunk schedule; 0 or less is the server's.
+        stream_interval = _integer(get("stream_interval", 0), "stream_interval")
+        stream_interval = stream_interval if stream_interval > 0 else self.stream_interval
 
         forced = []
         if self.scripts:
             prompt_text = self.decode(prompt, skip_special_tokens=False)
             rule = next((r for r in self.scripts if r["prompt_contains"] in prompt_text), None)
             if rule is not None:
-                forced = self.encode(rule["answer"])
+                forced = self.vocab.encode_plain(rule["answer"])
                 if rule["finish_reason"] == "stop":
-                    forced.append(self.vocab_size - 1)
+                    forced.append(self.vocab.end_of_turn)
                 else:
                     max_new_tokens = min(max_new_tokens, len(forced))
 
@@ -659,7 +840,7 @@ class ToyModel:
             ignore_eos=_flag(params.get("ignore_eos"), "ignore_eos", False),
             skip_special_tokens=_flag(params.get("skip_special_tokens"), "skip_special_tokens", True),
             no_stop_trim=_flag(params.get("no_stop_trim"), "no_stop_trim", False),
-            sampling_seed=sampling_seed, forced=forced,
+            sampling_seed=sampling_seed, forced=forced, stream_interval=stream_interval,
         )
 
     def _logprob_settings(self, return_logprob, start, top_num, token_ids, prompt):
@@ -709,6 +890,7 @@ class ToyModel:
         mode_column = self._per_prompt(body.get("sampling_logprobs_mode") if masks else None,
                                        isinstance(body.get("sampling_logprobs_mode"), list), count, n,
                                        "sampling_logprobs_mode")
+        stream = _flag(body.get("stream"), "stream", False)
         routes_from = None
         if self.sglang_version != "0.5.3" and _flag(body.get("return_routed_experts"), "return_routed_experts",
                                                     False):
@@ -728,7 +910,7 @@ class ToyModel:
                 if mask_mode not in ("selected", "support"):
                     raise ValueError("sampling_logprobs_mode must be 'selected' or 'support'")
                 self._check_mask_top_k(params_list[b])
-            settings.update(sampling_mask=mask_mode, routes_from=routes_from)
+            settings.update(sampling_mask=mask_mode, routes_from=routes_from, stream=stream)
             for j in range(n):
                 samples.append(SimpleNamespace(prompt=prompt, position=b * n + j, **settings))
         return samples
@@ -774,11 +956,7 @@ class ToyModel:
 
     def _entry(self, token_id, logprob, with_text):
         """One reported logprob [logprob, id, text] (sections 8.5, 2.2); a logprob of None or -inf is None."""
-        text = None
-        if with_text:
-            if not 0 <= token_id < self.vocab_size:
-                raise ValueError(f"token id {token_id} has no text")
-            text = self.token_text(token_id)
+        text = self.token_text(token_id) if with_text else None
         return [None if logprob is None or logprob == -math.inf else logprob, token_id, text]
 
     def _report(self, dist, token, sample, with_text):
@@ -842,12 +1020,12 @@ class ToyModel:
     def _decode_loop(self, sample, output, reported, report_temperature, with_text, masks):
         """Section 9, steps 1 to 6 for j = 0, 1, ...: fills `output` and returns (finish_reason, text)."""
         key = self._sample_key(sample)
-        stop_ids = self.end_of_sequence_ids.union(sample.stop_token_ids)  # the mask M of step 2 and check 6.2
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        complete_text = ""
+        end_of_sequence = frozenset(self.end_of_sequence_ids).union(sample.stop_token_ids)  # step 2's mask M
+        stop_ids = frozenset() if sample.ignore_eos else end_of_sequence  # check 6.2
+        text = (_Detokenizer if self.loaded else _ToyText)(self.vocab, sample)
         for j in range(sample.max_new_tokens):
             context = sample.prompt + output
-            masked = stop_ids if j < sample.min_new_tokens else ()
+            masked = end_of_sequence if j < sample.min_new_tokens else ()
             dist = self.distribution(context, sample.temperature, masked)
             if j < len(sample.forced):
                 token = sample.forced[j]
@@ -866,26 +1044,150 @@ class ToyModel:
                 for column, value in zip(reported, self._report(dist, token, sample, with_text)):
                     column.append(value)
             output.append(token)
-            complete_text += decoder.decode(self._token_bytes(token, sample.skip_special_tokens))
+            text.push(token)
 
             if len(output) >= sample.max_new_tokens:
                 break
-            if not sample.ignore_eos and token in stop_ids:
-                trimmed = output if sample.no_stop_trim else output[:-1]
-                return {"type": "stop", "matched": token}, self.decode(trimmed, sample.skip_special_tokens)
-            matched = next((s for s in sample.stop if s in complete_text), None)
+            if token in stop_ids:
+                finish = {"type": "stop", "matched": token}
+                return finish, text.finished(output, finish)
+            matched = text.matched_stop(output)
             if matched is not None:
-                cut = complete_text.index(matched) + (len(matched) if sample.no_stop_trim else 0)
-                return {"type": "stop", "matched": matched}, complete_text[:cut]
-        return ({"type": "length", "length": sample.max_new_tokens},
-                self.decode(output, sample.skip_special_tokens))
+                finish = {"type": "stop", "matched": matched}
+                return finish, text.finished(output, finish)
+            text.running(output)
+        finish = {"type": "length", "length": sample.max_new_tokens}
+        return finish, text.finished(output, finish)
+
+
+class _ToyText:
+    """Section 9's output text over the toy tokenizer: the output's bytes decoded incrementally."""
+
+    def __init__(self, vocab, sample):
+        self.vocab, self.sample = vocab, sample
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self.complete = ""
+
+    def push(self, token):
+        """Step 5: the id's bytes join the text (bytes of an unfinished character wait for the next id)."""
+        self.complete += self.decoder.decode(self.vocab.token_bytes(token, self.sample.skip_special_tokens))
+
+    def matched_stop(self, output):
+        """Check 6.3: the first stop string, in order, that occurs in the text."""
+        return next((s for s in self.sample.stop if s in self.complete), None)
+
+    def running(self, output):
+        """The sample runs on: nothing to do (the text is a function of the ids)."""
+
+    def finished(self, output, finish):
+        """The output text when the sample finishes with `finish`."""
+        matched = finish.get("matched")
+        if isinstance(matched, str):
+            cut = self.complete.index(matched) + (len(matched) if self.sample.no_stop_trim else 0)
+            return self.complete[:cut]
+        trimmed = output[:-1] if matched is not None and not self.sample.no_stop_trim else output
+        return self.vocab.decode(trimmed, self.sample.skip_special_tokens)
+
+
+SURROGATE_IDS = 5  # section 13.4: the prompt ids the detokenizer's first window starts with
+FORCE_STREAM_INTERVAL = 50  # section 13.4: a whole answer reaches the detokenizer every 50 tokens
+CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
+              (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+
+
+def _is_cjk(character):
+    return any(low <= ord(character) <= high for low, high in CJK_RANGES)
+
+
+def find_printable_text(text):
+    """Section 13.4's `find_printable_text`: the part of uncommitted text that holds whole words."""
+    if text.endswith("\n") or (text and _is_cjk(text[-1])):
+        return text
+    if len(text) > 1 and _is_cjk(text[-2]):
+        return text[:-1]
+    return text[:text.rfind(" ") + 1]
+
+
+def chunk_due(length, interval):
+    """Section 13.4: whether a streamed chunk is due after `length` output ids."""
+    return interval <= 1 or length % interval == 1
+
+
+class _Detokenizer:
+    """Section 13.4: the output text over a loaded tokenizer, made by SGLang's incremental detokenizer, with its
+    stop-string tail and the schedule of its calls."""
+
+    def __init__(self, vocab, sample):
+        self.vocab, self.sample = vocab, sample
+        surrogate = min(SURROGATE_IDS, len(sample.prompt))
+        self.ids = list(sample.prompt[len(sample.prompt) - surrogate:])
+        self.surr, self.read = 0, surrogate
+        self.committed = ""
+        self.sent = 0
+        self.emitted = []
+        stop = sample.stop
+        self.window = max(len(vocab.encode_plain(s)) for s in stop) + 1 if stop else None
+        self.holds = False
+
+    def _decode(self, ids):
+        return self.vocab.decode(ids, self.sample.skip_special_tokens)
+
+    def push(self, token):
+        self.ids.append(token)
+
+    def matched_stop(self, output):
+        """The first stop string, in order, in the tail; notes whether the tail holds the start of one."""
+        if self.window is None:
+            return None
+        tail = self.vocab.decode(output[-min(self.window, len(output)):], skip_special_tokens=False)
+        matched = next((s for s in self.sample.stop if s in tail), None)
+        self.holds = matched is None and any(
+            tail.endswith(s[:length]) for s in self.sample.stop for length in range(1, len(s) + 1))
+        return matched
+
+    def _new_text(self, trim_last):
+        end = max(len(self.ids) - 1, self.surr) if trim_last else len(self.ids)
+        return self._decode(self.ids[self.surr:end])[len(self._decode(self.ids[self.surr:self.read])):]
+
+    def running(self, output):
+        """A detokenizer call, when the scheduler would hand the output over."""
+        if self.sample.stream:
+            due = chunk_due(len(output), self.sample.stream_interval) and not self.holds
+        else:
+            due = len(output) % FORCE_STREAM_INTERVAL == 0
+        if not due:
+            return
+        new = self._new_text(False)
+        pending = self.sent - len(self.committed)
+        if new and not new.endswith("\ufffd"):
+            self.emitted.append(new[pending:])
+            self.committed += new
+            self.surr, self.read = self.read, len(self.ids)
+            self.sent = len(self.committed)
+        else:
+            printable = find_printable_text(new)
+            self.emitted.append(printable[pending:])
+            self.sent = len(self.committed) + len(printable)
+
+    def finished(self, output, finish):
+        """The last call: what was not yet emitted, without a trimmed stop id, cut at a matched stop string."""
+        matched = finish.get("matched")
+        no_stop_trim = self.sample.no_stop_trim
+        out = self.committed + self._new_text(_is_int(matched) and not no_stop_trim)
+        if isinstance(matched, str) and matched in out:
+            at = out.index(matched)
+            out = out[:at + len(matched) if no_stop_trim else at]
+        self.emitted.append(out[self.sent:])
+        return "".join(self.emitted)
 
 
 def main(argv=None):
     """Command-line tool: print `json.dumps(model.generate(body))` for one request body."""
     parser = argparse.ArgumentParser(description="Answer a /generate request with the toy model of MODEL.md.")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--vocab-size", type=int, default=151936)
+    parser.add_argument("--vocab-size", type=int, help="V (151936, or a loaded tokenizer's, section 13.2)")
+    parser.add_argument("--tokenizer", metavar="PATH", help="a tokenizer.json or a model directory (section 13)")
+    parser.add_argument("--stream-interval", type=int, default=1)
     parser.add_argument("--context-length", type=int, default=32768)
     parser.add_argument("--sglang-version", "--profile", choices=tuple(RELEASES), default="0.5.23")
     parser.add_argument("--return-original-logprob", action="store_true")
@@ -907,7 +1209,8 @@ def main(argv=None):
                      scripts=scripts, deterministic_inference=args.enable_deterministic_inference,
                      enable_return_routed_experts=args.enable_return_routed_experts,
                      moe_shape=(args.num_hidden_layers, args.num_experts, args.num_experts_per_tok),
-                     sampling_mask_max_tokens=args.sampling_mask_max_tokens)
+                     sampling_mask_max_tokens=args.sampling_mask_max_tokens, tokenizer=args.tokenizer,
+                     stream_interval=args.stream_interval)
     body = json.loads(sys.stdin.read() if args.body == "-" else args.body)
     print(json.dumps(model.generate(body)))
 

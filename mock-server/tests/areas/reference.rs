@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use mock_server::{ServerConfig, SglangVersion};
 
-use crate::common::{Live, python};
+use crate::common::{self, Live, python};
 
 /// The server seed of the issue that found the vocabulary order broken; its exact contexts are frequency cases.
 const SERVER_SEED: u64 = 7;
@@ -21,55 +21,92 @@ fn reference_dir() -> PathBuf {
 /// neither, so they are checked once, under the default.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_agrees_with_the_python_reference_under_every_release() {
-    let script = reference_dir().join("crosscheck_script.json");
-    let script = script.to_str().expect("a UTF-8 path").to_owned();
     let runs = SglangVersion::ALL
         .into_iter()
         .map(|version| (version, false))
         .chain([(SglangVersion::default(), true)]);
     for (sglang_version, deterministic) in runs {
-        let live = Live::start(ServerConfig {
-            seed: SERVER_SEED,
-            sglang_version,
-            enable_deterministic_inference: deterministic,
-            enable_return_routed_experts: true,
-            num_hidden_layers: 4,
-            num_experts: 16,
-            num_experts_per_tok: 3,
-            scripted: mock_server::ScriptRule::load(&script)
-                .expect("the cross-check's script file"),
-            ..ServerConfig::default()
-        })
-        .await;
-        let checker = reference_dir().join("crosscheck.py");
-        let mut args = vec![
-            checker.to_str().expect("a UTF-8 path").to_owned(),
-            "--url".into(),
-            live.url(""),
-            "--server-seed".into(),
-            SERVER_SEED.to_string(),
-            "--script".into(),
-            script.clone(),
-            "--sglang-version".into(),
-            sglang_version.as_str().to_owned(),
-            "--enable-return-routed-experts".into(),
-            "--moe-shape".into(),
-            "4,16,3".into(),
-        ];
-        if deterministic {
-            args.push("--enable-deterministic-inference".into());
-        }
-        if sglang_version != SglangVersion::default() || deterministic {
-            args.extend(["--draws".into(), "0".into()]);
-        }
-        let output = python(args).await;
-        let report = String::from_utf8_lossy(&output.stdout);
-        let errors = String::from_utf8_lossy(&output.stderr);
-        assert!(
-            report.contains("the server agrees with the reference"),
-            "under {sglang_version} (deterministic: {deterministic}):\n{report}\n{errors}"
-        );
+        let draws = sglang_version == SglangVersion::default() && !deterministic;
+        crosscheck(sglang_version, deterministic, None, draws).await;
     }
+}
+
+/// The cross-check over Qwen's real vocabulary (`MODEL.md` section 13): its ids, special ids and end-of-sequence
+/// ids in the slots, its encoding of text prompts and scripted answers, and text made by SGLang's incremental
+/// detokenizer, with multi-byte stop strings, stream intervals and prompts that end inside a character. Under
+/// the default release with the frequencies, and under 0.5.3, whose streams send `output_ids` as deltas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_agrees_with_the_python_reference_over_qwens_vocabulary() {
+    for (sglang_version, draws) in [
+        (SglangVersion::default(), true),
+        (SglangVersion::V0_5_3, false),
+    ] {
+        crosscheck(
+            sglang_version,
+            false,
+            Some(common::qwen_tokenizer_dir()),
+            draws,
+        )
+        .await;
+    }
+}
+
+/// Starts a server (seed 7, the cross-check's script, a small router) and runs `crosscheck.py` against it.
+async fn crosscheck(
+    sglang_version: SglangVersion,
+    deterministic: bool,
+    tokenizer: Option<&Path>,
+    draws: bool,
+) {
+    let script = reference_dir().join("crosscheck_script.json");
+    let script = script.to_str().expect("a UTF-8 path").to_owned();
+    let live = Live::start(ServerConfig {
+        seed: SERVER_SEED,
+        sglang_version,
+        enable_deterministic_inference: deterministic,
+        enable_return_routed_experts: true,
+        num_hidden_layers: 4,
+        num_experts: 16,
+        num_experts_per_tok: 3,
+        scripted: mock_server::ScriptRule::load(&script).expect("the cross-check's script file"),
+        tokenizer: tokenizer.map(|_| common::qwen_tokenizer()),
+        ..ServerConfig::default()
+    })
+    .await;
+    let checker = reference_dir().join("crosscheck.py");
+    let mut args = vec![
+        checker.to_str().expect("a UTF-8 path").to_owned(),
+        "--url".into(),
+        live.url(""),
+        "--server-seed".into(),
+        SERVER_SEED.to_string(),
+        "--script".into(),
+        script,
+        "--sglang-version".into(),
+        sglang_version.as_str().to_owned(),
+        "--enable-return-routed-experts".into(),
+        "--moe-shape".into(),
+        "4,16,3".into(),
+    ];
+    if deterministic {
+        args.push("--enable-deterministic-inference".into());
+    }
+    if let Some(dir) = tokenizer {
+        args.extend([
+            "--tokenizer".into(),
+            dir.to_str().expect("a UTF-8 path").to_owned(),
+        ]);
+    }
+    if !draws {
+        args.extend(["--draws".into(), "0".into()]);
+    }
+    let output = python(args).await;
+    let report = String::from_utf8_lossy(&output.stdout);
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        report.contains("the server agrees with the reference"),
+        "under {sglang_version} (deterministic: {deterministic}, tokenizer: {tokenizer:?}):\n{report}\n{errors}"
+    );
 }
 
 #[tokio::test]
