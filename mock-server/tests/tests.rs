@@ -55,6 +55,9 @@ mod scripted;
 /// SSE framing byte by byte, stream_interval, index on batch and n chunks, deltas.
 #[path = "areas/streaming.rs"]
 mod streaming;
+/// The server against a trainer's tokenizer and chat template: `tokenizers`, transformers, tiktoken.
+#[path = "areas/trainer_tokenizer.rs"]
+mod trainer_tokenizer;
 /// Every validation error: status, shape, message, non-streamed and streamed.
 #[path = "areas/validation.rs"]
 mod validation;
