@@ -14,7 +14,9 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from toymodel import GOLDEN, TAIL_WEIGHT, ToyModel, mix, routes, routes_base64, splitmix64, unit  # noqa: E402
+from toymodel import (  # noqa: E402
+    GOLDEN, TAIL_WEIGHT, ToyModel, chunk_due, find_printable_text, mix, routes, routes_base64, splitmix64, unit,
+)
 
 REL = 1e-12
 HELLO = [72, 101, 108, 343, 422, 114, 108, 100]
@@ -343,6 +345,21 @@ class PropertyTest(unittest.TestCase):
         self.assertEqual(sample["text"], "Paris babe")
         self.assertEqual(sample["finish_reason"], {"type": "stop", "matched": 151935})
         self.assertTrue(all(lp is not None for lp, _, _ in sample["output_token_logprobs"]))
+
+
+class DetokenizerTest(unittest.TestCase):
+    """Section 13.4's helpers, on cases worked by hand from SGLang's `find_printable_text` and scheduler."""
+
+    def test_printable_text(self):
+        for text, printable in [("hello wor", "hello "), ("line\n", "line\n"), ("nospace", ""), ("", ""),
+                                ("ab 中文", "ab 中文"), ("ab 中x", "ab 中"), ("a b\ufffd", "a "), ("中\ufffd", "中"),
+                                ("𠀀", "𠀀"), ("x 가", "x ")]:
+            self.assertEqual(find_printable_text(text), printable, text)
+
+    def test_chunk_schedule(self):
+        # Interval 1: every length; interval k > 1: lengths 1, 1 + k, 1 + 2k, ...
+        self.assertEqual([n for n in range(1, 12) if chunk_due(n, 1)], list(range(1, 12)))
+        self.assertEqual([n for n in range(1, 12) if chunk_due(n, 3)], [1, 4, 7, 10])
 
 
 if __name__ == "__main__":
