@@ -50,15 +50,8 @@ ADDED_TOKENS = (
 )
 SPECIAL_COUNT = 14  # the first 14 added tokens are special
 
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather in a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
-TIME_TOOL = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+# The tools of the conversations, shared with mock-server/reference/tokenizer_check.py.
+WEATHER_TOOL, TIME_TOOL = json.loads((ROOT / "tests" / "data" / "chat_tools.json").read_text(encoding="utf-8"))
 TOOLS_PREAMBLE = (
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
     "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"

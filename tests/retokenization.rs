@@ -11,10 +11,8 @@ use rollout_client::Sample;
 use rollout_client::request::SamplingParams;
 use rollout_client::rollout::{self, EnvTurn, Environment, RolloutConfig};
 
-use crate::common::{
-    Mock, Provenance, assert_aligned, assert_oracle_replay, qwen_tokenizer, qwen_tokenizer_dir,
-    runtime,
-};
+use crate::common::{Mock, Provenance, assert_aligned, assert_oracle_replay, runtime};
+use crate::qwen_tokenizer::{qwen_tokenizer, qwen_tokenizer_dir};
 
 const PROMPT: &str = "<|im_start|>user\nWhat is 12 × 7? Check it with the calculator.<|im_end|>\n\
                       <|im_start|>assistant\n";

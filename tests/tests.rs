@@ -19,6 +19,8 @@ mod faults;
 mod issue_1976;
 /// The module graph of a crate, parsed from its source: references between modules and external crates.
 mod module_graph;
+/// Qwen's real vocabulary, built offline for the tests (shared with `mock-server`'s tests).
+mod qwen_tokenizer;
 /// A real BPE (Qwen's vocabulary) drifts when generated ids go through text and back; the client never does.
 mod retokenization;
 /// Random valid rollouts (groups, sampling parameters, multi-turn, multi-agent, streaming) through to GRPO.

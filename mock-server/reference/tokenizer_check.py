@@ -44,17 +44,11 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # before transformers 
 import tokenizers  # noqa: E402
 import transformers  # noqa: E402
 
-DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "tests" / "data" / "tokenizer_corpus.txt"
+DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
+DEFAULT_CORPUS = DATA / "tokenizer_corpus.txt"
 
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather in a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
-TIME_TOOL = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+# The tools of the conversations, shared with scripts/check_qwen_tokenizer.py.
+WEATHER_TOOL, TIME_TOOL = json.loads((DATA / "chat_tools.json").read_text(encoding="utf-8"))
 
 # (name, request fields beside messages); every conversation is rendered with and without the generation prompt
 # under 0.5.23, which honours `add_generation_prompt` on /tokenize.

@@ -43,6 +43,9 @@ mod properties;
 /// A Python client reading logprobs the way slime does, against the live server.
 #[path = "areas/python_client.rs"]
 mod python_client;
+/// Qwen's real vocabulary, built offline for the tests (the file is the regression suite's too).
+#[path = "../../tests/qwen_tokenizer.rs"]
+mod qwen_tokenizer;
 /// The server against the independent Python reference model written from `MODEL.md`.
 #[path = "areas/reference.rs"]
 mod reference;

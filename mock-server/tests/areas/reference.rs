@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use mock_server::{ServerConfig, SglangVersion};
 
-use crate::common::{self, Live, python};
+use crate::common::{Live, python};
+use crate::qwen_tokenizer::{qwen_tokenizer, qwen_tokenizer_dir};
 
 /// The server seed of the issue that found the vocabulary order broken; its exact contexts are frequency cases.
 const SERVER_SEED: u64 = 7;
@@ -41,13 +42,7 @@ async fn server_agrees_with_the_python_reference_over_qwens_vocabulary() {
         (SglangVersion::default(), true),
         (SglangVersion::V0_5_3, false),
     ] {
-        crosscheck(
-            sglang_version,
-            false,
-            Some(common::qwen_tokenizer_dir()),
-            draws,
-        )
-        .await;
+        crosscheck(sglang_version, false, Some(qwen_tokenizer_dir()), draws).await;
     }
 }
 
@@ -69,7 +64,7 @@ async fn crosscheck(
         num_experts: 16,
         num_experts_per_tok: 3,
         scripted: mock_server::ScriptRule::load(&script).expect("the cross-check's script file"),
-        tokenizer: tokenizer.map(|_| common::qwen_tokenizer()),
+        tokenizer: tokenizer.map(|_| qwen_tokenizer()),
         ..ServerConfig::default()
     })
     .await;

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use mock_server::{ServerConfig, SglangVersion};
 
-use crate::common::{Live, python, qwen_tokenizer, qwen_tokenizer_dir};
+use crate::common::{Live, python};
+use crate::qwen_tokenizer::{qwen_tokenizer, qwen_tokenizer_dir};
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

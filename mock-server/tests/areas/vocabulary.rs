@@ -9,7 +9,7 @@ use mock_server::model::{LoadError, LoadedTokenizer, ModelError};
 use mock_server::oracle::Oracle;
 use serde_json::json;
 
-use crate::common::{qwen_tokenizer, qwen_tokenizer_dir};
+use crate::qwen_tokenizer::{qwen_tokenizer, qwen_tokenizer_dir};
 
 /// Qwen's tokenizer: 151,643 ranks and 26 added tokens (`T`); config.json's padded embedding (`V`).
 const T: u32 = 151_669;
