@@ -108,6 +108,7 @@ def special_ids(model):
 
 def random_ids(rng, model):
     """A prompt of ids: bytes (in a byte-level BPE, ids that may end inside a character), any id, special ids."""
+    specials = special_ids(model)
     ids = []
     for _ in range(rng.randint(1, 12)):
         kind = rng.random()
@@ -116,7 +117,7 @@ def random_ids(rng, model):
         elif kind < 0.9:
             ids.append(rng.randrange(256, model.vocab_size))
         else:
-            ids.append(rng.choice(special_ids(model)))
+            ids.append(rng.choice(specials))
     return ids
 
 

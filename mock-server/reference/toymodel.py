@@ -427,7 +427,7 @@ class Vocabulary:
     (W), `word_id(x)` (the id of word index x in 0..W), `punctuation_ids` (nine ids, section 4.3), `end_of_turn`
     (slot 8's id), `end_of_sequence_ids` (end-of-turn first), `is_special(id)` (section 4.2), `encode(text)` (a
     `text` prompt), `encode_plain(text)` (without special tokens: scripted answers, stop strings), `decode(ids,
-    skip_special_tokens)` and `token_text(id)`."""
+    skip_special_tokens)`, `token_text(id)` and `output_text(sample)` (what makes a sample's text)."""
 
     vocab_size = 0
 
@@ -531,6 +531,10 @@ class ToyVocabulary(Vocabulary):
     # The toy tokenizer adds nothing around a text: encoding with and without special tokens is one.
     encode_plain = encode
 
+    def output_text(self, sample):
+        """Section 9's text of a sample's output."""
+        return _ToyText(self, sample)
+
 
 class LoadedVocabulary(Vocabulary):
     """Section 13: the vocabulary of a Hugging Face tokenizer (`--tokenizer PATH`), read with the `tokenizers`
@@ -623,6 +627,10 @@ class LoadedVocabulary(Vocabulary):
         self.check_id(token_id)
         return self.decode([token_id], skip_special_tokens=False)
 
+    def output_text(self, sample):
+        """Section 13.4's text of a sample's output: SGLang's incremental detokenizer."""
+        return _Detokenizer(self, sample)
+
 
 def _read_json(path):
     """The parsed JSON of a file that may be absent (None)."""
@@ -653,7 +661,6 @@ class ToyModel:
             self.vocab = ToyVocabulary(151936 if vocab_size is None else vocab_size)
         else:
             self.vocab = LoadedVocabulary(tokenizer, vocab_size)
-        self.loaded = tokenizer is not None
         self.stream_interval = _integer(stream_interval, "stream_interval", 1)
         self.context_length = _integer(context_length, "context_length", 1)
         if sglang_version not in RELEASES:
@@ -683,6 +690,11 @@ class ToyModel:
         return {"prompt_contains": contains, "answer": answer, "finish_reason": finish}
 
     # -- Sections 2 and 13: the tokenizer --------------------------------------------------------------------
+
+    @property
+    def loaded(self):
+        """Whether the model runs over a loaded tokenizer (section 13)."""
+        return isinstance(self.vocab, LoadedVocabulary)
 
     @property
     def vocab_size(self):
@@ -1022,7 +1034,7 @@ class ToyModel:
         key = self._sample_key(sample)
         end_of_sequence = frozenset(self.end_of_sequence_ids).union(sample.stop_token_ids)  # step 2's mask M
         stop_ids = frozenset() if sample.ignore_eos else end_of_sequence  # check 6.2
-        text = (_Detokenizer if self.loaded else _ToyText)(self.vocab, sample)
+        text = self.vocab.output_text(sample)
         for j in range(sample.max_new_tokens):
             context = sample.prompt + output
             masked = end_of_sequence if j < sample.min_new_tokens else ()

@@ -512,6 +512,11 @@ pub(crate) fn reassemble(chunks: &[Value], mode: Mode) -> Vec<Reassembled> {
     items
 }
 
+/// A path as a command-line argument.
+pub(crate) fn path_arg(path: &std::path::Path) -> String {
+    path.to_str().expect("a UTF-8 path").to_owned()
+}
+
 /// Runs `python3 args...` off the async runtime and fails with its output unless it succeeds.
 pub(crate) async fn python(args: Vec<String>) -> std::process::Output {
     let output = tokio::task::spawn_blocking(move || {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use mock_server::{ServerConfig, SglangVersion};
 
-use crate::common::{Live, python};
+use crate::common::{Live, path_arg, python};
 use crate::qwen_tokenizer::{qwen_tokenizer, qwen_tokenizer_dir};
 
 /// The server seed of the issue that found the vocabulary order broken; its exact contexts are frequency cases.
@@ -54,7 +54,7 @@ async fn crosscheck(
     draws: bool,
 ) {
     let script = reference_dir().join("crosscheck_script.json");
-    let script = script.to_str().expect("a UTF-8 path").to_owned();
+    let script = path_arg(&script);
     let live = Live::start(ServerConfig {
         seed: SERVER_SEED,
         sglang_version,
@@ -70,7 +70,7 @@ async fn crosscheck(
     .await;
     let checker = reference_dir().join("crosscheck.py");
     let mut args = vec![
-        checker.to_str().expect("a UTF-8 path").to_owned(),
+        path_arg(&checker),
         "--url".into(),
         live.url(""),
         "--server-seed".into(),
@@ -87,10 +87,7 @@ async fn crosscheck(
         args.push("--enable-deterministic-inference".into());
     }
     if let Some(dir) = tokenizer {
-        args.extend([
-            "--tokenizer".into(),
-            dir.to_str().expect("a UTF-8 path").to_owned(),
-        ]);
+        args.extend(["--tokenizer".into(), path_arg(dir)]);
     }
     if !draws {
         args.extend(["--draws".into(), "0".into()]);
@@ -111,7 +108,7 @@ async fn the_reference_reproduces_the_worked_example_of_model_md() {
         "unittest".into(),
         "discover".into(),
         "-s".into(),
-        reference_dir().to_str().expect("a UTF-8 path").to_owned(),
+        path_arg(&reference_dir()),
         "-p".into(),
         "test_*.py".into(),
     ])

@@ -9,17 +9,13 @@ use std::sync::Mutex;
 
 use mock_server::{ServerConfig, SglangVersion};
 
-use crate::common::{Live, python};
+use crate::common::{Live, path_arg, python};
 
 /// One download at a time: the tests that share a wheel must not race to write it.
 static DOWNLOADS: Mutex<()> = Mutex::new(());
 
 fn python_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python")
-}
-
-fn path_arg(path: &Path) -> String {
-    path.to_str().expect("a UTF-8 path").to_owned()
 }
 
 /// The release's wheel, downloaded from PyPI the first time.

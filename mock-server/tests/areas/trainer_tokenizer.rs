@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use mock_server::{ServerConfig, SglangVersion};
 
-use crate::common::{Live, python};
+use crate::common::{Live, path_arg, python};
 use crate::qwen_tokenizer::{qwen_tokenizer, qwen_tokenizer_dir};
 
 fn workspace() -> PathBuf {
@@ -15,10 +15,6 @@ fn workspace() -> PathBuf {
         .parent()
         .expect("the workspace root")
         .to_path_buf()
-}
-
-fn utf8(path: &Path) -> String {
-    path.to_str().expect("a UTF-8 path").to_owned()
 }
 
 /// Under the releases that serve `/tokenize` and `/detokenize`; 0.5.23 also renders `messages` without the
@@ -33,13 +29,13 @@ async fn the_server_agrees_with_tokenizers_and_transformers_over_qwens_files() {
         })
         .await;
         let output = python(vec![
-            utf8(&workspace().join("mock-server/reference/tokenizer_check.py")),
+            path_arg(&workspace().join("mock-server/reference/tokenizer_check.py")),
             "--url".into(),
             live.url(""),
             "--tokenizer".into(),
-            utf8(qwen_tokenizer_dir()),
+            path_arg(qwen_tokenizer_dir()),
             "--corpus".into(),
-            utf8(&workspace().join("tests/data/tokenizer_corpus.txt")),
+            path_arg(&workspace().join("tests/data/tokenizer_corpus.txt")),
             "--sglang-version".into(),
             sglang_version.as_str().to_owned(),
         ])
@@ -58,8 +54,8 @@ async fn the_server_agrees_with_tokenizers_and_transformers_over_qwens_files() {
 #[tokio::test]
 async fn the_built_qwen_tokenizer_agrees_with_tiktoken() {
     let output = python(vec![
-        utf8(&workspace().join("scripts/check_qwen_tokenizer.py")),
-        utf8(qwen_tokenizer_dir()),
+        path_arg(&workspace().join("scripts/check_qwen_tokenizer.py")),
+        path_arg(qwen_tokenizer_dir()),
     ])
     .await;
     let report = String::from_utf8_lossy(&output.stdout);
