@@ -223,7 +223,8 @@ fn the_engine_imports_only_the_model_configuration_and_errors() {
     );
 }
 
-/// Parsing, encoding and the oracle build on the engine and know nothing of HTTP, the control plane or time.
+/// Parsing, encoding, the oracle and the witness build on the engine and know nothing of HTTP, the control plane or
+/// time.
 #[test]
 fn requests_wire_and_the_oracle_import_no_http() {
     let graph = mock_server();
@@ -241,6 +242,14 @@ fn requests_wire_and_the_oracle_import_no_http() {
     let mut with_parts = pure.to_vec();
     with_parts.extend([&["request"][..], &["wire"]]);
     assert_layer(&graph, &["oracle"], &with_parts, &no_http);
+    // The witness records what the engine generated, as the wire and the fault catalogue shape it, and audits
+    // samples against it: pure, whatever drives it (the HTTP layer, the binary's `audit`).
+    assert_layer(
+        &graph,
+        &["witness"],
+        &[&["model"], &["config"], &["engine"], &["faults"], &["wire"]],
+        HTTP_AND_ASYNC,
+    );
 }
 
 /// The control plane is async but knows nothing of HTTP, and nothing below HTTP imports the HTTP layer.

@@ -42,8 +42,39 @@ enum Command {
         /// The request body; `-` or nothing reads stdin.
         file: Option<PathBuf>,
         #[command(flatten)]
-        flags: Flags,
+        flags: Box<Flags>,
     },
+    /// Audit dumped rollouts (JSON lines, or a JSON list) against what a server served: its ledger, read from a
+    /// running server (--url, started with --ledger) or from a file saved from its /admin/ledger. Prints the
+    /// report; exit status 0 when every sample is faithful, 1 when the audit found problems, 2 when it could
+    /// not run (mock-server/WITNESS.md).
+    Audit(AuditArgs),
+}
+
+/// The `audit` subcommand's arguments.
+#[derive(Debug, clap::Args)]
+struct AuditArgs {
+    /// The samples; `-` or nothing reads stdin.
+    samples: Option<PathBuf>,
+    /// A running server's base URL: its ledger is read from URL/admin/ledger.
+    #[arg(long, required_unless_present = "ledger", conflicts_with = "ledger")]
+    url: Option<String>,
+    /// A ledger saved from a server's /admin/ledger.
+    #[arg(long)]
+    ledger: Option<PathBuf>,
+    /// The key a server with --api-key or --admin-api-key asks for on /admin/*.
+    #[arg(long, env = "SGLANG_MOCK_ADMIN_API_KEY")]
+    api_key: Option<String>,
+    /// The samples' layout (slime, verl, areal-response, areal-trajectory, generic); by default each sample's
+    /// keys tell.
+    #[arg(long)]
+    layout: Option<String>,
+    /// Generated tokens with loss mask 0 are deliberate (off-policy masking, an overlong filter).
+    #[arg(long)]
+    allow_masked_generated: bool,
+    /// The report as text (the default) or as JSON.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    format: String,
 }
 
 /// Every flag: the server's configuration and the ones that build its scripted answers and fault schedule.
@@ -162,7 +193,13 @@ pub fn main() -> ExitCode {
         Err(err) => return fail(&anyhow::Error::new(err).context("cannot start the runtime")),
     };
     let result = match cli.command {
-        Some(Command::Oracle { file, flags }) => runtime.block_on(oracle(flags, file.as_deref())),
+        Some(Command::Oracle { file, flags }) => runtime.block_on(oracle(*flags, file.as_deref())),
+        Some(Command::Audit(args)) => {
+            return audit(args).unwrap_or_else(|err| {
+                eprintln!("Error: {err:?}");
+                ExitCode::from(2)
+            });
+        }
         None => runtime
             .block_on(serve(cli.flags))
             .map(|()| ExitCode::SUCCESS),
@@ -257,4 +294,100 @@ async fn oracle(flags: Flags, file: Option<&Path>) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// `sglang-mock audit`: the report of the samples against a ledger; exit 0 when faithful, 1 with problems.
+fn audit(args: AuditArgs) -> anyhow::Result<ExitCode> {
+    use crate::witness::{AuditOptions, Layout, Records, audit, parse_samples};
+
+    let ledger = match (&args.url, &args.ledger) {
+        (Some(url), _) => get(url, "/admin/ledger", args.api_key.as_deref())
+            .with_context(|| format!("cannot read the ledger of {url}"))?,
+        (None, Some(path)) => std::fs::read(path)
+            .with_context(|| format!("cannot read the ledger {}", path.display()))?,
+        (None, None) => {
+            anyhow::bail!("give the ledger: --url of a running server or --ledger FILE")
+        }
+    };
+    let records =
+        Records::from_dump(&ledger).context("the ledger is not a dump of /admin/ledger")?;
+    let samples = match &args.samples {
+        Some(path) if path != Path::new("-") => std::fs::read(path)
+            .with_context(|| format!("cannot read the samples {}", path.display()))?,
+        _ => {
+            let mut body = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut body)
+                .context("cannot read the samples from stdin")?;
+            body
+        }
+    };
+    let layout = args
+        .layout
+        .as_deref()
+        .map(|name| {
+            Layout::ALL
+                .into_iter()
+                .find(|l| l.name() == name)
+                .with_context(|| {
+                    let names: Vec<&str> = Layout::ALL.iter().map(|l| l.name()).collect();
+                    format!("--layout {name:?}: expected one of {}", names.join(", "))
+                })
+        })
+        .transpose()?;
+    let batch = parse_samples(&samples, layout).context("cannot read the samples")?;
+    let mut options = batch.options.unwrap_or(AuditOptions::default());
+    options.allow_masked_generated |= args.allow_masked_generated;
+    let report = audit(&records, &batch.samples, &options);
+    let printed = match args.format.as_str() {
+        "json" => serde_json::to_string(&report).context("cannot write the report")? + "\n",
+        _ => report.text(),
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(printed.as_bytes())
+        .and_then(|()| stdout.flush())
+        .context("cannot write the report")?;
+    Ok(if report.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The body of `GET {base}{path}` from a server on plain HTTP: one HTTP/1.0 exchange, which the server answers
+/// and closes, so that the command needs no HTTP client library.
+fn get(base: &str, path: &str, api_key: Option<&str>) -> anyhow::Result<Vec<u8>> {
+    use std::net::TcpStream;
+
+    let authority = base
+        .strip_prefix("http://")
+        .with_context(|| format!("{base:?} is not an http:// URL"))?
+        .trim_end_matches('/');
+    let mut stream =
+        TcpStream::connect(authority).with_context(|| format!("cannot connect to {authority}"))?;
+    let auth = api_key
+        .map(|key| format!("Authorization: Bearer {key}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "GET {path} HTTP/1.0\r\nHost: {authority}\r\n{auth}\r\n"
+    )?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response)?;
+    let split = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .context("the answer has no end of headers")?;
+    let head = String::from_utf8_lossy(&response[..split]);
+    let body = response[split + 4..].to_vec();
+    let status = head.split(' ').nth(1).unwrap_or("");
+    if status != "200" {
+        anyhow::bail!(
+            "GET {path} answered {}: {}",
+            head.lines().next().unwrap_or(""),
+            String::from_utf8_lossy(&body)
+        );
+    }
+    Ok(body)
 }

@@ -261,6 +261,12 @@ pub struct ServerConfig {
     /// Most requests waiting at once; more get a 503 (SGLang's --max-queued-requests).
     #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_MAX_QUEUED_REQUESTS"))]
     pub max_queued_requests: Option<usize>,
+    /// Keep a ledger of every item served, for `/admin/ledger` and `/admin/audit` (mock-server/WITNESS.md).
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_LEDGER"))]
+    pub ledger: bool,
+    /// The ledger's bound in MiB: beyond it, the oldest entries are evicted first.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_LEDGER_MAX_MIB", default_value_t = ServerConfig::default().ledger_max_mib, value_parser = clap::value_parser!(u64).range(1..)))]
+    pub ledger_max_mib: u64,
     /// Simulated duration of a weight update once in-flight requests have drained, in milliseconds.
     #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_WEIGHT_UPDATE_MS", default_value_t = ServerConfig::default().weight_update_ms))]
     pub weight_update_ms: u64,
@@ -298,6 +304,8 @@ impl Default for ServerConfig {
             max_running_requests: None,
             max_queued_requests: None,
             weight_update_ms: 0,
+            ledger: false,
+            ledger_max_mib: DEFAULT_LEDGER_MAX_MIB,
         }
     }
 }
@@ -306,6 +314,9 @@ impl Default for ServerConfig {
 pub(crate) const DEFAULT_MODEL_PATH: &str = "sglang-mock/toy-model";
 /// 64 MiB: far above any real prompt, small enough that a hostile body cannot exhaust memory.
 pub(crate) const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+/// The ledger's default bound, in MiB: about 250 samples of 4,096 tokens with 8 turns each (each turn's prompt
+/// repeats the context before it).
+pub(crate) const DEFAULT_LEDGER_MAX_MIB: u64 = 1024;
 /// SGLang's default `weight_version`.
 pub(crate) const DEFAULT_WEIGHT_VERSION: &str = "default";
 

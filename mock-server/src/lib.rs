@@ -7,7 +7,8 @@
 //!
 //! The supported surface is what this page lists: the items re-exported here, and the public modules
 //! [`model`] (the toy model), [`engine`] (one sample's generation, the plan, the step core), [`request`] (a
-//! body into a plan), [`wire`] (SGLang's bytes) and [`oracle`], each item under one path. The rest is
+//! body into a plan), [`wire`] (SGLang's bytes), [`oracle`] and [`witness`] (the ledger of what was served
+//! and the audit of samples against it), each item under one path. The rest is
 //! private: the fault schedule and its application, the control plane (aborts, pauses, the queue, weight
 //! versions), the latency model and the HTTP layer.
 
@@ -26,6 +27,7 @@ mod pyfmt;
 pub mod request;
 mod script;
 pub mod wire;
+pub mod witness;
 
 pub use config::{ServerConfig, SglangVersion, StateError, UnknownSglangVersion};
 pub use error::ApiError;

@@ -67,3 +67,6 @@ mod validation;
 /// The model over a loaded vocabulary (Qwen's real tokenizer): what it derives, its slots, its errors, its text.
 #[path = "areas/vocabulary.rs"]
 mod vocabulary;
+/// The witness: the ledger holds what each answer carried, and the audit endpoint and command read samples.
+#[path = "areas/witness.rs"]
+mod witness;

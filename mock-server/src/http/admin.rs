@@ -461,9 +461,13 @@ pub(crate) async fn faults(
 /// `POST /admin/reset`: the server as it started, for the next test. The fault schedule is the start-up one
 /// with its rule counters afresh, the request and fault counters of `/admin/stats` are zero, a pause is
 /// lifted and the weight version is the configured one. Requests in flight are left to finish, and the
-/// Prometheus counters of `/metrics` keep counting, as a scraper expects of them. Answers as `/admin/stats`.
+/// Prometheus counters of `/metrics` keep counting, as a scraper expects of them. The ledger, if the server
+/// keeps one, is emptied. Answers as `/admin/stats`.
 pub(crate) async fn reset(State(state): State<AppState>) -> Response {
     state.faults().reset(state.config().faults.clone());
+    if let Some(ledger) = state.ledger() {
+        ledger.clear();
+    }
     let control = state.control();
     control.resume();
     control.set_weight_version(&state.config().weight_version);

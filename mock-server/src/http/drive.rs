@@ -12,6 +12,7 @@ use bytes::Bytes;
 use futures_util::Stream;
 
 use super::metrics::Metrics;
+use super::witness::Witness;
 use crate::config::ServerConfig;
 use crate::control::{Admission, Control, CtlHandle, QUEUE_FULL_MESSAGE, RequestCtl, RunTicket};
 use crate::engine::{GeneratePlan, Outside, PlannedItem, Progress, Run};
@@ -49,6 +50,8 @@ pub(crate) struct RunCtx {
     /// The weight version now, and the updates each item lived through.
     pub versions: VersionLog,
     pub metrics: Arc<Metrics>,
+    /// Where a stream's items are recorded as they end, with the server's ledger on.
+    pub witness: Option<Witness>,
 }
 
 /// The weight versions of a run: the version now, and for each item the version changes while it was live
@@ -450,6 +453,8 @@ struct StreamRun<E, G> {
     admit: Admit,
     /// The last events ([`Events::end`]) are queued.
     ended: bool,
+    /// Which items have reported their end (and are in the ledger, if there is one).
+    items_ended: Vec<bool>,
     /// Held for the life of the stream (the server's load accounting).
     _guard: G,
 }
@@ -475,6 +480,7 @@ pub(crate) fn sse_stream<E: Events, G: Send + 'static>(
         queue: VecDeque::new(),
         admit: Admit::Pending(handle),
         ended: false,
+        items_ended: vec![false; plan.items.len()],
         ctx,
         plan,
         _guard: guard,
@@ -531,6 +537,10 @@ impl<E: Events, G> StreamRun<E, G> {
             Admission::AbortedWaiting => WaitingAbort::Aborted,
         };
         let e2e = self.ctx.started.elapsed().as_secs_f64();
+        if let Some(witness) = &self.ctx.witness {
+            witness.record_never_ran(&self.plan, &self.ctx.versions.current);
+        }
+        self.items_ended.fill(true);
         let ctx = self.ctx.encode_ctx(&self.plan);
         let how = NeverRan::Waiting { reason, e2e };
         self.events
@@ -548,7 +558,13 @@ impl<E: Events, G> StreamRun<E, G> {
         while self.queue.is_empty() && !run.is_done() && !self.events.closed() {
             self.ctx.before_tick(run, &self.plan).await;
             self.ctx.tick(run, &mut self.timings);
-            record_ends(&self.ctx, &self.plan, run, &self.timings);
+            record_ends(
+                &self.ctx,
+                &self.plan,
+                run,
+                &self.timings,
+                &mut self.items_ended,
+            );
             let e2e = &self.timings.e2e;
             let mut finished = |i: usize| Finished {
                 e2e_latency: e2e[i],
@@ -562,15 +578,47 @@ impl<E: Events, G> StreamRun<E, G> {
     }
 }
 
-/// Metrics for the items the last tick ended, and a log line for any that failed.
-fn record_ends(ctx: &RunCtx, plan: &GeneratePlan, run: &Run, timings: &Timings) {
+/// A stream dropped before its items ended (a client that went away, a stream fault that stopped reading)
+/// leaves them in the ledger as far as they got.
+impl<E, G> Drop for StreamRun<E, G> {
+    fn drop(&mut self) {
+        let (Some(witness), Some(run)) = (&self.ctx.witness, &self.run) else {
+            return;
+        };
+        for (i, ended) in self.items_ended.iter().enumerate() {
+            if !ended {
+                witness.record_item(
+                    &self.plan,
+                    run,
+                    i,
+                    &self.ctx.versions.current,
+                    &self.ctx.versions.events,
+                );
+            }
+        }
+    }
+}
+
+/// Metrics and the ledger's entries for the items the last tick ended, and a log line for any that failed.
+fn record_ends(
+    ctx: &RunCtx,
+    plan: &GeneratePlan,
+    run: &Run,
+    timings: &Timings,
+    ended: &mut [bool],
+) {
     for (i, progress) in run.progress().iter().enumerate() {
         match progress {
-            Progress::Finished => {
+            Progress::Finished | Progress::Rejected => {
                 ctx.record(run, i, timings);
-                tracing::debug!(rid = %plan.items[i].rid, "stream item finished");
+                if let Some(witness) = &ctx.witness {
+                    witness.record_item(plan, run, i, &ctx.versions.current, &ctx.versions.events);
+                }
+                ended[i] = true;
+                tracing::debug!(rid = %plan.items[i].rid, "stream item ended");
             }
             Progress::Failed => {
+                ended[i] = true;
                 let error = run.failure(i).map(ToString::to_string).unwrap_or_default();
                 tracing::error!(rid = %plan.items[i].rid, %error, "generation failed");
             }

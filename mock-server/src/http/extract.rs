@@ -30,7 +30,7 @@ impl FromRequest<AppState> for RawBody {
 }
 
 /// A body read to its end, refused beyond `limit` bytes with a 413.
-async fn read_limited(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+pub(crate) async fn read_limited(body: Body, limit: usize) -> Result<Bytes, ApiError> {
     match axum::body::to_bytes(body, limit).await {
         Ok(bytes) => Ok(bytes),
         Err(err) if is_length_limit(&err) => Err(ApiError::Http {

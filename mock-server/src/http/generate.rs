@@ -18,6 +18,7 @@ use super::extract::{Conn, RawBody};
 use super::faults::{decide_fault, http_fault};
 use super::respond::{json_response, sse_response};
 use super::state::AppState;
+use super::witness::Witness;
 use crate::control::{Admission, QUEUE_FULL_MESSAGE};
 use crate::engine::{GeneratePlan, RidSource};
 use crate::error::ApiError;
@@ -25,6 +26,7 @@ use crate::faults::stream as stream_faults;
 use crate::faults::{EngineFault, Fault};
 use crate::request;
 use crate::wire::{self, EncodeCtx, NeverRan, WaitingAbort};
+use crate::witness::Route;
 
 /// Fresh request ids as SGLang makes them: `uuid.uuid4().hex`.
 #[derive(Debug, Default)]
@@ -74,7 +76,9 @@ pub(crate) async fn generate_handler(
     let engine_fault = fault.as_ref().and_then(Fault::engine).cloned();
     let events = |plan: &GeneratePlan| drive::NativeEvents::new(state.config(), plan);
     let stream = plan.stream;
-    let outcome = match execute(&state, plan, engine_fault, started, events).await {
+    let witness = Witness::of(&state, Route::Generate, stream, fault.as_ref());
+    let outcome = match execute(&state, plan, engine_fault, witness.clone(), started, events).await
+    {
         Ok(outcome) => outcome,
         // What is refused before the stream starts (a duplicate rid) is refused inside it.
         Err(err) if stream => return streamed_refusal(&state, err),
@@ -82,6 +86,8 @@ pub(crate) async fn generate_handler(
     };
     let encode =
         |plan, version| EncodeCtx::new(state.config().sglang_version, state.model(), plan, version);
+    // What the answer carries, to record once it is sure to be sent.
+    let served;
     let body = match outcome {
         Outcome::Stream(stream) => {
             let body = match fault.and_then(stream_faults::EventFault::of) {
@@ -97,7 +103,9 @@ pub(crate) async fn generate_handler(
         }
         Outcome::Ran { plan, ran } => {
             let ctx = ran.encode_ctx(state.config(), state.model(), &plan);
-            wire::encode_body(&ctx, &plan, &ran.run, &ran.e2e, ran.sent_ts)?
+            let body = wire::encode_body(&ctx, &plan, &ran.run, &ran.e2e, ran.sent_ts)?;
+            served = Some(Answered::Ran(plan, ran));
+            body
         }
         Outcome::NeverRan {
             plan,
@@ -105,16 +113,21 @@ pub(crate) async fn generate_handler(
             weight_version,
         } => {
             let ctx = encode(&plan, &weight_version);
-            wire::join_body(
+            let body = wire::join_body(
                 &plan,
                 wire::never_ran_objects(&ctx, &plan, how, false, unix_now()),
-            )
+            );
+            served = Some(Answered::NeverRan(plan, weight_version));
+            body
         }
     };
     let body = match &fault {
         Some(fault) => stream_faults::non_stream_body(fault, body, stream_faults::NATIVE).await?,
         None => body,
     };
+    if let (Some(witness), Some(served)) = (&witness, served) {
+        served.record(witness);
+    }
     Ok(json_response(StatusCode::OK, body))
 }
 
@@ -151,6 +164,26 @@ fn streamed_refusal(state: &AppState, err: ApiError) -> Result<Response, ApiErro
     }
 }
 
+/// What a non-stream answer carried, for the ledger.
+pub(crate) enum Answered {
+    Ran(GeneratePlan, drive::Ran),
+    NeverRan(GeneratePlan, Arc<str>),
+}
+
+impl Answered {
+    /// Records every item of the answer.
+    pub(crate) fn record(&self, witness: &Witness) {
+        match self {
+            Answered::Ran(plan, ran) => {
+                witness.record_run(plan, &ran.run, &ran.versions.current, &ran.versions.events);
+            }
+            Answered::NeverRan(plan, weight_version) => {
+                witness.record_never_ran(plan, weight_version);
+            }
+        }
+    }
+}
+
 /// What [`execute`] hands back for a route to encode.
 pub(crate) enum Outcome<S> {
     /// A non-stream request that ran to its end.
@@ -167,12 +200,15 @@ pub(crate) enum Outcome<S> {
 
 /// Runs a validated plan: the abort shapes that never reach the scheduler, admission, the engine, and the
 /// engine fault (HTTP-level faults were applied before planning; body and stream faults are the route's, on
-/// what it encodes). A stream's events are written by the route's `events` for the plan. Errors that end the
-/// request (a full queue's 503 for a non-stream request, an engine failure) come back as `Err`.
+/// what it encodes). A stream's events are written by the route's `events` for the plan, and its items are
+/// recorded in the ledger by `witness` as they end; a non-stream answer's are the route's to record, once it
+/// is sent. Errors that end the request (a full queue's 503 for a non-stream request, an engine failure) come
+/// back as `Err`.
 pub(crate) async fn execute<E: drive::Events>(
     state: &AppState,
     plan: GeneratePlan,
     fault: Option<EngineFault>,
+    witness: Option<Witness>,
     started: Instant,
     events: impl FnOnce(&GeneratePlan) -> E,
 ) -> Result<Outcome<impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static>, ApiError> {
@@ -208,6 +244,9 @@ pub(crate) async fn execute<E: drive::Events>(
             &weight_version,
         );
         let stream = drive::never_ran_stream(&encode, &plan, how, events(&plan));
+        if let Some(witness) = &witness {
+            witness.record_never_ran(&plan, &weight_version);
+        }
         return Ok(Outcome::Stream(Either::Left(stream)));
     }
     let tokens: usize = plan
@@ -232,6 +271,7 @@ pub(crate) async fn execute<E: drive::Events>(
         abort_after,
         versions: drive::VersionLog::new(&control),
         metrics: Arc::clone(state.metrics()),
+        witness,
     };
     if plan.stream {
         span.in_scope(|| tracing::info!("streaming"));

@@ -9,7 +9,8 @@
 //! - `openai`: `/v1/completions`, `/v1/chat/completions`, `/tokenize`, `/detokenize`;
 //! - `info`: health, server and model info, load; `admin`: the RL control plane and admin endpoints;
 //!   `metrics`: Prometheus; `conn`: a listener whose connections a fault can reset; `server`: [`Server`],
-//!   which binds, serves the router and shuts it down.
+//!   which binds, serves the router and shuts it down; `witness`: recording served items into the ledger,
+//!   `/admin/ledger` and `/admin/audit`.
 
 mod admin;
 mod conn;
@@ -25,6 +26,7 @@ mod respond;
 mod routes;
 mod server;
 mod state;
+mod witness;
 
 pub(crate) use routes::router;
 pub use server::{Server, StartError};

@@ -9,7 +9,7 @@ use axum::routing::{MethodFilter, get, on, post};
 
 use super::respond::json_response;
 use super::state::AppState;
-use super::{admin, extract, faults, generate, info, openai};
+use super::{admin, extract, faults, generate, info, openai, witness};
 use crate::config::{ServerConfig, SglangVersion};
 use crate::error::ApiError;
 
@@ -26,11 +26,14 @@ pub(crate) fn router(state: AppState) -> Router {
             on(generate_methods, generate::generate_handler),
         )
         .route("/v1/completions", post(openai::completions))
-        .route("/v1/chat/completions", post(openai::chat_completions));
+        .route("/v1/chat/completions", post(openai::chat_completions))
+        // An audit's batch can be far larger than a request body: it reads its own, under its own bound.
+        .route("/admin/audit", post(witness::audit_samples));
     let unfaulted = Router::new()
         .route("/admin/faults", on(get_or_post, admin::faults))
         .route("/admin/stats", get(admin::stats))
         .route("/admin/reset", post(admin::reset))
+        .route("/admin/ledger", get(witness::ledger))
         .route("/metrics", get(admin::metrics));
     // The generating handlers read their bodies themselves; every other route and the 404 read them first
     // (`read_whole_body`), so that no answer leaves a body unread.

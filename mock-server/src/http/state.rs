@@ -9,6 +9,7 @@ use crate::control::Control;
 use crate::faults::Faults;
 use crate::model::Model;
 use crate::oracle::Oracle;
+use crate::witness::{Ledger, Router};
 
 /// Shared server state: configuration, the model, and load counters. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -25,6 +26,8 @@ struct Inner {
     control: Arc<Control>,
     faults: Faults,
     metrics: Arc<Metrics>,
+    /// The ledger of what was served (`--ledger`), if the server keeps one.
+    ledger: Option<Arc<Ledger>>,
     /// `true` once the server has begun to shut down: a `hang` ends then instead of holding the shutdown.
     shutting_down: tokio::sync::watch::Sender<bool>,
 }
@@ -49,6 +52,14 @@ impl AppState {
             config.sglang_version.registers_rids_before_the_pause_gate(),
         );
         let faults = Faults::new(config.faults.clone());
+        let ledger = config.ledger.then(|| {
+            let router = Router {
+                seed: config.seed,
+                shape: model.config().moe,
+            };
+            let max_bytes = usize::try_from(config.ledger_max_mib.saturating_mul(1 << 20));
+            Arc::new(Ledger::new(max_bytes.unwrap_or(usize::MAX), router))
+        });
         AppState {
             inner: Arc::new(Inner {
                 config: Arc::new(config),
@@ -58,6 +69,7 @@ impl AppState {
                 control,
                 faults,
                 metrics: Arc::new(Metrics::default()),
+                ledger,
                 shutting_down: tokio::sync::watch::Sender::new(false),
             }),
         }
@@ -97,6 +109,11 @@ impl AppState {
     /// The fault schedule and its counters.
     pub(crate) fn faults(&self) -> &Faults {
         &self.inner.faults
+    }
+
+    /// The ledger of what was served, if the server keeps one.
+    pub fn ledger(&self) -> Option<&Arc<Ledger>> {
+        self.inner.ledger.as_ref()
     }
 
     pub(crate) fn metrics(&self) -> &Arc<Metrics> {

@@ -15,7 +15,7 @@ mod toy;
 pub use chat::{ChatTemplate, SpecialTokenStrings};
 pub use dist::{CANDIDATES, Distribution, TAIL_LOGIT, TAIL_MARGIN};
 pub use hf::{HfVocab, LoadError, LoadedTokenizer};
-pub use router::MoeShape;
+pub use router::{MoeShape, append_routes};
 pub use tokenizer::Tokenizer;
 pub use toy::{MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, Piece};
 

@@ -46,7 +46,7 @@ impl MoeShape {
 /// Appends the rows of positions `start..tokens.len() - 1` to `out`, each `layers * experts_per_token` expert
 /// ids, layer by layer: what `meta_info.routed_experts` encodes for a sequence of `tokens` (prompt and output)
 /// with `routed_experts_start_len = start`. The last token has no row: it was never a forward input.
-pub(crate) fn append_routes(
+pub fn append_routes(
     seed: u64,
     shape: &MoeShape,
     tokens: &[u32],

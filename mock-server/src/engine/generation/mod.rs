@@ -474,6 +474,11 @@ impl Generation {
         })
     }
 
+    /// `routed_experts_start_len` when the routes were asked for (and the server returns them).
+    pub fn routes_from(&self) -> Option<usize> {
+        self.routes_from
+    }
+
     /// The number of top logprobs per position.
     pub fn top_logprobs_num(&self) -> usize {
         self.top_logprobs_num

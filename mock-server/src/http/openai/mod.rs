@@ -28,10 +28,11 @@ use super::conn::ConnHandle;
 use super::drive::{self, Events};
 use super::extract::{Conn, OpenAiJson};
 use super::faults::{decide_fault, http_fault};
-use super::generate::{Outcome, UuidRids, execute};
+use super::generate::{Answered, Outcome, UuidRids, execute};
 use super::info::unix_seconds;
 use super::respond::{json_response, sse_response};
 use super::state::AppState;
+use super::witness::Witness;
 use crate::config::SglangVersion;
 use crate::engine::{GeneratePlan, Run};
 use crate::error::ApiError;
@@ -40,6 +41,7 @@ use crate::faults::{BodyFault, Fault};
 use crate::model::Tokenizer;
 use crate::request as native;
 use crate::wire::{self, DONE_EVENT, Due, EncodeCtx, Finished, NeverRan, WaitingAbort, sse_event};
+use crate::witness::Route;
 pub(super) use request::Api;
 use response::{ChunkTranslator, Finish, ItemView, Translated};
 
@@ -108,8 +110,15 @@ async fn handle(
         routes_row_len,
         closed: false,
     };
+    let route = match api {
+        Api::Completions => Route::Completions,
+        Api::Chat => Route::ChatCompletions,
+    };
+    let witness = Witness::of(&state, route, stream, fault.as_ref());
     // What fails in the engine or the queue (a full queue's 503, a refused item) passes in SGLang's shape.
-    let outcome = execute(&state, plan, engine_fault, started, events).await?;
+    let outcome = execute(&state, plan, engine_fault, witness.clone(), started, events).await?;
+    // What the answer carries, to record once it is sure to be sent.
+    let answered;
     let views = match outcome {
         Outcome::Stream(events) => {
             debug_assert!(stream, "only a streamed request is answered with a stream");
@@ -135,17 +144,23 @@ async fn handle(
             let tok = plan
                 .return_text_in_logprobs
                 .then_some(state.model().tokenizer());
-            finished_views(&plan, &ran, tok, config.sglang_version)
+            let views = finished_views(&plan, &ran, tok, config.sglang_version);
+            answered = Answered::Ran(plan, ran);
+            views
         }
         Outcome::NeverRan {
             plan,
             how,
             weight_version,
-        } => never_ran_views(
-            &plan,
-            how.in_release(config.sglang_version),
-            &weight_version,
-        ),
+        } => {
+            let views = never_ran_views(
+                &plan,
+                how.in_release(config.sglang_version),
+                &weight_version,
+            );
+            answered = Answered::NeverRan(plan, weight_version);
+            views
+        }
     };
     let mut answer = response::body(&openai, &views, created);
     // Body faults act on the typed answer; the others (a cut, a stall) on its bytes.
@@ -158,6 +173,9 @@ async fn handle(
         }
         None => faults::write(&answer),
     };
+    if let Some(witness) = &witness {
+        answered.record(witness);
+    }
     Ok(json_response(StatusCode::OK, out))
 }
 

@@ -1,0 +1,1246 @@
+//! The audit: each sample's response explained as segments the server generated, and every way the #1976 bug
+//! class shows up reported at its positions (`WITNESS.md` sections 3.2 and 4).
+//!
+//! A response is walked from its first token. At each position the context is the sample's prompt plus the
+//! response before it; the ledger entries whose prompt is exactly that context are the candidates, and the one
+//! whose output agrees with the response for longest explains those tokens (a segment). Trained tokens that no
+//! entry explains were never generated in that context; generated tokens with loss mask 0 are filed as
+//! environment output. Within segments, the sample's logprobs, weight versions and routes are compared with
+//! what the server sent.
+
+use std::collections::HashMap;
+use std::fmt::{self, Write as _};
+
+use serde::{Deserialize, Serialize};
+
+use super::ledger::{Entry, PromptHash, Records};
+use super::samples::{AuditOptions, AuditSample};
+
+macro_rules! problem_kinds {
+    ($($variant:ident => $name:literal $doc:literal,)*) => {
+        /// Every way a sample can disagree with what the server served (`WITNESS.md` section 4).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum ProblemKind { $(#[doc = $doc] $variant,)* }
+
+        impl ProblemKind {
+            /// Every kind, in the order reports list them.
+            pub const ALL: &'static [ProblemKind] = &[$(ProblemKind::$variant,)*];
+
+            /// The kind's name in reports.
+            pub fn name(self) -> &'static str {
+                match self { $(ProblemKind::$variant => $name,)* }
+            }
+
+            /// One line saying what the kind means.
+            pub fn description(self) -> &'static str {
+                match self { $(ProblemKind::$variant => $doc,)* }
+            }
+        }
+    };
+}
+
+problem_kinds! {
+    LogprobsMissing => "logprobs-missing"
+        "The sample has no rollout logprobs (`None` or no key) but trains on tokens: slime #1976 itself.",
+    LogprobsLength => "logprobs-length" "The sample has fewer or more logprobs than tokens.",
+    MaskLength => "mask-length" "The loss mask has fewer or more entries than tokens.",
+    LogprobNone => "logprob-none" "A trained token's logprob is `None` (`null`).",
+    LogprobNotFinite => "logprob-not-finite" "A trained token's logprob is NaN or infinite.",
+    LogprobZero => "logprob-zero"
+        "A trained token's logprob is 0.0 where the server sent another value: a placeholder or a zero fill.",
+    LogprobShifted => "logprob-shifted"
+        "A trained token holds the logprob the server sent for another position of the same sample.",
+    LogprobFromOtherRequest => "logprob-from-other-request"
+        "A trained token holds a logprob the server sent in the answer to another request (or another sample).",
+    LogprobDiffers => "logprob-differs" "A trained token's logprob differs from the one the server sent.",
+    LogprobsNotRequested => "logprobs-not-requested"
+        "Trained tokens come from a request that did not ask for logprobs, so their logprobs cannot be the server's.",
+    GeneratedUntrained => "generated-untrained"
+        "Tokens the server generated carry loss mask 0: filed as environment output, they are dropped from training.",
+    NeverGenerated => "never-generated"
+        "Trained tokens the server never generated in that context (retokenized, appended or edited by the client).",
+    Evicted => "evicted"
+        "The ledger entry that would explain trained tokens was evicted; raise the ledger's bound.",
+    FaultedAnswer => "faulted-answer"
+        "The sample kept tokens from an answer a scheduled fault corrupted, which a rollout must refuse.",
+    RoutesMissing => "routes-missing" "The server sent routed experts for the sample's tokens; the sample has none.",
+    RoutesRowCount => "routes-row-count"
+        "The routed experts have more rows than forward positions, or too few to cover the trained tokens.",
+    RoutesDiffer => "routes-differ" "Routed-expert rows differ from the ones the server computed for those positions.",
+    VersionsLength => "versions-length" "The per-token weight versions have fewer or more entries than tokens.",
+    VersionMismatch => "version-mismatch"
+        "Tokens are labelled with a weight version other than the one that generated them.",
+}
+
+impl fmt::Display for ProblemKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for ProblemKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for ProblemKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ProblemKind, D::Error> {
+        let name = String::deserialize(d)?;
+        ProblemKind::ALL
+            .iter()
+            .copied()
+            .find(|k| k.name() == name)
+            .ok_or_else(|| serde::de::Error::custom(format!("no problem kind is named {name:?}")))
+    }
+}
+
+/// One way a sample disagrees with what the server served, at a range of its per-token positions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Problem {
+    /// The sample's position in the audit's input.
+    pub sample: usize,
+    /// The sample's id (its `id` or `index`, else its position).
+    pub sample_id: String,
+    pub kind: ProblemKind,
+    /// The field, in the sample's own layout (`rollout_log_probs`, `loss_mask`, ...).
+    pub channel: String,
+    /// The positions `start..end` of the sample's per-token arrays (response positions; sequence positions
+    /// for routed-expert rows).
+    pub start: usize,
+    pub end: usize,
+    /// The request whose answer the positions come from, when one does.
+    pub rid: Option<String>,
+    /// What the server sent or what was due, at the first position.
+    pub expected: Option<String>,
+    /// What the sample holds there.
+    pub found: Option<String>,
+    /// The problem in words, with what to do about it.
+    pub message: String,
+}
+
+/// What an audit found.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub ok: bool,
+    pub samples: usize,
+    /// Samples with at least one problem.
+    pub samples_with_problems: usize,
+    /// Response tokens across the samples, and those with loss mask 1.
+    pub tokens: usize,
+    pub trained_tokens: usize,
+    /// Trained tokens whose logprob was compared with the one the server sent.
+    pub checked_logprobs: usize,
+    /// Distinct ledger entries the samples' segments came from.
+    pub matched_items: usize,
+    pub problems: Vec<Problem>,
+}
+
+impl Report {
+    /// The report as text: one line of totals, then each problem's message under its sample.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "audit {}: {} sample{}, {} with problems ({} problem{}); {} trained tokens, {} logprobs compared \
+             with {} served item{}",
+            if self.ok { "passed" } else { "FAILED" },
+            self.samples,
+            plural(self.samples),
+            self.samples_with_problems,
+            self.problems.len(),
+            plural(self.problems.len()),
+            self.trained_tokens,
+            self.checked_logprobs,
+            self.matched_items,
+            plural(self.matched_items),
+        );
+        for problem in &self.problems {
+            let _ = writeln!(
+                out,
+                "- sample {} [{}] {}[{}:{}]: {}",
+                problem.sample_id,
+                problem.kind,
+                problem.channel,
+                problem.start,
+                problem.end,
+                problem.message
+            );
+        }
+        out
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text())
+    }
+}
+
+/// "1 token", "3 tokens".
+fn count_of(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", plural(n))
+}
+
+/// "1 trained token", "3 trained tokens".
+fn trained(n: usize) -> String {
+    format!("{n} trained token{}", plural(n))
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// Response tokens `start..end` were generated by the entry numbered `seq`, as its output tokens
+/// `0..end - start`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Segment {
+    start: usize,
+    end: usize,
+    seq: u64,
+}
+
+/// Trained tokens `start..end` that no entry explains, and what the walk knew at `start`.
+#[derive(Debug, Clone)]
+struct Unexplained {
+    start: usize,
+    end: usize,
+    why: Why,
+}
+
+#[derive(Debug, Clone)]
+enum Why {
+    /// The entry the previous segment came from generated `generated` at this position.
+    Diverged { seq: u64, generated: u32 },
+    /// The previous segment's entry ended here.
+    AfterEnd { seq: u64 },
+    /// An entry with this context generated `generated` first.
+    OtherFirst { seq: u64, generated: u32 },
+    /// No entry has this context, and one that had it was evicted (`Some(true)`), or none was (`Some(false)`),
+    /// or the ledger has forgotten some evictions (`None`).
+    Unserved { evicted: Option<bool> },
+}
+
+/// How one sample's response splits into what the server generated and what it did not.
+#[derive(Debug, Default)]
+struct Walk {
+    /// The prompt and the response, one after the other.
+    full: Vec<u32>,
+    segments: Vec<Segment>,
+    unexplained: Vec<Unexplained>,
+}
+
+fn walk(records: &Records, sample: &AuditSample) -> Walk {
+    let p0 = sample.prompt.len();
+    let mut full = Vec::with_capacity(p0 + sample.response.len());
+    full.extend_from_slice(&sample.prompt);
+    full.extend_from_slice(&sample.response);
+    let n = sample.response.len();
+    let mut out = Walk::default();
+    let mut hash = PromptHash::of(&sample.prompt);
+    let mut open: Option<Unexplained> = None;
+    // What the last segment's entry knew about the position after it.
+    let mut after_segment: Option<Why> = None;
+    let mut i = 0;
+    while i < n {
+        let best = best_entry(
+            records,
+            hash,
+            &full[..p0 + i],
+            &sample.response[i..],
+            sample,
+            i,
+        );
+        if let Some((entry, lcp)) = best.filter(|&(_, lcp)| lcp > 0) {
+            if let Some(mut range) = open.take() {
+                range.end = i;
+                out.unexplained.push(range);
+            }
+            out.segments.push(Segment {
+                start: i,
+                end: i + lcp,
+                seq: entry.seq,
+            });
+            after_segment = Some(match entry.output_ids.get(lcp) {
+                Some(&generated) => Why::Diverged {
+                    seq: entry.seq,
+                    generated,
+                },
+                None => Why::AfterEnd { seq: entry.seq },
+            });
+            for &id in &sample.response[i..i + lcp] {
+                hash = hash.push(id);
+            }
+            i += lcp;
+            continue;
+        }
+        if sample.trained(i) {
+            if open.is_none() {
+                let why = after_segment.take().unwrap_or_else(|| match best {
+                    Some((entry, _)) => Why::OtherFirst {
+                        seq: entry.seq,
+                        generated: entry.output_ids.first().copied().unwrap_or(u32::MAX),
+                    },
+                    None => Why::Unserved {
+                        evicted: records.evicted_prompt(hash),
+                    },
+                });
+                open = Some(Unexplained {
+                    start: i,
+                    end: i + 1,
+                    why,
+                });
+            }
+        } else {
+            after_segment = None;
+            if let Some(mut range) = open.take() {
+                range.end = i;
+                out.unexplained.push(range);
+            }
+        }
+        hash = hash.push(sample.response[i]);
+        i += 1;
+    }
+    if let Some(mut range) = open.take() {
+        range.end = n;
+        out.unexplained.push(range);
+    }
+    out.full = full;
+    out
+}
+
+/// The entry whose prompt is `context` and whose output agrees longest with `rest`, with that length. Ties (the
+/// model is deterministic, so a request sent twice is answered twice alike) go to the entry that agrees with
+/// more of the sample's logprobs over those tokens, then to one no fault changed, then to the newest.
+fn best_entry<'r>(
+    records: &'r Records,
+    hash: PromptHash,
+    context: &[u32],
+    rest: &[u32],
+    sample: &AuditSample,
+    i: usize,
+) -> Option<(&'r Entry, usize)> {
+    let lps = sample.logprobs.as_deref().unwrap_or_default();
+    let mut best: Option<(&Entry, (usize, usize, bool))> = None;
+    for entry in records.with_prompt_hash(hash) {
+        if entry.prompt_ids != context {
+            continue;
+        }
+        let lcp = entry
+            .output_ids
+            .iter()
+            .zip(rest)
+            .take_while(|(a, b)| a == b)
+            .count();
+        let agreeing = entry.output_logprobs.as_ref().map_or(0, |sent| {
+            (0..lcp)
+                .filter(
+                    |&q| matches!((sent.get(q), lps.get(i + q)), (Some(a), Some(&b)) if same(a, b)),
+                )
+                .count()
+        });
+        let rank = (lcp, agreeing, entry.fault.is_none());
+        // Later entries win ties: the newest of equals.
+        if best.is_none_or(|(_, best_rank)| rank >= best_rank) {
+            best = Some((entry, rank));
+        }
+    }
+    best.map(|(entry, (lcp, _, _))| (entry, lcp))
+}
+
+/// What the server sent at a response position that a segment covers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Sent {
+    /// The number sent, or `None` for a `null`.
+    Value(Option<f32>),
+    /// The answer carried no logprob there (fewer than its tokens, or none at all).
+    Nothing,
+}
+
+fn show(v: Option<f32>) -> String {
+    match v {
+        None => "None".to_owned(),
+        Some(x) if x.is_nan() => "nan".to_owned(),
+        Some(x) => format!("{x}"),
+    }
+}
+
+fn same(a: Option<f32>, b: Option<f32>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => a.to_bits() == b.to_bits() || a == b,
+        _ => false,
+    }
+}
+
+/// The class of a trained token's wrong logprob; consecutive positions of one class form one problem.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Wrong {
+    None,
+    NotFinite,
+    Zero,
+    Shifted(isize),
+    FromOther {
+        seq: u64,
+        at: usize,
+    },
+    /// A value where the answer carried none.
+    Unsent,
+    Differs,
+}
+
+impl Wrong {
+    /// Whether a run of positions wrong like `self` goes on with a position wrong like `next`: the same class,
+    /// and for values from another answer, the same answer.
+    fn continues_with(&self, next: &Wrong) -> bool {
+        match (self, next) {
+            (Wrong::FromOther { seq: a, .. }, Wrong::FromOther { seq: b, .. }) => a == b,
+            (a, b) => a == b,
+        }
+    }
+}
+
+/// The values the server sent to any item, for `logprob-from-other-request`: built when first needed.
+struct ValueIndex<'r> {
+    records: &'r Records,
+    map: Option<HashMap<u32, (u64, usize)>>,
+}
+
+impl ValueIndex<'_> {
+    fn find(&mut self, value: f32, not: u64) -> Option<(u64, usize)> {
+        let records = self.records;
+        let map = self.map.get_or_insert_with(|| {
+            let mut map = HashMap::new();
+            for entry in records.entries() {
+                if let Some(lps) = &entry.output_logprobs {
+                    for (i, v) in lps.values.iter().enumerate() {
+                        map.entry(v.to_bits()).or_insert((entry.seq, i));
+                    }
+                }
+            }
+            map
+        });
+        map.get(&value.to_bits())
+            .copied()
+            .filter(|&(seq, _)| seq != not)
+    }
+}
+
+/// Audits `samples` against `records` (`WITNESS.md` section 3).
+pub fn audit(records: &Records, samples: &[AuditSample], options: &AuditOptions) -> Report {
+    let walks: Vec<Walk> = samples.iter().map(|s| walk(records, s)).collect();
+    // Which sample each entry's tokens went to, to tell another sample's logprobs from another request's.
+    let mut owner: HashMap<u64, usize> = HashMap::new();
+    for (k, walk) in walks.iter().enumerate() {
+        for segment in &walk.segments {
+            owner.entry(segment.seq).or_insert(k);
+        }
+    }
+    let mut report = Report {
+        samples: samples.len(),
+        matched_items: owner.len(),
+        ..Report::default()
+    };
+    let mut values = ValueIndex { records, map: None };
+    for (k, (sample, walk)) in samples.iter().zip(&walks).enumerate() {
+        let mut check = Check {
+            records,
+            sample,
+            k,
+            walk,
+            options,
+            owner: &owner,
+            problems: Vec::new(),
+            checked: 0,
+        };
+        check.run(&mut values);
+        report.tokens += sample.response.len();
+        report.trained_tokens += sample.loss_mask.iter().filter(|&&m| m == 1).count();
+        report.checked_logprobs += check.checked;
+        if !check.problems.is_empty() {
+            report.samples_with_problems += 1;
+        }
+        report.problems.extend(check.problems);
+    }
+    report.ok = report.problems.is_empty();
+    report
+}
+
+/// The checks of one sample.
+struct Check<'a> {
+    records: &'a Records,
+    sample: &'a AuditSample,
+    k: usize,
+    walk: &'a Walk,
+    options: &'a AuditOptions,
+    owner: &'a HashMap<u64, usize>,
+    problems: Vec<Problem>,
+    checked: usize,
+}
+
+impl<'a> Check<'a> {
+    fn entry(&self, seq: u64) -> &'a Entry {
+        // Segments name entries the walk found in these records.
+        self.records
+            .get(seq)
+            .unwrap_or_else(|| unreachable!("segment of entry {seq} outside the records"))
+    }
+
+    fn push(
+        &mut self,
+        kind: ProblemKind,
+        channel: &str,
+        range: (usize, usize),
+        rid: Option<&str>,
+        values: (Option<String>, Option<String>),
+        message: String,
+    ) {
+        self.problems.push(Problem {
+            sample: self.k,
+            sample_id: self.sample.id.clone(),
+            kind,
+            channel: channel.to_owned(),
+            start: range.0,
+            end: range.1,
+            rid: rid.map(str::to_owned),
+            expected: values.0,
+            found: values.1,
+            message,
+        });
+    }
+
+    fn run(&mut self, values: &mut ValueIndex<'_>) {
+        let sample = self.sample;
+        let fields = sample.fields();
+        let n = sample.response.len();
+        let trained: Vec<usize> = (0..n).filter(|&i| sample.trained(i)).collect();
+        if let Some(mask_field) = fields.loss_mask
+            && sample.loss_mask.len() != n
+        {
+            let len = sample.loss_mask.len();
+            self.push(
+                ProblemKind::MaskLength,
+                mask_field,
+                (len.min(n), len.max(n)),
+                None,
+                (Some(n.to_string()), Some(len.to_string())),
+                format!(
+                    "{len} mask entries for {n} tokens: {}; one entry per token, 1 for what the model generated \
+                     and is trained on, 0 for environment output",
+                    if len < n {
+                        format!("the last {} tokens have none", n - len)
+                    } else {
+                        format!("{} entries too many", len - n)
+                    }
+                ),
+            );
+        }
+        self.logprobs(&trained, values);
+        self.unexplained();
+        self.masked_generated();
+        self.faults();
+        self.versions();
+        self.routes();
+    }
+
+    /// `logprobs-missing`, `logprobs-length`, `logprobs-not-requested` and each wrong value.
+    fn logprobs(&mut self, trained: &[usize], values: &mut ValueIndex<'_>) {
+        let sample = self.sample;
+        let field = sample.fields().logprobs;
+        let n = sample.response.len();
+        let segments = &self.walk.segments;
+        let Some(lps) = &sample.logprobs else {
+            if let (Some(&first), Some(&last)) = (trained.first(), trained.last()) {
+                let sent = segments
+                    .iter()
+                    .map(|s| self.entry(s.seq))
+                    .find(|e| e.output_logprobs.is_some());
+                let message = match sent {
+                    Some(entry) => format!(
+                        "{field} is None, yet the sample trains on {} tokens; the server sent a logprob for \
+                         every token it generated (rid {}, ...). Keep item[0] of each \
+                         meta_info.output_token_logprobs entry beside the token id item[1] (slime #1976, \
+                         training-gym PR #75)",
+                        trained.len(),
+                        entry.rid
+                    ),
+                    None => format!(
+                        "{field} is None, yet the sample trains on {} tokens; the requests that generated them \
+                         did not ask for logprobs either: send \"return_logprob\": true and keep item[0] of \
+                         each meta_info.output_token_logprobs entry (slime #1976, training-gym PR #75)",
+                        trained.len()
+                    ),
+                };
+                let rid = sent.map(|e| e.rid.clone());
+                self.push(
+                    ProblemKind::LogprobsMissing,
+                    field,
+                    (first, last + 1),
+                    rid.as_deref(),
+                    (None, Some("None".to_owned())),
+                    message,
+                );
+            }
+            return;
+        };
+        if lps.len() != n {
+            let m = lps.len();
+            self.push(
+                ProblemKind::LogprobsLength,
+                field,
+                (m.min(n), m.max(n)),
+                None,
+                (Some(n.to_string()), Some(m.to_string())),
+                if m < n {
+                    format!(
+                        "{m} logprobs for {n} tokens: the last {} tokens have none, and every logprob after \
+                         the first one lost stands beside the wrong token (a turn whose logprobs were \
+                         skipped: verl PR #6299). Append each turn's logprobs with its tokens, or refuse it",
+                        n - m
+                    )
+                } else {
+                    format!(
+                        "{m} logprobs for {n} tokens: {} too many (a phantom entry for an empty answer, \
+                         verl; more logprobs than ids under speculative decoding, sglang PR #22639)",
+                        m - n
+                    )
+                },
+            );
+        }
+        // What the server sent at each response position a segment covers.
+        let mut sent = vec![None::<(Sent, u64, usize)>; n];
+        for segment in segments {
+            let entry = self.entry(segment.seq);
+            for (q, slot) in sent[segment.start..segment.end].iter_mut().enumerate() {
+                let value = match &entry.output_logprobs {
+                    Some(l) => l.get(q).map_or(Sent::Nothing, Sent::Value),
+                    None => Sent::Nothing,
+                };
+                *slot = Some((value, segment.seq, q));
+            }
+            if !entry.return_logprob {
+                let positions: Vec<usize> = (segment.start..segment.end)
+                    .filter(|&p| sample.trained(p))
+                    .collect();
+                if let (Some(&a), Some(&b)) = (positions.first(), positions.last()) {
+                    self.push(
+                        ProblemKind::LogprobsNotRequested,
+                        field,
+                        (a, b + 1),
+                        Some(&entry.rid),
+                        (None, lps.get(a).map(|v| show(*v))),
+                        format!(
+                            "these {} trained tokens come from rid {}, whose request did not ask for logprobs \
+                             (\"return_logprob\": true), so their values in {field} were made up on the \
+                             client: ask for logprobs and keep them",
+                            positions.len(),
+                            entry.rid
+                        ),
+                    );
+                }
+            }
+        }
+        // Where each sent value stands in this sample, to recognise a shift.
+        let mut here: Option<HashMap<u32, Vec<usize>>> = None;
+        let mut run: Option<(Wrong, usize, usize, u64, usize)> = None;
+        let flush = |check: &mut Self, run: &mut Option<(Wrong, usize, usize, u64, usize)>| {
+            if let Some((wrong, start, end, seq, q)) = run.take() {
+                check.wrong_logprobs(wrong, start, end, seq, q, &sent);
+            }
+        };
+        for &p in trained {
+            let Some((sent_here, seq, q)) = sent[p] else {
+                continue;
+            };
+            // A request that did not ask for logprobs is reported once, above.
+            if !self.entry(seq).return_logprob {
+                continue;
+            }
+            let Some(&got) = lps.get(p) else { continue };
+            self.checked += 1;
+            let expected = match sent_here {
+                Sent::Value(v) => Some(v),
+                // The answer carried no logprob for this token (a fault removed it): whatever the sample
+                // holds there did not come from the server.
+                Sent::Nothing => None,
+            };
+            if expected.is_some_and(|e| same(got, e)) {
+                flush(self, &mut run);
+                continue;
+            }
+            let wrong = match got {
+                None => Wrong::None,
+                Some(g) if !g.is_finite() => Wrong::NotFinite,
+                Some(0.0) => Wrong::Zero,
+                Some(g) => {
+                    let positions = here.get_or_insert_with(|| {
+                        let mut map: HashMap<u32, Vec<usize>> = HashMap::new();
+                        for (r, slot) in sent.iter().enumerate() {
+                            if let Some((Sent::Value(Some(v)), _, _)) = slot {
+                                map.entry(v.to_bits()).or_default().push(r);
+                            }
+                        }
+                        map
+                    });
+                    let nearest = positions.get(&g.to_bits()).and_then(|rs| {
+                        rs.iter()
+                            .filter(|&&r| r != p)
+                            .min_by_key(|&&r| r.abs_diff(p))
+                    });
+                    match nearest {
+                        Some(&r) => Wrong::Shifted(r as isize - p as isize),
+                        None => match values.find(g, seq) {
+                            Some((other, at)) => Wrong::FromOther { seq: other, at },
+                            None if expected.is_none() => Wrong::Unsent,
+                            None => Wrong::Differs,
+                        },
+                    }
+                }
+            };
+            let continues = match &mut run {
+                Some((w, _, end, s, _)) if w.continues_with(&wrong) && *s == seq => {
+                    // A run goes on across untrained tokens, not across other wrong classes.
+                    *end = p + 1;
+                    true
+                }
+                _ => false,
+            };
+            if !continues {
+                flush(self, &mut run);
+                run = Some((wrong, p, p + 1, seq, q));
+            }
+        }
+        flush(self, &mut run);
+    }
+
+    /// One problem for response positions `start..end` whose logprobs are wrong in the same way; `seq` and
+    /// `q` are the entry and output position of `start`.
+    fn wrong_logprobs(
+        &mut self,
+        wrong: Wrong,
+        start: usize,
+        end: usize,
+        seq: u64,
+        q: usize,
+        sent: &[Option<(Sent, u64, usize)>],
+    ) {
+        let sample = self.sample;
+        let field = sample.fields().logprobs;
+        let entry = self.entry(seq);
+        let rid = entry.rid.clone();
+        let expected = match sent[start] {
+            Some((Sent::Value(v), _, _)) => Some(v),
+            _ => None,
+        };
+        let show_expected = expected.map_or_else(|| "nothing".to_owned(), show);
+        let got = sample
+            .logprobs
+            .as_ref()
+            .and_then(|l| l.get(start).copied())
+            .flatten();
+        let count = (start..end).filter(|&p| sample.trained(p)).count();
+        let (tokens, have, hold) = if count == 1 {
+            ("1 trained token".to_owned(), "has", "holds")
+        } else {
+            (format!("{count} trained tokens"), "have", "hold")
+        };
+        let at = format!(
+            "the server sent {show_expected} for response[{start}] (rid {rid}, output position {q})"
+        );
+        let (kind, message) = match wrong {
+            Wrong::None => (
+                ProblemKind::LogprobNone,
+                format!(
+                    "{tokens} {have} logprob None; {at}. A None reaches GRPO as a crash far from its cause (slime \
+                     #1976) or as NaN: keep item[0] of every output_token_logprobs entry"
+                ),
+            ),
+            Wrong::NotFinite => (
+                ProblemKind::LogprobNotFinite,
+                format!(
+                    "{tokens} {have} logprob {}; {at}. A non-finite logprob poisons the loss (TRL #6166, \
+                     OpenRLHF #1165): refuse such a response instead of keeping it",
+                    show(got)
+                ),
+            ),
+            Wrong::Zero => (
+                ProblemKind::LogprobZero,
+                format!(
+                    "{tokens} {have} logprob 0.0 (probability 1); {at}. A zero fill or a placeholder (vime PR \
+                     #70 pads missing logprobs with 0.0; SkyRL PR #758 gives a synthetic token 0.0) makes \
+                     every importance ratio at these tokens wrong: keep the server's values, and train only \
+                     on tokens the server generated"
+                ),
+            ),
+            Wrong::Shifted(by) => (
+                ProblemKind::LogprobShifted,
+                format!(
+                    "{tokens} {hold} the logprob the server sent for the token {} position{} {} (response[{}]); \
+                     {at}. The logprobs are shifted against the tokens (prime-rl PR #1525's off-by-one, or a \
+                     turn whose logprobs were dropped: verl PR #6299): logprob i belongs to token i",
+                    by.unsigned_abs(),
+                    plural(by.unsigned_abs()),
+                    if by > 0 { "later" } else { "earlier" },
+                    start as isize + by,
+                ),
+            ),
+            Wrong::FromOther {
+                seq: other,
+                at: pos,
+            } => {
+                let other_entry = self.records.get(other);
+                let other_rid = other_entry.map_or("?", |e| e.rid.as_str());
+                let whose = match self.owner.get(&other) {
+                    Some(&s) if s != self.k => format!(" (sample {}'s answer)", s),
+                    _ => String::new(),
+                };
+                (
+                    ProblemKind::LogprobFromOtherRequest,
+                    format!(
+                        "{tokens} {hold} a logprob the server sent to another request: rid {other_rid}{whose}, \
+                         output position {pos}; {at}. The logprob list was taken from another answer or \
+                         another sample: build each sample's logprobs from its own responses"
+                    ),
+                )
+            }
+            Wrong::Unsent => (
+                ProblemKind::LogprobDiffers,
+                format!(
+                    "{tokens} {have} logprob {} where {at}: the answer carried fewer logprobs than tokens (or \
+                     none), so this value was made up on the client. Refuse an answer whose logprobs do not \
+                     cover its tokens",
+                    show(got)
+                ),
+            ),
+            Wrong::Differs => (
+                ProblemKind::LogprobDiffers,
+                format!(
+                    "{tokens} {have} logprob {} where {at}. The value did not come from this answer: keep the \
+                     logprob SGLang sent (item[0]) rather than one computed or converted later",
+                    show(got)
+                ),
+            ),
+        };
+        self.push(
+            kind,
+            field,
+            (start, end),
+            Some(&rid),
+            (Some(show_expected), Some(show(got))),
+            message,
+        );
+    }
+
+    /// `never-generated` and `evicted`.
+    fn unexplained(&mut self) {
+        let sample = self.sample;
+        let field = sample.fields().tokens;
+        let unexplained = self.walk.unexplained.clone();
+        for range in unexplained {
+            let count = (range.start..range.end)
+                .filter(|&p| sample.trained(p))
+                .count();
+            let found = sample.response[range.start];
+            let (kind, rid, expected, message) = match range.why {
+                Why::Diverged { seq, generated } => {
+                    let entry = self.entry(seq);
+                    (
+                        ProblemKind::NeverGenerated,
+                        Some(entry.rid.clone()),
+                        Some(generated.to_string()),
+                        format!(
+                            "{} from response[{}] on were never generated in this \
+                             context: the server's answer rid {} went on with token {generated} where the \
+                             sample has {found}. The ids were changed after generation, most often by \
+                             decoding the text and tokenizing it again (retokenization drift): keep the \
+                             output ids the server sent",
+                            trained(count),
+                            range.start,
+                            entry.rid
+                        ),
+                    )
+                }
+                Why::AfterEnd { seq } => {
+                    let entry = self.entry(seq);
+                    (
+                        ProblemKind::NeverGenerated,
+                        Some(entry.rid.clone()),
+                        None,
+                        format!(
+                            "{} from response[{}] on (first: {found}) follow the end of \
+                             the server's answer rid {} (finish_reason {}), and no request continued from \
+                             there: tokens appended by the client (a synthetic EOS, SkyRL PR #758) must have \
+                             loss mask 0",
+                            trained(count),
+                            range.start,
+                            entry.rid,
+                            entry
+                                .finish_reason
+                                .as_deref()
+                                .unwrap_or("none: its stream was cut")
+                        ),
+                    )
+                }
+                Why::OtherFirst { seq, generated } => {
+                    let entry = self.entry(seq);
+                    (
+                        ProblemKind::NeverGenerated,
+                        Some(entry.rid.clone()),
+                        Some(generated.to_string()),
+                        format!(
+                            "{} from response[{}] on were never generated in this \
+                             context: the server answered this context (rid {}) with token {generated} \
+                             first, where the sample has {found}. Train only on the ids the server \
+                             returned",
+                            trained(count),
+                            range.start,
+                            entry.rid
+                        ),
+                    )
+                }
+                Why::Unserved {
+                    evicted: Some(true),
+                } => (
+                    ProblemKind::Evicted,
+                    None,
+                    None,
+                    format!(
+                        "{} from response[{}] on cannot be checked: the ledger entry for \
+                         this context was evicted (it keeps the newest {} MiB of entries); start the server \
+                         with a larger --ledger-max-mib or audit sooner",
+                        trained(count),
+                        range.start,
+                        self.records.max_bytes() >> 20
+                    ),
+                ),
+                Why::Unserved { evicted } => {
+                    let maybe = if evicted.is_none() {
+                        format!(
+                            " ({} entries were evicted, so it may have been one of them)",
+                            self.records.evicted()
+                        )
+                    } else {
+                        String::new()
+                    };
+                    (
+                        ProblemKind::NeverGenerated,
+                        None,
+                        None,
+                        format!(
+                            "{} from response[{}] on were never generated by this server: \
+                             no request it answered had the sample's prompt plus response[:{}] as its \
+                             prompt{maybe}. Only tokens the server generated, after exactly the context they \
+                             were generated in (chat template included), may be trained",
+                            trained(count),
+                            range.start,
+                            range.start
+                        ),
+                    )
+                }
+            };
+            self.push(
+                kind,
+                field,
+                (range.start, range.end),
+                rid.as_deref(),
+                (expected, Some(found.to_string())),
+                message,
+            );
+        }
+    }
+
+    /// `generated-untrained`: generated tokens with loss mask 0.
+    fn masked_generated(&mut self) {
+        if self.options.allow_masked_generated {
+            return;
+        }
+        let sample = self.sample;
+        let Some(field) = sample.fields().loss_mask else {
+            return;
+        };
+        let segments = self.walk.segments.clone();
+        for segment in segments {
+            let rid = self.entry(segment.seq).rid.clone();
+            let mut p = segment.start;
+            while p < segment.end {
+                if sample.trained(p) {
+                    p += 1;
+                    continue;
+                }
+                let start = p;
+                while p < segment.end && !sample.trained(p) {
+                    p += 1;
+                }
+                self.push(
+                    ProblemKind::GeneratedUntrained,
+                    field,
+                    (start, p),
+                    Some(&rid),
+                    (Some("1".to_owned()), Some("0".to_owned())),
+                    format!(
+                        "{} the server generated (rid {rid}) {} loss mask 0, so training skips {}: \
+                         generated tokens filed as environment output (the #1976 variant that drops them). \
+                         If the mask is deliberate (off-policy masking, an overlong filter), audit with \
+                         allow_masked_generated",
+                        count_of(p - start, "token"),
+                        if p - start == 1 { "has" } else { "have" },
+                        if p - start == 1 { "it" } else { "them" },
+                    ),
+                );
+            }
+        }
+    }
+
+    /// `faulted-answer`: segments from answers a fault corrupted.
+    fn faults(&mut self) {
+        let segments = self.walk.segments.clone();
+        let field = self.sample.fields().tokens;
+        for segment in segments {
+            let entry = self.entry(segment.seq);
+            let Some(fault) = entry.fault.clone() else {
+                continue;
+            };
+            let rid = entry.rid.clone();
+            self.push(
+                ProblemKind::FaultedAnswer,
+                field,
+                (segment.start, segment.end),
+                Some(&rid),
+                (None, Some(fault.clone())),
+                format!(
+                    "{} come from rid {rid}, whose answer the server corrupted on purpose (fault \
+                     `{fault}`); a rollout must refuse or retry such an answer, not train on it",
+                    count_of(segment.end - segment.start, "token")
+                ),
+            );
+        }
+    }
+
+    /// `versions-length` and `version-mismatch`.
+    fn versions(&mut self) {
+        let sample = self.sample;
+        let Some(versions) = &sample.versions else {
+            return;
+        };
+        let field = sample.fields().versions;
+        let n = sample.response.len();
+        if versions.len() != n {
+            let m = versions.len();
+            self.push(
+                ProblemKind::VersionsLength,
+                field,
+                (m.min(n), m.max(n)),
+                None,
+                (Some(n.to_string()), Some(m.to_string())),
+                format!("{m} weight versions for {n} tokens: one per token was expected"),
+            );
+        }
+        let segments = self.walk.segments.clone();
+        for segment in segments {
+            let entry = self.entry(segment.seq);
+            let rid = entry.rid.clone();
+            let mut run: Option<(usize, usize, Option<String>, String)> = None;
+            let mut ranges = Vec::new();
+            let labels = versions.iter().enumerate();
+            for (p, label) in labels.take(segment.end).skip(segment.start) {
+                if !sample.trained(p) {
+                    continue;
+                }
+                let made = entry
+                    .version_of(p - segment.start)
+                    .unwrap_or_default()
+                    .to_owned();
+                let label = label.clone();
+                if label.as_deref() == Some(made.as_str()) {
+                    ranges.extend(run.take());
+                    continue;
+                }
+                match &mut run {
+                    Some((_, end, l, m)) if *l == label && *m == made => *end = p + 1,
+                    _ => {
+                        ranges.extend(run.take());
+                        run = Some((p, p + 1, label, made));
+                    }
+                }
+            }
+            ranges.extend(run.take());
+            for (start, end, label, made) in ranges {
+                let shown = label
+                    .clone()
+                    .unwrap_or_else(|| "none (not generated)".to_owned());
+                self.push(
+                    ProblemKind::VersionMismatch,
+                    field,
+                    (start, end),
+                    Some(&rid),
+                    (Some(made.clone()), Some(shown.clone())),
+                    format!(
+                        "response[{start}:{end}] is labelled weight version {shown}, but version {made} \
+                         generated it (rid {rid}'s weight_versions spans). Read each token's version from \
+                         meta_info.weight_versions, not from the trainer's version after the request returns \
+                         (AReaL PR #1569)"
+                    ),
+                );
+            }
+        }
+    }
+
+    /// `routes-missing`, `routes-row-count` and `routes-differ`.
+    fn routes(&mut self) {
+        let sample = self.sample;
+        let field = sample.fields().routed_experts;
+        let p0 = sample.prompt.len();
+        let full = &self.walk.full;
+        // The sequence positions whose routes some answer sent and whose context the sample shares.
+        let mut covered: Vec<(usize, usize, u64)> = Vec::new();
+        for segment in &self.walk.segments {
+            let entry = self.entry(segment.seq);
+            let routed = entry.routed_positions();
+            // Row `r` depends on tokens `..=r`, which the sample shares through the segment's end; the last
+            // token of the sample has no row.
+            let end = routed
+                .end
+                .min(p0 + segment.end)
+                .min(full.len().saturating_sub(1));
+            if routed.start < end {
+                covered.push((routed.start, end, entry.seq));
+            }
+        }
+        let Some(rows) = &sample.routed_experts else {
+            if let Some(&(_, _, seq)) = covered.first() {
+                let rid = self.entry(seq).rid.clone();
+                self.push(
+                    ProblemKind::RoutesMissing,
+                    field,
+                    (0, 0),
+                    Some(&rid),
+                    (None, Some("None".to_owned())),
+                    format!(
+                        "the server sent routed experts for this sample's tokens (rid {rid}), the sample has \
+                         none: carry meta_info.routed_experts into the sample, or routing replay trains \
+                         with other experts than the rollout used (miles #407)"
+                    ),
+                );
+            }
+            return;
+        };
+        let router = self.records.router();
+        let row_len = router.shape.row_len();
+        let r_count = rows.len();
+        let positions = full.len().saturating_sub(1);
+        let last_trained = (0..sample.response.len())
+            .rev()
+            .find(|&p| sample.trained(p))
+            .map(|p| p0 + p);
+        if rows.row_len != row_len && r_count > 0 {
+            self.push(
+                ProblemKind::RoutesDiffer,
+                field,
+                (0, r_count),
+                None,
+                (Some(row_len.to_string()), Some(rows.row_len.to_string())),
+                format!(
+                    "rows of {} expert ids where the server's model has {} (num_hidden_layers * \
+                     num_experts_per_tok): reshape the base64 int32 data to [positions, layers, topk]",
+                    rows.row_len, row_len
+                ),
+            );
+            return;
+        }
+        if r_count > positions {
+            let padding = (positions..r_count).all(|r| rows.row(r).iter().all(|&e| e == 0));
+            if !padding {
+                self.push(
+                    ProblemKind::RoutesRowCount,
+                    field,
+                    (positions, r_count),
+                    None,
+                    (Some(positions.to_string()), Some(r_count.to_string())),
+                    format!(
+                        "{r_count} rows for {} tokens: at most {positions}, one per token that was a forward \
+                         input (the last never is). Rows left when tokens were cut (miles #861) or rows \
+                         repeated across a resume (verl PR #6029)",
+                        full.len()
+                    ),
+                );
+            }
+        }
+        if let Some(t) = last_trained
+            && r_count < t
+            && !covered.is_empty()
+        {
+            self.push(
+                ProblemKind::RoutesRowCount,
+                field,
+                (r_count, t),
+                None,
+                (Some(t.to_string()), Some(r_count.to_string())),
+                format!(
+                    "{r_count} rows, but the trained token at sequence position {t} needs the rows of \
+                     positions 0..{t}: routes cut shorter than the tokens they replay"
+                ),
+            );
+        }
+        for (start, end, seq) in covered {
+            let rid = self.entry(seq).rid.clone();
+            let mut r = start;
+            while r < end.min(r_count) {
+                if rows.row(r) == router.row(full, r).as_slice() {
+                    r += 1;
+                    continue;
+                }
+                let first = r;
+                while r < end.min(r_count) && rows.row(r) != router.row(full, r).as_slice() {
+                    r += 1;
+                }
+                let hint = self.routes_hint(rows.row(first), first, full);
+                self.push(
+                    ProblemKind::RoutesDiffer,
+                    field,
+                    (first, r),
+                    Some(&rid),
+                    (
+                        Some(format!("{:?}", router.row(full, first))),
+                        Some(format!("{:?}", rows.row(first))),
+                    ),
+                    format!(
+                        "rows {first}..{r} differ from the routes the server sent for these positions (rid \
+                         {rid}){hint}. Replaying other experts than the rollout used makes the trainer's \
+                         logprobs disagree with the rollout's (miles #3277 re-captured routes on retract)"
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Where a wrong row came from: a neighbouring position's row of this sample, or another answer's.
+    fn routes_hint(&self, row: &[i32], r: usize, full: &[u32]) -> String {
+        let router = self.records.router();
+        for by in [-2isize, -1, 1, 2] {
+            let other = r as isize + by;
+            if other >= 0
+                && (other as usize) + 1 < full.len()
+                && router.row(full, other as usize) == row
+            {
+                return format!(
+                    "; row {r} is the row of position {other}: rows shifted by {} (duplicated or dropped rows)",
+                    -by
+                );
+            }
+        }
+        for entry in self.records.entries() {
+            if entry.routed_experts.is_some() && r + 1 < entry.seq_len() {
+                let mut tokens = entry.prompt_ids.clone();
+                tokens.extend_from_slice(&entry.output_ids);
+                if router.row(&tokens, r) == row {
+                    return format!(
+                        "; row {r} is the row rid {} was sent for its position {r}: routes taken from another \
+                         request",
+                        entry.rid
+                    );
+                }
+            }
+        }
+        String::new()
+    }
+}

@@ -1,0 +1,783 @@
+//! The samples an audit reads, in the field names of the trainers that make them (`WITNESS.md` section 3.1):
+//! slime's and miles' `Sample.to_dict()`, verl's `AgentLoopOutput`, AReaL's `ModelResponse` and its trajectory
+//! dicts, and a generic form. Each becomes one [`AuditSample`]: the prompt, the ids the per-token arrays cover,
+//! and those arrays.
+//!
+//! A numeric column is a JSON list (nested for a tensor), or a typed array `{"dtype", "shape", "b64"}` of
+//! little-endian values, which is how the Python package sends NumPy and torch arrays and long lists.
+
+use std::fmt;
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+
+/// What an audit tolerates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditOptions {
+    /// Generated tokens with loss mask 0 are deliberate (slime's `--mask-offpolicy-in-partial-rollout`, an
+    /// overlong filter), not a `generated-untrained` problem.
+    pub allow_masked_generated: bool,
+}
+
+/// The trainer whose field names a sample uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Layout {
+    /// slime's (and miles') `Sample`: `tokens` (prompt then response), `response_length`, `loss_mask`,
+    /// `rollout_log_probs`, `rollout_routed_experts` (`[len(tokens) - 1, layers, topk]`), `index`.
+    Slime,
+    /// verl's `AgentLoopOutput`: `prompt_ids`, `response_ids`, `response_mask`, `response_logprobs`,
+    /// `routed_experts`.
+    Verl,
+    /// AReaL's `ModelResponse`: `input_tokens`, `output_tokens` (all trained), `output_logprobs`,
+    /// `output_versions`, `routed_experts` (`[prompt + output - 1, layers * topk]`).
+    ArealResponse,
+    /// AReaL's trajectory dict: `input_ids`, `loss_mask`, `logprobs`, `versions` over the whole sequence (prompt
+    /// positions are mask 0, logprob 0.0, version -1), with or without a batch dimension of 1.
+    ArealTrajectory,
+    /// `prompt_ids`, `response_ids`, `loss_mask`, `logprobs`, optional `routed_experts` and per-token
+    /// `versions`.
+    Generic,
+}
+
+impl Layout {
+    /// Every layout, in the order detection tries them.
+    pub const ALL: [Layout; 5] = [
+        Layout::Slime,
+        Layout::Verl,
+        Layout::ArealResponse,
+        Layout::ArealTrajectory,
+        Layout::Generic,
+    ];
+
+    /// The layout's name in requests and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Slime => "slime",
+            Layout::Verl => "verl",
+            Layout::ArealResponse => "areal-response",
+            Layout::ArealTrajectory => "areal-trajectory",
+            Layout::Generic => "generic",
+        }
+    }
+
+    /// The names of a sample's fields in this layout, for reports.
+    pub fn fields(self) -> Fields {
+        match self {
+            Layout::Slime => Fields {
+                tokens: "tokens",
+                loss_mask: Some("loss_mask"),
+                logprobs: "rollout_log_probs",
+                routed_experts: "rollout_routed_experts",
+                versions: "weight_version_spans",
+            },
+            Layout::Verl => Fields {
+                tokens: "response_ids",
+                loss_mask: Some("response_mask"),
+                logprobs: "response_logprobs",
+                routed_experts: "routed_experts",
+                versions: "versions",
+            },
+            Layout::ArealResponse => Fields {
+                tokens: "output_tokens",
+                loss_mask: None,
+                logprobs: "output_logprobs",
+                routed_experts: "routed_experts",
+                versions: "output_versions",
+            },
+            Layout::ArealTrajectory => Fields {
+                tokens: "input_ids",
+                loss_mask: Some("loss_mask"),
+                logprobs: "logprobs",
+                routed_experts: "routed_experts",
+                versions: "versions",
+            },
+            Layout::Generic => Fields {
+                tokens: "response_ids",
+                loss_mask: Some("loss_mask"),
+                logprobs: "logprobs",
+                routed_experts: "routed_experts",
+                versions: "versions",
+            },
+        }
+    }
+
+    /// The layout of a sample with these keys: an explicit one wins, then the first whose keys it has.
+    fn detect(raw: &RawSample) -> Option<Layout> {
+        let has = |c: &Option<Column>| c.is_some();
+        if raw.response_length.is_some() && has(&raw.tokens) {
+            Some(Layout::Slime)
+        } else if has(&raw.input_tokens) && has(&raw.output_tokens) {
+            Some(Layout::ArealResponse)
+        } else if has(&raw.prompt_ids)
+            && has(&raw.response_ids)
+            && (raw.response_mask.is_some() || raw.response_logprobs.is_some())
+        {
+            Some(Layout::Verl)
+        } else if has(&raw.input_ids) && has(&raw.loss_mask) {
+            Some(Layout::ArealTrajectory)
+        } else if has(&raw.prompt_ids) && has(&raw.response_ids) {
+            Some(Layout::Generic)
+        } else {
+            None
+        }
+    }
+}
+
+impl fmt::Display for Layout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a layout calls a sample's fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fields {
+    /// The ids the per-token arrays cover (for slime, `tokens` holds the prompt too).
+    pub tokens: &'static str,
+    pub loss_mask: Option<&'static str>,
+    pub logprobs: &'static str,
+    pub routed_experts: &'static str,
+    pub versions: &'static str,
+}
+
+/// One sample as the audit reads it, whatever its layout.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AuditSample {
+    /// How reports name it: its `id` or `index` when it has one, else its position in the input.
+    pub id: String,
+    pub layout: Option<Layout>,
+    /// The ids before the first position the per-token arrays cover.
+    pub prompt: Vec<u32>,
+    /// The ids the per-token arrays cover: the response (the whole sequence for AReaL's trajectories).
+    pub response: Vec<u32>,
+    /// 1 for a trained token, 0 for one that is not; one per response id (unless the sample is wrong).
+    pub loss_mask: Vec<u8>,
+    /// The rollout logprobs; `None` when the sample has none (the key is absent or `None`). An element is
+    /// `None` where the list holds `null`.
+    pub logprobs: Option<Vec<Option<f32>>>,
+    /// The routed experts, if the sample has them: row `r` is sequence position `r` (prompt included).
+    pub routed_experts: Option<Rows>,
+    /// The weight version of each response token, if the sample says; `None` where it labels a token as not
+    /// generated (AReaL's `-1`).
+    pub versions: Option<Vec<Option<String>>>,
+}
+
+impl AuditSample {
+    /// The field names of the sample's layout (the generic ones when it has none).
+    pub fn fields(&self) -> Fields {
+        self.layout.unwrap_or(Layout::Generic).fields()
+    }
+
+    /// Whether response position `i` is trained (a position past the mask is not).
+    pub fn trained(&self, i: usize) -> bool {
+        self.loss_mask.get(i) == Some(&1)
+    }
+}
+
+/// Routed experts as rows of equal length.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Rows {
+    pub data: Vec<i32>,
+    pub row_len: usize,
+}
+
+impl Rows {
+    pub fn len(&self) -> usize {
+        self.data.len().checked_div(self.row_len).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn row(&self, r: usize) -> &[i32] {
+        self.data
+            .get(r * self.row_len..(r + 1) * self.row_len)
+            .unwrap_or(&[])
+    }
+}
+
+/// A sample the audit cannot read: which one, which field, and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("sample {sample}: {field}: {message}")]
+pub struct SampleError {
+    /// The sample's position in the input.
+    pub sample: usize,
+    pub field: String,
+    pub message: String,
+}
+
+/// A numeric column: its values (nulls as NaN, listed in `nulls`) and its shape.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Column {
+    values: Vec<f64>,
+    nulls: Vec<usize>,
+    shape: Vec<usize>,
+}
+
+impl<'de> Deserialize<'de> for Column {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Column, D::Error> {
+        deserializer.deserialize_any(ColumnVisitor)
+    }
+}
+
+struct ColumnVisitor;
+
+impl<'de> Visitor<'de> for ColumnVisitor {
+    type Value = Column;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of numbers (nested for a tensor), or a typed array {\"dtype\", \"shape\", \"b64\"}")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Column, A::Error> {
+        let mut column = Column::default();
+        let mut len = 0;
+        let mut inner: Option<Vec<usize>> = None;
+        while let Some(element) = seq.next_element::<Element>()? {
+            let shape = match element {
+                Element::Number(v) => {
+                    column.values.push(v);
+                    Vec::new()
+                }
+                Element::Null => {
+                    column.nulls.push(column.values.len());
+                    column.values.push(f64::NAN);
+                    Vec::new()
+                }
+                Element::List(sub) => {
+                    let offset = column.values.len();
+                    column.nulls.extend(sub.nulls.iter().map(|&i| i + offset));
+                    column.values.extend_from_slice(&sub.values);
+                    sub.shape
+                }
+            };
+            match &inner {
+                None => inner = Some(shape),
+                Some(first) if *first != shape => {
+                    return Err(de::Error::custom(format!(
+                        "element {len} has shape {shape:?} where element 0 has {first:?}: a column is a \
+                         rectangular list"
+                    )));
+                }
+                Some(_) => {}
+            }
+            len += 1;
+        }
+        column.shape = std::iter::once(len)
+            .chain(inner.unwrap_or_default())
+            .collect();
+        Ok(column)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Column, A::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Typed {
+            dtype: String,
+            shape: Vec<usize>,
+            b64: String,
+        }
+        let typed = Typed::deserialize(de::value::MapAccessDeserializer::new(map))?;
+        typed_column(&typed.dtype, typed.shape, &typed.b64).map_err(de::Error::custom)
+    }
+}
+
+/// One element of a list column: a number (or `"NaN"`, `"Infinity"`, `"-Infinity"`, a boolean), `null`, or a
+/// nested list.
+enum Element {
+    Number(f64),
+    Null,
+    List(Column),
+}
+
+impl<'de> Deserialize<'de> for Element {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Element, D::Error> {
+        struct ElementVisitor;
+        impl<'de> Visitor<'de> for ElementVisitor {
+            type Value = Element;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a number, null or a list")
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Element, E> {
+                Ok(Element::Number(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Element, E> {
+                Ok(Element::Number(v as f64))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Element, E> {
+                Ok(Element::Number(v as f64))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Element, E> {
+                Ok(Element::Number(f64::from(u8::from(v))))
+            }
+            fn visit_unit<E>(self) -> Result<Element, E> {
+                Ok(Element::Null)
+            }
+            fn visit_none<E>(self) -> Result<Element, E> {
+                Ok(Element::Null)
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Element, E> {
+                match v {
+                    "NaN" | "nan" => Ok(Element::Number(f64::NAN)),
+                    "Infinity" | "inf" => Ok(Element::Number(f64::INFINITY)),
+                    "-Infinity" | "-inf" => Ok(Element::Number(f64::NEG_INFINITY)),
+                    _ => Err(E::custom(format!(
+                        "the string {v:?} where a number belongs (only \"NaN\", \"Infinity\" and \
+                         \"-Infinity\" stand for numbers)"
+                    ))),
+                }
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Element, A::Error> {
+                ColumnVisitor.visit_seq(seq).map(Element::List)
+            }
+        }
+        deserializer.deserialize_any(ElementVisitor)
+    }
+}
+
+/// The values of a typed array: `dtype` one of NumPy's little-endian names (`float32`, `float64`, `int16`,
+/// `int32`, `int64`, `uint8`, `bool`), `shape` its dimensions, `b64` the standard base64 of its bytes.
+fn typed_column(dtype: &str, shape: Vec<usize>, b64: &str) -> Result<Column, String> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .map_err(|e| format!("the typed array's b64 is not base64: {e}"))?;
+    let size = match dtype {
+        "float64" | "int64" => 8,
+        "float32" | "int32" => 4,
+        "int16" => 2,
+        "uint8" | "bool" => 1,
+        other => {
+            return Err(format!(
+                "dtype {other:?} is not one of float32, float64, int16, int32, int64, uint8, bool"
+            ));
+        }
+    };
+    let count: usize = shape.iter().product();
+    if bytes.len() != count * size {
+        return Err(format!(
+            "a {dtype} array of shape {shape:?} holds {} bytes, not {}",
+            count * size,
+            bytes.len()
+        ));
+    }
+    let values = bytes
+        .chunks_exact(size)
+        .map(|b| match dtype {
+            "float64" => f64::from_le_bytes(b.try_into().unwrap_or_default()),
+            "float32" => f64::from(f32::from_le_bytes(b.try_into().unwrap_or_default())),
+            "int64" => i64::from_le_bytes(b.try_into().unwrap_or_default()) as f64,
+            "int32" => f64::from(i32::from_le_bytes(b.try_into().unwrap_or_default())),
+            "int16" => f64::from(i16::from_le_bytes(b.try_into().unwrap_or_default())),
+            _ => f64::from(b[0]),
+        })
+        .collect();
+    Ok(Column {
+        values,
+        nulls: Vec::new(),
+        shape,
+    })
+}
+
+impl Column {
+    /// Without a leading batch dimension of 1 (`[1, L]` is `[L]`).
+    fn unbatched(mut self) -> Column {
+        if self.shape.len() >= 2 && self.shape[0] == 1 {
+            self.shape.remove(0);
+        }
+        self
+    }
+
+    fn check_1d(&self, field: &str) -> Result<(), String> {
+        match self.shape.len() {
+            1 => Ok(()),
+            _ => Err(format!(
+                "{field} has shape {:?}; one value per token was expected",
+                self.shape
+            )),
+        }
+    }
+
+    fn ids(self, field: &str) -> Result<Vec<u32>, String> {
+        let column = self.unbatched();
+        column.check_1d(field)?;
+        column
+            .values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                if v.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&v) {
+                    Ok(v as u32)
+                } else {
+                    Err(format!("{field}[{i}] is {v}, not a token id"))
+                }
+            })
+            .collect()
+    }
+
+    fn mask(self, field: &str) -> Result<Vec<u8>, String> {
+        let column = self.unbatched();
+        column.check_1d(field)?;
+        column
+            .values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| match v {
+                0.0 => Ok(0),
+                1.0 => Ok(1),
+                _ => Err(format!("{field}[{i}] is {v}; a loss mask holds 0 and 1")),
+            })
+            .collect()
+    }
+
+    fn logprobs(self, field: &str) -> Result<Vec<Option<f32>>, String> {
+        let column = self.unbatched();
+        column.check_1d(field)?;
+        let mut out: Vec<Option<f32>> = column.values.iter().map(|&v| Some(v as f32)).collect();
+        for &i in &column.nulls {
+            out[i] = None;
+        }
+        Ok(out)
+    }
+
+    fn versions(self, field: &str) -> Result<Vec<Option<String>>, String> {
+        let column = self.unbatched();
+        column.check_1d(field)?;
+        Ok(column
+            .values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                (v >= 0.0 && column.nulls.binary_search(&i).is_err()).then(|| format!("{v}"))
+            })
+            .collect())
+    }
+
+    fn rows(self, field: &str) -> Result<Rows, String> {
+        let column = self.unbatched();
+        if column.shape.len() < 2 {
+            return Err(format!(
+                "{field} has shape {:?}; rows of expert ids ([positions, layers, topk] or [positions, \
+                 layers * topk]) were expected",
+                column.shape
+            ));
+        }
+        let row_len = column.shape[1..].iter().product();
+        let data = column
+            .values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                if v.fract() == 0.0 && (f64::from(i32::MIN)..=f64::from(i32::MAX)).contains(&v) {
+                    Ok(v as i32)
+                } else {
+                    Err(format!(
+                        "{field} holds {v} at flat index {i}, not an expert id"
+                    ))
+                }
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Rows { data, row_len })
+    }
+}
+
+/// A version label: a string, or a number (AReaL counts versions).
+#[derive(Debug, Clone, PartialEq)]
+enum Label {
+    Text(String),
+    Number(f64),
+}
+
+impl<'de> Deserialize<'de> for Label {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Label, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Text(String),
+            Number(f64),
+        }
+        Ok(match Raw::deserialize(deserializer)? {
+            Raw::Text(t) => Label::Text(t),
+            Raw::Number(n) => Label::Number(n),
+        })
+    }
+}
+
+/// `{"version", "start", "end"}`: response tokens `start..end` came from `version` (the rollout client's
+/// `weight_version_spans`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+struct RawSpan {
+    version: Label,
+    start: usize,
+    end: usize,
+}
+
+/// Every key any layout reads; the others are ignored.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RawSample {
+    layout: Option<Layout>,
+    id: Option<Label>,
+    index: Option<Label>,
+    // slime, miles
+    tokens: Option<Column>,
+    response_length: Option<usize>,
+    rollout_log_probs: Option<Column>,
+    rollout_routed_experts: Option<Column>,
+    weight_version_spans: Option<Vec<RawSpan>>,
+    // verl
+    prompt_ids: Option<Column>,
+    response_ids: Option<Column>,
+    response_mask: Option<Column>,
+    response_logprobs: Option<Column>,
+    // AReaL
+    input_tokens: Option<Column>,
+    output_tokens: Option<Column>,
+    output_logprobs: Option<Column>,
+    output_versions: Option<Column>,
+    input_ids: Option<Column>,
+    // shared
+    loss_mask: Option<Column>,
+    logprobs: Option<Column>,
+    routed_experts: Option<Column>,
+    versions: Option<Column>,
+}
+
+fn label(l: Label) -> String {
+    match l {
+        Label::Text(t) => t,
+        Label::Number(n) => format!("{n}"),
+    }
+}
+
+/// Reads one sample (a JSON object) in `layout`, or in the layout its keys show.
+pub fn parse_sample(
+    json: &[u8],
+    position: usize,
+    layout: Option<Layout>,
+) -> Result<AuditSample, SampleError> {
+    let raw: RawSample = serde_json::from_slice(json).map_err(|e| SampleError {
+        sample: position,
+        field: "(the sample)".to_owned(),
+        message: e.to_string(),
+    })?;
+    from_raw(raw, position, layout)
+}
+
+/// What an audit request's body holds: the samples, and the options when the body gives them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Batch {
+    pub samples: Vec<AuditSample>,
+    pub options: Option<AuditOptions>,
+}
+
+/// The samples of an audit request's body: a JSON list of samples, `{"samples": [...], "layout": ...,
+/// "options": {...}}`, or JSON lines (one sample per line, blank lines skipped). `layout`, when given, is
+/// every sample's.
+pub fn parse_samples(body: &[u8], layout: Option<Layout>) -> Result<Batch, SampleError> {
+    let whole = |message: String| SampleError {
+        sample: 0,
+        field: "(the body)".to_owned(),
+        message,
+    };
+    let lines = || {
+        body.split(|&b| b == b'\n')
+            .filter(|line| line.iter().any(|b| !b.is_ascii_whitespace()))
+    };
+    let start = body.iter().position(|b| !b.is_ascii_whitespace());
+    match start.map(|i| body[i]) {
+        None => Ok(Batch::default()),
+        Some(b'[') => {
+            let raws: Vec<RawSample> =
+                serde_json::from_slice(body).map_err(|e| whole(e.to_string()))?;
+            let samples = raws
+                .into_iter()
+                .enumerate()
+                .map(|(i, raw)| from_raw(raw, i, layout))
+                .collect::<Result<_, _>>()?;
+            Ok(Batch {
+                samples,
+                options: None,
+            })
+        }
+        Some(_) if lines().nth(1).is_none() && has_samples_key(body) => {
+            #[derive(Deserialize)]
+            struct Wrapped {
+                samples: Vec<RawSample>,
+                #[serde(default)]
+                layout: Option<Layout>,
+                #[serde(default)]
+                options: Option<AuditOptions>,
+            }
+            let wrapped: Wrapped =
+                serde_json::from_slice(body).map_err(|e| whole(e.to_string()))?;
+            let layout = layout.or(wrapped.layout);
+            let samples = wrapped
+                .samples
+                .into_iter()
+                .enumerate()
+                .map(|(i, raw)| from_raw(raw, i, layout))
+                .collect::<Result<_, _>>()?;
+            Ok(Batch {
+                samples,
+                options: wrapped.options,
+            })
+        }
+        Some(_) => {
+            let samples = lines()
+                .enumerate()
+                .map(|(i, line)| parse_sample(line, i, layout))
+                .collect::<Result<_, _>>()?;
+            Ok(Batch {
+                samples,
+                options: None,
+            })
+        }
+    }
+}
+
+/// Whether a one-line object has a top-level `"samples"` key: a wrapped batch rather than one sample.
+fn has_samples_key(body: &[u8]) -> bool {
+    #[derive(Deserialize)]
+    struct Keys {
+        #[serde(default)]
+        samples: Option<de::IgnoredAny>,
+    }
+    serde_json::from_slice::<Keys>(body).is_ok_and(|k| k.samples.is_some())
+}
+
+fn from_raw(
+    mut raw: RawSample,
+    position: usize,
+    layout: Option<Layout>,
+) -> Result<AuditSample, SampleError> {
+    let layout = layout
+        .or(raw.layout)
+        .or_else(|| Layout::detect(&raw))
+        .ok_or_else(|| SampleError {
+            sample: position,
+            field: "(the sample)".to_owned(),
+            message: "no layout has these keys: a sample needs slime's `tokens` and `response_length`, \
+                      verl's `prompt_ids`, `response_ids` and `response_mask`, AReaL's `input_tokens` and \
+                      `output_tokens` (or `input_ids` and `loss_mask`), or `prompt_ids` and \
+                      `response_ids`"
+                .to_owned(),
+        })?;
+    let fail = |field: &str, message: String| SampleError {
+        sample: position,
+        field: field.to_owned(),
+        message,
+    };
+    let need = |column: Option<Column>, field: &str| {
+        column.ok_or_else(|| fail(field, format!("missing: a {layout} sample has it")))
+    };
+    let id = raw
+        .id
+        .take()
+        .or(raw.index.take())
+        .map_or_else(|| position.to_string(), label);
+    let mut sample = AuditSample {
+        id,
+        layout: Some(layout),
+        ..AuditSample::default()
+    };
+    let ids = |column: Column, field: &str| column.ids(field).map_err(|m| fail(field, m));
+    let lps = |column: Option<Column>, field: &str| {
+        column
+            .map(|c| c.logprobs(field))
+            .transpose()
+            .map_err(|m| fail(field, m))
+    };
+    let mask = |column: Column, field: &str| column.mask(field).map_err(|m| fail(field, m));
+    let rows = |column: Option<Column>, field: &str| {
+        column
+            .map(|c| c.rows(field))
+            .transpose()
+            .map_err(|m| fail(field, m))
+    };
+    let versions = |column: Option<Column>, field: &str| {
+        column
+            .map(|c| c.versions(field))
+            .transpose()
+            .map_err(|m| fail(field, m))
+    };
+    match layout {
+        Layout::Slime => {
+            let tokens = ids(need(raw.tokens, "tokens")?, "tokens")?;
+            let response_length = raw.response_length.unwrap_or(0);
+            let split = tokens.len().checked_sub(response_length).ok_or_else(|| {
+                fail(
+                    "response_length",
+                    format!(
+                        "{response_length} is more than the {} ids of tokens",
+                        tokens.len()
+                    ),
+                )
+            })?;
+            sample.prompt = tokens[..split].to_vec();
+            sample.response = tokens[split..].to_vec();
+            // slime materialises a missing mask as all ones (`_convert_samples_to_train_data`).
+            sample.loss_mask = match raw.loss_mask {
+                Some(c) => mask(c, "loss_mask")?,
+                None => vec![1; response_length],
+            };
+            sample.logprobs = lps(raw.rollout_log_probs, "rollout_log_probs")?;
+            sample.routed_experts = rows(raw.rollout_routed_experts, "rollout_routed_experts")?;
+            if let Some(spans) = raw.weight_version_spans {
+                sample.versions = Some(spans_to_versions(&spans, response_length));
+            }
+        }
+        Layout::Verl | Layout::Generic => {
+            sample.prompt = ids(need(raw.prompt_ids, "prompt_ids")?, "prompt_ids")?;
+            sample.response = ids(need(raw.response_ids, "response_ids")?, "response_ids")?;
+            let (mask_field, mask_column, lp_field, lp_column) = match layout {
+                Layout::Verl => (
+                    "response_mask",
+                    raw.response_mask,
+                    "response_logprobs",
+                    raw.response_logprobs,
+                ),
+                _ => ("loss_mask", raw.loss_mask, "logprobs", raw.logprobs),
+            };
+            sample.loss_mask = match mask_column {
+                Some(c) => mask(c, mask_field)?,
+                None => vec![1; sample.response.len()],
+            };
+            sample.logprobs = lps(lp_column, lp_field)?;
+            sample.routed_experts = rows(raw.routed_experts, "routed_experts")?;
+            sample.versions = versions(raw.versions, "versions")?;
+        }
+        Layout::ArealResponse => {
+            sample.prompt = ids(need(raw.input_tokens, "input_tokens")?, "input_tokens")?;
+            sample.response = ids(need(raw.output_tokens, "output_tokens")?, "output_tokens")?;
+            // Every output token of a `ModelResponse` is trained.
+            sample.loss_mask = vec![1; sample.response.len()];
+            sample.logprobs = lps(raw.output_logprobs, "output_logprobs")?;
+            sample.routed_experts = rows(raw.routed_experts, "routed_experts")?;
+            sample.versions = versions(raw.output_versions, "output_versions")?;
+        }
+        Layout::ArealTrajectory => {
+            sample.response = ids(need(raw.input_ids, "input_ids")?, "input_ids")?;
+            sample.loss_mask = mask(need(raw.loss_mask, "loss_mask")?, "loss_mask")?;
+            sample.logprobs = lps(raw.logprobs, "logprobs")?;
+            sample.routed_experts = rows(raw.routed_experts, "routed_experts")?;
+            sample.versions = versions(raw.versions, "versions")?;
+        }
+    }
+    Ok(sample)
+}
+
+/// One version per response token from spans over response positions; a token no span covers has none.
+fn spans_to_versions(spans: &[RawSpan], len: usize) -> Vec<Option<String>> {
+    let mut out = vec![None; len];
+    for span in spans {
+        let version = label(span.version.clone());
+        for slot in out.iter_mut().take(span.end.min(len)).skip(span.start) {
+            *slot = Some(version.clone());
+        }
+    }
+    out
+}

@@ -1,0 +1,790 @@
+//! The witness on hand-built ledgers: each problem kind at the positions a hand computation gives, the sample
+//! layouts and typed arrays, the store's bound and evictions, and the JSON round trip.
+
+use super::*;
+use crate::model::MoeShape;
+
+const SHAPE: MoeShape = MoeShape {
+    layers: 2,
+    experts: 8,
+    experts_per_token: 2,
+};
+
+fn router() -> Router {
+    Router {
+        seed: 7,
+        shape: SHAPE,
+    }
+}
+
+/// An entry that answered `prompt` with `output` and these logprobs, under version "v1".
+fn entry(rid: &str, prompt: &[u32], output: &[u32], lps: &[f32]) -> Entry {
+    Entry {
+        seq: 0,
+        rid: rid.to_owned(),
+        route: Route::Generate,
+        stream: false,
+        index: 0,
+        finish_reason: Some("stop".to_owned()),
+        weight_version: "v1".to_owned(),
+        num_retractions: 0,
+        prompt_ids: prompt.to_vec(),
+        output_ids: output.to_vec(),
+        return_logprob: true,
+        output_logprobs: Some(SentLogprobs::numbers(lps)),
+        weight_versions: vec![Span {
+            version: "v1".to_owned(),
+            start: 0,
+            end: output.len(),
+        }],
+        routed_experts: None,
+        sampling_supports: None,
+        fault: None,
+    }
+}
+
+fn records(entries: Vec<Entry>) -> Records {
+    let mut records = Records::new(usize::MAX, router());
+    entries.into_iter().for_each(|e| records.push(e));
+    records
+}
+
+/// A generic sample: `prompt`, then `response` with its mask and logprobs.
+fn sample(prompt: &[u32], response: &[u32], mask: &[u8], lps: &[Option<f32>]) -> AuditSample {
+    AuditSample {
+        id: "s".to_owned(),
+        layout: Some(Layout::Generic),
+        prompt: prompt.to_vec(),
+        response: response.to_vec(),
+        loss_mask: mask.to_vec(),
+        logprobs: Some(lps.to_vec()),
+        routed_experts: None,
+        versions: None,
+    }
+}
+
+fn run(records: &Records, samples: &[AuditSample]) -> Report {
+    audit(records, samples, &AuditOptions::default())
+}
+
+/// The problems as (kind, start, end).
+fn found(report: &Report) -> Vec<(ProblemKind, usize, usize)> {
+    report
+        .problems
+        .iter()
+        .map(|p| (p.kind, p.start, p.end))
+        .collect()
+}
+
+/// Two turns with a tool's tokens between them: turn 1 answered [1, 2] with [10, 11, 12]; the tool added
+/// [90, 91]; turn 2 answered [1, 2, 10, 11, 12, 90, 91] with [13, 14].
+fn two_turns() -> (Records, AuditSample) {
+    let records = records(vec![
+        entry("t1", &[1, 2], &[10, 11, 12], &[-0.5, -1.5, -2.5]),
+        entry(
+            "t2",
+            &[1, 2, 10, 11, 12, 90, 91],
+            &[13, 14],
+            &[-0.25, -0.75],
+        ),
+    ]);
+    let s = sample(
+        &[1, 2],
+        &[10, 11, 12, 90, 91, 13, 14],
+        &[1, 1, 1, 0, 0, 1, 1],
+        &[
+            Some(-0.5),
+            Some(-1.5),
+            Some(-2.5),
+            Some(0.0),
+            Some(0.0),
+            Some(-0.25),
+            Some(-0.75),
+        ],
+    );
+    (records, s)
+}
+
+#[test]
+fn a_faithful_multi_turn_sample_passes() {
+    let (records, s) = two_turns();
+    let report = run(&records, &[s]);
+    assert!(report.ok, "{report}");
+    assert_eq!(report.checked_logprobs, 5);
+    assert_eq!(report.trained_tokens, 5);
+    assert_eq!(report.matched_items, 2);
+}
+
+#[test]
+fn a_resumed_generation_is_two_segments_of_one_trained_run() {
+    // Aborted after two tokens, then resumed from the prompt plus those two.
+    let records = records(vec![
+        entry("a", &[1], &[5, 6], &[-1.0, -2.0]),
+        entry("b", &[1, 5, 6], &[7], &[-3.0]),
+    ]);
+    let s = sample(
+        &[1],
+        &[5, 6, 7],
+        &[1, 1, 1],
+        &[Some(-1.0), Some(-2.0), Some(-3.0)],
+    );
+    assert!(run(&records, &[s]).ok);
+}
+
+#[test]
+fn a_group_matches_each_sample_to_its_own_answer() {
+    // Two samples of one prompt (n = 2): the same first token, different continuations.
+    let records = records(vec![
+        entry("g0", &[1], &[5, 6], &[-1.0, -2.0]),
+        entry("g1", &[1], &[5, 8], &[-1.0, -4.0]),
+    ]);
+    let a = sample(&[1], &[5, 8], &[1, 1], &[Some(-1.0), Some(-4.0)]);
+    let b = sample(&[1], &[5, 6], &[1, 1], &[Some(-1.0), Some(-2.0)]);
+    assert!(run(&records, &[a, b]).ok);
+}
+
+#[test]
+fn missing_logprobs_are_reported_over_the_trained_tokens() {
+    let (records, mut s) = two_turns();
+    s.logprobs = None;
+    let report = run(&records, &[s]);
+    assert_eq!(found(&report), [(ProblemKind::LogprobsMissing, 0, 7)]);
+    assert_eq!(report.problems[0].rid.as_deref(), Some("t1"));
+    assert!(report.problems[0].message.contains("#1976"));
+}
+
+#[test]
+fn each_wrong_logprob_is_classified_at_its_positions() {
+    let (records, s) = two_turns();
+    let with = |edits: &[(usize, Option<f32>)]| {
+        let mut s = s.clone();
+        let lps = s.logprobs.as_mut().expect("logprobs");
+        for &(i, v) in edits {
+            lps[i] = v;
+        }
+        found(&run(&records, &[s]))
+    };
+    assert_eq!(with(&[(1, None)]), [(ProblemKind::LogprobNone, 1, 2)]);
+    assert_eq!(
+        with(&[(2, Some(f32::NAN))]),
+        [(ProblemKind::LogprobNotFinite, 2, 3)]
+    );
+    assert_eq!(
+        with(&[(0, Some(0.0)), (1, Some(0.0))]),
+        [(ProblemKind::LogprobZero, 0, 2)]
+    );
+    // Each of the first turn's tokens holds its successor's logprob: shifted by one.
+    assert_eq!(
+        with(&[(0, Some(-1.5)), (1, Some(-2.5))]),
+        [(ProblemKind::LogprobShifted, 0, 2)]
+    );
+    assert_eq!(
+        with(&[(5, Some(-9.0))]),
+        [(ProblemKind::LogprobDiffers, 5, 6)]
+    );
+    // An environment token's logprob is never compared.
+    assert!(with(&[(3, Some(-7.0))]).is_empty());
+}
+
+#[test]
+fn a_logprob_from_another_answer_names_that_answer() {
+    let (mut records, s) = two_turns();
+    records.push(entry("other", &[3], &[4], &[-6.5]));
+    let mut s = s;
+    s.logprobs.as_mut().expect("logprobs")[6] = Some(-6.5);
+    let report = run(&records, &[s]);
+    assert_eq!(
+        found(&report),
+        [(ProblemKind::LogprobFromOtherRequest, 6, 7)]
+    );
+    assert!(report.problems[0].message.contains("rid other"));
+}
+
+#[test]
+fn fewer_logprobs_than_tokens_is_a_length_problem_then_each_misplaced_value() {
+    // A turn's logprobs skipped (verl PR #6299): turn 2's values stand where turn 1's belong.
+    let (records, mut s) = two_turns();
+    s.logprobs = Some(vec![Some(0.0), Some(0.0), Some(-0.25), Some(-0.75)]);
+    let report = run(&records, &[s]);
+    let kinds = found(&report);
+    assert_eq!(kinds[0], (ProblemKind::LogprobsLength, 4, 7));
+    assert!(kinds.contains(&(ProblemKind::LogprobZero, 0, 2)));
+    // Response position 2 holds the logprob the server sent for position 5.
+    assert!(kinds.contains(&(ProblemKind::LogprobShifted, 2, 3)));
+}
+
+#[test]
+fn generated_tokens_with_mask_zero_are_reported_unless_allowed() {
+    let (records, mut s) = two_turns();
+    s.loss_mask = vec![0, 0, 0, 0, 0, 1, 1];
+    let report = run(&records, std::slice::from_ref(&s));
+    assert_eq!(found(&report), [(ProblemKind::GeneratedUntrained, 0, 3)]);
+    let allowed = audit(
+        &records,
+        &[s],
+        &AuditOptions {
+            allow_masked_generated: true,
+        },
+    );
+    assert!(allowed.ok, "{allowed}");
+}
+
+#[test]
+fn trained_tokens_the_server_never_generated_say_why() {
+    let (records, s) = two_turns();
+    // Token 11 re-tokenized as 99: the rest of the response has another context.
+    let mut drift = s.clone();
+    drift.response[1] = 99;
+    let report = run(&records, &[drift]);
+    // Turn 2 was generated after the true context, not the drifted one: never generated in this one either.
+    assert_eq!(
+        found(&report),
+        [
+            (ProblemKind::NeverGenerated, 1, 3),
+            (ProblemKind::NeverGenerated, 5, 7)
+        ]
+    );
+    assert!(report.problems[0].message.contains("token 11"), "{report}");
+    assert_eq!(report.problems[0].expected.as_deref(), Some("11"));
+    assert_eq!(report.problems[0].found.as_deref(), Some("99"));
+    assert!(
+        report.problems[1].message.contains("no request"),
+        "{report}"
+    );
+    // A synthetic token trained after the server's answer ended.
+    let mut appended = s.clone();
+    appended.response.push(2);
+    appended.loss_mask.push(1);
+    appended
+        .logprobs
+        .as_mut()
+        .expect("logprobs")
+        .push(Some(0.0));
+    let report = run(&records, &[appended]);
+    assert_eq!(found(&report), [(ProblemKind::NeverGenerated, 7, 8)]);
+    assert!(report.problems[0].message.contains("SkyRL"), "{report}");
+    // A tool token marked as trained.
+    let mut tool = s;
+    tool.loss_mask[3] = 1;
+    let report = run(&records, &[tool]);
+    assert_eq!(found(&report), [(ProblemKind::NeverGenerated, 3, 4)]);
+}
+
+#[test]
+fn a_prompt_no_request_had_is_unserved_or_evicted() {
+    let (records, mut s) = two_turns();
+    s.prompt = vec![7, 7];
+    let report = run(&records, std::slice::from_ref(&s));
+    assert_eq!(found(&report)[0], (ProblemKind::NeverGenerated, 0, 3));
+    assert!(report.problems[0].message.contains("no request"));
+
+    // A store that holds one entry evicts the first turn.
+    let (_, s) = two_turns();
+    let mut small = Records::new(1, router());
+    let (full, _) = two_turns();
+    full.entries().cloned().for_each(|e| small.push(e));
+    assert_eq!(small.entries().len(), 1);
+    assert_eq!(small.evicted(), 1);
+    let report = run(&small, &[s]);
+    assert_eq!(found(&report), [(ProblemKind::Evicted, 0, 3)]);
+}
+
+#[test]
+fn logprobs_from_a_request_that_did_not_ask_for_them_are_not_the_servers() {
+    let (mut records, s) = two_turns();
+    let mut e = entry("quiet", &[1, 2], &[10, 11, 12], &[]);
+    e.return_logprob = false;
+    e.output_logprobs = None;
+    records = {
+        let mut r = Records::new(usize::MAX, router());
+        r.push(e);
+        records.entries().skip(1).cloned().for_each(|x| r.push(x));
+        r
+    };
+    let report = run(&records, &[s]);
+    assert_eq!(found(&report), [(ProblemKind::LogprobsNotRequested, 0, 3)]);
+}
+
+#[test]
+fn mask_and_version_lengths_and_labels() {
+    let (records, mut s) = two_turns();
+    s.loss_mask.pop();
+    s.versions = Some(vec![
+        Some("v1".to_owned()),
+        Some("v2".to_owned()),
+        Some("v2".to_owned()),
+        None,
+        None,
+        Some("v1".to_owned()),
+    ]);
+    let report = run(&records, &[s]);
+    let kinds = found(&report);
+    assert!(
+        kinds.contains(&(ProblemKind::MaskLength, 6, 7)),
+        "{kinds:?}"
+    );
+    assert!(
+        kinds.contains(&(ProblemKind::VersionsLength, 6, 7)),
+        "{kinds:?}"
+    );
+    assert!(
+        kinds.contains(&(ProblemKind::VersionMismatch, 1, 3)),
+        "{kinds:?}"
+    );
+}
+
+#[test]
+fn a_faulted_answer_is_reported_over_its_segment() {
+    let (records, s) = two_turns();
+    let mut faulted = Records::new(usize::MAX, router());
+    for (i, mut e) in records.entries().cloned().enumerate() {
+        if i == 1 {
+            e.fault = Some("cut-stream;after=1".to_owned());
+        }
+        faulted.push(e);
+    }
+    let report = run(&faulted, &[s]);
+    assert_eq!(found(&report), [(ProblemKind::FaultedAnswer, 5, 7)]);
+}
+
+/// Routes for the two-turn sample: turn 2 carried rows for positions 0..8 (start 0, prompt + output - 1).
+fn routed() -> (Records, AuditSample) {
+    let (records, mut s) = two_turns();
+    let mut out = Records::new(usize::MAX, router());
+    for (i, mut e) in records.entries().cloned().enumerate() {
+        if i == 1 {
+            e.routed_experts = Some(SentRoutes {
+                start_len: 0,
+                rows: e.seq_len() - 1,
+                edit: RoutesEdit::None,
+            });
+        }
+        out.push(e);
+    }
+    let full: Vec<u32> = s.prompt.iter().chain(&s.response).copied().collect();
+    let mut data = Vec::new();
+    router().append(&full, 0, &mut data);
+    s.routed_experts = Some(Rows {
+        data,
+        row_len: SHAPE.row_len(),
+    });
+    (out, s)
+}
+
+#[test]
+fn routes_are_checked_row_by_row_and_counted() {
+    let (records, s) = routed();
+    assert!(run(&records, std::slice::from_ref(&s)).ok);
+
+    let mut none = s.clone();
+    none.routed_experts = None;
+    assert_eq!(
+        found(&run(&records, &[none])),
+        [(ProblemKind::RoutesMissing, 0, 0)]
+    );
+
+    // A row of another position: reported, and recognised as shifted.
+    let mut shifted = s.clone();
+    let rows = shifted.routed_experts.as_mut().expect("routes");
+    let row_len = rows.row_len;
+    let row3 = rows.row(3).to_vec();
+    rows.data[4 * row_len..5 * row_len].copy_from_slice(&row3);
+    let report = run(&records, &[shifted]);
+    assert_eq!(found(&report), [(ProblemKind::RoutesDiffer, 4, 5)]);
+    assert!(
+        report.problems[0].message.contains("position 3"),
+        "{report}"
+    );
+
+    // Rows left after the tokens were cut (miles #861): one row too many for 9 tokens.
+    let mut long = s.clone();
+    let rows = long.routed_experts.as_mut().expect("routes");
+    let extra = rows.row(7).to_vec();
+    rows.data.extend_from_slice(&extra);
+    assert_eq!(
+        found(&run(&records, &[long])),
+        [(ProblemKind::RoutesRowCount, 8, 9)]
+    );
+
+    // Rows cut short of the last trained token (sequence position 8 needs rows 0..8).
+    let mut short = s;
+    let rows = short.routed_experts.as_mut().expect("routes");
+    rows.data.truncate(5 * rows.row_len);
+    assert_eq!(
+        found(&run(&records, &[short])),
+        [(ProblemKind::RoutesRowCount, 5, 8)]
+    );
+}
+
+#[test]
+fn the_report_text_names_the_sample_kind_and_range() {
+    let (records, mut s) = two_turns();
+    s.logprobs.as_mut().expect("logprobs")[0] = None;
+    let text = run(&records, &[s]).text();
+    assert!(
+        text.starts_with("audit FAILED: 1 sample, 1 with problems (1 problem)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("- sample s [logprob-none] logprobs[0:1]: "),
+        "{text}"
+    );
+}
+
+#[test]
+fn every_problem_kind_has_a_distinct_name() {
+    let mut names: Vec<&str> = ProblemKind::ALL.iter().map(|k| k.name()).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), ProblemKind::ALL.len());
+}
+
+// Samples in each layout.
+
+fn parse(json: &str) -> AuditSample {
+    parse_sample(json.as_bytes(), 0, None).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn each_layout_is_read_with_its_field_names() {
+    let slime = parse(
+        r#"{"tokens":[1,2,3,4],"response_length":2,"loss_mask":null,"rollout_log_probs":[-1.0,null],
+            "index":9,"weight_version_spans":[{"version":"v1","start":0,"end":1}]}"#,
+    );
+    assert_eq!(slime.layout, Some(Layout::Slime));
+    assert_eq!((slime.prompt, slime.response), (vec![1, 2], vec![3, 4]));
+    assert_eq!(slime.loss_mask, [1, 1], "slime's missing mask is all ones");
+    assert_eq!(slime.logprobs, Some(vec![Some(-1.0), None]));
+    assert_eq!(slime.id, "9");
+    assert_eq!(slime.versions, Some(vec![Some("v1".to_owned()), None]));
+
+    let verl = parse(
+        r#"{"prompt_ids":[1],"response_ids":[2,3],"response_mask":[1,0],"response_logprobs":[-1.0,0.0],
+            "routed_experts":[[[1,2],[3,4]],[[5,6],[7,8]]]}"#,
+    );
+    assert_eq!(verl.layout, Some(Layout::Verl));
+    assert_eq!(verl.loss_mask, [1, 0]);
+    let rows = verl.routed_experts.expect("routes");
+    assert_eq!((rows.len(), rows.row_len), (2, 4));
+    assert_eq!(rows.row(1), [5, 6, 7, 8]);
+
+    let areal = parse(
+        r#"{"input_tokens":[1],"output_tokens":[2,3],"output_logprobs":[-1.0,-2.0],"output_versions":[3,4]}"#,
+    );
+    assert_eq!(areal.layout, Some(Layout::ArealResponse));
+    assert_eq!(areal.loss_mask, [1, 1]);
+    assert_eq!(
+        areal.versions,
+        Some(vec![Some("3".to_owned()), Some("4".to_owned())])
+    );
+
+    let trajectory = parse(
+        r#"{"input_ids":[[1,2,3]],"loss_mask":[[0,1,1]],"logprobs":[[0.0,-1.0,-2.0]],"versions":[[-1,0,0]]}"#,
+    );
+    assert_eq!(trajectory.layout, Some(Layout::ArealTrajectory));
+    assert!(trajectory.prompt.is_empty());
+    assert_eq!(trajectory.response, [1, 2, 3]);
+    assert_eq!(
+        trajectory.versions,
+        Some(vec![None, Some("0".to_owned()), Some("0".to_owned())])
+    );
+
+    let generic =
+        parse(r#"{"prompt_ids":[1],"response_ids":[2],"loss_mask":[true],"logprobs":["NaN"]}"#);
+    assert_eq!(generic.layout, Some(Layout::Generic));
+    assert_eq!(generic.loss_mask, [1]);
+    assert!(generic.logprobs.expect("logprobs")[0].is_some_and(f32::is_nan));
+}
+
+#[test]
+fn typed_arrays_carry_every_dtype() {
+    use base64::Engine;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let ids: Vec<u8> = [1i64, 2, 3].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mask: Vec<u8> = vec![0, 1, 1];
+    let lps: Vec<u8> = [-0.5f32, -1.25]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let json = format!(
+        r#"{{"tokens":{{"dtype":"int64","shape":[3],"b64":"{}"}},"response_length":2,
+            "loss_mask":{{"dtype":"uint8","shape":[2],"b64":"{}"}},
+            "rollout_log_probs":{{"dtype":"float32","shape":[2],"b64":"{}"}}}}"#,
+        b64(&ids),
+        b64(&mask[1..]),
+        b64(&lps)
+    );
+    let s = parse(&json);
+    assert_eq!((s.prompt, s.response), (vec![1], vec![2, 3]));
+    assert_eq!(s.loss_mask, [1, 1]);
+    assert_eq!(s.logprobs, Some(vec![Some(-0.5), Some(-1.25)]));
+}
+
+#[test]
+fn an_unreadable_sample_names_its_position_and_field() {
+    let err = |json: &str| parse_samples(json.as_bytes(), None).expect_err(json);
+    let e = err(
+        r#"[{"prompt_ids":[1],"response_ids":[2]},{"prompt_ids":[1],"response_ids":[2],"loss_mask":[2]}]"#,
+    );
+    assert_eq!((e.sample, e.field.as_str()), (1, "loss_mask"));
+    assert!(e.message.contains("loss_mask[0] is 2"), "{e}");
+    let e = err(r#"[{"foo":1}]"#);
+    assert!(e.message.contains("no layout"), "{e}");
+    let e = err(r#"[{"prompt_ids":[1],"response_ids":[[1,2],[3]]}]"#);
+    assert!(e.message.contains("rectangular"), "{e}");
+    let e = err(r#"[{"prompt_ids":[1],"response_ids":{"dtype":"int8","shape":[1],"b64":"AQ=="}}]"#);
+    assert!(e.message.contains("dtype \"int8\""), "{e}");
+    let e =
+        err(r#"[{"prompt_ids":[1],"response_ids":{"dtype":"int32","shape":[2],"b64":"AQ=="}}]"#);
+    assert!(e.message.contains("holds 8 bytes, not 1"), "{e}");
+    let e = err(r#"[{"tokens":[1],"response_length":3}]"#);
+    assert_eq!(e.field, "response_length");
+}
+
+#[test]
+fn a_body_is_a_list_a_wrapped_batch_or_json_lines() {
+    let one = r#"{"prompt_ids":[1],"response_ids":[2]}"#;
+    let list = format!("[{one},{one}]");
+    assert_eq!(
+        parse_samples(list.as_bytes(), None)
+            .expect("list")
+            .samples
+            .len(),
+        2
+    );
+    let lines = format!("{one}\n\n{one}\n{one}\n");
+    assert_eq!(
+        parse_samples(lines.as_bytes(), None)
+            .expect("lines")
+            .samples
+            .len(),
+        3
+    );
+    let wrapped = format!(r#"{{"samples":[{one}],"options":{{"allow_masked_generated":true}}}}"#);
+    let batch = parse_samples(wrapped.as_bytes(), None).expect("wrapped");
+    assert_eq!(batch.samples.len(), 1);
+    assert_eq!(
+        batch.options,
+        Some(AuditOptions {
+            allow_masked_generated: true
+        })
+    );
+    assert_eq!(
+        parse_samples(one.as_bytes(), None)
+            .expect("one line")
+            .samples
+            .len(),
+        1
+    );
+    assert!(
+        parse_samples(b"  ", None)
+            .expect("empty")
+            .samples
+            .is_empty()
+    );
+}
+
+// The store.
+
+#[test]
+fn the_store_evicts_oldest_first_within_its_bound_and_remembers_what_it_evicted() {
+    let e = |i: u32| entry(&format!("r{i}"), &[i], &[i + 100; 50], &[-1.0; 50]);
+    let one = e(0).bytes();
+    let mut records = Records::new(3 * one, router());
+    for i in 0..5 {
+        records.push(e(i));
+    }
+    let seqs: Vec<u64> = records.entries().map(|e| e.seq).collect();
+    assert_eq!(seqs, [2, 3, 4]);
+    assert!(records.bytes() <= records.max_bytes());
+    assert_eq!(records.evicted(), 2);
+    assert_eq!(records.evicted_prompt(PromptHash::of(&[0])), Some(true));
+    assert_eq!(records.evicted_prompt(PromptHash::of(&[9])), Some(false));
+    assert!(records.get(1).is_none());
+    assert_eq!(records.get(3).map(|e| e.rid.as_str()), Some("r3"));
+    assert_eq!(
+        records
+            .with_prompt_hash(PromptHash::of(&[4]))
+            .map(|e| e.seq)
+            .collect::<Vec<_>>(),
+        [4]
+    );
+    records.clear();
+    assert_eq!(records.entries().len(), 0);
+    assert_eq!(records.evicted(), 0);
+    records.push(e(7));
+    assert_eq!(records.entries().next().map(|e| e.seq), Some(0));
+}
+
+#[test]
+fn a_store_forgets_old_evictions_beyond_its_memory_and_says_so() {
+    let mut records = Records::new(1, router());
+    let n = 5000u32;
+    for i in 0..n {
+        records.push(entry("r", &[i], &[1], &[-1.0]));
+    }
+    assert_eq!(records.evicted(), u64::from(n - 1));
+    // The oldest evictions are forgotten: the store cannot say whether prompt [0] was one of them.
+    assert_eq!(records.evicted_prompt(PromptHash::of(&[0])), None);
+    assert_eq!(records.evicted_prompt(PromptHash::of(&[n - 2])), Some(true));
+}
+
+#[test]
+fn a_dump_reads_back_as_the_same_store() {
+    let (records, _) = routed();
+    let mut with_odd = records.entries().cloned().collect::<Vec<_>>();
+    let lps = with_odd[0].output_logprobs.as_mut().expect("logprobs");
+    lps.values[0] = f32::NAN;
+    lps.nulls = vec![0];
+    lps.values[1] = f32::INFINITY;
+    lps.values[2] = f32::NEG_INFINITY;
+    let mut store = Records::new(usize::MAX, router());
+    with_odd.iter().cloned().for_each(|e| store.push(e));
+    let mut json = Vec::new();
+    store.write_json(&mut json).expect("writes");
+    let text = String::from_utf8(json.clone()).expect("utf-8");
+    assert!(
+        text.contains(r#""output_logprobs":[null,"Infinity","-Infinity"]"#),
+        "{text}"
+    );
+    // The routes are written out as the answer carried them.
+    let mut rows = Vec::new();
+    let e = &with_odd[1];
+    let tokens: Vec<u32> = e.prompt_ids.iter().chain(&e.output_ids).copied().collect();
+    router().append(&tokens, 0, &mut rows);
+    assert!(text.contains(&crate::wire::base64_i32(&rows)));
+    let back = Records::from_dump(&json).expect("reads back");
+    let entries: Vec<&Entry> = back.entries().collect();
+    assert_eq!(entries.len(), 2);
+    assert_eq!(entries[1], &with_odd[1]);
+    let lps = entries[0].output_logprobs.as_ref().expect("logprobs");
+    assert_eq!(lps.get(0), Some(None));
+    assert_eq!(lps.get(1), Some(Some(f32::INFINITY)));
+    assert_eq!(back.router(), store.router());
+}
+
+#[test]
+fn sent_routes_follow_their_edit() {
+    let (records, _) = routed();
+    let e = records.entries().nth(1).expect("turn 2").clone();
+    let router = router();
+    let row_len = SHAPE.row_len();
+    let plain = e.routes(&router).expect("routes");
+    assert_eq!(plain.len(), 8 * row_len);
+    let edited = |edit: RoutesEdit, rows: usize| {
+        let mut e = e.clone();
+        e.routed_experts = Some(SentRoutes {
+            start_len: 0,
+            rows,
+            edit,
+        });
+        e.routes(&router).expect("routes")
+    };
+    assert_eq!(edited(RoutesEdit::Short, 6), plain[..6 * row_len]);
+    let extra = edited(RoutesEdit::ExtraRow, 9);
+    assert_eq!(extra[8 * row_len..], plain[7 * row_len..]);
+    let retracted = edited(RoutesEdit::Retracted, 8);
+    assert!(retracted.iter().zip(&plain).all(|(a, b)| *a == b ^ 1));
+}
+
+#[test]
+fn values_where_the_answer_carried_none_are_wrong_and_say_so() {
+    // An answer of three tokens that carried two logprobs (`short-logprobs`), padded with 0.0 (vime PR #70).
+    let mut short = entry("short", &[1], &[5, 6, 7], &[-1.0, -2.0]);
+    short.fault = Some("short-logprobs".to_owned());
+    let records = records(vec![short]);
+    let padded = sample(
+        &[1],
+        &[5, 6, 7],
+        &[1, 1, 1],
+        &[Some(-1.0), Some(-2.0), Some(0.0)],
+    );
+    let report = run(&records, &[padded]);
+    assert_eq!(
+        found(&report),
+        [
+            (ProblemKind::LogprobZero, 2, 3),
+            (ProblemKind::FaultedAnswer, 0, 3)
+        ]
+    );
+    assert!(
+        report.problems[0].message.contains("sent nothing"),
+        "{report}"
+    );
+
+    // An answer whose logprobs a fault removed (`missing-logprobs`) was still asked for them.
+    let mut removed = entry("removed", &[1], &[5, 6], &[]);
+    removed.output_logprobs = None;
+    removed.fault = Some("missing-logprobs".to_owned());
+    let records = self::records(vec![removed]);
+    let made_up = sample(&[1], &[5, 6], &[1, 1], &[Some(-0.5), Some(-0.5)]);
+    assert_eq!(
+        found(&run(&records, &[made_up])),
+        [
+            (ProblemKind::LogprobDiffers, 0, 2),
+            (ProblemKind::FaultedAnswer, 0, 2)
+        ]
+    );
+}
+
+#[test]
+fn of_two_identical_answers_the_one_the_sample_agrees_with_explains_it() {
+    // The same request twice (the model is deterministic): first answered with a fault, then cleanly.
+    let mut faulted = entry("first", &[1], &[5, 6], &[-1.0, -2.0]);
+    faulted.fault = Some("positive-logprob;at=1".to_owned());
+    faulted.output_logprobs.as_mut().expect("logprobs").values[1] = 0.5;
+    let clean = entry("retry", &[1], &[5, 6], &[-1.0, -2.0]);
+    let records = records(vec![faulted, clean]);
+    let from_retry = sample(&[1], &[5, 6], &[1, 1], &[Some(-1.0), Some(-2.0)]);
+    assert!(run(&records, std::slice::from_ref(&from_retry)).ok);
+    // The sample that kept the faulted value is explained by the faulted answer.
+    let from_fault = sample(&[1], &[5, 6], &[1, 1], &[Some(-1.0), Some(0.5)]);
+    let report = run(&records, &[from_fault]);
+    assert_eq!(found(&report), [(ProblemKind::FaultedAnswer, 0, 2)]);
+    assert_eq!(report.problems[0].rid.as_deref(), Some("first"));
+}
+
+#[test]
+fn logprobs_swapped_between_samples_are_one_problem_per_sample() {
+    let records = records(vec![
+        entry("a", &[1], &[5, 6, 7], &[-1.0, -2.0, -3.0]),
+        entry("b", &[2], &[8, 9, 4], &[-4.0, -5.0, -6.0]),
+    ]);
+    let a = sample(
+        &[1],
+        &[5, 6, 7],
+        &[1, 1, 1],
+        &[Some(-4.0), Some(-5.0), Some(-6.0)],
+    );
+    let b = sample(
+        &[2],
+        &[8, 9, 4],
+        &[1, 1, 1],
+        &[Some(-1.0), Some(-2.0), Some(-3.0)],
+    );
+    let report = run(&records, &[a, b]);
+    assert_eq!(
+        found(&report),
+        [
+            (ProblemKind::LogprobFromOtherRequest, 0, 3),
+            (ProblemKind::LogprobFromOtherRequest, 0, 3)
+        ]
+    );
+    assert!(
+        report.problems[0].message.contains("sample 1's answer"),
+        "{report}"
+    );
+}
+
+#[test]
+fn routes_left_long_after_the_tokens_were_cut_are_counted_not_compared() {
+    // miles #861: the sample is cut after 2 of turn 2's tokens, its 8 rows are not.
+    let (records, mut s) = routed();
+    s.response.truncate(6);
+    s.loss_mask.truncate(6);
+    s.logprobs.as_mut().expect("logprobs").truncate(6);
+    assert_eq!(
+        found(&run(&records, &[s])),
+        [(ProblemKind::RoutesRowCount, 7, 8)]
+    );
+}
