@@ -112,7 +112,8 @@ def test_the_oracle_raises_on_what_the_server_refuses():
 def test_the_fixture_is_its_url_and_knows_its_flags(sglang_mock):
     assert isinstance(sglang_mock, str) and str(sglang_mock) == sglang_mock.url
     assert sglang_mock.url.startswith("http://127.0.0.1:")
-    assert sglang_mock.flags == {"seed": 5}
+    # serve() keeps the ledger on for the audit unless a test turns it off.
+    assert sglang_mock.flags == {"ledger": True, "seed": 5}
     # The server reports the port it bound itself (port 0), the one in the URL.
     info = httpx.get(f"{sglang_mock}/get_server_info").json()
     assert f"http://127.0.0.1:{info['port']}" == sglang_mock.url
@@ -167,7 +168,7 @@ def test_the_fixture_resets_between_tests_and_conftest_sets_flags(pytester):
         import pytest
 
         def test_first_breaks_the_server(sglang_mock):
-            assert sglang_mock.flags == {"profile": "mid", "seed": 3}
+            assert sglang_mock.flags == {"ledger": True, "profile": "mid", "seed": 3}
             httpx.post(f"{sglang_mock}/admin/faults", json={"rules": [{"fault": "status;code=503"}]})
             httpx.post(f"{sglang_mock}/pause_generation", json={"mode": "in_place"})
 
@@ -182,7 +183,7 @@ def test_the_fixture_resets_between_tests_and_conftest_sets_flags(pytester):
 
         @pytest.mark.sglang_mock(seed=4)
         def test_a_marker_adds_to_the_conftest_flags(sglang_mock):
-            assert sglang_mock.flags == {"profile": "mid", "seed": 4}
+            assert sglang_mock.flags == {"ledger": True, "profile": "mid", "seed": 4}
         """
     )
     result = pytester.runpytest("-p", "no:cacheprovider")

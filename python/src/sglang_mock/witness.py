@@ -1,0 +1,241 @@
+"""The audit of a trainer's own samples against what the server served (``mock-server/WITNESS.md``).
+
+A server started with ``--ledger`` (``serve()`` and the pytest fixture start it so) records every item it
+answers. :meth:`MockServer.audit <sglang_mock.MockServer.audit>` sends it the samples a rollout built and
+returns an :class:`AuditReport`; :meth:`MockServer.assert_faithful` raises ``AssertionError`` with the report
+when a sample lost, shifted, zero-filled or invented a logprob, filed generated tokens as environment output,
+trained on tokens the server never generated, or carries routes or weight versions that do not match.
+
+Samples are what the frameworks build, or dicts with their field names: slime's and miles' ``Sample`` (through
+``to_dict()``), verl's ``AgentLoopOutput``, AReaL's ``ModelResponse`` and trajectory dicts, or a generic dict
+(``prompt_ids``, ``response_ids``, ``loss_mask``, ``logprobs``, ``routed_experts``, ``versions``). The server
+reads the field names; this module only turns objects into dicts and arrays into compact typed arrays
+(``{"dtype", "shape", "b64"}``), so that a batch of long samples travels quickly.
+"""
+
+from __future__ import annotations
+
+import array
+import base64
+import dataclasses
+import json
+import math
+import numbers
+import sys
+import urllib.error
+import urllib.request
+from typing import Any, Dict, Iterable, List, Optional
+
+__all__ = ["AuditReport", "Problem", "audit"]
+
+# Every key a layout reads (mock-server/src/witness/samples.rs, `RawSample`); the others stay on the client.
+_KEYS = (
+    "layout", "id", "index",
+    "tokens", "response_length", "rollout_log_probs", "rollout_routed_experts", "weight_version_spans",
+    "prompt_ids", "response_ids", "response_mask", "response_logprobs",
+    "input_tokens", "output_tokens", "output_logprobs", "output_versions", "input_ids",
+    "loss_mask", "logprobs", "routed_experts", "versions",
+)
+# Keys whose values are not numeric columns.
+_PLAIN = ("layout", "id", "index", "response_length", "weight_version_spans")
+
+# NumPy's dtype names for the typed arrays the server reads, by the `array` module's type codes.
+_ARRAY_DTYPES = {"d": "float64", "q": "int64"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One way a sample disagrees with what the server served, at ``start:end`` of its per-token arrays."""
+
+    sample: int
+    sample_id: str
+    kind: str
+    channel: str
+    start: int
+    end: int
+    rid: Optional[str]
+    expected: Optional[str]
+    found: Optional[str]
+    message: str
+
+    def __str__(self) -> str:
+        return f"sample {self.sample_id} [{self.kind}] {self.channel}[{self.start}:{self.end}]: {self.message}"
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditReport:
+    """What an audit found: ``ok`` when every sample is faithful, else the ``problems``; ``str()`` is the
+    report as text."""
+
+    ok: bool
+    samples: int
+    samples_with_problems: int
+    tokens: int
+    trained_tokens: int
+    checked_logprobs: int
+    matched_items: int
+    problems: List[Problem]
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def kinds(self) -> List[str]:
+        """The kinds of the problems, in report order."""
+        return [p.kind for p in self.problems]
+
+
+def _typed(dtype: str, shape: List[int], data: bytes) -> Dict[str, Any]:
+    return {"dtype": dtype, "shape": shape, "b64": base64.b64encode(data).decode("ascii")}
+
+
+def _tensor(value: Any) -> Optional[Dict[str, Any]]:
+    """A NumPy array or a torch tensor as a typed array; ``None`` for anything else."""
+    module = type(value).__module__.split(".")[0]
+    if module == "torch":
+        value = value.detach().cpu().numpy()
+        module = "numpy"
+    if module != "numpy" or not hasattr(value, "dtype"):
+        return None
+    import numpy  # only reached with a NumPy value in hand
+
+    name = str(value.dtype)
+    if name in ("float16", "bfloat16"):
+        value, name = value.astype(numpy.float32), "float32"
+    elif name in ("int8", "uint16", "uint32", "uint64"):
+        value, name = value.astype(numpy.int64), "int64"
+    data = numpy.ascontiguousarray(value).astype(value.dtype.newbyteorder("<"), copy=False).tobytes()
+    return _typed(name, list(value.shape), data)
+
+
+def _flat(value: list) -> Optional[tuple]:
+    """A rectangular nested list as (flat values, shape); ``None`` when it is ragged."""
+    shape = []
+    probe: Any = value
+    while isinstance(probe, list):
+        shape.append(len(probe))
+        if not probe:
+            break
+        probe = probe[0]
+    flat = value
+    for depth in range(len(shape) - 1):
+        width = shape[depth + 1]
+        if not all(isinstance(row, list) and len(row) == width for row in flat):
+            return None
+        flat = [x for row in flat for x in row]
+    return flat, shape
+
+
+def _column(value: Any) -> Any:
+    """A column as the server reads it: a typed array when it holds only numbers (fast), else the list with
+    ``None`` kept and non-finite numbers spelled as the server reads them (JSON has no NaN)."""
+    if value is None or isinstance(value, (str, bytes, int, float, dict)):
+        return value
+    tensor = _tensor(value)
+    if tensor is not None:
+        return tensor
+    if not isinstance(value, list):
+        try:
+            value = list(value)
+        except TypeError:
+            return value
+    if value and all(isinstance(x, bool) for x in value):
+        return _typed("uint8", [len(value)], bytes(bytearray(value)))
+    flat = _flat(value)
+    if flat is None:
+        return [_spell(x) for x in value]
+    values, shape = flat
+    if all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in values):
+        code = "q"
+    elif all(isinstance(x, numbers.Real) and not isinstance(x, bool) for x in values):
+        code = "d"
+    else:
+        # `None` (or another odd value) inside: the list as it is, so that the report can name it.
+        return [_spell(x) for x in value]
+    packed = array.array(code, values)
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return _typed(_ARRAY_DTYPES[code], shape, packed.tobytes())
+
+
+def _spell(x: Any) -> Any:
+    """A list element JSON can carry: NaN and the infinities as the strings the server reads."""
+    if isinstance(x, (list, tuple)):
+        return [_spell(y) for y in x]
+    if isinstance(x, numbers.Integral):
+        return int(x)
+    if isinstance(x, numbers.Real):
+        x = float(x)
+        if not math.isfinite(x):
+            return "NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity")
+    return x
+
+
+def _as_dict(sample: Any) -> Dict[str, Any]:
+    """A sample object's fields: a dict as it is, ``to_dict()`` (slime, miles), a pydantic model (verl), a
+    dataclass (AReaL) or any object's attributes."""
+    if isinstance(sample, dict):
+        return sample
+    for method in ("to_dict", "model_dump"):
+        if callable(getattr(sample, method, None)):
+            return getattr(sample, method)()
+    if dataclasses.is_dataclass(sample) and not isinstance(sample, type):
+        return {f.name: getattr(sample, f.name) for f in dataclasses.fields(sample)}
+    if hasattr(sample, "__dict__"):
+        return dict(vars(sample))
+    raise TypeError(f"cannot read a sample from {type(sample).__name__}: pass a dict or a framework's sample object")
+
+
+def encode_sample(sample: Any) -> Dict[str, Any]:
+    """One sample as the server's audit reads it: the keys it knows, numeric columns as typed arrays."""
+    fields = _as_dict(sample)
+    out: Dict[str, Any] = {}
+    for key in _KEYS:
+        if key not in fields:
+            continue
+        value = fields[key]
+        if key in _PLAIN:
+            if key == "weight_version_spans" and value is not None:
+                value = [
+                    span if isinstance(span, dict) else {"version": span.version, "start": span.start, "end": span.end}
+                    for span in value
+                ]
+            elif key in ("id", "index") and value is not None and not isinstance(value, (str, int, float)):
+                value = str(value)
+            out[key] = value
+        else:
+            out[key] = _column(value)
+    return out
+
+
+def audit(
+    url: str,
+    samples: Iterable[Any],
+    *,
+    layout: Optional[str] = None,
+    allow_masked_generated: bool = False,
+    api_key: Optional[str] = None,
+    timeout: float = 300.0,
+) -> AuditReport:
+    """Audits ``samples`` against the ledger of the server at ``url`` (``POST /admin/audit``)."""
+    body: Dict[str, Any] = {
+        "samples": [encode_sample(s) for s in samples],
+        "options": {"allow_masked_generated": allow_masked_generated},
+    }
+    if layout is not None:
+        body["layout"] = layout
+    request = urllib.request.Request(url + "/admin/audit", data=json.dumps(body).encode(), method="POST")
+    request.add_header("Content-Type", "application/json")
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            answer = json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        detail = err.read().decode("utf-8", "replace")
+        raise ValueError(f"the audit refused the samples ({err.code}): {detail}") from None
+    problems = [Problem(**p) for p in answer.pop("problems")]
+    return AuditReport(problems=problems, **answer)
