@@ -5,6 +5,7 @@ use std::future::Future;
 use base64::Engine;
 
 use mock_server::oracle::Oracle;
+use mock_server::witness::{AuditOptions, Report, audit, parse_samples};
 use mock_server::{Server, ServerConfig};
 use proptest::test_runner::{Config, RngSeed, TestRunner};
 use rollout_client::request::{GenerateRequest, IdsInput, SamplingParams};
@@ -55,7 +56,7 @@ pub(crate) fn runtime() -> Runtime {
 pub(crate) struct Mock {
     pub(crate) url: String,
     pub(crate) oracle: Oracle,
-    _server: Server,
+    server: Server,
 }
 
 impl Mock {
@@ -66,8 +67,30 @@ impl Mock {
         Mock {
             url: server.url(),
             oracle: server.oracle(),
-            _server: server,
+            server,
         }
+    }
+
+    /// The server's audit of samples written as a trainer writes them (JSON in any layout the witness reads:
+    /// a `rollout_client::Sample` serialises in slime's), against its ledger (a server started with `ledger`).
+    pub(crate) fn audit(&self, samples: &[serde_json::Value]) -> Report {
+        let body = serde_json::to_vec(samples).expect("samples serialise");
+        let batch = parse_samples(&body, None).unwrap_or_else(|e| panic!("the samples read: {e}"));
+        let ledger = self
+            .server
+            .state()
+            .ledger()
+            .expect("a server started with a ledger");
+        audit(&ledger.read(), &batch.samples, &AuditOptions::default())
+    }
+
+    /// [`Mock::audit`] of the client's own samples.
+    pub(crate) fn audit_samples(&self, samples: &[Sample]) -> Report {
+        let json: Vec<serde_json::Value> = samples
+            .iter()
+            .map(|s| serde_json::to_value(s).expect("a sample serialises"))
+            .collect();
+        self.audit(&json)
     }
 
     /// A client without retries, so a fault surfaces as the first error.

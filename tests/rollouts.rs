@@ -258,6 +258,7 @@ fn random_rollouts_reach_grpo_aligned_and_equal_to_the_oracle() {
                 "<think>hm</think>The answer is 42.",
             ),
         ],
+        ledger: true,
         ..with_channels()
     };
     check_random_rollouts(config, false, 12);
@@ -268,6 +269,7 @@ fn random_rollouts_reach_grpo_aligned_and_equal_to_the_oracle() {
 fn random_streamed_rollouts_on_a_mid_server() {
     let config = ServerConfig {
         sglang_version: mock_server::SglangVersion::V0_5_3,
+        ledger: true,
         ..ServerConfig::default()
     };
     check_random_rollouts(config, true, 6);
@@ -279,6 +281,7 @@ fn random_streamed_rollouts_on_an_incremental_server() {
     let config = ServerConfig {
         incremental_streaming_output: true,
         stream_interval: 3,
+        ledger: true,
         ..with_channels()
     };
     check_random_rollouts(config, true, 6);
@@ -305,6 +308,9 @@ fn check_random_rollouts(server: ServerConfig, force_stream: bool, default_cases
                 prop_assert!(c.multi_agent);
                 return Ok(());
             }
+            // The server's witness agrees with the oracle replay: every sample kept what was served.
+            let report = mock.audit_samples(&samples);
+            prop_assert!(report.ok, "{}", report.text());
             if !c.multi_agent {
                 prop_assert_eq!(samples.len(), c.prompts.len() * c.n);
                 for (s, &r) in samples.iter_mut().zip(c.rewards.iter().cycle()) {

@@ -25,3 +25,5 @@ mod qwen_tokenizer;
 mod retokenization;
 /// Random valid rollouts (groups, sampling parameters, multi-turn, multi-agent, streaming) through to GRPO.
 mod rollouts;
+/// The witness: the client's own samples pass the server's audit, and a single corruption is reported where it is.
+mod witness;
