@@ -19,11 +19,14 @@ tables report each server's best round and the ratios between them.
 Needs: wrk (apt-get install wrk), and fastapi, uvicorn[standard], orjson (pip install).
 
     python3 bench/loopback.py [--seconds 10] [--rounds 3] [--connections 64] [--tokens 1024,16] [--baseline PATH]
+                              [--tokenizer PATH] [--ledger]
 
 `--baseline PATH` adds another sglang-mock binary (an earlier build, say) as a row of the same rounds, so that a
 change to the server is measured side by side with what it replaces. `--tokenizer PATH` adds sglang-mock with
 that Hugging Face tokenizer (`target/qwen-tokenizer`, built by `scripts/qwen_tokenizer.py`, is Qwen's) as a row
-too, and reports its throughput as a ratio of the toy tokenizer's in the same rounds.
+too, and reports its throughput as a ratio of the toy tokenizer's in the same rounds. `--ledger` adds sglang-mock
+with its witness's ledger on (every answer recorded, the oldest evicted past the default bound) as a row too, and
+reports its throughput as a ratio of the same build's without it.
 """
 
 import argparse
@@ -82,6 +85,7 @@ def main() -> None:
     parser.add_argument("--tokens", default="1024,16", help="answer lengths, one table each")
     parser.add_argument("--baseline", help="another sglang-mock binary to measure in the same rounds")
     parser.add_argument("--tokenizer", help="also measure sglang-mock with this --tokenizer in the same rounds")
+    parser.add_argument("--ledger", action="store_true", help="also measure sglang-mock --ledger in the same rounds")
     args = parser.parse_args()
     lengths = [int(t) for t in args.tokens.split(",")]
     for tool in ("wrk", "taskset"):
@@ -123,6 +127,8 @@ def main() -> None:
             servers[tokens]["sglang-mock (baseline)"] = [os.path.abspath(args.baseline)]
         if args.tokenizer:
             servers[tokens]["sglang-mock --tokenizer"] = mock + ["--tokenizer", os.path.abspath(args.tokenizer)]
+        if args.ledger:
+            servers[tokens]["sglang-mock --ledger"] = mock + ["--ledger"]
     proc.terminate()
     proc.wait()
 
@@ -174,6 +180,9 @@ def main() -> None:
         if args.tokenizer:
             ratio = best[tokens, "sglang-mock --tokenizer"][0] / best[tokens, "sglang-mock"][0]
             print(f"With --tokenizer {args.tokenizer}: {ratio:.2f} of the toy tokenizer's requests/s.")
+        if args.ledger:
+            ratio = best[tokens, "sglang-mock --ledger"][0] / best[tokens, "sglang-mock"][0]
+            print(f"With --ledger: {ratio:.3f} of the requests/s without it.")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ use mock_server::witness::{AuditOptions, Report, audit, parse_samples};
 use mock_server::{Server, ServerConfig};
 use proptest::test_runner::{Config, RngSeed, TestRunner};
 use rollout_client::request::{GenerateRequest, IdsInput, SamplingParams};
+use rollout_client::rollout::{EnvTurn, Environment};
 use rollout_client::{Client, RetryPolicy, Sample, StreamMode};
 use tokio::runtime::Runtime;
 
@@ -287,5 +288,23 @@ pub(crate) fn assert_oracle_replay(
             (0, 0.0),
             "environment token {i}: mask and logprob"
         );
+    }
+}
+
+/// A tool that answers `turns` times with the same tokens.
+pub(crate) struct Tool {
+    pub(crate) turns: usize,
+    pub(crate) tokens: Vec<u32>,
+}
+
+impl Environment for Tool {
+    async fn step(&mut self, _sample: &Sample) -> Option<EnvTurn> {
+        (self.turns > 0).then(|| {
+            self.turns -= 1;
+            EnvTurn {
+                tokens: self.tokens.clone(),
+                text: " [tool]".into(),
+            }
+        })
     }
 }

@@ -11,13 +11,13 @@ use mock_server::{ScriptFinish, ScriptRule};
 use proptest::prelude::*;
 use rollout_client::multi_agent::{self, MultiAgentConfig};
 use rollout_client::request::IdsInput;
-use rollout_client::rollout::{self, EnvTurn, Environment, RolloutConfig};
+use rollout_client::rollout::{self, RolloutConfig};
 use rollout_client::tokenize::PromptTokenizer;
 use rollout_client::train::{self, sample_parts};
 use rollout_client::{GenerateRequest, Reward, Sample, SamplingParams};
 
 use crate::common::{
-    Mock, Provenance, assert_aligned, assert_oracle_replay, block_on, runner, runtime,
+    Mock, Provenance, Tool, assert_aligned, assert_oracle_replay, block_on, runner, runtime,
     with_channels,
 };
 
@@ -104,24 +104,6 @@ fn case() -> impl Strategy<Value = Case> {
                 masks: masks && (temperature == 0.0 || top_k > 0),
             },
         )
-}
-
-/// A tool that answers `turns` times with the same tokens.
-struct Tool {
-    turns: usize,
-    tokens: Vec<u32>,
-}
-
-impl Environment for Tool {
-    async fn step(&mut self, _sample: &Sample) -> Option<EnvTurn> {
-        (self.turns > 0).then(|| {
-            self.turns -= 1;
-            EnvTurn {
-                tokens: self.tokens.clone(),
-                text: " [tool]".into(),
-            }
-        })
-    }
 }
 
 fn params(c: &Case) -> SamplingParams {

@@ -4,11 +4,11 @@
 
 use mock_server::ServerConfig;
 use proptest::prelude::*;
-use rollout_client::rollout::{self, EnvTurn, Environment, RolloutConfig};
+use rollout_client::rollout::{self, RolloutConfig};
 use rollout_client::{Sample, SamplingParams};
 use serde_json::{Value, json};
 
-use crate::common::{Mock, block_on, runner, runtime, with_channels};
+use crate::common::{Mock, Tool, block_on, runner, runtime, with_channels};
 
 /// A random multi-turn rollout and one corruption of it.
 #[derive(Debug, Clone)]
@@ -99,24 +99,6 @@ fn case() -> impl Strategy<Value = Case> {
                 at,
             },
         )
-}
-
-/// A tool that answers `turns` times with the same tokens.
-struct Tool {
-    turns: usize,
-    tokens: Vec<u32>,
-}
-
-impl Environment for Tool {
-    async fn step(&mut self, _sample: &Sample) -> Option<EnvTurn> {
-        (self.turns > 0).then(|| {
-            self.turns -= 1;
-            EnvTurn {
-                tokens: self.tokens.clone(),
-                text: " [tool]".into(),
-            }
-        })
-    }
 }
 
 async fn rollout(mock: &Mock, c: &Case) -> Sample {

@@ -509,6 +509,20 @@ impl<'a> Check<'a> {
         });
     }
 
+    /// A per-token array of `len` entries for the response's tokens: the positions where one of the two runs
+    /// past the other.
+    fn length(&mut self, kind: ProblemKind, channel: &str, len: usize, message: String) {
+        let n = self.sample.response.len();
+        self.push(
+            kind,
+            channel,
+            (len.min(n), len.max(n)),
+            None,
+            (Some(n.to_string()), Some(len.to_string())),
+            message,
+        );
+    }
+
     fn run(&mut self, values: &mut ValueIndex<'_>) {
         let sample = self.sample;
         let fields = sample.fields();
@@ -518,12 +532,10 @@ impl<'a> Check<'a> {
             && sample.loss_mask.len() != n
         {
             let len = sample.loss_mask.len();
-            self.push(
+            self.length(
                 ProblemKind::MaskLength,
                 mask_field,
-                (len.min(n), len.max(n)),
-                None,
-                (Some(n.to_string()), Some(len.to_string())),
+                len,
                 format!(
                     "{len} mask entries for {n} tokens: {}; one entry per token, 1 for what the model generated \
                      and is trained on, 0 for environment output",
@@ -585,12 +597,10 @@ impl<'a> Check<'a> {
         };
         if lps.len() != n {
             let m = lps.len();
-            self.push(
+            self.length(
                 ProblemKind::LogprobsLength,
                 field,
-                (m.min(n), m.max(n)),
-                None,
-                (Some(n.to_string()), Some(m.to_string())),
+                m,
                 if m < n {
                     format!(
                         "{m} logprobs for {n} tokens: the last {} tokens have none, and every logprob after \
@@ -1026,12 +1036,10 @@ impl<'a> Check<'a> {
         let n = sample.response.len();
         if versions.len() != n {
             let m = versions.len();
-            self.push(
+            self.length(
                 ProblemKind::VersionsLength,
                 field,
-                (m.min(n), m.max(n)),
-                None,
-                (Some(n.to_string()), Some(m.to_string())),
+                m,
                 format!("{m} weight versions for {n} tokens: one per token was expected"),
             );
         }

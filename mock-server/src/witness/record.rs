@@ -61,19 +61,11 @@ impl Served<'_> {
                 supports
             });
         let mut entry = Entry {
-            seq: 0,
-            rid: item.rid.clone(),
-            route: self.route,
-            stream: self.stream,
-            index,
             finish_reason: generation
                 .finish_reason()
                 .map(|r| finish_type(r).to_owned()),
-            weight_version: weight_version.to_owned(),
             num_retractions,
-            prompt_ids,
             output_ids: output_ids.to_vec(),
-            return_logprob: item.request.return_logprob,
             output_logprobs: item
                 .request
                 .return_logprob
@@ -88,7 +80,7 @@ impl Served<'_> {
                 .collect(),
             routed_experts,
             sampling_supports,
-            fault: None,
+            ..self.blank(index, item, prompt_ids, weight_version)
         };
         self.apply_fault(&mut entry);
         entry
@@ -98,29 +90,45 @@ impl Served<'_> {
     /// the scheduler; no output.
     pub fn never_ran(&self, index: usize, item: &PlannedItem, weight_version: &str) -> Entry {
         let mut entry = Entry {
-            seq: 0,
-            rid: item.rid.clone(),
-            route: self.route,
-            stream: self.stream,
-            index,
             finish_reason: Some("abort".to_owned()),
-            weight_version: weight_version.to_owned(),
-            num_retractions: 0,
-            prompt_ids: item.request.input_ids.clone(),
-            output_ids: Vec::new(),
-            return_logprob: item.request.return_logprob,
             output_logprobs: item.request.return_logprob.then(SentLogprobs::default),
             weight_versions: vec![Span {
                 version: weight_version.to_owned(),
                 start: 0,
                 end: 0,
             }],
-            routed_experts: None,
-            sampling_supports: None,
-            fault: None,
+            ..self.blank(index, item, item.request.input_ids.clone(), weight_version)
         };
         self.apply_fault(&mut entry);
         entry
+    }
+
+    /// An entry of item `index` with its prompt and no output, channel or fault yet.
+    fn blank(
+        &self,
+        index: usize,
+        item: &PlannedItem,
+        prompt_ids: Vec<u32>,
+        weight_version: &str,
+    ) -> Entry {
+        Entry {
+            seq: 0,
+            rid: item.rid.clone(),
+            route: self.route,
+            stream: self.stream,
+            index,
+            finish_reason: None,
+            weight_version: weight_version.to_owned(),
+            num_retractions: 0,
+            prompt_ids,
+            output_ids: Vec::new(),
+            return_logprob: item.request.return_logprob,
+            output_logprobs: None,
+            weight_versions: Vec::new(),
+            routed_experts: None,
+            sampling_supports: None,
+            fault: None,
+        }
     }
 
     /// Records the fault that changed the answer, and what it changed, as the catalogue defines each kind on

@@ -215,6 +215,8 @@ pub(crate) struct Column {
     values: Vec<f64>,
     nulls: Vec<usize>,
     shape: Vec<usize>,
+    /// While a list is read: the depth its numbers stand at, once one was read.
+    leaf: Option<usize>,
 }
 
 impl<'de> Deserialize<'de> for Column {
@@ -229,46 +231,21 @@ impl<'de> Visitor<'de> for ColumnVisitor {
     type Value = Column;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a list of numbers (nested for a tensor), or a typed array {\"dtype\", \"shape\", \"b64\"}")
+        f.write_str(
+            "a list of numbers (nested for a tensor), or a typed array {\"dtype\", \"shape\", \"b64\"}",
+        )
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Column, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Column, A::Error> {
         let mut column = Column::default();
-        let mut len = 0;
-        let mut inner: Option<Vec<usize>> = None;
-        while let Some(element) = seq.next_element::<Element>()? {
-            let shape = match element {
-                Element::Number(v) => {
-                    column.values.push(v);
-                    Vec::new()
-                }
-                Element::Null => {
-                    column.nulls.push(column.values.len());
-                    column.values.push(f64::NAN);
-                    Vec::new()
-                }
-                Element::List(sub) => {
-                    let offset = column.values.len();
-                    column.nulls.extend(sub.nulls.iter().map(|&i| i + offset));
-                    column.values.extend_from_slice(&sub.values);
-                    sub.shape
-                }
-            };
-            match &inner {
-                None => inner = Some(shape),
-                Some(first) if *first != shape => {
-                    return Err(de::Error::custom(format!(
-                        "element {len} has shape {shape:?} where element 0 has {first:?}: a column is a \
-                         rectangular list"
-                    )));
-                }
-                Some(_) => {}
-            }
-            len += 1;
+        Level {
+            column: &mut column,
+            depth: 0,
         }
-        column.shape = std::iter::once(len)
-            .chain(inner.unwrap_or_default())
-            .collect();
+        .visit_seq(seq)?;
+        if column.shape.is_empty() {
+            column.shape.push(0);
+        }
         Ok(column)
     }
 
@@ -285,56 +262,117 @@ impl<'de> Visitor<'de> for ColumnVisitor {
     }
 }
 
-/// One element of a list column: a number (or `"NaN"`, `"Infinity"`, `"-Infinity"`, a boolean), `null`, or a
-/// nested list.
-enum Element {
-    Number(f64),
-    Null,
-    List(Column),
+/// One nesting level of a list column being read: each element goes straight into `column` (a number, or
+/// `null` as NaN listed in `nulls`, or a list one level deeper), and every list of a level must have the length
+/// the first one had (`column.shape[depth]`), so that the column is rectangular.
+struct Level<'a> {
+    column: &'a mut Column,
+    depth: usize,
 }
 
-impl<'de> Deserialize<'de> for Element {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Element, D::Error> {
-        struct ElementVisitor;
-        impl<'de> Visitor<'de> for ElementVisitor {
-            type Value = Element;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a number, null or a list")
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Element, E> {
-                Ok(Element::Number(v))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Element, E> {
-                Ok(Element::Number(v as f64))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Element, E> {
-                Ok(Element::Number(v as f64))
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<Element, E> {
-                Ok(Element::Number(f64::from(u8::from(v))))
-            }
-            fn visit_unit<E>(self) -> Result<Element, E> {
-                Ok(Element::Null)
-            }
-            fn visit_none<E>(self) -> Result<Element, E> {
-                Ok(Element::Null)
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Element, E> {
-                match v {
-                    "NaN" | "nan" => Ok(Element::Number(f64::NAN)),
-                    "Infinity" | "inf" => Ok(Element::Number(f64::INFINITY)),
-                    "-Infinity" | "-inf" => Ok(Element::Number(f64::NEG_INFINITY)),
-                    _ => Err(E::custom(format!(
-                        "the string {v:?} where a number belongs (only \"NaN\", \"Infinity\" and \
-                         \"-Infinity\" stand for numbers)"
-                    ))),
-                }
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Element, A::Error> {
-                ColumnVisitor.visit_seq(seq).map(Element::List)
-            }
+impl Level<'_> {
+    /// A scalar at this level: numbers stand at one depth only, under lists that are the column's whole shape.
+    fn scalar<E: de::Error>(self, value: f64, null: bool) -> Result<(), E> {
+        let leaf = *self.column.leaf.get_or_insert(self.depth);
+        if leaf != self.depth || self.column.shape.len() != self.depth {
+            return Err(E::custom(format!(
+                "a number at depth {} where the first element had shape {:?}: a column is a rectangular list",
+                self.depth, self.column.shape
+            )));
         }
-        deserializer.deserialize_any(ElementVisitor)
+        if null {
+            self.column.nulls.push(self.column.values.len());
+        }
+        self.column.values.push(value);
+        Ok(())
+    }
+}
+
+impl<'de> de::DeserializeSeed<'de> for Level<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Level<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a number, null or a list")
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
+        self.scalar(v, false)
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
+        self.scalar(v as f64, false)
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
+        self.scalar(v as f64, false)
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
+        self.scalar(f64::from(u8::from(v)), false)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        self.scalar(f64::NAN, true)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<(), E> {
+        self.scalar(f64::NAN, true)
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        let value = match v {
+            "NaN" | "nan" => f64::NAN,
+            "Infinity" | "inf" => f64::INFINITY,
+            "-Infinity" | "-inf" => f64::NEG_INFINITY,
+            _ => {
+                return Err(E::custom(format!(
+                    "the string {v:?} where a number belongs (only \"NaN\", \"Infinity\" and \"-Infinity\" \
+                     stand for numbers)"
+                )));
+            }
+        };
+        self.scalar(value, false)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let Level { column, depth } = self;
+        if column.leaf.is_some_and(|leaf| leaf <= depth) {
+            return Err(de::Error::custom(format!(
+                "a list at depth {depth} where numbers stand: a column is a rectangular list"
+            )));
+        }
+        // The first list of a level sets its length for the others.
+        let first = column.shape.len() == depth;
+        if first {
+            column.shape.push(0);
+        }
+        let mut len = 0;
+        while seq
+            .next_element_seed(Level {
+                column: &mut *column,
+                depth: depth + 1,
+            })?
+            .is_some()
+        {
+            len += 1;
+        }
+        if first {
+            column.shape[depth] = len;
+        } else if column.shape[depth] != len {
+            return Err(de::Error::custom(format!(
+                "a list of {len} at depth {depth} where the first had {}: a column is a rectangular list",
+                column.shape[depth]
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -379,6 +417,7 @@ fn typed_column(dtype: &str, shape: Vec<usize>, b64: &str) -> Result<Column, Str
         values,
         nulls: Vec::new(),
         shape,
+        leaf: None,
     })
 }
 
@@ -391,69 +430,60 @@ impl Column {
         self
     }
 
-    fn check_1d(&self, field: &str) -> Result<(), String> {
-        match self.shape.len() {
-            1 => Ok(()),
-            _ => Err(format!(
+    /// One value per token (a batch dimension of 1 dropped), each read by `read` from its position and value;
+    /// `null` reads as NaN.
+    fn per_token<T>(
+        self,
+        field: &str,
+        read: impl Fn(usize, f64) -> Result<T, String>,
+    ) -> Result<Vec<T>, String> {
+        let column = self.unbatched();
+        if column.shape.len() != 1 {
+            return Err(format!(
                 "{field} has shape {:?}; one value per token was expected",
-                self.shape
-            )),
+                column.shape
+            ));
         }
+        column
+            .values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| read(i, v))
+            .collect()
     }
 
     fn ids(self, field: &str) -> Result<Vec<u32>, String> {
-        let column = self.unbatched();
-        column.check_1d(field)?;
-        column
-            .values
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| {
-                if v.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&v) {
-                    Ok(v as u32)
-                } else {
-                    Err(format!("{field}[{i}] is {v}, not a token id"))
-                }
-            })
-            .collect()
+        self.per_token(field, |i, v| {
+            if v.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&v) {
+                Ok(v as u32)
+            } else {
+                Err(format!("{field}[{i}] is {v}, not a token id"))
+            }
+        })
     }
 
     fn mask(self, field: &str) -> Result<Vec<u8>, String> {
-        let column = self.unbatched();
-        column.check_1d(field)?;
-        column
-            .values
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| match v {
-                0.0 => Ok(0),
-                1.0 => Ok(1),
-                _ => Err(format!("{field}[{i}] is {v}; a loss mask holds 0 and 1")),
-            })
-            .collect()
+        self.per_token(field, |i, v| match v {
+            0.0 => Ok(0),
+            1.0 => Ok(1),
+            _ => Err(format!("{field}[{i}] is {v}; a loss mask holds 0 and 1")),
+        })
     }
 
     fn logprobs(self, field: &str) -> Result<Vec<Option<f32>>, String> {
-        let column = self.unbatched();
-        column.check_1d(field)?;
-        let mut out: Vec<Option<f32>> = column.values.iter().map(|&v| Some(v as f32)).collect();
-        for &i in &column.nulls {
-            out[i] = None;
-        }
-        Ok(out)
+        let nulls = self.nulls.clone();
+        self.per_token(field, |i, v| {
+            Ok((nulls.binary_search(&i).is_err()).then_some(v as f32))
+        })
     }
 
+    /// Version labels: a number (AReaL's), none where it is negative (AReaL's `-1` for a token no version made)
+    /// or `null`.
     fn versions(self, field: &str) -> Result<Vec<Option<String>>, String> {
-        let column = self.unbatched();
-        column.check_1d(field)?;
-        Ok(column
-            .values
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| {
-                (v >= 0.0 && column.nulls.binary_search(&i).is_err()).then(|| format!("{v}"))
-            })
-            .collect())
+        let nulls = self.nulls.clone();
+        self.per_token(field, |i, v| {
+            Ok((v >= 0.0 && nulls.binary_search(&i).is_err()).then(|| format!("{v}")))
+        })
     }
 
     fn rows(self, field: &str) -> Result<Rows, String> {

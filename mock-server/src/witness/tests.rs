@@ -788,3 +788,32 @@ fn routes_left_long_after_the_tokens_were_cut_are_counted_not_compared() {
         [(ProblemKind::RoutesRowCount, 7, 8)]
     );
 }
+
+#[test]
+fn a_list_column_must_be_rectangular() {
+    let with_routes = |routes: &str| {
+        parse_samples(
+            format!(r#"[{{"prompt_ids":[1],"response_ids":[2],"routed_experts":{routes}}}]"#)
+                .as_bytes(),
+            None,
+        )
+    };
+    let rows = with_routes("[[[1,2],[3,4]],[[5,6],[7,8]]]").expect("a [2, 2, 2] tensor");
+    let rows = rows.samples[0].routed_experts.clone().expect("routes");
+    assert_eq!(
+        (rows.len(), rows.row_len, rows.data),
+        (2, 4, vec![1, 2, 3, 4, 5, 6, 7, 8])
+    );
+    for ragged in [
+        "[[1,2],[3]]",
+        "[[1],2]",
+        "[1,[2]]",
+        "[[],[1]]",
+        "[[[1]],[2]]",
+    ] {
+        let err = with_routes(ragged).expect_err(ragged);
+        assert!(err.message.contains("rectangular"), "{ragged}: {err}");
+    }
+    let empty = with_routes("[]").expect_err("no rows is no tensor of rows");
+    assert!(empty.message.contains("shape [0]"), "{empty}");
+}

@@ -39,8 +39,13 @@ _KEYS = (
 # Keys whose values are not numeric columns.
 _PLAIN = ("layout", "id", "index", "response_length", "weight_version_spans")
 
-# NumPy's dtype names for the typed arrays the server reads, by the `array` module's type codes.
-_ARRAY_DTYPES = {"d": "float64", "q": "int64"}
+# The `array` module's type codes a list is packed with, smallest first, and NumPy's names for them. The audit
+# compares logprobs as float32 (what the server sends), so float32 loses nothing it compares.
+_ARRAY_DTYPES = {
+    code: name
+    for code, name in (("i", "int32"), ("q", "int64"), ("f", "float32"))
+    if array.array(code).itemsize == int(name[-2:]) // 8
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,9 +134,24 @@ def _flat(value: list) -> Optional[tuple]:
     return flat, shape
 
 
+def _packed(values: list, shape: List[int]) -> Optional[Dict[str, Any]]:
+    """Numbers as a typed array: int32 (or int64) when they are all integers, float32 when they are all real
+    numbers (NumPy's scalars included); ``None`` when one is neither (``None``, a string). ``array`` checks every
+    element in C, which is what makes a long list cheap to send."""
+    for code in _ARRAY_DTYPES:
+        try:
+            packed = array.array(code, values)
+        except (TypeError, OverflowError):
+            continue
+        if sys.byteorder != "little":
+            packed.byteswap()
+        return _typed(_ARRAY_DTYPES[code], shape, packed.tobytes())
+    return None
+
+
 def _column(value: Any) -> Any:
-    """A column as the server reads it: a typed array when it holds only numbers (fast), else the list with
-    ``None`` kept and non-finite numbers spelled as the server reads them (JSON has no NaN)."""
+    """A column as the server reads it: a typed array when it holds only numbers, else the list with ``None``
+    kept and non-finite numbers spelled as the server reads them (JSON has no NaN)."""
     if value is None or isinstance(value, (str, bytes, int, float, dict)):
         return value
     tensor = _tensor(value)
@@ -142,23 +162,10 @@ def _column(value: Any) -> Any:
             value = list(value)
         except TypeError:
             return value
-    if value and all(isinstance(x, bool) for x in value):
-        return _typed("uint8", [len(value)], bytes(bytearray(value)))
     flat = _flat(value)
-    if flat is None:
-        return [_spell(x) for x in value]
-    values, shape = flat
-    if all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in values):
-        code = "q"
-    elif all(isinstance(x, numbers.Real) and not isinstance(x, bool) for x in values):
-        code = "d"
-    else:
-        # `None` (or another odd value) inside: the list as it is, so that the report can name it.
-        return [_spell(x) for x in value]
-    packed = array.array(code, values)
-    if sys.byteorder != "little":
-        packed.byteswap()
-    return _typed(_ARRAY_DTYPES[code], shape, packed.tobytes())
+    packed = _packed(*flat) if flat is not None else None
+    # `None` (or another odd value) inside, or a ragged list: the list as it is, so that the report can name it.
+    return packed if packed is not None else [_spell(x) for x in value]
 
 
 def _spell(x: Any) -> Any:
