@@ -11,9 +11,10 @@ and MID profiles and with incremental streaming output. Both servers run with th
 `e2e_latency`, `response_sent_to_client_ts`, OpenAI `id` and `created`) are blanked, everything else compared as
 bytes.
 
-    python3 bench/compare_builds.py --baseline PATH [--candidate PATH]
+    python3 bench/compare_builds.py --baseline PATH [--candidate PATH] [--candidate-arg=--ledger ...]
 
-`--candidate` defaults to this checkout's release build (built first).
+`--candidate` defaults to this checkout's release build (built first). `--candidate-arg` adds a flag to the
+candidate only: a feature that must not change an answer (the witness's `--ledger`) is checked so.
 """
 
 import argparse
@@ -175,6 +176,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="compare two sglang-mock builds' answers byte for byte")
     parser.add_argument("--baseline", required=True, help="the sglang-mock binary to compare against")
     parser.add_argument("--candidate", help="the sglang-mock binary under test (default: this checkout's)")
+    parser.add_argument("--candidate-arg", action="append", default=[],
+                        help="a flag for the candidate alone (repeatable), e.g. --candidate-arg=--ledger")
     args = parser.parse_args()
     candidate = args.candidate
     if candidate is None:
@@ -185,7 +188,7 @@ def main() -> None:
     compared, differing, total_bytes = 0, [], 0
     for flags, full in CONFIGS:
         base_proc, base_url = start(os.path.abspath(args.baseline), flags)
-        cand_proc, cand_url = start(os.path.abspath(candidate), flags)
+        cand_proc, cand_url = start(os.path.abspath(candidate), [*flags, *args.candidate_arg])
         try:
             for path, body, fault in requests(full):
                 a_status, a = post(base_url, path, body, fault)

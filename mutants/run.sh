@@ -6,7 +6,7 @@
 #
 #   mutants/run.sh                 every area
 #   mutants/run.sh decoding        one area: decoding, samples, grpo, model, openai, channels, server-channels,
-#                                  client-channels
+#                                  client-channels, witness
 #   mutants/run.sh samples --shard 0/4 ...   extra arguments go to cargo mutants
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +21,8 @@ fi
 run_area() {
     local area=$1
     shift
-    local files=() packages=() extra=()
+    # test_args: what `cargo test` gets after the mutants' own flags (a test-name filter), last on the line.
+    local files=() packages=() extra=() test_args=()
     case "$area" in
         decoding)
             files=(rollout-client/src/wire.rs rollout-client/src/fast.rs rollout-client/src/visitor.rs
@@ -61,8 +62,14 @@ run_area() {
             git diff 4ca50a0 -- rollout-client/src grpo/src > target/client-channels.diff
             extra=(--in-diff target/client-channels.diff)
             packages=(rollout-client rollout-cli regression-tests grpo) ;;
+        witness)
+            # The ledger, the sample layouts and the audit, and the server's recording: the tests whose names say
+            # witness (its unit tests, the server's witness area and the regression suite's property test).
+            files=('mock-server/src/witness/*.rs' mock-server/src/http/witness.rs)
+            test_args=(-- -- witness)
+            packages=(mock-server regression-tests) ;;
         *)
-            echo "unknown area $area (decoding, samples, grpo, model, openai, channels, server-channels, client-channels)" >&2
+            echo "unknown area $area (decoding, samples, grpo, model, openai, channels, server-channels, client-channels, witness)" >&2
             return 2 ;;
     esac
     local args=()
@@ -73,12 +80,12 @@ run_area() {
     # Debug info makes every mutant's link slower and is not needed to see a test fail.
     export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-none}"
     # The baseline runs only the mutated package's tests, so its auto timeout is too short for the suite.
-    cargo mutants --no-shuffle --timeout 30 --output "mutants.out/$area" "${args[@]}" "$@"
+    cargo mutants --no-shuffle --timeout 30 --output "mutants.out/$area" "${args[@]}" "$@" "${test_args[@]}"
 }
 
 if [ $# -eq 0 ]; then
     status=0
-    for area in decoding samples grpo model openai channels server-channels client-channels; do
+    for area in decoding samples grpo model openai channels server-channels client-channels witness; do
         run_area "$area" || status=1
     done
     exit $status

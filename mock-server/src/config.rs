@@ -314,8 +314,8 @@ impl Default for ServerConfig {
 pub(crate) const DEFAULT_MODEL_PATH: &str = "sglang-mock/toy-model";
 /// 64 MiB: far above any real prompt, small enough that a hostile body cannot exhaust memory.
 pub(crate) const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
-/// The ledger's default bound, in MiB: about 250 samples of 4,096 tokens with 8 turns each (each turn's prompt
-/// repeats the context before it).
+/// The ledger's default bound, in MiB: about 18,000 samples of 4,096 tokens in four turns (58 KiB each, each
+/// turn's prompt repeating the context before it; `bench/audit.py`).
 pub(crate) const DEFAULT_LEDGER_MAX_MIB: u64 = 1024;
 /// SGLang's default `weight_version`.
 pub(crate) const DEFAULT_WEIGHT_VERSION: &str = "default";

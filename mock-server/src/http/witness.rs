@@ -129,12 +129,20 @@ fn no_ledger() -> Response {
 /// `GET /admin/ledger`: every entry the ledger holds, oldest first, with its bounds and the router the routes
 /// come from (`WITNESS.md` section 2.2).
 pub(crate) async fn ledger(State(state): State<AppState>) -> Response {
-    let Some(ledger) = state.ledger() else {
+    let Some(ledger) = state.ledger().cloned() else {
         return no_ledger();
     };
-    let mut out = Vec::new();
-    match ledger.read().write_json(&mut out) {
-        Ok(()) => json_response(StatusCode::OK, out),
+    // A large ledger takes a while to write: off the async workers.
+    let written = tokio::task::spawn_blocking(move || {
+        let mut out = Vec::new();
+        ledger.read().write_json(&mut out).map(|()| out)
+    })
+    .await;
+    match written {
+        Ok(Ok(out)) => json_response(StatusCode::OK, out),
+        Ok(Err(err)) => {
+            ApiError::Internal(format!("cannot write the ledger: {err}")).into_response()
+        }
         Err(err) => ApiError::Internal(format!("cannot write the ledger: {err}")).into_response(),
     }
 }

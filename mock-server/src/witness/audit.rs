@@ -13,7 +13,7 @@ use std::fmt::{self, Write as _};
 
 use serde::{Deserialize, Serialize};
 
-use super::ledger::{Entry, PromptHash, Records};
+use super::ledger::{Entry, Finish, PromptHash, Records};
 use super::samples::{AuditOptions, AuditSample};
 
 macro_rules! problem_kinds {
@@ -183,7 +183,7 @@ fn count_of(n: usize, noun: &str) -> String {
 }
 
 /// "1 trained token", "3 trained tokens".
-fn trained(n: usize) -> String {
+fn trained_tokens(n: usize) -> String {
     format!("{n} trained token{}", plural(n))
 }
 
@@ -214,8 +214,8 @@ enum Why {
     Diverged { seq: u64, generated: u32 },
     /// The previous segment's entry ended here.
     AfterEnd { seq: u64 },
-    /// An entry with this context generated `generated` first.
-    OtherFirst { seq: u64, generated: u32 },
+    /// An entry with this context generated `generated` first (`None`: it generated nothing, aborted first).
+    OtherFirst { seq: u64, generated: Option<u32> },
     /// No entry has this context, and one that had it was evicted (`Some(true)`), or none was (`Some(false)`),
     /// or the ledger has forgotten some evictions (`None`).
     Unserved { evicted: Option<bool> },
@@ -279,7 +279,7 @@ fn walk(records: &Records, sample: &AuditSample) -> Walk {
                 let why = after_segment.take().unwrap_or_else(|| match best {
                     Some((entry, _)) => Why::OtherFirst {
                         seq: entry.seq,
-                        generated: entry.output_ids.first().copied().unwrap_or(u32::MAX),
+                        generated: entry.output_ids.first().copied(),
                     },
                     None => Why::Unserved {
                         evicted: records.evicted_prompt(hash),
@@ -569,18 +569,17 @@ impl<'a> Check<'a> {
                     .find(|e| e.output_logprobs.is_some());
                 let message = match sent {
                     Some(entry) => format!(
-                        "{field} is None, yet the sample trains on {} tokens; the server sent a logprob for \
-                         every token it generated (rid {}, ...). Keep item[0] of each \
-                         meta_info.output_token_logprobs entry beside the token id item[1] (slime #1976, \
-                         training-gym PR #75)",
-                        trained.len(),
+                        "{field} is None, yet the sample trains on {}; the server sent a logprob for every \
+                         token it generated (rid {}, ...). Keep item[0] of each meta_info.output_token_logprobs \
+                         entry beside the token id item[1] (slime #1976, training-gym PR #75)",
+                        count_of(trained.len(), "token"),
                         entry.rid
                     ),
                     None => format!(
-                        "{field} is None, yet the sample trains on {} tokens; the requests that generated them \
-                         did not ask for logprobs either: send \"return_logprob\": true and keep item[0] of \
-                         each meta_info.output_token_logprobs entry (slime #1976, training-gym PR #75)",
-                        trained.len()
+                        "{field} is None, yet the sample trains on {}; the requests that generated them did \
+                         not ask for logprobs either: send \"return_logprob\": true and keep item[0] of each \
+                         meta_info.output_token_logprobs entry (slime #1976, training-gym PR #75)",
+                        count_of(trained.len(), "token")
                     ),
                 };
                 let rid = sent.map(|e| e.rid.clone());
@@ -640,10 +639,10 @@ impl<'a> Check<'a> {
                         Some(&entry.rid),
                         (None, lps.get(a).map(|v| show(*v))),
                         format!(
-                            "these {} trained tokens come from rid {}, whose request did not ask for logprobs \
-                             (\"return_logprob\": true), so their values in {field} were made up on the \
-                             client: ask for logprobs and keep them",
-                            positions.len(),
+                            "{} from rid {}, whose request did not ask for logprobs (\"return_logprob\": \
+                             true): their values in {field} were made up on the client. Ask for logprobs and \
+                             keep them",
+                            trained_tokens(positions.len()),
                             entry.rid
                         ),
                     );
@@ -851,6 +850,12 @@ impl<'a> Check<'a> {
                 .filter(|&p| sample.trained(p))
                 .count();
             let found = sample.response[range.start];
+            let what = format!(
+                "response[{}:{}] ({})",
+                range.start,
+                range.end,
+                trained_tokens(count)
+            );
             let (kind, rid, expected, message) = match range.why {
                 Why::Diverged { seq, generated } => {
                     let entry = self.entry(seq);
@@ -859,13 +864,10 @@ impl<'a> Check<'a> {
                         Some(entry.rid.clone()),
                         Some(generated.to_string()),
                         format!(
-                            "{} from response[{}] on were never generated in this \
-                             context: the server's answer rid {} went on with token {generated} where the \
-                             sample has {found}. The ids were changed after generation, most often by \
-                             decoding the text and tokenizing it again (retokenization drift): keep the \
-                             output ids the server sent",
-                            trained(count),
-                            range.start,
+                            "{what} was never generated in this context: the server's answer rid {} went on \
+                             with token {generated} where the sample has {found}. The ids were changed after \
+                             generation, most often by decoding the text and tokenizing it again \
+                             (retokenization drift): keep the output ids the server sent",
                             entry.rid
                         ),
                     )
@@ -877,33 +879,29 @@ impl<'a> Check<'a> {
                         Some(entry.rid.clone()),
                         None,
                         format!(
-                            "{} from response[{}] on (first: {found}) follow the end of \
-                             the server's answer rid {} (finish_reason {}), and no request continued from \
-                             there: tokens appended by the client (a synthetic EOS, SkyRL PR #758) must have \
-                             loss mask 0",
-                            trained(count),
-                            range.start,
+                            "{what}, first {found}, follows the end of the server's answer rid {} \
+                             (finish_reason {}), and no request continued from there: a token the client \
+                             appended (a synthetic EOS, SkyRL PR #758) must have loss mask 0",
                             entry.rid,
                             entry
                                 .finish_reason
-                                .as_deref()
-                                .unwrap_or("none: its stream was cut")
+                                .map_or("none: its stream was cut", Finish::name)
                         ),
                     )
                 }
                 Why::OtherFirst { seq, generated } => {
                     let entry = self.entry(seq);
+                    let answered = match generated {
+                        Some(id) => format!("with token {id} first, where the sample has {found}"),
+                        None => "without a token (it ended before generating one)".to_owned(),
+                    };
                     (
                         ProblemKind::NeverGenerated,
                         Some(entry.rid.clone()),
-                        Some(generated.to_string()),
+                        generated.map(|id| id.to_string()),
                         format!(
-                            "{} from response[{}] on were never generated in this \
-                             context: the server answered this context (rid {}) with token {generated} \
-                             first, where the sample has {found}. Train only on the ids the server \
-                             returned",
-                            trained(count),
-                            range.start,
+                            "{what} was never generated in this context: the server answered this context (rid \
+                             {}) {answered}. Train only on the ids the server returned",
                             entry.rid
                         ),
                     )
@@ -915,11 +913,9 @@ impl<'a> Check<'a> {
                     None,
                     None,
                     format!(
-                        "{} from response[{}] on cannot be checked: the ledger entry for \
-                         this context was evicted (it keeps the newest {} MiB of entries); start the server \
-                         with a larger --ledger-max-mib or audit sooner",
-                        trained(count),
-                        range.start,
+                        "{what} cannot be checked: the ledger entry for this context was evicted (it keeps the \
+                         newest {} MiB of entries); start the server with a larger --ledger-max-mib or audit \
+                         sooner",
                         self.records.max_bytes() >> 20
                     ),
                 ),
@@ -937,12 +933,10 @@ impl<'a> Check<'a> {
                         None,
                         None,
                         format!(
-                            "{} from response[{}] on were never generated by this server: \
-                             no request it answered had the sample's prompt plus response[:{}] as its \
-                             prompt{maybe}. Only tokens the server generated, after exactly the context they \
-                             were generated in (chat template included), may be trained",
-                            trained(count),
-                            range.start,
+                            "{what} was never generated by this server: no request it answered had the sample's \
+                             prompt plus response[:{}] as its prompt{maybe}. Only tokens the server generated, \
+                             after exactly the context they were generated in (chat template included), may be \
+                             trained",
                             range.start
                         ),
                     )
@@ -1018,8 +1012,10 @@ impl<'a> Check<'a> {
                 Some(&rid),
                 (None, Some(fault.clone())),
                 format!(
-                    "{} come from rid {rid}, whose answer the server corrupted on purpose (fault \
-                     `{fault}`); a rollout must refuse or retry such an answer, not train on it",
+                    "response[{}:{}] ({}) is from rid {rid}, whose answer the server corrupted on purpose \
+                     (fault `{fault}`): a rollout must refuse or retry such an answer, not train on it",
+                    segment.start,
+                    segment.end,
                     count_of(segment.end - segment.start, "token")
                 ),
             );

@@ -154,6 +154,26 @@ impl<'de> Deserialize<'de> for SentLogprobs {
     }
 }
 
+/// How an item ended: `finish_reason.type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Finish {
+    Stop,
+    Length,
+    Abort,
+}
+
+impl Finish {
+    /// The type's name, as `finish_reason.type` writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Finish::Stop => "stop",
+            Finish::Length => "length",
+            Finish::Abort => "abort",
+        }
+    }
+}
+
 /// Output tokens `start..end` of an item came from the weights `version` names.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Span {
@@ -268,7 +288,7 @@ pub struct Entry {
     pub index: usize,
     /// `stop`, `length` or `abort`; `null` for a stream that ended before its item did (a client that went away,
     /// a stream fault).
-    pub finish_reason: Option<String>,
+    pub finish_reason: Option<Finish>,
     /// The `weight_version` the answer reported.
     pub weight_version: String,
     pub num_retractions: u32,
@@ -427,7 +447,8 @@ pub struct Records {
     next_seq: u64,
     bytes: usize,
     max_bytes: usize,
-    by_prompt: HashMap<PromptHash, Vec<u64>>,
+    /// The seqs of the entries with each prompt, oldest first.
+    by_prompt: HashMap<PromptHash, VecDeque<u64>>,
     /// Entries evicted since the last reset.
     evicted: u64,
     /// The prompts of the most recently evicted entries, oldest first, and the same as a set.
@@ -464,7 +485,7 @@ impl Records {
         self.by_prompt
             .entry(PromptHash::of(&entry.prompt_ids))
             .or_default()
-            .push(entry.seq);
+            .push_back(entry.seq);
         self.entries.push_back(entry);
         while self.bytes > self.max_bytes && self.entries.len() > 1 {
             self.evict_oldest();
@@ -479,8 +500,10 @@ impl Records {
         self.bytes -= old.bytes();
         self.evicted += 1;
         let hash = PromptHash::of(&old.prompt_ids);
+        // The oldest entry is the oldest of its prompt's too.
         if let Some(seqs) = self.by_prompt.get_mut(&hash) {
-            seqs.retain(|&s| s != old.seq);
+            debug_assert_eq!(seqs.front(), Some(&old.seq));
+            seqs.pop_front();
             if seqs.is_empty() {
                 self.by_prompt.remove(&hash);
             }

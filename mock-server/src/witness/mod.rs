@@ -17,8 +17,8 @@ mod tests;
 
 pub use audit::{Problem, ProblemKind, Report, audit};
 pub use ledger::{
-    Entry, Ledger, PromptHash, Records, Route, Router, RoutesEdit, SentLogprobs, SentRoutes, Span,
-    Supports,
+    Entry, Finish, Ledger, PromptHash, Records, Route, Router, RoutesEdit, SentLogprobs,
+    SentRoutes, Span, Supports,
 };
 pub use record::Served;
 pub use samples::{

@@ -6,7 +6,7 @@ use crate::engine::{FinishReason, Generation, PlannedItem};
 use crate::faults::{BodyFault, Channel, Fault, StreamFault};
 use crate::wire::{VersionEvent, weight_version_spans};
 
-use super::ledger::{Entry, Route, RoutesEdit, SentLogprobs, SentRoutes, Span, Supports};
+use super::ledger::{Entry, Finish, Route, RoutesEdit, SentLogprobs, SentRoutes, Span, Supports};
 
 /// How a request was served: what every entry of its items shares.
 #[derive(Debug, Clone, Copy)]
@@ -61,9 +61,7 @@ impl Served<'_> {
                 supports
             });
         let mut entry = Entry {
-            finish_reason: generation
-                .finish_reason()
-                .map(|r| finish_type(r).to_owned()),
+            finish_reason: generation.finish_reason().map(finish_type),
             num_retractions,
             output_ids: output_ids.to_vec(),
             output_logprobs: item
@@ -90,7 +88,7 @@ impl Served<'_> {
     /// the scheduler; no output.
     pub fn never_ran(&self, index: usize, item: &PlannedItem, weight_version: &str) -> Entry {
         let mut entry = Entry {
-            finish_reason: Some("abort".to_owned()),
+            finish_reason: Some(Finish::Abort),
             output_logprobs: item.request.return_logprob.then(SentLogprobs::default),
             weight_versions: vec![Span {
                 version: weight_version.to_owned(),
@@ -267,10 +265,10 @@ impl Served<'_> {
 }
 
 /// `finish_reason.type` of a finished generation.
-fn finish_type(reason: &FinishReason) -> &'static str {
+fn finish_type(reason: &FinishReason) -> Finish {
     match reason {
-        FinishReason::Length { .. } => "length",
-        FinishReason::StopToken { .. } | FinishReason::StopStr { .. } => "stop",
-        FinishReason::Abort { .. } => "abort",
+        FinishReason::Length { .. } => Finish::Length,
+        FinishReason::StopToken { .. } | FinishReason::StopStr { .. } => Finish::Stop,
+        FinishReason::Abort { .. } => Finish::Abort,
     }
 }

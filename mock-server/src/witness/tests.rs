@@ -25,7 +25,7 @@ fn entry(rid: &str, prompt: &[u32], output: &[u32], lps: &[f32]) -> Entry {
         route: Route::Generate,
         stream: false,
         index: 0,
-        finish_reason: Some("stop".to_owned()),
+        finish_reason: Some(Finish::Stop),
         weight_version: "v1".to_owned(),
         num_retractions: 0,
         prompt_ids: prompt.to_vec(),
@@ -816,4 +816,35 @@ fn a_list_column_must_be_rectangular() {
     }
     let empty = with_routes("[]").expect_err("no rows is no tensor of rows");
     assert!(empty.message.contains("shape [0]"), "{empty}");
+}
+
+#[test]
+fn a_context_whose_request_ended_without_a_token_says_so() {
+    // The request was aborted before it generated anything (in the waiting queue); the sample trains anyway.
+    let mut aborted = entry("waited", &[1], &[], &[]);
+    aborted.finish_reason = Some(Finish::Abort);
+    let records = records(vec![aborted]);
+    let report = run(&records, &[sample(&[1], &[5], &[1], &[Some(-1.0)])]);
+    assert_eq!(found(&report), [(ProblemKind::NeverGenerated, 0, 1)]);
+    assert!(
+        report.problems[0].message.contains("without a token"),
+        "{report}"
+    );
+    assert_eq!(report.problems[0].expected, None);
+}
+
+#[test]
+fn entries_of_one_prompt_are_evicted_oldest_first() {
+    // A group's samples share their prompt (n > 1): the index keeps the newest of them.
+    let one = entry("g0", &[1], &[5; 10], &[-1.0; 10]).bytes();
+    let mut records = Records::new(3 * one, router());
+    for i in 0..10 {
+        records.push(entry(&format!("g{i}"), &[1], &[5; 10], &[-1.0; 10]));
+    }
+    let rids: Vec<&str> = records
+        .with_prompt_hash(PromptHash::of(&[1]))
+        .map(|e| e.rid.as_str())
+        .collect();
+    assert_eq!(rids, ["g7", "g8", "g9"]);
+    assert_eq!(records.evicted(), 7);
 }
