@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::ledger::{Entry, Finish, PromptHash, Records};
 use super::samples::{AuditOptions, AuditSample};
@@ -46,6 +46,7 @@ problem_kinds! {
     MaskLength => "mask-length" "The loss mask has fewer or more entries than tokens.",
     LogprobNone => "logprob-none" "A trained token's logprob is `None` (`null`).",
     LogprobNotFinite => "logprob-not-finite" "A trained token's logprob is NaN or infinite.",
+    LogprobPositive => "logprob-positive" "A trained token's logprob is above 0: a probability above 1.",
     LogprobZero => "logprob-zero"
         "A trained token's logprob is 0.0 where the server sent another value: a placeholder or a zero fill.",
     LogprobShifted => "logprob-shifted"
@@ -84,19 +85,8 @@ impl Serialize for ProblemKind {
     }
 }
 
-impl<'de> Deserialize<'de> for ProblemKind {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ProblemKind, D::Error> {
-        let name = String::deserialize(d)?;
-        ProblemKind::ALL
-            .iter()
-            .copied()
-            .find(|k| k.name() == name)
-            .ok_or_else(|| serde::de::Error::custom(format!("no problem kind is named {name:?}")))
-    }
-}
-
 /// One way a sample disagrees with what the server served, at a range of its per-token positions.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Problem {
     /// The sample's position in the audit's input.
     pub sample: usize,
@@ -120,7 +110,7 @@ pub struct Problem {
 }
 
 /// What an audit found.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Report {
     pub ok: bool,
     pub samples: usize,
@@ -285,9 +275,10 @@ fn walk(records: &Records, sample: &AuditSample) -> Walk {
                         evicted: records.evicted_prompt(hash),
                     },
                 });
+                // Its end is set where the range closes.
                 open = Some(Unexplained {
                     start: i,
-                    end: i + 1,
+                    end: i,
                     why,
                 });
             }
@@ -335,7 +326,7 @@ fn best_entry<'r>(
         let agreeing = entry.output_logprobs.as_ref().map_or(0, |sent| {
             (0..lcp)
                 .filter(
-                    |&q| matches!((sent.get(q), lps.get(i + q)), (Some(a), Some(&b)) if same(a, b)),
+                    |&q| matches!((sent.get(q), lps.get(i + q)), (Some(Some(a)), Some(&Some(b))) if a == b),
                 )
                 .count()
         });
@@ -365,19 +356,12 @@ fn show(v: Option<f32>) -> String {
     }
 }
 
-fn same(a: Option<f32>, b: Option<f32>) -> bool {
-    match (a, b) {
-        (None, None) => true,
-        (Some(a), Some(b)) => a.to_bits() == b.to_bits() || a == b,
-        _ => false,
-    }
-}
-
 /// The class of a trained token's wrong logprob; consecutive positions of one class form one problem.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Wrong {
     None,
     NotFinite,
+    Positive,
     Zero,
     Shifted(isize),
     FromOther {
@@ -673,13 +657,15 @@ impl<'a> Check<'a> {
                 // holds there did not come from the server.
                 Sent::Nothing => None,
             };
-            if expected.is_some_and(|e| same(got, e)) {
-                flush(self, &mut run);
-                continue;
-            }
+            // `None`, NaN, an infinity or a positive value is never trainable, even where a fault sent it.
             let wrong = match got {
                 None => Wrong::None,
                 Some(g) if !g.is_finite() => Wrong::NotFinite,
+                Some(g) if g > 0.0 => Wrong::Positive,
+                Some(g) if expected == Some(Some(g)) => {
+                    flush(self, &mut run);
+                    continue;
+                }
                 Some(0.0) => Wrong::Zero,
                 Some(g) => {
                     let positions = here.get_or_insert_with(|| {
@@ -769,6 +755,14 @@ impl<'a> Check<'a> {
                 format!(
                     "{tokens} {have} logprob {}; {at}. A non-finite logprob poisons the loss (TRL #6166, \
                      OpenRLHF #1165): refuse such a response instead of keeping it",
+                    show(got)
+                ),
+            ),
+            Wrong::Positive => (
+                ProblemKind::LogprobPositive,
+                format!(
+                    "{tokens} {have} logprob {}, a probability above 1; {at}. No sampled token has a positive \
+                     logprob: refuse such a response instead of keeping it",
                     show(got)
                 ),
             ),
@@ -1151,23 +1145,22 @@ impl<'a> Check<'a> {
             );
             return;
         }
-        if r_count > positions {
-            let padding = (positions..r_count).all(|r| rows.row(r).iter().all(|&e| e == 0));
-            if !padding {
-                self.push(
-                    ProblemKind::RoutesRowCount,
-                    field,
-                    (positions, r_count),
-                    None,
-                    (Some(positions.to_string()), Some(r_count.to_string())),
-                    format!(
-                        "{r_count} rows for {} tokens: at most {positions}, one per token that was a forward \
-                         input (the last never is). Rows left when tokens were cut (miles #861) or rows \
-                         repeated across a resume (verl PR #6029)",
-                        full.len()
-                    ),
-                );
-            }
+        // Rows past the last forward position may only be zero padding (verl pads to the sequence's length).
+        let padding = (positions..r_count).all(|r| rows.row(r).iter().all(|&e| e == 0));
+        if !padding {
+            self.push(
+                ProblemKind::RoutesRowCount,
+                field,
+                (positions, r_count),
+                None,
+                (Some(positions.to_string()), Some(r_count.to_string())),
+                format!(
+                    "{r_count} rows for {} tokens: at most {positions}, one per token that was a forward input \
+                     (the last never is). Rows left when tokens were cut (miles #861) or rows repeated across \
+                     a resume (verl PR #6029)",
+                    full.len()
+                ),
+            );
         }
         if let Some(t) = last_trained
             && r_count < t

@@ -718,13 +718,21 @@ fn values_where_the_answer_carried_none_are_wrong_and_say_so() {
     removed.fault = Some("missing-logprobs".to_owned());
     let records = self::records(vec![removed]);
     let made_up = sample(&[1], &[5, 6], &[1, 1], &[Some(-0.5), Some(-0.5)]);
+    let report = run(&records, &[made_up]);
     assert_eq!(
-        found(&run(&records, &[made_up])),
+        found(&report),
         [
             (ProblemKind::LogprobDiffers, 0, 2),
             (ProblemKind::FaultedAnswer, 0, 2)
         ]
     );
+    assert!(
+        report.problems[0]
+            .message
+            .contains("the answer carried fewer logprobs than tokens (or none)"),
+        "{report}"
+    );
+    assert_eq!(report.problems[0].expected.as_deref(), Some("nothing"));
 }
 
 #[test]
@@ -737,11 +745,18 @@ fn of_two_identical_answers_the_one_the_sample_agrees_with_explains_it() {
     let records = records(vec![faulted, clean]);
     let from_retry = sample(&[1], &[5, 6], &[1, 1], &[Some(-1.0), Some(-2.0)]);
     assert!(run(&records, std::slice::from_ref(&from_retry)).ok);
-    // The sample that kept the faulted value is explained by the faulted answer.
+    // The sample that kept the faulted value is explained by the faulted answer: its positive logprob and the
+    // fault are both reported.
     let from_fault = sample(&[1], &[5, 6], &[1, 1], &[Some(-1.0), Some(0.5)]);
     let report = run(&records, &[from_fault]);
-    assert_eq!(found(&report), [(ProblemKind::FaultedAnswer, 0, 2)]);
-    assert_eq!(report.problems[0].rid.as_deref(), Some("first"));
+    assert_eq!(
+        found(&report),
+        [
+            (ProblemKind::LogprobPositive, 1, 2),
+            (ProblemKind::FaultedAnswer, 0, 2)
+        ]
+    );
+    assert_eq!(report.problems[1].rid.as_deref(), Some("first"));
 }
 
 #[test]
@@ -847,4 +862,221 @@ fn entries_of_one_prompt_are_evicted_oldest_first() {
         .collect();
     assert_eq!(rids, ["g7", "g8", "g9"]);
     assert_eq!(records.evicted(), 7);
+}
+
+/// The messages, written out by hand: what a user reads, with its counts, values and positions.
+#[test]
+fn messages_name_counts_values_and_positions() {
+    let (records, s) = two_turns();
+    let message = |s: AuditSample| {
+        let report = run(&records, &[s]);
+        assert_eq!(report.problems.len(), 1, "{report}");
+        report.problems[0].message.clone()
+    };
+    let mut zero = s.clone();
+    zero.logprobs.as_mut().expect("logprobs")[2] = Some(0.0);
+    assert_eq!(
+        message(zero),
+        "1 trained token has logprob 0.0 (probability 1); the server sent -2.5 for response[2] (rid t1, output \
+         position 2). A zero fill or a placeholder (vime PR #70 pads missing logprobs with 0.0; SkyRL PR #758 \
+         gives a synthetic token 0.0) makes every importance ratio at these tokens wrong: keep the server's \
+         values, and train only on tokens the server generated"
+    );
+    let mut nan = s.clone();
+    let lps = nan.logprobs.as_mut().expect("logprobs");
+    lps[5] = Some(f32::NAN);
+    lps[6] = Some(f32::NAN);
+    assert_eq!(
+        message(nan),
+        "2 trained tokens have logprob nan; the server sent -0.25 for response[5] (rid t2, output position 0). \
+         A non-finite logprob poisons the loss (TRL #6166, OpenRLHF #1165): refuse such a response instead of \
+         keeping it"
+    );
+    let mut masked = s.clone();
+    masked.loss_mask[0] = 0;
+    assert_eq!(
+        message(masked),
+        "1 token the server generated (rid t1) has loss mask 0, so training skips it: generated tokens filed as \
+         environment output (the #1976 variant that drops them). If the mask is deliberate (off-policy masking, \
+         an overlong filter), audit with allow_masked_generated"
+    );
+    let mut appended = s.clone();
+    appended.response.extend([2, 3]);
+    appended.loss_mask.extend([1, 1]);
+    appended
+        .logprobs
+        .as_mut()
+        .expect("logprobs")
+        .extend([Some(0.0), Some(0.0)]);
+    assert_eq!(
+        message(appended),
+        "response[7:9] (2 trained tokens), first 2, follows the end of the server's answer rid t2 \
+         (finish_reason stop), and no request continued from there: a token the client appended (a synthetic \
+         EOS, SkyRL PR #758) must have loss mask 0"
+    );
+    let mut missing = s;
+    missing.logprobs = None;
+    let report = run(&records, &[missing]);
+    assert_eq!(
+        report.problems[0].message,
+        "logprobs is None, yet the sample trains on 5 tokens; the server sent a logprob for every token it \
+         generated (rid t1, ...). Keep item[0] of each meta_info.output_token_logprobs entry beside the token \
+         id item[1] (slime #1976, training-gym PR #75)"
+    );
+    // The report's totals, and its text as `Display` writes it.
+    assert_eq!(
+        (
+            report.samples,
+            report.samples_with_problems,
+            report.tokens,
+            report.trained_tokens,
+            report.checked_logprobs,
+            report.matched_items
+        ),
+        (1, 1, 7, 5, 0, 2)
+    );
+    assert_eq!(report.to_string(), report.text());
+    assert!(
+        report
+            .text()
+            .starts_with("audit FAILED: 1 sample, 1 with problems (1 problem); 5 trained tokens, 0 logprobs compared with 2 served items\n"),
+        "{report}"
+    );
+}
+
+#[test]
+fn none_nan_or_positive_values_are_reported_even_where_a_fault_sent_them() {
+    // A `null-logprob` at 0 and a `positive-logprob` at 1 on one answer; the sample kept both.
+    let mut faulted = entry("f", &[1], &[5, 6, 7], &[-1.0, -2.0, -3.0]);
+    let lps = faulted.output_logprobs.as_mut().expect("logprobs");
+    lps.values[0] = f32::NAN;
+    lps.nulls = vec![0];
+    lps.values[1] = 0.5;
+    faulted.fault = Some("null-logprob;at=0".to_owned());
+    let records = records(vec![faulted]);
+    let kept = sample(&[1], &[5, 6, 7], &[1, 1, 1], &[None, Some(0.5), Some(-3.0)]);
+    let report = run(&records, &[kept]);
+    assert_eq!(
+        found(&report),
+        [
+            (ProblemKind::LogprobNone, 0, 1),
+            (ProblemKind::LogprobPositive, 1, 2),
+            (ProblemKind::FaultedAnswer, 0, 3)
+        ]
+    );
+    assert_eq!(report.problems[1].expected.as_deref(), Some("0.5"));
+    assert_eq!(report.problems[1].found.as_deref(), Some("0.5"));
+}
+
+#[test]
+fn versions_are_checked_against_the_span_of_each_output_position() {
+    // Turn 2 was made by two versions: its first token by "v1", its second by "v2" (a weight update while it ran).
+    let (records, mut s) = two_turns();
+    let mut split = Records::new(usize::MAX, router());
+    for (i, mut e) in records.entries().cloned().enumerate() {
+        if i == 1 {
+            e.weight_versions = vec![
+                Span {
+                    version: "v1".to_owned(),
+                    start: 0,
+                    end: 1,
+                },
+                Span {
+                    version: "v2".to_owned(),
+                    start: 1,
+                    end: 2,
+                },
+            ];
+        }
+        split.push(e);
+    }
+    let label = |v: &str| Some(v.to_owned());
+    s.versions = Some(vec![
+        label("v1"),
+        label("v1"),
+        label("v1"),
+        None,
+        None,
+        label("v1"),
+        label("v2"),
+    ]);
+    assert!(run(&split, std::slice::from_ref(&s)).ok);
+    // Every token labelled with the version after the round trip (AReaL PR #1569), and one labelled "v0".
+    s.versions = Some(vec![
+        label("v0"),
+        label("v2"),
+        label("v2"),
+        None,
+        None,
+        label("v2"),
+        label("v2"),
+    ]);
+    let report = run(&split, &[s]);
+    let mismatches: Vec<(usize, usize, Option<&str>, Option<&str>)> = report
+        .problems
+        .iter()
+        .map(|p| (p.start, p.end, p.expected.as_deref(), p.found.as_deref()))
+        .collect();
+    assert_eq!(
+        mismatches,
+        [
+            (0, 1, Some("v1"), Some("v0")),
+            (1, 3, Some("v1"), Some("v2")),
+            (5, 6, Some("v1"), Some("v2"))
+        ]
+    );
+}
+
+#[test]
+fn routes_of_the_wrong_width_or_wrong_to_the_end_are_one_problem() {
+    let (records, s) = routed();
+    // Rows of one layer where the model has two.
+    let mut narrow = s.clone();
+    let rows = narrow.routed_experts.as_mut().expect("routes");
+    rows.row_len = SHAPE.row_len() / 2;
+    let report = run(&records, &[narrow]);
+    assert_eq!(found(&report), [(ProblemKind::RoutesDiffer, 0, 16)]);
+    assert!(
+        report.problems[0]
+            .message
+            .contains("rows of 2 expert ids where the server's model has 4")
+    );
+    // Every row re-captured (miles #3277): one problem over every row the server sent.
+    let mut retracted = s;
+    let rows = retracted.routed_experts.as_mut().expect("routes");
+    rows.data.iter_mut().for_each(|e| *e ^= 1);
+    assert_eq!(
+        found(&run(&records, &[retracted])),
+        [(ProblemKind::RoutesDiffer, 0, 8)]
+    );
+}
+
+#[test]
+fn routes_are_compared_only_where_the_sample_shares_the_answers_context() {
+    // The sample drifts from turn 1's answer at response[1] (re-tokenized), so turn 2 never happened for it;
+    // give turn 1 routes through its last output token as input.
+    let (records, mut s) = two_turns();
+    let mut routed = Records::new(usize::MAX, router());
+    for (i, mut e) in records.entries().cloned().enumerate() {
+        if i == 0 {
+            e.routed_experts = Some(SentRoutes {
+                start_len: 0,
+                rows: e.seq_len() - 1,
+                edit: RoutesEdit::None,
+            });
+        }
+        routed.push(e);
+    }
+    s.response = vec![10, 99];
+    s.loss_mask = vec![1, 0];
+    s.logprobs = Some(vec![Some(-0.5), Some(0.0)]);
+    let full = [1, 2, 10, 99];
+    let mut data = Vec::new();
+    router().append(&full, 0, &mut data);
+    let row_len = SHAPE.row_len();
+    // Row 2 (token 10 as input) is shared with the answer: made wrong, it is reported.
+    data[2 * row_len] ^= 1;
+    s.routed_experts = Some(Rows { data, row_len });
+    let report = run(&routed, &[s]);
+    assert_eq!(found(&report), [(ProblemKind::RoutesDiffer, 2, 3)]);
 }

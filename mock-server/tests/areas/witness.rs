@@ -662,3 +662,28 @@ async fn the_audit_command_reads_a_live_ledger_or_a_saved_one() {
     std::fs::remove_dir_all(&dir).ok();
     live.stop().await.expect("stops");
 }
+
+/// `WITNESS.md` section 4 documents every problem kind the audit reports, by its name, and no other.
+#[test]
+fn the_witness_document_names_every_problem_kind() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("WITNESS.md");
+    let text = std::fs::read_to_string(&path).expect("WITNESS.md");
+    let section = text
+        .split("## 4. The problems")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("section 4");
+    let documented: Vec<&str> = section
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|rest| rest.split('`').next())
+        .collect();
+    let kinds: Vec<&str> = mock_server::witness::ProblemKind::ALL
+        .iter()
+        .map(|k| k.name())
+        .collect();
+    assert_eq!(
+        documented, kinds,
+        "the table lists the kinds in their order"
+    );
+}

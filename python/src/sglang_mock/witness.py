@@ -101,14 +101,18 @@ def _tensor(value: Any) -> Optional[Dict[str, Any]]:
     """A NumPy array or a torch tensor as a typed array; ``None`` for anything else."""
     module = type(value).__module__.split(".")[0]
     if module == "torch":
-        value = value.detach().cpu().numpy()
+        value = value.detach().cpu()
+        # NumPy has no bfloat16: widen it (and half precision) to float32 first, as the audit compares float32.
+        if str(value.dtype) in ("torch.bfloat16", "torch.float16"):
+            value = value.float()
+        value = value.numpy()
         module = "numpy"
     if module != "numpy" or not hasattr(value, "dtype"):
         return None
     import numpy  # only reached with a NumPy value in hand
 
     name = str(value.dtype)
-    if name in ("float16", "bfloat16"):
+    if name == "float16":
         value, name = value.astype(numpy.float32), "float32"
     elif name in ("int8", "uint16", "uint32", "uint64"):
         value, name = value.astype(numpy.int64), "int64"
