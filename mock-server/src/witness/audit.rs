@@ -1214,11 +1214,11 @@ impl<'a> Check<'a> {
     fn routes_hint(&self, row: &[i32], r: usize, full: &[u32]) -> String {
         let router = self.records.router();
         for by in [-2isize, -1, 1, 2] {
-            let other = r as isize + by;
-            if other >= 0
-                && (other as usize) + 1 < full.len()
-                && router.row(full, other as usize) == row
-            {
+            // A position with a row: not past the sequence's last forward position.
+            let Some(other) = r.checked_add_signed(by).filter(|&o| o + 1 < full.len()) else {
+                continue;
+            };
+            if router.row(full, other) == row {
                 return format!(
                     "; row {r} is the row of position {other}: rows shifted by {} (duplicated or dropped rows)",
                     -by

@@ -51,17 +51,6 @@ pub enum Route {
     ChatCompletions,
 }
 
-impl Route {
-    /// The route's path.
-    pub fn path(self) -> &'static str {
-        match self {
-            Route::Generate => "/generate",
-            Route::Completions => "/v1/completions",
-            Route::ChatCompletions => "/v1/chat/completions",
-        }
-    }
-}
-
 /// The output logprobs of an item as they went out: one per output token unless a fault changed their number,
 /// a value where the answer carried a number, and `null` at the positions in `nulls`. The JSON form writes the
 /// bare `NaN`, `Infinity` and `-Infinity` a `nan-logprob` fault sends as the strings `"NaN"`, `"Infinity"` and

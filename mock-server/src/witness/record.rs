@@ -174,9 +174,9 @@ impl Served<'_> {
             BodyFault::MissingLogprobs => entry.output_logprobs = None,
             BodyFault::ShortLogprobs { by } => {
                 if let Some(lps) = &mut entry.output_logprobs {
+                    // One fault acts on an answer, so the list has no `null` yet.
                     let keep = lps.len().saturating_sub(*by as usize);
                     lps.values.truncate(keep);
-                    lps.nulls.retain(|&i| i < keep);
                 }
             }
             BodyFault::LongLogprobs { by } => {

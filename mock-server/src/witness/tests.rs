@@ -1080,3 +1080,146 @@ fn routes_are_compared_only_where_the_sample_shares_the_answers_context() {
     let report = run(&routed, &[s]);
     assert_eq!(found(&report), [(ProblemKind::RoutesDiffer, 2, 3)]);
 }
+
+#[test]
+fn a_wrong_row_is_traced_to_its_neighbour_or_to_another_request() {
+    let (records, s) = routed();
+    let row_len = SHAPE.row_len();
+    let with_row = |r: usize, row: &[i32]| {
+        let mut s = s.clone();
+        let rows = s.routed_experts.as_mut().expect("routes");
+        rows.data[r * row_len..(r + 1) * row_len].copy_from_slice(row);
+        let report = run(&records, &[s]);
+        assert_eq!(found(&report), [(ProblemKind::RoutesDiffer, r, r + 1)]);
+        report.problems[0].message.clone()
+    };
+    let rows = s.routed_experts.clone().expect("routes");
+    // Row 4 holds row 5, and the last row (7) holds row 6.
+    assert!(
+        with_row(4, rows.row(5)).contains("row 4 is the row of position 5: rows shifted by -1"),
+        "{}",
+        with_row(4, rows.row(5))
+    );
+    assert!(with_row(7, rows.row(6)).contains("row 7 is the row of position 6: rows shifted by 1"));
+    // Row 1 holds the row another request (prompt [3, 4]) was sent for position 1.
+    let mut other = Records::new(usize::MAX, router());
+    records.entries().cloned().for_each(|e| other.push(e));
+    let mut e = entry("elsewhere", &[3, 4], &[8, 9], &[-1.0, -1.0]);
+    e.routed_experts = Some(SentRoutes {
+        start_len: 0,
+        rows: 3,
+        edit: RoutesEdit::None,
+    });
+    other.push(e);
+    let foreign = router().row(&[3, 4, 8, 9], 1);
+    let mut s = s;
+    let data = &mut s.routed_experts.as_mut().expect("routes").data;
+    data[row_len..2 * row_len].copy_from_slice(&foreign);
+    let report = run(&other, &[s]);
+    assert_eq!(found(&report), [(ProblemKind::RoutesDiffer, 1, 2)]);
+    assert!(
+        report.problems[0]
+            .message
+            .contains("row 1 is the row rid elsewhere was sent for its position 1: routes taken from another request"),
+        "{report}"
+    );
+}
+
+#[test]
+fn an_entry_counts_what_it_holds() {
+    let mut e = entry("rid7", &[1, 2, 3], &[4, 5], &[-1.0, -2.0]);
+    e.fault = Some("nan-logprob".to_owned());
+    let mut supports = Supports::default();
+    assert!(supports.is_empty());
+    supports.push(&[4, 9, 11]);
+    supports.push(&[5]);
+    assert!(!supports.is_empty());
+    e.sampling_supports = Some(supports);
+    assert!(!e.output_logprobs.as_ref().expect("logprobs").is_empty());
+    assert!(SentLogprobs::default().is_empty());
+    // 256 fixed, 4 for the rid, 4 * 5 ids, 4 * 2 logprobs, 40 + 2 for the span "v1", 4 * 4 support ids and
+    // 8 * 2 row ends, 11 for the fault; a null costs 8 more.
+    assert_eq!(e.bytes(), 256 + 4 + 20 + 8 + 42 + 16 + 16 + 11);
+    let mut with_null = e.clone();
+    let lps = with_null.output_logprobs.as_mut().expect("logprobs");
+    lps.values[1] = f32::NAN;
+    lps.nulls = vec![1];
+    assert_eq!(with_null.bytes(), e.bytes() + 8);
+    assert_eq!(e.seq_len(), 5);
+    // The supports, with the rest, read back from the ledger's JSON.
+    let mut records = Records::new(usize::MAX, router());
+    records.push(e.clone());
+    let mut json = Vec::new();
+    records.write_json(&mut json).expect("writes");
+    let back = Records::from_dump(&json).expect("reads");
+    assert_eq!(back.entries().next(), Some(&e));
+    assert_eq!(back.bytes(), e.bytes());
+}
+
+#[test]
+fn a_large_store_remembers_eight_evicted_prompts_per_entry_it_holds() {
+    // A store that holds 600 entries remembers the prompts of the last 4,800 evictions.
+    let one = entry("r", &[0, 0], &[1], &[-1.0]).bytes();
+    let mut records = Records::new(600 * one, router());
+    let n = 6000u32;
+    for i in 0..n {
+        records.push(entry("r", &[i / 256, i % 256], &[1], &[-1.0]));
+    }
+    assert_eq!(records.entries().len(), 600);
+    assert_eq!(records.bytes(), 600 * one);
+    assert_eq!(records.evicted(), u64::from(n - 600));
+    let prompt = |i: u32| PromptHash::of(&[i / 256, i % 256]);
+    // Evicted 0..5400: 600..5400 remembered, 599 forgotten, 5400 still held.
+    assert_eq!(records.evicted_prompt(prompt(600)), Some(true));
+    assert_eq!(records.evicted_prompt(prompt(599)), None);
+    assert_eq!(records.evicted_prompt(prompt(5399)), Some(true));
+    assert!(records.with_prompt_hash(prompt(5400)).next().is_some());
+}
+
+#[test]
+fn layouts_are_told_by_all_of_their_keys() {
+    let layout = |json: &str| parse_sample(json.as_bytes(), 0, None).map(|s| s.layout);
+    let generic = Some(Layout::Generic);
+    // slime needs `tokens` and `response_length`; AReaL's response both of its token lists.
+    assert_eq!(
+        layout(r#"{"prompt_ids":[1],"response_ids":[2],"response_length":1}"#),
+        Ok(generic)
+    );
+    assert_eq!(
+        layout(r#"{"prompt_ids":[1],"response_ids":[2],"input_tokens":[1]}"#),
+        Ok(generic)
+    );
+    // verl needs its mask or its logprobs beside the ids.
+    assert_eq!(
+        layout(r#"{"prompt_ids":[1],"response_ids":[2],"response_logprobs":[-1.0]}"#),
+        Ok(Some(Layout::Verl))
+    );
+    assert_eq!(
+        layout(r#"{"prompt_ids":[1],"response_ids":[2],"response_mask":[1]}"#),
+        Ok(Some(Layout::Verl))
+    );
+    // An AReaL trajectory needs `loss_mask` beside `input_ids`.
+    assert!(layout(r#"{"input_ids":[1,2]}"#).is_err());
+    assert_eq!(
+        layout(r#"{"input_ids":[1,2],"loss_mask":[0,1]}"#),
+        Ok(Some(Layout::ArealTrajectory))
+    );
+    // A layout named without its keys says what is missing, in its name.
+    let err =
+        parse_sample(br#"{"layout":"slime","prompt_ids":[1]}"#, 3, None).expect_err("no tokens");
+    assert_eq!(
+        err.to_string(),
+        "sample 3: tokens: missing: a slime sample has it"
+    );
+    let names: Vec<String> = Layout::ALL.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        names,
+        [
+            "slime",
+            "verl",
+            "areal-response",
+            "areal-trajectory",
+            "generic"
+        ]
+    );
+}

@@ -282,8 +282,12 @@ async fn aborted_items_and_items_that_never_ran_are_recorded() {
     // An abort happens in the engine: the answer is what was generated, not a corruption.
     assert_eq!(entry["fault"], Value::Null);
 
-    faulted("abort-waiting").await;
+    let answer = faulted("abort-waiting").await;
     let entry = &ledger(&server).await[1];
+    assert_eq!(
+        entry["weight_versions"],
+        answer["meta_info"]["weight_versions"]
+    );
     assert_eq!(entry["output_ids"], json!([]));
     assert_eq!(entry["finish_reason"], "abort");
     assert_eq!(entry["prompt_ids"], json!([5, 6]));
@@ -371,6 +375,19 @@ async fn a_body_fault_is_recorded_as_what_was_sent() {
             .expect("a fault")
             .to_string();
         assert_eq!(entry["fault"], written, "{header}");
+        // `routed_experts.rows` counts the rows that went out.
+        if let Some(routes) = sent["meta_info"]["routed_experts"].as_str() {
+            use base64::Engine;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(routes)
+                .expect("base64");
+            let row_bytes = 4 * 2 * 2;
+            assert_eq!(
+                entry["routed_experts"]["rows"].as_u64(),
+                Some((bytes.len() / row_bytes) as u64),
+                "{header}"
+            );
+        }
         if tokens > 0 {
             assert_eq!(entry["weight_versions"], clean_spans, "{header}");
         }
@@ -409,13 +426,9 @@ async fn a_stream_cut_short_is_recorded_with_its_fault_and_what_it_generated() {
 
 #[tokio::test]
 async fn a_stream_the_client_drops_is_recorded_as_far_as_it_got() {
-    let state = mock_server::AppState::new(ServerConfig {
-        ledger: true,
-        ..ServerConfig::default()
-    })
-    .expect("config");
+    let state = mock_server::AppState::new(witness()).expect("config");
     let request = json!({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 50},
-                         "return_logprob": true, "stream": true});
+                         "return_logprob": true, "return_routed_experts": true, "stream": true});
     let req = Request::builder()
         .method(Method::POST)
         .uri("/generate")
@@ -446,6 +459,8 @@ async fn a_stream_the_client_drops_is_recorded_as_far_as_it_got() {
         entries[0].output_logprobs.as_ref().map(|l| l.len()),
         Some(n)
     );
+    // Routes go out on an item's last object, which this stream never sent.
+    assert_eq!(entries[0].routed_experts, None);
 }
 
 #[tokio::test]
@@ -686,4 +701,35 @@ fn the_witness_document_names_every_problem_kind() {
         documented, kinds,
         "the table lists the kinds in their order"
     );
+}
+
+/// The body faults at their edges: an answer without tokens, and the non-finite values other than NaN.
+#[tokio::test]
+async fn a_body_fault_at_its_edges_is_recorded_as_what_was_sent() {
+    let server = InProcess::new(witness());
+    for (header, tokens) in [
+        ("null-logprob", 0),
+        ("nan-logprob", 0),
+        ("long-logprobs;by=2", 0),
+        ("nan-logprob;value=Infinity;at=1", 4),
+        ("nan-logprob;value=-Infinity;at=9", 4),
+        ("short-logprobs;by=9", 4),
+    ] {
+        let before = ledger(&server).await.len();
+        let reply = server
+            .request(
+                Method::POST,
+                "/generate",
+                serde_json::to_vec(&body(json!([3, 1]), tokens)).expect("json"),
+                &[("x-mock-fault", header)],
+            )
+            .await;
+        assert_eq!(reply.status, 200, "{header}: {}", reply.text());
+        let recorded = new_items(&server, before).await;
+        assert_eq!(
+            entry_view(&recorded[0]),
+            native_view(&lenient(&reply.body)),
+            "{header}"
+        );
+    }
 }
