@@ -323,10 +323,6 @@ impl<'de> Visitor<'de> for Level<'_> {
         self.scalar(f64::NAN, true)
     }
 
-    fn visit_none<E: de::Error>(self) -> Result<(), E> {
-        self.scalar(f64::NAN, true)
-    }
-
     fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
         let value = match v {
             "NaN" | "nan" => f64::NAN,
@@ -486,8 +482,10 @@ impl Column {
         })
     }
 
+    /// Rows of expert ids. Not unbatched: a leading 1 is one position (`[1, layers, topk]`), as no framework
+    /// batches a sample's routes.
     fn rows(self, field: &str) -> Result<Rows, String> {
-        let column = self.unbatched();
+        let column = self;
         if column.shape.len() < 2 {
             return Err(format!(
                 "{field} has shape {:?}; rows of expert ids ([positions, layers, topk] or [positions, \

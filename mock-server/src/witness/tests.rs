@@ -1223,3 +1223,82 @@ fn layouts_are_told_by_all_of_their_keys() {
         ]
     );
 }
+
+#[test]
+fn typed_arrays_of_every_width_and_sign_read_their_values() {
+    use base64::Engine;
+    let typed = |dtype: &str, bytes: Vec<u8>, n: usize| {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
+        format!(r#"{{"dtype":"{dtype}","shape":[{n}],"b64":"{b64}"}}"#)
+    };
+    let ids = [300i64, 70_000, 151_935];
+    let cases = [
+        (
+            "int64",
+            ids.iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<u8>>(),
+        ),
+        (
+            "int32",
+            ids.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect(),
+        ),
+        (
+            "float64",
+            ids.iter().flat_map(|&v| (v as f64).to_le_bytes()).collect(),
+        ),
+    ];
+    for (dtype, bytes) in cases {
+        let json = format!(
+            r#"{{"prompt_ids":[1],"response_ids":{}}}"#,
+            typed(dtype, bytes, 3)
+        );
+        assert_eq!(parse(&json).response, [300, 70_000, 151_935], "{dtype}");
+    }
+    // Signed 16-bit routes, one row of two experts per position.
+    let experts: Vec<u8> = [300i16, -2].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let b64 = base64::engine::general_purpose::STANDARD.encode(experts);
+    let json = format!(
+        r#"{{"prompt_ids":[1],"response_ids":[2],"routed_experts":{{"dtype":"int16","shape":[1,2],"b64":"{b64}"}}}}"#
+    );
+    let rows = parse(&json).routed_experts.expect("routes");
+    assert_eq!(
+        (rows.data.clone(), rows.len(), rows.is_empty()),
+        (vec![300, -2], 1, false)
+    );
+    assert!(Rows::default().is_empty());
+}
+
+#[test]
+fn values_that_are_not_ids_logprobs_or_expert_ids_are_refused() {
+    let err = |json: &str| {
+        parse_sample(json.as_bytes(), 0, None)
+            .expect_err(json)
+            .message
+    };
+    for bad in ["-1", "1.5", "8589934592"] {
+        let message = err(&format!(r#"{{"prompt_ids":[1],"response_ids":[{bad}]}}"#));
+        assert!(message.contains("not a token id"), "{bad}: {message}");
+    }
+    let message = err(r#"{"prompt_ids":[1],"response_ids":[2],"routed_experts":[[1.5]]}"#);
+    assert!(message.contains("not an expert id"), "{message}");
+    let message = err(r#"{"prompt_ids":[1],"response_ids":"abc"}"#);
+    assert!(
+        message.contains("a list of numbers (nested for a tensor), or a typed array"),
+        "{message}"
+    );
+    let message = err(r#"{"prompt_ids":[1],"response_ids":[{}]}"#);
+    assert!(message.contains("a number, null or a list"), "{message}");
+    let message = err(r#"{"prompt_ids":[1],"response_ids":[2],"logprobs":["-0.5"]}"#);
+    assert!(
+        message.contains(r#"the string "-0.5" where a number belongs"#),
+        "{message}"
+    );
+    // The strings that stand for numbers JSON cannot write.
+    let s = parse(
+        r#"{"prompt_ids":[1],"response_ids":[2,3,4],"logprobs":["Infinity","-Infinity","NaN"]}"#,
+    );
+    let lps = s.logprobs.expect("logprobs");
+    assert_eq!(lps[..2], [Some(f32::INFINITY), Some(f32::NEG_INFINITY)]);
+    assert!(lps[2].is_some_and(f32::is_nan));
+}
