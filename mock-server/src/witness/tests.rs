@@ -825,6 +825,7 @@ fn a_list_column_must_be_rectangular() {
         "[1,[2]]",
         "[[],[1]]",
         "[[[1]],[2]]",
+        "[[],2]",
     ] {
         let err = with_routes(ragged).expect_err(ragged);
         assert!(err.message.contains("rectangular"), "{ragged}: {err}");
@@ -1198,8 +1199,13 @@ fn layouts_are_told_by_all_of_their_keys() {
         layout(r#"{"prompt_ids":[1],"response_ids":[2],"response_mask":[1]}"#),
         Ok(Some(Layout::Verl))
     );
-    // An AReaL trajectory needs `loss_mask` beside `input_ids`.
-    assert!(layout(r#"{"input_ids":[1,2]}"#).is_err());
+    // An AReaL trajectory needs `loss_mask` beside `input_ids`: a generic sample may carry `input_ids` too.
+    let err = layout(r#"{"input_ids":[1,2]}"#).expect_err("no layout");
+    assert!(err.message.contains("no layout has these keys"), "{err}");
+    assert_eq!(
+        layout(r#"{"prompt_ids":[1],"response_ids":[2],"input_ids":[1,2]}"#),
+        Ok(generic)
+    );
     assert_eq!(
         layout(r#"{"input_ids":[1,2],"loss_mask":[0,1]}"#),
         Ok(Some(Layout::ArealTrajectory))
@@ -1301,4 +1307,74 @@ fn values_that_are_not_ids_logprobs_or_expert_ids_are_refused() {
     let lps = s.logprobs.expect("logprobs");
     assert_eq!(lps[..2], [Some(f32::INFINITY), Some(f32::NEG_INFINITY)]);
     assert!(lps[2].is_some_and(f32::is_nan));
+}
+
+#[test]
+fn zero_rows_where_no_answer_sent_routes_are_padding() {
+    // verl's layout: turn 1 answered with routes, then two tool tokens, whose rows the sample zero-fills.
+    let (records, mut s) = two_turns();
+    let mut routed = Records::new(usize::MAX, router());
+    for (i, mut e) in records.entries().cloned().enumerate() {
+        if i == 0 {
+            e.routed_experts = Some(SentRoutes {
+                start_len: 0,
+                rows: e.seq_len() - 1,
+                edit: RoutesEdit::None,
+            });
+        }
+        routed.push(e);
+    }
+    s.response.truncate(5);
+    s.loss_mask.truncate(5);
+    s.logprobs.as_mut().expect("logprobs").truncate(5);
+    let full: Vec<u32> = s.prompt.iter().chain(&s.response).copied().collect();
+    let mut data = Vec::new();
+    router().append(&full, 0, &mut data);
+    let row_len = SHAPE.row_len();
+    // Rows 4 and 5 (the tool tokens as inputs) were never sent: zeros, and one more zero row past the end.
+    data.truncate(4 * row_len);
+    data.extend(vec![0; 3 * row_len]);
+    s.routed_experts = Some(Rows { data, row_len });
+    let report = run(&routed, &[s]);
+    assert!(report.ok, "{report}");
+}
+
+#[test]
+fn routes_of_no_rows_are_too_few_not_too_narrow() {
+    let (records, mut s) = routed();
+    s.routed_experts = Some(Rows {
+        data: Vec::new(),
+        row_len: 1,
+    });
+    assert_eq!(
+        found(&run(&records, &[s])),
+        [(ProblemKind::RoutesRowCount, 0, 8)]
+    );
+}
+
+#[test]
+fn a_row_two_positions_away_is_a_shift_by_two_and_a_made_up_value_differs() {
+    let (records, s) = routed();
+    let mut shifted = s.clone();
+    let row_len = SHAPE.row_len();
+    let rows = shifted.routed_experts.as_mut().expect("routes");
+    let row3 = rows.row(3).to_vec();
+    rows.data[5 * row_len..6 * row_len].copy_from_slice(&row3);
+    let report = run(&records, &[shifted]);
+    assert!(
+        report.problems[0]
+            .message
+            .contains("row 5 is the row of position 3: rows shifted by 2"),
+        "{report}"
+    );
+    // A logprob that is no value the server sent anywhere.
+    let mut differs = s;
+    differs.logprobs.as_mut().expect("logprobs")[6] = Some(-9.5);
+    let report = run(&records, &[differs]);
+    assert_eq!(
+        report.problems[0].message,
+        "1 trained token has logprob -9.5 where the server sent -0.75 for response[6] (rid t2, output position \
+         1). The value did not come from this answer: keep the logprob SGLang sent (item[0]) rather than one \
+         computed or converted later"
+    );
 }
