@@ -25,7 +25,7 @@ class Mutant:
     path: str
     original: str
     mutated: str
-    # (package, test binary, exact test name): at least one must fail.
+    # (package, test binary or "lib" for the unit tests, exact test name): at least one must fail.
     tests: list
 
 
@@ -187,12 +187,35 @@ MUTANTS = [
         "        let h = seed ^ ROUTER_SALT;",
         [("mock-server", "tests", "channels::routes_have_a_row_per_position_but_the_last_and_continuations_repeat_them")],
     ),
+    Mutant(
+        "a witness that takes a zero-filled logprob for the served one (vime PR #70)",
+        "mock-server/src/witness/audit.rs",
+        "                Some(g) if expected == Some(Some(g)) => {",
+        "                Some(g) if expected == Some(Some(g)) || g == 0.0 => {",
+        [
+            ("mock-server", "lib", "witness::tests::each_wrong_logprob_is_classified_at_its_positions"),
+            ("regression-tests", "regression",
+             "witness::the_clients_samples_pass_the_audit_and_any_single_corruption_is_reported_where_it_is"),
+        ],
+    ),
+    Mutant(
+        "a witness blind to generated tokens filed as environment (#1976)",
+        "mock-server/src/witness/audit.rs",
+        "        self.masked_generated();\n",
+        "",
+        [
+            ("mock-server", "lib", "witness::tests::generated_tokens_with_mask_zero_are_reported_unless_allowed"),
+            ("regression-tests", "regression",
+             "witness::the_clients_samples_pass_the_audit_and_any_single_corruption_is_reported_where_it_is"),
+        ],
+    ),
 ]
 
 
 def run_test(package, binary, test):
     """Runs one test; returns 'failed', 'passed' or 'build error' with the output's tail."""
-    command = ["cargo", "test", "-q", "-p", package, "--test", binary, "--", "--exact", test]
+    target = ["--lib"] if binary == "lib" else ["--test", binary]
+    command = ["cargo", "test", "-q", "-p", package, *target, "--", "--exact", test]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     output = result.stdout + result.stderr
     if "test result: FAILED" in output:

@@ -61,44 +61,21 @@ const CORRUPTIONS: [Corruption; 9] = [
     Corruption::Relabel,
 ];
 
-fn case() -> impl Strategy<Value = Case> {
-    (
-        prop::collection::vec(256u32..151_000, 1..8),
-        1u32..16,
-        prop::sample::select(vec![0.0f32, 0.7, 1.0, 1.5]),
-        0usize..4,
-        prop::collection::vec(256u32..151_000, 1..4),
-        0u64..1_000_000,
-        any::<bool>(),
-        any::<bool>(),
-        prop::sample::select(CORRUPTIONS.to_vec()),
-        0.0f64..1.0,
-    )
-        .prop_map(
-            |(
-                prompt,
-                max_new_tokens,
-                temperature,
-                env_turns,
-                env_tokens,
-                seed,
-                routes,
-                stream,
-                corruption,
-                at,
-            )| Case {
-                prompt,
-                max_new_tokens,
-                temperature,
-                env_turns,
-                env_tokens,
-                seed,
-                routes,
-                stream,
-                corruption,
-                at,
-            },
-        )
+prop_compose! {
+    fn case()(
+        prompt in prop::collection::vec(256u32..151_000, 1..8),
+        max_new_tokens in 1u32..16,
+        temperature in prop::sample::select(vec![0.0f32, 0.7, 1.0, 1.5]),
+        env_turns in 0usize..4,
+        env_tokens in prop::collection::vec(256u32..151_000, 1..4),
+        seed in 0u64..1_000_000,
+        routes in any::<bool>(),
+        stream in any::<bool>(),
+        corruption in prop::sample::select(CORRUPTIONS.to_vec()),
+        at in 0.0f64..1.0,
+    ) -> Case {
+        Case { prompt, max_new_tokens, temperature, env_turns, env_tokens, seed, routes, stream, corruption, at }
+    }
 }
 
 async fn rollout(mock: &Mock, c: &Case) -> Sample {

@@ -595,6 +595,17 @@ pub fn parse_sample(
     from_raw(raw, position, layout)
 }
 
+/// The samples of a JSON list, each numbered by its position.
+fn from_raws(
+    raws: Vec<RawSample>,
+    layout: Option<Layout>,
+) -> Result<Vec<AuditSample>, SampleError> {
+    raws.into_iter()
+        .enumerate()
+        .map(|(i, raw)| from_raw(raw, i, layout))
+        .collect()
+}
+
 /// What an audit request's body holds: the samples, and the options when the body gives them.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Batch {
@@ -621,13 +632,8 @@ pub fn parse_samples(body: &[u8], layout: Option<Layout>) -> Result<Batch, Sampl
         Some(b'[') => {
             let raws: Vec<RawSample> =
                 serde_json::from_slice(body).map_err(|e| whole(e.to_string()))?;
-            let samples = raws
-                .into_iter()
-                .enumerate()
-                .map(|(i, raw)| from_raw(raw, i, layout))
-                .collect::<Result<_, _>>()?;
             Ok(Batch {
-                samples,
+                samples: from_raws(raws, layout)?,
                 options: None,
             })
         }
@@ -643,14 +649,8 @@ pub fn parse_samples(body: &[u8], layout: Option<Layout>) -> Result<Batch, Sampl
             let wrapped: Wrapped =
                 serde_json::from_slice(body).map_err(|e| whole(e.to_string()))?;
             let layout = layout.or(wrapped.layout);
-            let samples = wrapped
-                .samples
-                .into_iter()
-                .enumerate()
-                .map(|(i, raw)| from_raw(raw, i, layout))
-                .collect::<Result<_, _>>()?;
             Ok(Batch {
-                samples,
+                samples: from_raws(wrapped.samples, layout)?,
                 options: wrapped.options,
             })
         }

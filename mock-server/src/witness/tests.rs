@@ -105,6 +105,22 @@ fn two_turns() -> (Records, AuditSample) {
     (records, s)
 }
 
+/// `records` as if the answer of turn `turn` had carried its routes (a row per position but the last).
+fn with_routes_on(records: &Records, turn: usize) -> Records {
+    let mut out = Records::new(usize::MAX, router());
+    for (i, mut e) in records.entries().cloned().enumerate() {
+        if i == turn {
+            e.routed_experts = Some(SentRoutes {
+                start_len: 0,
+                rows: e.seq_len() - 1,
+                edit: RoutesEdit::None,
+            });
+        }
+        out.push(e);
+    }
+    out
+}
+
 #[test]
 fn a_faithful_multi_turn_sample_passes() {
     let (records, s) = two_turns();
@@ -350,17 +366,7 @@ fn a_faulted_answer_is_reported_over_its_segment() {
 /// Routes for the two-turn sample: turn 2 carried rows for positions 0..8 (start 0, prompt + output - 1).
 fn routed() -> (Records, AuditSample) {
     let (records, mut s) = two_turns();
-    let mut out = Records::new(usize::MAX, router());
-    for (i, mut e) in records.entries().cloned().enumerate() {
-        if i == 1 {
-            e.routed_experts = Some(SentRoutes {
-                start_len: 0,
-                rows: e.seq_len() - 1,
-                edit: RoutesEdit::None,
-            });
-        }
-        out.push(e);
-    }
+    let out = with_routes_on(&records, 1);
     let full: Vec<u32> = s.prompt.iter().chain(&s.response).copied().collect();
     let mut data = Vec::new();
     router().append(&full, 0, &mut data);
@@ -1057,17 +1063,7 @@ fn routes_are_compared_only_where_the_sample_shares_the_answers_context() {
     // The sample drifts from turn 1's answer at response[1] (re-tokenized), so turn 2 never happened for it;
     // give turn 1 routes through its last output token as input.
     let (records, mut s) = two_turns();
-    let mut routed = Records::new(usize::MAX, router());
-    for (i, mut e) in records.entries().cloned().enumerate() {
-        if i == 0 {
-            e.routed_experts = Some(SentRoutes {
-                start_len: 0,
-                rows: e.seq_len() - 1,
-                edit: RoutesEdit::None,
-            });
-        }
-        routed.push(e);
-    }
+    let routed = with_routes_on(&records, 0);
     s.response = vec![10, 99];
     s.loss_mask = vec![1, 0];
     s.logprobs = Some(vec![Some(-0.5), Some(0.0)]);
@@ -1313,17 +1309,7 @@ fn values_that_are_not_ids_logprobs_or_expert_ids_are_refused() {
 fn zero_rows_where_no_answer_sent_routes_are_padding() {
     // verl's layout: turn 1 answered with routes, then two tool tokens, whose rows the sample zero-fills.
     let (records, mut s) = two_turns();
-    let mut routed = Records::new(usize::MAX, router());
-    for (i, mut e) in records.entries().cloned().enumerate() {
-        if i == 0 {
-            e.routed_experts = Some(SentRoutes {
-                start_len: 0,
-                rows: e.seq_len() - 1,
-                edit: RoutesEdit::None,
-            });
-        }
-        routed.push(e);
-    }
+    let routed = with_routes_on(&records, 0);
     s.response.truncate(5);
     s.loss_mask.truncate(5);
     s.logprobs.as_mut().expect("logprobs").truncate(5);
