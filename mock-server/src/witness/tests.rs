@@ -1101,17 +1101,26 @@ fn a_wrong_row_is_traced_to_its_neighbour_or_to_another_request() {
     // Row 1 holds the row another request (prompt [3, 4]) was sent for position 1.
     let mut other = Records::new(usize::MAX, router());
     records.entries().cloned().for_each(|e| other.push(e));
+    // An answer sent without routes is not where a row came from.
+    let unrouted = entry("unrouted", &[3, 4], &[8, 9], &[-1.0, -1.0]);
     let mut e = entry("elsewhere", &[3, 4], &[8, 9], &[-1.0, -1.0]);
     e.routed_experts = Some(SentRoutes {
         start_len: 0,
         rows: 3,
         edit: RoutesEdit::None,
     });
-    other.push(e);
     let foreign = router().row(&[3, 4, 8, 9], 1);
     let mut s = s;
     let data = &mut s.routed_experts.as_mut().expect("routes").data;
     data[row_len..2 * row_len].copy_from_slice(&foreign);
+    let mut none_sent = Records::new(usize::MAX, router());
+    records.entries().cloned().for_each(|e| none_sent.push(e));
+    none_sent.push(unrouted.clone());
+    let report = run(&none_sent, std::slice::from_ref(&s));
+    assert_eq!(found(&report), [(ProblemKind::RoutesDiffer, 1, 2)]);
+    assert!(!report.problems[0].message.contains("unrouted"), "{report}");
+    other.push(unrouted);
+    other.push(e);
     let report = run(&other, &[s]);
     assert_eq!(found(&report), [(ProblemKind::RoutesDiffer, 1, 2)]);
     assert!(
@@ -1198,6 +1207,14 @@ fn layouts_are_told_by_all_of_their_keys() {
     // An AReaL trajectory needs `loss_mask` beside `input_ids`: a generic sample may carry `input_ids` too.
     let err = layout(r#"{"input_ids":[1,2]}"#).expect_err("no layout");
     assert!(err.message.contains("no layout has these keys"), "{err}");
+    // A generic sample needs both of its token lists.
+    for half in [r#"{"prompt_ids":[1]}"#, r#"{"response_ids":[2]}"#] {
+        let err = layout(half).expect_err("half a generic sample");
+        assert!(
+            err.message.contains("no layout has these keys"),
+            "{half}: {err}"
+        );
+    }
     assert_eq!(
         layout(r#"{"prompt_ids":[1],"response_ids":[2],"input_ids":[1,2]}"#),
         Ok(generic)
@@ -1321,8 +1338,15 @@ fn zero_rows_where_no_answer_sent_routes_are_padding() {
     data.truncate(4 * row_len);
     data.extend(vec![0; 3 * row_len]);
     s.routed_experts = Some(Rows { data, row_len });
-    let report = run(&routed, &[s]);
+    let report = run(&routed, std::slice::from_ref(&s));
     assert!(report.ok, "{report}");
+    // A wrong last sent row is that row alone, not also the unsent zero row after it.
+    let rows = s.routed_experts.as_mut().expect("routes");
+    rows.data[3 * row_len] ^= 1;
+    assert_eq!(
+        found(&run(&routed, &[s])),
+        [(ProblemKind::RoutesDiffer, 3, 4)]
+    );
 }
 
 #[test]
@@ -1363,4 +1387,24 @@ fn a_row_two_positions_away_is_a_shift_by_two_and_a_made_up_value_differs() {
          1). The value did not come from this answer: keep the logprob SGLang sent (item[0]) rather than one \
          computed or converted later"
     );
+}
+
+#[test]
+fn a_value_from_a_later_answer_of_the_same_sample_names_that_answer_not_another_sample() {
+    // The sample keeps turn 2's first token only; its first token holds turn 2's second logprob, which no
+    // position of the sample was sent.
+    let (records, mut s) = two_turns();
+    s.response.truncate(6);
+    s.loss_mask.truncate(6);
+    let lps = s.logprobs.as_mut().expect("logprobs");
+    lps.truncate(6);
+    lps[0] = Some(-0.75);
+    let report = run(&records, &[s]);
+    assert_eq!(
+        found(&report),
+        [(ProblemKind::LogprobFromOtherRequest, 0, 1)]
+    );
+    let message = &report.problems[0].message;
+    assert!(message.contains("rid t2"), "{message}");
+    assert!(!message.contains("sample 0"), "{message}");
 }

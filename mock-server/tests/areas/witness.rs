@@ -326,6 +326,43 @@ async fn a_retracted_item_is_recorded_with_its_retractions() {
     assert_eq!(entry_view(&entries[0]), native_view(&answer));
 }
 
+/// A weight update that aborts a running request: the entry holds the version and spans the aborted answer
+/// reported, whichever side of the update they fall on.
+#[tokio::test(start_paused = true)]
+async fn an_item_aborted_by_a_weight_update_is_recorded_with_the_version_it_reported() {
+    let server = InProcess::new(ServerConfig {
+        ledger: true,
+        ..slow()
+    });
+    let handle = spawn_generate(
+        &server,
+        json!({"input_ids": [3, 4], "sampling_params": {"max_new_tokens": 50}, "return_logprob": true}),
+    );
+    advance_ms(2500).await;
+    let update = server
+        .post(
+            "/update_weight_version",
+            serde_json::to_vec(&json!({"new_version": "w1", "abort_all_requests": true}))
+                .expect("json"),
+        )
+        .await;
+    assert_eq!(update.status, 200, "{}", update.text());
+    let answer = handle.await.expect("the request ends").json();
+    assert_eq!(answer["meta_info"]["finish_reason"]["type"], "abort");
+    let entries = ledger(&server).await;
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0]["finish_reason"], "abort");
+    assert_eq!(
+        entries[0]["weight_version"],
+        answer["meta_info"]["weight_version"]
+    );
+    assert_eq!(
+        entries[0]["weight_versions"],
+        answer["meta_info"]["weight_versions"]
+    );
+    assert_eq!(entry_view(&entries[0]), native_view(&answer));
+}
+
 /// Every body fault of the catalogue, on a whole answer: the entry holds what the answer carried and names
 /// the fault. Spans a fault edits stay as the versions that made the tokens (the entry's `weight_versions`).
 #[tokio::test]
