@@ -6,10 +6,10 @@ server against fixtures and against its own engine; this script checks it agains
 matrix of requests that reaches every path of the sampler and of the encoders: temperatures (greedy, 0.7, 1,
 1.3), top-k / top-p / min-p, masks from `min_new_tokens`, stop strings and stop ids, top and token-id logprobs,
 input logprobs, text in logprobs, `n > 1`, batches, streams (cumulative and incremental), the OpenAI
-endpoints (echo, `n > 1`, batches, usage options), and engine, body and stream faults on both, under the latest
-and MID profiles and with incremental streaming output. Both servers run with the same seed; the fields that differ between any two runs (fresh request ids,
-`e2e_latency`, `response_sent_to_client_ts`, OpenAI `id` and `created`) are blanked, everything else compared as
-bytes.
+endpoints (echo, `n > 1`, batches, usage options), and engine, body and stream faults on both, under every
+release the candidate answers as (`sglang-mock releases`) and with incremental streaming output. Both servers run
+with the same seed; the fields that differ between any two runs (fresh request ids, `e2e_latency`,
+`response_sent_to_client_ts`, OpenAI `id` and `created`) are blanked, everything else compared as bytes.
 
     python3 bench/compare_builds.py --baseline PATH [--candidate PATH] [--candidate-arg=--ledger ...]
 
@@ -137,9 +137,13 @@ def fault_requests():
             yield path, {**body, "stream": stream}, fault
 
 
-# The server configurations compared: the default (latest) profile with the whole matrix, and the profile and
-# stream mode that change how answers are written, with the OpenAI and fault matrices.
-CONFIGS = [([], True), (["--profile", "mid"], False), (["--incremental-streaming-output"], False)]
+def configs(candidate: str) -> list[tuple[list[str], bool]]:
+    """The server configurations compared: the default release with the whole matrix, every other release the
+    candidate answers as (`sglang-mock releases`) and incremental streaming, which change how answers are
+    written, with the OpenAI and fault matrices."""
+    listed = subprocess.run([candidate, "releases"], capture_output=True, text=True, check=True).stdout.split()
+    others = [(["--sglang-version", release], False) for release in listed[:-1]]
+    return [([], True), *others, (["--incremental-streaming-output"], False)]
 
 
 def requests(full: bool):
@@ -186,7 +190,7 @@ def main() -> None:
         candidate = os.path.join(ROOT, "target", "release", "sglang-mock")
 
     compared, differing, total_bytes = 0, [], 0
-    for flags, full in CONFIGS:
+    for flags, full in configs(os.path.abspath(candidate)):
         base_proc, base_url = start(os.path.abspath(args.baseline), flags)
         cand_proc, cand_url = start(os.path.abspath(candidate), [*flags, *args.candidate_arg])
         try:

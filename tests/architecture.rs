@@ -178,12 +178,14 @@ fn mock_server() -> Graph {
 }
 
 /// The model is pure: it sees itself and Python's formatting of values (a leaf that imports nothing, which a
-/// loaded model's chat template prints with, as Jinja2 under transformers prints).
+/// loaded model's chat template prints with, as Jinja2 under transformers prints). The releases are a leaf
+/// too: data every layer reads.
 #[test]
 fn the_model_imports_nothing_but_itself() {
     let graph = mock_server();
     assert_layer(&graph, &["model"], &[&["pyfmt"]], HTTP_AND_ASYNC);
     assert_layer(&graph, &["pyfmt"], &[], HTTP_AND_ASYNC);
+    assert_layer(&graph, &["release"], &[], HTTP_AND_ASYNC);
 }
 
 /// The engine (generation, plan, step core) is pure: it sees the model, the configuration and the error type.
@@ -193,7 +195,7 @@ fn the_engine_imports_only_the_model_configuration_and_errors() {
     assert_layer(
         &graph,
         &["engine"],
-        &[&["model"], &["config"], &["error"]],
+        &[&["model"], &["config"], &["error"], &["release"]],
         HTTP_AND_ASYNC,
     );
     // What the configuration brings along is pure data too: the fault catalogue (not `faults::stream`, which
@@ -204,6 +206,7 @@ fn the_engine_imports_only_the_model_configuration_and_errors() {
         &["faults"],
         &["latency"],
         &["script"],
+        &["release"],
     ];
     for lower in [
         &["config"][..],
@@ -235,6 +238,7 @@ fn requests_wire_and_the_oracle_import_no_http() {
         &["pyfmt"],
         &["script"],
         &["engine"],
+        &["release"],
     ];
     assert_layer(&graph, &["request"], pure, HTTP_AND_ASYNC);
     let no_http = ["axum", "http", "hyper", "tower", "tokio"];
@@ -247,7 +251,14 @@ fn requests_wire_and_the_oracle_import_no_http() {
     assert_layer(
         &graph,
         &["witness"],
-        &[&["model"], &["config"], &["engine"], &["faults"], &["wire"]],
+        &[
+            &["model"],
+            &["config"],
+            &["engine"],
+            &["faults"],
+            &["wire"],
+            &["release"],
+        ],
         HTTP_AND_ASYNC,
     );
 }

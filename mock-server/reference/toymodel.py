@@ -18,7 +18,7 @@ Use it from Python:
 or from the command line (prints the list of samples as JSON; the body is read from stdin when it is `-` or absent):
 
     python3 toymodel.py [--seed S] [--vocab-size V] [--tokenizer PATH] [--context-length L]
-                        [--sglang-version 0.5.3|0.5.15|0.5.23] [--stream-interval K] [--return-original-logprob]
+                        [--sglang-version X.Y.Z] [--stream-interval K] [--return-original-logprob]
                         [--script FILE] [BODY_JSON | -]
 
 Logprobs are returned at full binary64 precision (the server rounds them to binary32 on the wire); `-inf` is
@@ -58,8 +58,19 @@ PROMPT_HASH_START = 0x50524F4D5054  # section 8.3
 SEED_SALT = 0x53454544  # section 8.3
 NO_SEED = 0xFFFFFFFFFFFFFFFF  # section 8.3
 DETERMINISTIC_SEED = 42  # section 8.3, with --enable-deterministic-inference
-# The releases the server emulates, and the old profile names (`--profile latest|mid`) as aliases.
-RELEASES = {"0.5.3": "0.5.3", "0.5.15": "0.5.15", "0.5.23": "0.5.23", "latest": "0.5.23", "mid": "0.5.3"}
+# The first SGLang release of each behaviour that changes the model's answer (the server's list of releases is
+# `sglang-mock releases`; a release is any `X.Y.Z`, and a later one behaves as the newest rule says).
+PROMPT_END_LOGPROB_START_SINCE = (0, 5, 15)  # logprob_start_len -1 is len(prompt), section 8.5
+ROUTED_EXPERTS_SINCE = (0, 5, 15)  # section 12
+SAMPLING_MASKS_SINCE = (0, 5, 23)  # section 7.1
+
+
+def _release(number):
+    """A release number `X.Y.Z` as a tuple of integers."""
+    parts = str(number).strip().lstrip("vV").split(".")
+    if len(parts) != 3 or not all(part.isdigit() for part in parts):
+        raise ValueError(f"sglang_version must be a release number X.Y.Z, got {number!r}")
+    return tuple(int(part) for part in parts)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -663,9 +674,7 @@ class ToyModel:
             self.vocab = LoadedVocabulary(tokenizer, vocab_size)
         self.stream_interval = _integer(stream_interval, "stream_interval", 1)
         self.context_length = _integer(context_length, "context_length", 1)
-        if sglang_version not in RELEASES:
-            raise ValueError(f"sglang_version must be one of {', '.join(RELEASES)}, got {sglang_version!r}")
-        self.sglang_version = RELEASES[sglang_version]
+        self.sglang_version = _release(sglang_version)
         self.deterministic_inference = bool(deterministic_inference)
         self.return_original_logprob = bool(return_original_logprob)
         self.scripts = [self._script_rule(rule) for rule in (scripts or ())]
@@ -860,7 +869,7 @@ class ToyModel:
         return_logprob = _flag(return_logprob, "return_logprob", False)
         start = _integer(-1 if start is None else start, "logprob_start_len", -1)
         if start == -1:
-            start = len(prompt) - 1 if self.sglang_version == "0.5.3" else len(prompt)
+            start = len(prompt) if self.sglang_version >= PROMPT_END_LOGPROB_START_SINCE else len(prompt) - 1
         top_num = min(max(_integer(0 if top_num is None else top_num, "top_logprobs_num"), 0), self.vocab_size)
         if token_ids is not None and (not isinstance(token_ids, list) or not all(_is_int(t) for t in token_ids)):
             raise ValueError("token_ids_logprob must be a list of integers")
@@ -894,8 +903,8 @@ class ToyModel:
         ]
         columns.append(self._per_prompt(token_ids, per_prompt_ids, count, n, "token_ids_logprob"))
 
-        # Section 7.1 (0.5.23) and section 12 (0.5.15 and later).
-        masks = self.sglang_version == "0.5.23"
+        # Section 7.1 and section 12.
+        masks = self.sglang_version >= SAMPLING_MASKS_SINCE
         mask_column = self._per_prompt(body.get("return_sampling_mask") if masks else None,
                                        isinstance(body.get("return_sampling_mask"), list), count, n,
                                        "return_sampling_mask")
@@ -904,8 +913,8 @@ class ToyModel:
                                        "sampling_logprobs_mode")
         stream = _flag(body.get("stream"), "stream", False)
         routes_from = None
-        if self.sglang_version != "0.5.3" and _flag(body.get("return_routed_experts"), "return_routed_experts",
-                                                    False):
+        if self.sglang_version >= ROUTED_EXPERTS_SINCE and _flag(body.get("return_routed_experts"),
+                                                                 "return_routed_experts", False):
             routes_from = _integer(body.get("routed_experts_start_len", 0), "routed_experts_start_len", 0)
             if any(routes_from > len(prompt) for prompt in prompts):
                 raise ValueError("routed_experts_start_len is past the prompt")
@@ -1201,7 +1210,7 @@ def main(argv=None):
     parser.add_argument("--tokenizer", metavar="PATH", help="a tokenizer.json or a model directory (section 13)")
     parser.add_argument("--stream-interval", type=int, default=1)
     parser.add_argument("--context-length", type=int, default=32768)
-    parser.add_argument("--sglang-version", "--profile", choices=tuple(RELEASES), default="0.5.23")
+    parser.add_argument("--sglang-version", default="0.5.23", help="the release number the server answers as")
     parser.add_argument("--return-original-logprob", action="store_true")
     parser.add_argument("--enable-deterministic-inference", action="store_true")
     parser.add_argument("--script", metavar="FILE", help="JSON list of scripted answers (MODEL.md 8.4)")

@@ -1,6 +1,6 @@
-//! The `sglang-mock` command line (the `cli` feature): the flags, the `oracle` subcommand, logging, and the
-//! ready line. The server's own flags are [`ServerConfig`]'s fields; this module adds the ones that read files
-//! (`--script`, `--faults`) and the one-rule `--fault` shorthand.
+//! The `sglang-mock` command line (the `cli` feature): the flags, the `oracle`, `audit` and `releases`
+//! subcommands, logging, and the ready line. The server's own flags are [`ServerConfig`]'s fields; this
+//! module adds the ones that read files (`--script`, `--faults`) and the one-rule `--fault` shorthand.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -13,6 +13,7 @@ use crate::config::ServerConfig;
 use crate::faults::{Fault, FaultConfig, FaultRule, StreamFilter};
 use crate::http::Server;
 use crate::oracle::Oracle;
+use crate::release::{RELEASES, Release, RouteGroup};
 
 /// A deterministic, wire-faithful SGLang server with exact logprobs from a toy model.
 ///
@@ -49,6 +50,16 @@ enum Command {
     /// report; exit status 0 when every sample is faithful, 1 when the audit found problems, 2 when it could
     /// not run (mock-server/WITNESS.md).
     Audit(AuditArgs),
+    /// List the SGLang releases the server answers as, oldest first, one number a line (the last is the
+    /// default); with --json, everything in which they differ (mock-server/VERSIONS.md).
+    Releases {
+        /// Only the releases that serve this group of routes.
+        #[arg(long, value_enum)]
+        serving: Option<RouteGroup>,
+        /// Print each release's whole definition as a JSON list.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// The `audit` subcommand's arguments.
@@ -200,11 +211,30 @@ pub fn main() -> ExitCode {
                 ExitCode::from(2)
             });
         }
+        Some(Command::Releases { serving, json }) => releases(serving, json),
         None => runtime
             .block_on(serve(cli.flags))
             .map(|()| ExitCode::SUCCESS),
     };
     result.unwrap_or_else(|err| fail(&err))
+}
+
+/// `sglang-mock releases`: the one list of releases, for scripts and for people.
+fn releases(serving: Option<RouteGroup>, json: bool) -> anyhow::Result<ExitCode> {
+    let chosen: Vec<&Release> = RELEASES
+        .iter()
+        .filter(|r| serving.is_none_or(|group| r.serves(group)))
+        .collect();
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, &chosen)?;
+        writeln!(out)?;
+    } else {
+        for release in chosen {
+            writeln!(out, "{}", release.number)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn fail(err: &anyhow::Error) -> ExitCode {

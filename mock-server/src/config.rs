@@ -1,149 +1,14 @@
 //! Server configuration: everything a flag can change, shared by the server, the oracle and the tests.
 
-use std::fmt;
-use std::str::FromStr;
-
 use crate::faults::FaultConfig;
 use crate::latency::LatencyConfig;
 use crate::model::{LoadedTokenizer, MoeShape};
+pub(crate) use crate::release::SglangVersion;
+use crate::release::{self, WeightVersionRoute};
 
 /// The toy model's vocabulary size, Qwen2.5's 151,936.
 const DEFAULT_VOCAB_SIZE: u32 = 151_936;
 use crate::script::ScriptRule;
-
-/// The SGLang release the server answers as: its routes, its request contract, its wire format and its
-/// control semantics. `mock-server/VERSIONS.md` lists every behaviour that differs, with the file and function of
-/// the release it comes from; each behaviour asks the version through one method below, so that list and this
-/// code have one place to agree.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, PartialOrd, Ord)]
-pub enum SglangVersion {
-    /// 0.5.3 (October 2025).
-    V0_5_3,
-    /// 0.5.15 (July 2026), the base of slime's pinned, patched 0.5.15.post1.
-    V0_5_15,
-    /// 0.5.23 (October 2026), the newest release.
-    #[default]
-    V0_5_23,
-}
-
-impl SglangVersion {
-    /// Every release the server can answer as, oldest first.
-    pub const ALL: [SglangVersion; 3] = [
-        SglangVersion::V0_5_3,
-        SglangVersion::V0_5_15,
-        SglangVersion::V0_5_23,
-    ];
-
-    /// The release number, as `/server_info` reports it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SglangVersion::V0_5_3 => "0.5.3",
-            SglangVersion::V0_5_15 => "0.5.15",
-            SglangVersion::V0_5_23 => "0.5.23",
-        }
-    }
-
-    /// `/generate` bodies pass the JSON contract gate after FastAPI's parse: `generate_request` calls
-    /// `api_contract.generate_contract_error` (`srt/entrypoints/http_server.py`, 0.5.23).
-    pub(crate) fn checks_the_json_contract(self) -> bool {
-        match self {
-            SglangVersion::V0_5_3 | SglangVersion::V0_5_15 => false,
-            SglangVersion::V0_5_23 => true,
-        }
-    }
-
-    /// `--admin-api-key` exists, and the API-key middleware decides by each route's `auth_level`
-    /// (`srt/utils/auth.py: decide_request_auth`); 0.5.3 has `--api-key` alone, checked on every route.
-    pub(crate) fn has_admin_api_key(self) -> bool {
-        match self {
-            SglangVersion::V0_5_3 => false,
-            SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => true,
-        }
-    }
-
-    /// `return_routed_experts` and `routed_experts_start_len` exist, with `--enable-return-routed-experts`
-    /// (`srt/managers/io_struct.py`, 0.5.15 and later).
-    pub(crate) fn has_routed_experts(self) -> bool {
-        match self {
-            SglangVersion::V0_5_3 => false,
-            SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => true,
-        }
-    }
-
-    /// `return_sampling_mask` and `sampling_logprobs_mode` exist (`srt/managers/io_struct.py`, 0.5.23).
-    pub(crate) fn has_sampling_masks(self) -> bool {
-        match self {
-            SglangVersion::V0_5_3 | SglangVersion::V0_5_15 => false,
-            SglangVersion::V0_5_23 => true,
-        }
-    }
-
-    /// Finished objects carry `meta_info.weight_versions`, the spans of output tokens each weight version made,
-    /// and their `weight_version` is the last span's (`srt/utils/weight_versions.py`, 0.5.23).
-    pub(crate) fn reports_weight_version_spans(self) -> bool {
-        match self {
-            SglangVersion::V0_5_3 | SglangVersion::V0_5_15 => false,
-            SglangVersion::V0_5_23 => true,
-        }
-    }
-
-    /// The tokenizer manager registers a request's rid (`rid_to_state`) before the pause gate, so an abort naming
-    /// a held request's rid is passed on to the scheduler (`TM: _init_req_state`, 0.5.15 and later); 0.5.3
-    /// registers it after the gate (`TM: _send_one_request`).
-    pub(crate) fn registers_rids_before_the_pause_gate(self) -> bool {
-        match self {
-            SglangVersion::V0_5_3 => false,
-            SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => true,
-        }
-    }
-
-    /// `return_hidden_states` may be `"last"` (`ReturnHiddenStatesMode` in `srt/managers/schedule_batch.py`,
-    /// 0.5.23); earlier releases type it `bool`.
-    pub(crate) fn reads_hidden_states_last(self) -> bool {
-        match self {
-            SglangVersion::V0_5_3 | SglangVersion::V0_5_15 => false,
-            SglangVersion::V0_5_23 => true,
-        }
-    }
-
-    /// A request whose rid is live already is refused before the pause gate: `_init_req_state` raises
-    /// `Duplicate request ID detected: <rid>` (`srt/managers/tokenizer_manager.py`, 0.5.15 and later); 0.5.3
-    /// overwrites the live request's state.
-    pub(crate) fn refuses_duplicate_rids(self) -> bool {
-        match self {
-            SglangVersion::V0_5_3 => false,
-            SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => true,
-        }
-    }
-}
-
-impl fmt::Display for SglangVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// The error for a `--sglang-version` value that names no release the server answers as.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "unknown SGLang version {0:?}: expected 0.5.3, 0.5.15 or 0.5.23 (or the aliases latest, mid)"
-)]
-pub struct UnknownSglangVersion(pub String);
-
-impl FromStr for SglangVersion {
-    type Err = UnknownSglangVersion;
-
-    /// A release number, or one of the two names the former `--profile` flag took: `latest` (0.5.23) and
-    /// `mid` (0.5.3).
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().trim_start_matches('v') {
-            "0.5.3" | "mid" => Ok(SglangVersion::V0_5_3),
-            "0.5.15" => Ok(SglangVersion::V0_5_15),
-            "0.5.23" | "latest" => Ok(SglangVersion::V0_5_23),
-            _ => Err(UnknownSglangVersion(s.to_owned())),
-        }
-    }
-}
 
 /// Everything the server needs to know at start-up, and the one definition of the binary's flags.
 ///
@@ -189,14 +54,16 @@ pub struct ServerConfig {
     /// accept; the others keep `--api-key`'s rule.
     #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_ADMIN_API_KEY"))]
     pub admin_api_key: Option<String>,
-    /// Stream text, output_ids and output logprobs as deltas instead of cumulatively (latest profile only).
+    /// Stream text, output_ids and output logprobs as deltas instead of cumulatively (the releases whose streams
+    /// are cumulative: 0.5.15 and later).
     #[cfg_attr(
         feature = "cli",
         arg(long, env = "SGLANG_MOCK_INCREMENTAL_STREAMING_OUTPUT")
     )]
     pub incremental_streaming_output: bool,
-    /// SGLang release to answer as: 0.5.3, 0.5.15 or 0.5.23 (`--profile latest` is 0.5.23, `mid` 0.5.3).
-    #[cfg_attr(feature = "cli", arg(long, visible_alias = "profile", env = "SGLANG_MOCK_SGLANG_VERSION", default_value_t = ServerConfig::default().sglang_version))]
+    /// SGLang release to answer as (`sglang-mock releases` lists them; `mock-server/VERSIONS.md` says how they
+    /// differ).
+    #[cfg_attr(feature = "cli", arg(long, visible_alias = "profile", env = "SGLANG_MOCK_SGLANG_VERSION", default_value_t = ServerConfig::default().sglang_version, help = format!("SGLang release to answer as: {}", release::listed())))]
     pub sglang_version: SglangVersion,
     /// Answer as slime's patched 0.5.15.post1 (its `docker/patch/`) where the mock covers it:
     /// `/get_weight_version` and `/weight_version` answer the version again, and `/post_process_weights` is
@@ -286,7 +153,7 @@ impl Default for ServerConfig {
             api_key: None,
             admin_api_key: None,
             incremental_streaming_output: false,
-            sglang_version: SglangVersion::V0_5_23,
+            sglang_version: SglangVersion::default(),
             slime_patches: false,
             enable_deterministic_inference: false,
             enable_return_routed_experts: false,
@@ -324,10 +191,10 @@ impl ServerConfig {
     /// `/get_weight_version` answers the version (0.5.3, and 0.5.15 with slime's patches) rather than a
     /// deprecation 404 (0.5.15) or no route (0.5.23).
     pub(crate) fn serves_weight_version(&self) -> bool {
-        match self.sglang_version {
-            SglangVersion::V0_5_3 => true,
-            SglangVersion::V0_5_15 => self.slime_patches,
-            SglangVersion::V0_5_23 => false,
+        match self.sglang_version.weight_version_route {
+            WeightVersionRoute::Served => true,
+            WeightVersionRoute::Deprecated => self.slime_patches,
+            WeightVersionRoute::Absent => false,
         }
     }
 
@@ -361,10 +228,10 @@ impl ServerConfig {
 
     /// Checks the configuration and builds its toy model: what a server and an oracle need before answering.
     pub fn build_model(&self) -> Result<crate::model::Model, StateError> {
-        if self.slime_patches && self.sglang_version != SglangVersion::V0_5_15 {
+        if self.slime_patches && !self.sglang_version.slime_patches {
             return Err(StateError::SlimePatches(self.sglang_version));
         }
-        if self.admin_api_key.is_some() && !self.sglang_version.has_admin_api_key() {
+        if self.admin_api_key.is_some() && !self.sglang_version.admin_api_key {
             return Err(StateError::AdminApiKey(self.sglang_version));
         }
         self.faults.validate().map_err(StateError::Faults)?;
@@ -403,8 +270,14 @@ pub enum StateError {
     },
     #[error("the fault configuration is not valid")]
     Faults(#[source] crate::faults::FaultError),
-    #[error("--slime-patches applies to SGLang 0.5.15 (slime's pinned 0.5.15.post1), not {0}")]
+    #[error(
+        "--slime-patches applies to the SGLang releases slime patches ({patched}), not {0}",
+        patched = release::numbers_where(|r| r.slime_patches)
+    )]
     SlimePatches(SglangVersion),
-    #[error("--admin-api-key is a flag of SGLang 0.5.15 and later, not of {0}")]
+    #[error(
+        "--admin-api-key is a flag of SGLang {with_key}, not of {0}",
+        with_key = release::numbers_where(|r| r.admin_api_key)
+    )]
     AdminApiKey(SglangVersion),
 }

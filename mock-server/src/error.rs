@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use crate::config::SglangVersion;
+use crate::release::ErrorFrame;
 
 /// Everything that can go wrong while answering a request, each variant in the shape SGLang uses for it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -121,20 +122,18 @@ impl ApiError {
     /// `code` (400: a `ValueError` has no `status_code`) and `retryable`.
     pub fn stream_event_json(&self, version: SglangVersion) -> Vec<u8> {
         let message = self.client_message();
-        match version {
-            SglangVersion::V0_5_3 => serde_json::to_vec(&ValueErrorBody {
+        match version.error_frame {
+            ErrorFrame::MessageOnly => serde_json::to_vec(&ValueErrorBody {
                 error: MessageOnly { message },
             }),
-            SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => {
-                serde_json::to_vec(&StreamErrorBody {
-                    error: StreamError {
-                        message,
-                        r#type: "invalid_request_error",
-                        code: 400,
-                        retryable: false,
-                    },
-                })
-            }
+            ErrorFrame::Typed => serde_json::to_vec(&StreamErrorBody {
+                error: StreamError {
+                    message,
+                    r#type: "invalid_request_error",
+                    code: 400,
+                    retryable: false,
+                },
+            }),
         }
         .unwrap_or_default()
     }

@@ -91,12 +91,7 @@ impl Oracle {
     }
 
     fn run(&self, plan: &GeneratePlan, interventions: &Interventions) -> Run {
-        let mut run = Run::new(
-            &self.model,
-            plan,
-            self.config.sglang_version,
-            interventions.abort_after,
-        );
+        let mut run = Run::new(&self.model, plan, interventions.abort_after);
         run.run_to_end(interventions);
         run
     }
@@ -184,12 +179,7 @@ impl Oracle {
         for item in &mut plan.items {
             item.request.stream_interval = Some(item.stream_interval);
         }
-        let mut run = Run::new(
-            &self.model,
-            &plan,
-            self.config.sglang_version,
-            interventions.abort_after,
-        );
+        let mut run = Run::new(&self.model, &plan, interventions.abort_after);
         let mut encoder = StreamEncoder::new(wire::stream_mode(&self.config), plan.items.len());
         let ctx = self.encode_ctx(&plan);
         let mut events = Vec::new();

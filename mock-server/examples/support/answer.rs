@@ -31,8 +31,7 @@ impl Answer {
 
     /// The answer generated to its end, ticking as many steps per call as the non-stream driver does.
     pub(crate) fn generate(&self) -> Run {
-        let config = self.oracle.config();
-        let mut run = Run::new(self.oracle.model(), &self.plan, config.sglang_version, None);
+        let mut run = Run::new(self.oracle.model(), &self.plan, None);
         while !run.is_done() {
             run.tick_many(&Interventions::default(), usize::MAX);
         }

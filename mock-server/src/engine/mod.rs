@@ -18,4 +18,4 @@ pub use item::{
     SamplingLogprobsMode, SamplingParams, chunk_due,
 };
 pub use plan::{GeneratePlan, PlannedItem, Refusal, RidSource};
-pub use step::{Interventions, Outside, Progress, Run, abort_message};
+pub use step::{ABORT_MESSAGE, Interventions, Outside, Progress, Run};

@@ -14,17 +14,12 @@ use std::sync::Arc;
 
 use super::generation::Generation;
 use super::plan::GeneratePlan;
-use crate::config::SglangVersion;
 use crate::error::ApiError;
 use crate::model::Model;
 
-/// The message of an abort from outside, as SGLang's scheduler writes it for each release: `FINISH_ABORT`'s
-/// `message or "Aborted"` (`srt/managers/schedule_batch.py`) in all three.
-pub fn abort_message(version: SglangVersion) -> &'static str {
-    match version {
-        SglangVersion::V0_5_3 | SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => "Aborted",
-    }
-}
+/// The message of an abort from outside, as SGLang's scheduler writes it in every release: `FINISH_ABORT`'s
+/// `message or "Aborted"` (`srt/managers/schedule_batch.py`).
+pub const ABORT_MESSAGE: &str = "Aborted";
 
 /// What happened to one item in a tick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,18 +92,12 @@ pub struct Run {
     tick: usize,
     /// The `abort-running` fault: every item stops once it has this many output tokens.
     abort_after: Option<usize>,
-    abort_message: &'static str,
     open: usize,
 }
 
 impl Run {
     /// Starts every item of `plan`: computes prompt logprobs, and marks the items the scheduler refused.
-    pub fn new(
-        model: &Arc<Model>,
-        plan: &GeneratePlan,
-        version: SglangVersion,
-        abort_after: Option<usize>,
-    ) -> Run {
+    pub fn new(model: &Arc<Model>, plan: &GeneratePlan, abort_after: Option<usize>) -> Run {
         let items: Vec<Item> = plan
             .items
             .iter()
@@ -137,7 +126,6 @@ impl Run {
             progress: vec![Progress::Idle; n],
             tick: 0,
             abort_after,
-            abort_message: abort_message(version),
             open: n,
         }
     }
@@ -152,7 +140,7 @@ impl Run {
                     ended: false,
                 } => {
                     let aborted = outside.aborted(i, tick);
-                    let (after, message) = (self.abort_after, self.abort_message);
+                    let (after, message) = (self.abort_after, ABORT_MESSAGE);
                     let outcome = guarded(|| advance(generation, aborted, after, message));
                     settle(item, outcome)
                 }
@@ -230,7 +218,7 @@ impl Run {
         if max == 0 {
             return Some(0);
         }
-        let (after, message) = (self.abort_after, self.abort_message);
+        let (after, message) = (self.abort_after, ABORT_MESSAGE);
         let start = self.tick;
         let mut tick = start;
         let outcome = guarded(|| {
@@ -422,12 +410,7 @@ mod tests {
     #[test]
     fn every_item_reports_its_end_once_and_only_running_items_are_retracted() {
         use Progress::{Finished, Idle, Rejected, Stepped};
-        let mut run = Run::new(
-            &model(),
-            &plan(&[1, 3, 0, 5], Some(3)),
-            SglangVersion::V0_5_23,
-            None,
-        );
+        let mut run = Run::new(&model(), &plan(&[1, 3, 0, 5], Some(3)), None);
         run.tick(&Interventions::default());
         // One token ends the first; `max_new_tokens: 0` ended before any step; the refused item is reported.
         assert_eq!(run.progress(), [Finished, Stepped, Finished, Rejected]);
@@ -478,7 +461,7 @@ mod tests {
                 run.first_failure().is_some(),
             )
         };
-        let mut one = Run::new(&model(), plan, SglangVersion::V0_5_23, abort_after);
+        let mut one = Run::new(&model(), plan, abort_after);
         let mut want = Vec::new();
         let mut want_reports = 0;
         while !one.is_done() {
@@ -498,7 +481,7 @@ mod tests {
                 want.push(events(&one));
             }
         }
-        let mut many = Run::new(&model(), plan, SglangVersion::V0_5_23, abort_after);
+        let mut many = Run::new(&model(), plan, abort_after);
         let mut got = Vec::new();
         let mut reports = 0;
         while !many.is_done() {
@@ -541,7 +524,7 @@ mod tests {
         check_tick_many(&mixed, &holding(vec![(3, 17)], holds.clone()), None);
         // Item 0 reports 6 steps (the last as its end), item 1 40, item 3 17 and its abort, items 2 and 4
         // their failure and rejection; the batch hands back at tick 1, 6, 12, 13, 18, 30 and 40.
-        let mut run = Run::new(&model(), &mixed, SglangVersion::V0_5_23, None);
+        let mut run = Run::new(&model(), &mixed, None);
         let outside = holding(vec![(3, 17)], holds.clone());
         let mut reports = 0;
         let mut handed_back = Vec::new();
@@ -564,7 +547,7 @@ mod tests {
         check_tick_many(&panicking, &holding(vec![], vec![]), None);
 
         // With nothing refused or failing, the first tick alone still hands back (the first token's time).
-        let mut fresh = Run::new(&model(), &plan(&[5], None), SglangVersion::V0_5_23, None);
+        let mut fresh = Run::new(&model(), &plan(&[5], None), None);
         assert_eq!(fresh.tick_many(&Interventions::default(), 100), 1);
         assert_eq!(fresh.ticks(), 1);
         assert_eq!(fresh.tick_many(&Interventions::default(), 100), 4);
@@ -573,8 +556,7 @@ mod tests {
 
         // `max` bounds the ticks, for one item and for a batch alike.
         for lengths in [&[50][..], &[50, 40]] {
-            let mut bounded =
-                Run::new(&model(), &plan(lengths, None), SglangVersion::V0_5_23, None);
+            let mut bounded = Run::new(&model(), &plan(lengths, None), None);
             bounded.tick_many(&Interventions::default(), 100);
             let reports = bounded.tick_many(&Interventions::default(), 3);
             assert_eq!((reports, bounded.ticks()), (3 * lengths.len(), 4));
@@ -588,7 +570,7 @@ mod tests {
         plan.items[0].request.top_logprobs_num = usize::MAX;
         plan.items[0].request.return_logprob = true;
         plan.items[0].request.logprob_start = 0;
-        let mut run = Run::new(&model(), &plan, SglangVersion::V0_5_23, None);
+        let mut run = Run::new(&model(), &plan, None);
         run.tick(&Interventions::default());
         assert_eq!(run.progress(), [Progress::Failed, Progress::Stepped]);
         let error = run
@@ -608,7 +590,7 @@ mod tests {
             aborts: vec![(0, 2)],
             ..Interventions::default()
         };
-        let mut run = Run::new(&model(), &plan(&[6, 6], None), SglangVersion::V0_5_23, None);
+        let mut run = Run::new(&model(), &plan(&[6, 6], None), None);
         run.run_to_end(&interventions);
         let first = run.generation(0).expect("a generation");
         assert_eq!(first.output_ids().len(), 2);
@@ -620,13 +602,8 @@ mod tests {
             6
         );
 
-        // The abort-running fault stops every item at its count, with 0.5.3's message (the same "Aborted").
-        let mut run = Run::new(
-            &model(),
-            &plan(&[6, 1], None),
-            SglangVersion::V0_5_3,
-            Some(2),
-        );
+        // The abort-running fault stops every item at its count, with the scheduler's message.
+        let mut run = Run::new(&model(), &plan(&[6, 1], None), Some(2));
         run.run_to_end(&Interventions::default());
         let first = run.generation(0).expect("a generation");
         assert_eq!(first.output_ids().len(), 2);

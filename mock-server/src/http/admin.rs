@@ -13,7 +13,6 @@ use super::extract::{JsonBody, RawBody, parse_body};
 use super::metrics::Gauges;
 use super::respond::{json_value, ordered};
 use super::state::AppState;
-use crate::config::SglangVersion;
 use crate::control::PauseMode;
 use crate::error::ApiError;
 use crate::faults::FaultConfig;
@@ -78,12 +77,13 @@ pub(crate) async fn pause_generation(
     State(state): State<AppState>,
     RawBody(body): RawBody,
 ) -> Response {
-    let (mode_name, blocks) = match state.config().sglang_version {
-        SglangVersion::V0_5_3 => ("abort".to_owned(), false),
-        SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => match parse_body::<PauseReq>(&body) {
+    let (mode_name, blocks) = if state.config().sglang_version.pause_modes {
+        match parse_body::<PauseReq>(&body) {
             Ok(req) => (req.mode.unwrap_or_else(|| "abort".to_owned()), true),
             Err(err) => return err.into_response(),
-        },
+        }
+    } else {
+        ("abort".to_owned(), false)
     };
     let Some(mode) = PauseMode::parse(&mode_name) else {
         return ApiError::Validation(format!(
@@ -116,12 +116,11 @@ pub(crate) async fn continue_generation(
     State(state): State<AppState>,
     RawBody(body): RawBody,
 ) -> Response {
-    match state.config().sglang_version {
-        SglangVersion::V0_5_3 => {}
-        SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => match parse_body::<ContinueReq>(&body) {
+    if state.config().sglang_version.pause_modes {
+        match parse_body::<ContinueReq>(&body) {
             Ok(req) => tracing::debug!(torch_empty_cache = ?req.torch_empty_cache, "continue"),
             Err(err) => return err.into_response(),
-        },
+        }
     }
     state.control().resume();
     tracing::info!("generation continued");

@@ -172,12 +172,7 @@ impl RunCtx {
     }
 
     fn start(&self, plan: &GeneratePlan) -> Run {
-        Run::new(
-            &self.model,
-            plan,
-            self.config.sglang_version,
-            self.abort_after,
-        )
+        Run::new(&self.model, plan, self.abort_after)
     }
 
     /// What happens between ticks: wait while paused (a `retract` pause counts against every unfinished

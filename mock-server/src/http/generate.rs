@@ -257,7 +257,7 @@ pub(crate) async fn execute<E: drive::Events>(
     let guard = state.load_guard(tokens);
     let control = Arc::clone(state.control());
     let rids = plan.items.iter().map(|i| i.rid.clone()).collect();
-    let unique = state.config().sglang_version.refuses_duplicate_rids();
+    let unique = state.config().sglang_version.duplicate_rids_refused;
     let handle = control
         .register(rids, unique)
         .map_err(|rid| ApiError::value(format!("Duplicate request ID detected: {rid}")))?;

@@ -5,14 +5,15 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::drive::unix_now;
 use super::respond::{Ordered, empty_ok, json_response, json_value, ordered};
 use super::state::AppState;
-use crate::config::{ServerConfig, SglangVersion};
+use crate::config::ServerConfig;
 use crate::engine::{Generation, ItemRequest, SamplingParams};
 use crate::error::ApiError;
+use crate::release::ModelInfoKey;
 
 /// `/ready` (0.5.23): 200 with an empty body, 503 while paused (`ready` in `srt/entrypoints/http_server.py`,
 /// `TokenizerManager.is_ready`).
@@ -155,42 +156,28 @@ pub(crate) async fn model_info(State(state): State<AppState>) -> Response {
     let weight_version = state.control().weight_version();
     // A weight update from disk changes these two; the tokenizer stays (`TM: _update_model_path_info`).
     let (model_path, served_model_name) = (state.model_path(), state.served_model_name());
-    let body = match c.sglang_version {
-        SglangVersion::V0_5_3 => ordered! {
-            "model_path": &*model_path,
-            "tokenizer_path": c.tokenizer_path(),
-            "is_generation": true,
-            "preferred_sampling_params": serde_json::Value::Null,
-            "weight_version": &*weight_version,
-        },
-        SglangVersion::V0_5_15 => ordered! {
-            "model_path": &*model_path,
-            "tokenizer_path": c.tokenizer_path(),
-            "is_generation": true,
-            "preferred_sampling_params": serde_json::Value::Null,
-            "weight_version": &*weight_version,
-            "has_image_understanding": false,
-            "has_audio_understanding": false,
-            "model_type": "qwen2",
-            "architectures": json!(["Qwen2ForCausalLM"]),
-        },
-        SglangVersion::V0_5_23 => ordered! {
-            "model_path": &*model_path,
-            "served_model_name": &*served_model_name,
-            "tokenizer_path": c.tokenizer_path(),
-            "is_generation": true,
-            "preferred_sampling_params": serde_json::Value::Null,
-            "weight_version": &*weight_version,
-            "load_format": "auto",
-            "reasoning_parser": serde_json::Value::Null,
-            "tool_call_parser": serde_json::Value::Null,
-            "disaggregation_mode": "null",
-            "has_image_understanding": false,
-            "has_audio_understanding": false,
-            "model_type": "qwen2",
-            "architectures": json!(["Qwen2ForCausalLM"]),
-        },
-    };
+    let body = Ordered(
+        c.sglang_version
+            .model_info
+            .iter()
+            .map(|key| match key {
+                ModelInfoKey::ModelPath => ("model_path", json!(&*model_path)),
+                ModelInfoKey::ServedModelName => ("served_model_name", json!(&*served_model_name)),
+                ModelInfoKey::TokenizerPath => ("tokenizer_path", json!(c.tokenizer_path())),
+                ModelInfoKey::IsGeneration => ("is_generation", json!(true)),
+                ModelInfoKey::PreferredSamplingParams => ("preferred_sampling_params", Value::Null),
+                ModelInfoKey::WeightVersion => ("weight_version", json!(&*weight_version)),
+                ModelInfoKey::LoadFormat => ("load_format", json!("auto")),
+                ModelInfoKey::ReasoningParser => ("reasoning_parser", Value::Null),
+                ModelInfoKey::ToolCallParser => ("tool_call_parser", Value::Null),
+                ModelInfoKey::DisaggregationMode => ("disaggregation_mode", json!("null")),
+                ModelInfoKey::HasImageUnderstanding => ("has_image_understanding", json!(false)),
+                ModelInfoKey::HasAudioUnderstanding => ("has_audio_understanding", json!(false)),
+                ModelInfoKey::ModelType => ("model_type", json!("qwen2")),
+                ModelInfoKey::Architectures => ("architectures", json!(["Qwen2ForCausalLM"])),
+            })
+            .collect(),
+    );
     json_value(&body)
 }
 
@@ -198,20 +185,17 @@ pub(crate) async fn model_info(State(state): State<AppState>) -> Response {
 /// patched 0.5.15 (`weight_version` in `docker/patch/v0.5.15.post1/sglang.patch`), a deprecation 404 in 0.5.15.
 pub(crate) async fn weight_version(State(state): State<AppState>) -> Response {
     let c = state.config();
-    match c.sglang_version {
-        SglangVersion::V0_5_3 | SglangVersion::V0_5_15 if c.serves_weight_version() => {
-            json_value(&ordered! { "weight_version": &*state.control().weight_version() })
-        }
-        // 0.5.23 never routes here; were it to, the 404 is the nearest answer.
-        SglangVersion::V0_5_3 | SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => ApiError::Http {
-            status: 404,
-            message:
-                "Endpoint '/get_weight_version' or '/weight_version' is deprecated. Please use \
-                      '/model_info' instead."
-                    .to_owned(),
-        }
-        .into_response(),
+    // A release without the route never routes here; were it to, the 404 is the nearest answer.
+    if c.serves_weight_version() {
+        return json_value(&ordered! { "weight_version": &*state.control().weight_version() });
     }
+    ApiError::Http {
+        status: 404,
+        message: "Endpoint '/get_weight_version' or '/weight_version' is deprecated. Please use \
+                  '/model_info' instead."
+            .to_owned(),
+    }
+    .into_response()
 }
 
 pub(crate) fn unix_seconds() -> u64 {

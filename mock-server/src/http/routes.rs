@@ -10,8 +10,9 @@ use axum::routing::{MethodFilter, get, on, post};
 use super::respond::json_response;
 use super::state::AppState;
 use super::{admin, extract, faults, generate, info, openai, witness};
-use crate::config::{ServerConfig, SglangVersion};
+use crate::config::ServerConfig;
 use crate::error::ApiError;
+use crate::release::{Bearer, RouteGroup, WeightVersionRoute};
 
 /// The router with every endpoint, the API-key middleware when a key is configured, and SGLang's 404/405.
 ///
@@ -66,41 +67,42 @@ fn worker_routes(config: &ServerConfig, get_or_post: MethodFilter) -> Router<App
         .route("/get_model_info", get(info::model_info))
         .route("/v1/models", get(info::list_models))
         .route("/v1/models/{*model}", get(info::retrieve_model));
-    let since_0_5_15 = Router::new()
-        .route("/", get(info::root).head(info::root))
-        .route("/tokenize", post(openai::tokenize::tokenize))
-        .route("/v1/tokenize", post(openai::tokenize::tokenize))
-        .route("/detokenize", post(openai::tokenize::detokenize))
-        .route("/v1/detokenize", post(openai::tokenize::detokenize))
-        .route("/server_info", get(info::server_info))
-        .route("/model_info", get(info::model_info))
-        .route("/v1/loads", get(info::v1_loads))
-        .route(
-            "/update_weights_from_ipc",
-            post(admin::update_weights_from_ipc),
-        );
-    let only_0_5_23 = Router::new()
-        .route("/ready", get(info::ready))
-        .route("/begin_weight_update", post(admin::begin_weight_update))
-        .route("/end_weight_update", post(admin::end_weight_update));
-    let by_release = match version {
-        SglangVersion::V0_5_3 => Router::new()
-            .route("/get_weight_version", get(info::weight_version))
-            .route("/get_load", get(info::get_load)),
-        SglangVersion::V0_5_15 => {
-            let routes = since_0_5_15
-                .route("/get_weight_version", get(info::weight_version))
-                .route("/weight_version", get(info::weight_version))
-                .route("/get_load", get(info::get_load));
-            if config.slime_patches {
-                // slime's `docker/patch/v0.5.15.post1/sglang.patch`.
-                routes.route("/post_process_weights", post(admin::post_process_weights))
-            } else {
-                routes
-            }
+    let mut by_release = Router::new();
+    for group in version.routes {
+        by_release = by_release.merge(match group {
+            RouteGroup::InfoAndTokenize => Router::new()
+                .route("/", get(info::root).head(info::root))
+                .route("/tokenize", post(openai::tokenize::tokenize))
+                .route("/v1/tokenize", post(openai::tokenize::tokenize))
+                .route("/detokenize", post(openai::tokenize::detokenize))
+                .route("/v1/detokenize", post(openai::tokenize::detokenize))
+                .route("/server_info", get(info::server_info))
+                .route("/model_info", get(info::model_info))
+                .route("/v1/loads", get(info::v1_loads))
+                .route(
+                    "/update_weights_from_ipc",
+                    post(admin::update_weights_from_ipc),
+                ),
+            RouteGroup::GetLoad => Router::new().route("/get_load", get(info::get_load)),
+            RouteGroup::Ready => Router::new().route("/ready", get(info::ready)),
+            RouteGroup::WeightUpdateSession => Router::new()
+                .route("/begin_weight_update", post(admin::begin_weight_update))
+                .route("/end_weight_update", post(admin::end_weight_update)),
+        });
+    }
+    by_release = match version.weight_version_route {
+        WeightVersionRoute::Served => {
+            by_release.route("/get_weight_version", get(info::weight_version))
         }
-        SglangVersion::V0_5_23 => since_0_5_15.merge(only_0_5_23),
+        WeightVersionRoute::Deprecated => by_release
+            .route("/get_weight_version", get(info::weight_version))
+            .route("/weight_version", get(info::weight_version)),
+        WeightVersionRoute::Absent => by_release,
     };
+    if config.slime_patches {
+        // slime's `docker/patch/v0.5.15.post1/sglang.patch`.
+        by_release = by_release.route("/post_process_weights", post(admin::post_process_weights));
+    }
     common
         .merge(by_release)
         .route("/flush_cache", on(get_or_post, admin::flush_cache))
@@ -139,56 +141,23 @@ fn worker_routes(config: &ServerConfig, get_or_post: MethodFilter) -> Router<App
         )
 }
 
-/// The routes of the mock that 0.5.15 and later mark `@auth_level(AuthLevel.ADMIN_OPTIONAL)` in
-/// `srt/entrypoints/http_server.py`, and the mock's own `/admin/*`. Every other route is `NORMAL`, as is a path
-/// no route matches.
-fn is_admin_route(version: SglangVersion, path: &str) -> bool {
-    let since_0_5_15 = matches!(
-        path,
-        "/abort_request"
-            | "/pause_generation"
-            | "/continue_generation"
-            | "/flush_cache"
-            | "/update_weights_from_disk"
-            | "/update_weights_from_tensor"
-            | "/update_weights_from_distributed"
-            | "/update_weights_from_ipc"
-            | "/init_weights_update_group"
-            | "/destroy_weights_update_group"
-            | "/update_weight_version"
-            | "/release_memory_occupation"
-            | "/resume_memory_occupation"
-            | "/post_process_weights"
-    ) || path.starts_with("/admin/");
-    match version {
-        SglangVersion::V0_5_3 => false,
-        SglangVersion::V0_5_15 => since_0_5_15,
-        SglangVersion::V0_5_23 => {
-            since_0_5_15 || matches!(path, "/begin_weight_update" | "/end_weight_update")
-        }
-    }
-}
-
-/// SGLang's API-key middleware. 0.5.3 (`add_api_key_middleware` in `srt/utils/common.py`): `OPTIONS`,
-/// `/health*` and `/metrics*` pass, everything else needs exactly `Authorization: Bearer <api_key>`. 0.5.15
-/// and later (`srt/utils/auth.py: decide_request_auth`; 0.5.23 also passes `/ready*`): a control route takes
-/// only the admin key when one is set, else the API key when one is set; any other route takes the API key
-/// when one is set; the scheme is matched case-insensitively. A refusal is 401 `{"error":"Unauthorized"}`.
+/// SGLang's API-key middleware (`add_api_key_middleware` in `srt/utils/common.py`, then
+/// `srt/utils/auth.py: decide_request_auth`): `OPTIONS` and the release's keyless prefixes pass; a control
+/// route (the release's `admin_routes`) takes only the admin key when one is set, else the API key when one
+/// is set; any other route takes the API key when one is set; the release's `bearer` says how the scheme is
+/// matched. A refusal is 401 `{"error":"Unauthorized"}`.
 async fn api_key_auth(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let config = state.config();
     let version = config.sglang_version;
     let path = req.uri().path();
-    let exempt = path.starts_with("/health")
-        || path.starts_with("/metrics")
-        || (version == SglangVersion::V0_5_23 && path.starts_with("/ready"));
-    if req.method() == Method::OPTIONS || exempt {
+    if req.method() == Method::OPTIONS || version.is_keyless(path) {
         return next.run(req).await;
     }
     let header = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let expected = if is_admin_route(version, path) {
+    let expected = if version.is_admin_route(path) {
         config
             .admin_api_key
             .as_deref()
@@ -198,7 +167,7 @@ async fn api_key_auth(State(state): State<AppState>, req: Request, next: Next) -
     };
     let authorized = match expected {
         None => true,
-        Some(key) => header.is_some_and(|h| bearer_matches(version, h, key)),
+        Some(key) => header.is_some_and(|h| bearer_matches(version.bearer, h, key)),
     };
     if authorized {
         return next.run(req).await;
@@ -208,12 +177,12 @@ async fn api_key_auth(State(state): State<AppState>, req: Request, next: Next) -
     ApiError::Unauthorized.into_response()
 }
 
-/// Whether an `Authorization` header carries `key`: `f"Bearer {api_key}"` exactly in 0.5.3; a scheme
-/// `bearer` in any case, one space, then the key, from 0.5.15 (`_check_bearer_token`).
-fn bearer_matches(version: SglangVersion, header: &str, key: &str) -> bool {
-    match version {
-        SglangVersion::V0_5_3 => header.strip_prefix("Bearer ") == Some(key),
-        SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => header
+/// Whether an `Authorization` header carries `key`: `f"Bearer {api_key}"` exactly, or a scheme `bearer` in
+/// any case, one space, then the key (`_check_bearer_token`).
+fn bearer_matches(bearer: Bearer, header: &str, key: &str) -> bool {
+    match bearer {
+        Bearer::Exact => header.strip_prefix("Bearer ") == Some(key),
+        Bearer::AnyCaseScheme => header
             .split_once(' ')
             .is_some_and(|(scheme, token)| scheme.eq_ignore_ascii_case("bearer") && token == key),
     }

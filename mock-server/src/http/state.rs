@@ -49,7 +49,7 @@ impl AppState {
             &config.weight_version,
             config.max_running_requests,
             config.max_queued_requests,
-            config.sglang_version.registers_rids_before_the_pause_gate(),
+            config.sglang_version.rids_before_pause_gate,
         );
         let faults = Faults::new(config.faults.clone());
         let ledger = config.ledger.then(|| {

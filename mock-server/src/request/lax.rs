@@ -108,8 +108,8 @@ impl SamplingKey {
     /// and `watermark` in 0.5.23 (each release's `sampling/sampling_params.py`).
     pub fn in_release(self, release: SglangVersion) -> bool {
         match self {
-            SamplingKey::StopRegex => release != SglangVersion::V0_5_3,
-            SamplingKey::BeamWidth | SamplingKey::Watermark => release == SglangVersion::V0_5_23,
+            SamplingKey::StopRegex => release.stop_regex,
+            SamplingKey::BeamWidth | SamplingKey::Watermark => release.beam_width_and_watermark,
             _ => true,
         }
     }

@@ -31,14 +31,14 @@ use crate::error::ApiError;
 /// one) the JSON contract gate. The server and the oracle both start here.
 pub fn admit_generate(body: &[u8], version: SglangVersion) -> Result<GenerateReqInput, ApiError> {
     let parsed = parse_generate(body)?;
-    if parsed.return_hidden_states_last && !version.reads_hidden_states_last() {
+    if parsed.return_hidden_states_last && !version.hidden_states_last {
         return Err(validation_error(
             "bool_type",
             "'return_hidden_states'",
             "invalid value: string \"last\", expected a valid boolean",
         ));
     }
-    if version.checks_the_json_contract()
+    if version.json_contract
         && let Some(violation) = generate_contract_error(body)
     {
         return Err(ApiError::Contract(violation));

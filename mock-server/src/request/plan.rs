@@ -13,6 +13,7 @@ use crate::engine::{
 use crate::error::ApiError;
 use crate::model::Tokenizer;
 use crate::pyfmt::{int_list_repr, str_list_repr};
+use crate::release::LogprobStart;
 
 /// The most samples (prompts times `n`) one request may expand to (a mock-only limit).
 pub const MAX_SAMPLES: usize = 1 << 16;
@@ -186,7 +187,7 @@ impl<'a> Expanded<'a> {
                 num,
             )?,
             token_ids_logprob: expand_token_ids(req.token_ids_logprob.as_ref(), is_single, n, num)?,
-            return_sampling_mask: match version.has_sampling_masks() {
+            return_sampling_mask: match version.sampling_masks {
                 true => expand_param(
                     req.return_sampling_mask.as_ref(),
                     false,
@@ -280,7 +281,7 @@ fn plan_item(
         ),
         false => (prompt_len, None),
     };
-    let asks_routes = req.return_routed_experts && config.sglang_version.has_routed_experts();
+    let asks_routes = req.return_routed_experts && config.sglang_version.routed_experts;
     let routes_refusal = asks_routes
         .then(|| routes_start_refusal(req.routed_experts_start_len, prompt_len))
         .flatten();
@@ -350,7 +351,7 @@ fn sampling_logprobs_modes(
     req: &GenerateReqInput,
     version: SglangVersion,
 ) -> Result<Option<OneOrMany<Option<SamplingLogprobsMode>>>, ApiError> {
-    if !version.has_sampling_masks() {
+    if !version.sampling_masks {
         return Ok(None);
     }
     let mode = |value: &Option<String>| match value.as_deref() {
@@ -425,9 +426,9 @@ fn logprob_start(
     let start = start as u64;
     // `Scheduler.handle_generate_request`: 0.5.3 refuses a start at the prompt's end, 0.5.15 and later only one
     // past it (a start at the end reports no input logprobs).
-    let refused = match version {
-        SglangVersion::V0_5_3 => start >= prompt_len as u64,
-        SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => start > prompt_len as u64,
+    let refused = match version.logprob_start {
+        LogprobStart::LastPromptToken => start >= prompt_len as u64,
+        LogprobStart::PromptEnd => start > prompt_len as u64,
     };
     if !refused {
         return (start as usize, None);
@@ -447,9 +448,9 @@ fn logprob_start(
 
 /// The first covered prompt position for `logprob_start_len = -1`.
 pub fn default_logprob_start(version: SglangVersion, prompt_len: usize) -> usize {
-    match version {
-        SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => prompt_len,
-        SglangVersion::V0_5_3 => prompt_len.saturating_sub(1),
+    match version.logprob_start {
+        LogprobStart::PromptEnd => prompt_len,
+        LogprobStart::LastPromptToken => prompt_len.saturating_sub(1),
     }
 }
 

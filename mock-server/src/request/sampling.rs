@@ -8,6 +8,7 @@ use crate::config::{ServerConfig, SglangVersion};
 use crate::engine::SamplingParams;
 use crate::error::ApiError;
 use crate::pyfmt::{PyNum, str_repr};
+use crate::release::{NullSamplingValues, SeedRule, Verify};
 
 /// `temperature` below this is greedy sampling (`_SAMPLING_EPS` in `sampling_params.py`).
 const SAMPLING_EPS: f64 = 1e-6;
@@ -80,7 +81,7 @@ fn held<T>(
 ) -> Result<Option<T>, ApiError> {
     match raw.get(key) {
         None => Ok(Some(default)),
-        Some(Value::Null) if version == SglangVersion::V0_5_3 => Ok(None),
+        Some(Value::Null) if version.null_sampling_values == NullSamplingValues::Kept => Ok(None),
         Some(Value::Null) => Ok(Some(default)),
         Some(v) => f(key, v).map(Some),
     }
@@ -217,9 +218,10 @@ impl Typed {
             _ => Err(type_error(key, "a dict", v)),
         })?;
         // Grammar constraints are accepted and not applied (the toy model has no grammar backend).
-        let grammar_keys: &[SamplingKey] = match version {
-            SglangVersion::V0_5_3 | SglangVersion::V0_5_15 => &[K::JsonSchema, K::Regex, K::Ebnf],
-            SglangVersion::V0_5_23 => &[K::JsonSchema, K::Regex, K::Ebnf, K::StructuralTag],
+        let grammar_keys: &[SamplingKey] = if version.structural_tag {
+            &[K::JsonSchema, K::Regex, K::Ebnf, K::StructuralTag]
+        } else {
+            &[K::JsonSchema, K::Regex, K::Ebnf]
         };
         let grammars = grammar_keys
             .iter()
@@ -278,19 +280,19 @@ impl Typed {
         // `post_init` has failed on a `None` temperature.
         let temperature = float_none(self.temperature, "<")?;
         let t = temperature.as_f64();
-        match version {
-            SglangVersion::V0_5_3 if t < 0.0 => {
+        match version.verify {
+            Verify::NonNegative if t < 0.0 => {
                 return Err(ApiError::value(format!(
                     "temperature must be non-negative, got {temperature}."
                 )));
             }
-            SglangVersion::V0_5_3 => {}
-            SglangVersion::V0_5_15 | SglangVersion::V0_5_23 if !t.is_finite() || t < 0.0 => {
+            Verify::NonNegative => {}
+            Verify::Finite if !t.is_finite() || t < 0.0 => {
                 return Err(ApiError::value(format!(
                     "temperature must be a non-negative finite number, got {temperature}."
                 )));
             }
-            SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => {}
+            Verify::Finite => {}
         }
         let top_p = float_none(self.top_p, "<")?;
         let p = top_p.as_f64();
@@ -325,19 +327,19 @@ impl Typed {
         }
         let repetition_penalty = float_none(self.repetition_penalty, "<=")?;
         let rp = repetition_penalty.as_f64();
-        match version {
-            SglangVersion::V0_5_3 if !(0.0..=2.0).contains(&rp) => {
+        match version.verify {
+            Verify::NonNegative if !(0.0..=2.0).contains(&rp) => {
                 return Err(ApiError::value(format!(
                     "repetition_penalty must be in [0, 2], got {repetition_penalty}."
                 )));
             }
-            SglangVersion::V0_5_3 => {}
-            SglangVersion::V0_5_15 | SglangVersion::V0_5_23 if !(rp > 0.0 && rp <= 2.0) => {
+            Verify::NonNegative => {}
+            Verify::Finite if !(rp > 0.0 && rp <= 2.0) => {
                 return Err(ApiError::value(format!(
                     "repetition_penalty must be in (0, 2] (1.0 = no penalty), got {repetition_penalty}."
                 )));
             }
-            SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => {}
+            Verify::Finite => {}
         }
         let min_new_tokens = compared(self.min_new_tokens, "<=", "int", "NoneType")?;
         if min_new_tokens < 0 {
@@ -362,13 +364,10 @@ impl Typed {
         }
         self.sampling_seed.verify(version)?;
         if self.grammars > 1 {
-            return Err(ApiError::value(match version {
-                SglangVersion::V0_5_3 | SglangVersion::V0_5_15 => {
-                    "Only one of regex, json_schema, or ebnf can be set."
-                }
-                SglangVersion::V0_5_23 => {
-                    "Only one of json_schema, regex, ebnf, or structural_tag can be set."
-                }
+            return Err(ApiError::value(if version.structural_tag {
+                "Only one of json_schema, regex, ebnf, or structural_tag can be set."
+            } else {
+                "Only one of regex, json_schema, or ebnf can be set."
             }));
         }
         // `_validate_watermark_request`, after `verify`.
@@ -579,13 +578,13 @@ impl Seed {
                 "sampling_seed must be in [-2**63, 2**63 - 1], got {v}."
             )))
         };
-        match (version, self) {
-            (SglangVersion::V0_5_3, Seed::Null) => {
+        match (version.sampling_seed, self) {
+            (SeedRule::FortyTwo, Seed::Null) => {
                 Err(ApiError::value("sampling_seed should not be None"))
             }
-            (SglangVersion::V0_5_23, Seed::Int(v)) if i64::try_from(*v).is_err() => out_of_range(v),
-            (SglangVersion::V0_5_23, Seed::Big(literal)) => out_of_range(literal),
-            (SglangVersion::V0_5_3 | SglangVersion::V0_5_15 | SglangVersion::V0_5_23, _) => Ok(()),
+            (SeedRule::InI64, Seed::Int(v)) if i64::try_from(*v).is_err() => out_of_range(v),
+            (SeedRule::InI64, Seed::Big(literal)) => out_of_range(literal),
+            (SeedRule::FortyTwo | SeedRule::Unchecked | SeedRule::InI64, _) => Ok(()),
         }
     }
 

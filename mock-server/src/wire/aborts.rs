@@ -23,7 +23,7 @@ pub(super) fn encode_waiting_abort(
     // `_make_abort_req`: the spans of an item without output, one empty span of the version now (0.5.23).
     let spans = ctx
         .version
-        .reports_weight_version_spans()
+        .weight_version_spans
         .then(|| weight_version_spans(&[], ctx.weight_version, 0));
     Object {
         shape: Shape::AbortedWaiting,

@@ -8,6 +8,7 @@ use super::json::WaitingAbort;
 use crate::config::SglangVersion;
 use crate::engine::{GeneratePlan, Generation, Run};
 use crate::error::ApiError;
+use crate::release::{NonFiniteBody, WaitingAbortShape};
 
 /// Whether a finished non-stream answer can be serialised at all: MID serialises with `allow_nan=False`, so a
 /// NaN or infinite logprob in any item fails the whole response with a 500. Every non-stream route (native or
@@ -21,7 +22,9 @@ pub fn check_serialisable(
         run.generation(i)
             .is_some_and(|g| has_non_finite_logprob(g, item))
     };
-    if version == SglangVersion::V0_5_3 && plan.items.iter().enumerate().any(bad) {
+    if version.non_finite_body == NonFiniteBody::ServerError
+        && plan.items.iter().enumerate().any(bad)
+    {
         return Err(ApiError::internal(
             "ValueError: Out of range float values are not JSON compliant",
         ));
@@ -98,15 +101,15 @@ impl NeverRan<'_> {
     /// its waiting queue as "Abort before prefill" (`_handle_abort_req`); a refusal with its own reason (a full
     /// queue) keeps the waiting shape.
     pub fn in_release(self, version: SglangVersion) -> Self {
-        match (version, self) {
+        match (version.waiting_abort, self) {
             (
-                SglangVersion::V0_5_3,
+                WaitingAbortShape::BeforePrefill,
                 NeverRan::Waiting {
                     reason: WaitingAbort::Aborted,
                     ..
                 },
             ) => NeverRan::BeforePrefill,
-            (SglangVersion::V0_5_3 | SglangVersion::V0_5_15 | SglangVersion::V0_5_23, how) => how,
+            (WaitingAbortShape::BeforePrefill | WaitingAbortShape::WaitingQueue, how) => how,
         }
     }
 }

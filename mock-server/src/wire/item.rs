@@ -13,12 +13,12 @@ use super::versions::{VersionEvent, VersionSpan, weight_version_spans};
 /// How the output fields of one chunk relate to earlier chunks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutputMode {
-    /// Everything so far (non-stream bodies and LATEST streams).
+    /// Everything so far (non-stream bodies, and streams of a release whose `stream_ids` are cumulative).
     Cumulative,
     /// Only what is new since the previous chunk (`--incremental-streaming-output`).
     Incremental,
-    /// MID streams: cumulative `text` and logprobs, delta `output_ids`.
-    MidDeltaIds,
+    /// Streams of a release whose `stream_ids` are deltas: cumulative `text` and logprobs, delta `output_ids`.
+    DeltaIds,
 }
 
 /// What has already been sent of one item's stream; the offsets of the next delta.
@@ -32,7 +32,7 @@ pub struct Sent {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Finished {
     pub e2e_latency: f64,
-    /// Unix time in seconds, \[LATEST\] only.
+    /// Unix time in seconds, where the release's keys have `response_sent_to_client_ts`.
     pub response_sent_to_client_ts: f64,
 }
 
@@ -89,7 +89,8 @@ pub struct Chunk<'a> {
     pub finished: Option<Finished>,
     /// The position in a streamed batch.
     pub index: Option<usize>,
-    /// How often `/pause_generation` with `mode: "retract"` sent the item back to the queue (\[LATEST\]).
+    /// How often `/pause_generation` with `mode: "retract"` sent the item back to the queue (where the
+    /// release's keys have `num_retractions`).
     pub num_retractions: u32,
     /// `response_sent_to_client_ts` (0.5.15 and later): on the first object of an item, stream or not.
     pub sent_ts: Option<f64>,
@@ -123,13 +124,13 @@ pub fn encode_item(
             sent.ids.min(ids.len()),
             sent.ids.min(ids.len()),
         ),
-        OutputMode::MidDeltaIds => (full_text, sent.ids.min(ids.len()), 0),
+        OutputMode::DeltaIds => (full_text, sent.ids.min(ids.len()), 0),
     };
     let logprobs = item
         .request
         .return_logprob
         .then(|| logprob_fields(ctx, item, generation, lp_from));
-    let spans = (finished.is_some() && ctx.version.reports_weight_version_spans())
+    let spans = (finished.is_some() && ctx.version.weight_version_spans)
         .then(|| weight_version_spans(version_events, ctx.weight_version, ids.len()));
     let sampling_mask = generation.sampling_mask().map(|(mode, rows)| MaskFields {
         mode,
@@ -239,7 +240,7 @@ pub fn encode_aborted(
     // The scheduler finished it without output: one empty span of the version now.
     let spans = ctx
         .version
-        .reports_weight_version_spans()
+        .weight_version_spans
         .then(|| weight_version_spans(&[], ctx.weight_version, 0));
     Object {
         shape: Shape::Failed,
@@ -269,7 +270,8 @@ pub fn encode_aborted(
     .write(out, ctx.version);
 }
 
-/// Whether any logprob this item would report is NaN or infinite (a MID non-stream body then fails with 500).
+/// Whether any logprob this item would report is NaN or infinite (a non-stream body then fails with 500 where
+/// the release's `non_finite_body` says so).
 pub(super) fn has_non_finite_logprob(generation: &Generation, item: &PlannedItem) -> bool {
     if !item.request.return_logprob {
         return false;

@@ -1,9 +1,9 @@
 //! The one writer of an item object and its `meta_info`, for every shape an item can take.
 //!
-//! Which keys a shape carries, and in what order, is data: [`keys`] gives the list for a profile and a
-//! [`Shape`], and [`Object::write`] writes exactly those keys in that order from the values it holds. A new
-//! `meta_info` field is a [`Key`], a value in [`Meta`], and its place in the lists of [`keys`]; the encoders of
-//! items, aborts and stream chunks all write through here.
+//! Which keys a shape carries, and in what order, is data: [`keys`] gives the list for a release and a
+//! [`Shape`] (the release owns the lists, `crate::release`), and [`Object::write`] writes exactly those keys in
+//! that order from the values it holds. A new `meta_info` field is a [`Key`], a value in [`Meta`], and its
+//! place in the releases' lists; the encoders of items, aborts and stream chunks all write through here.
 
 use crate::config::SglangVersion;
 use crate::engine::{MaskRows, PlannedItem, Rows, SamplingLogprobsMode};
@@ -25,142 +25,21 @@ pub enum Shape {
     /// Aborted in the waiting queue (`TokenizerManager._handle_abort_req`): no `prompt_tokens`, no
     /// `cached_tokens`, `e2e_latency` before the logprob keys.
     AbortedWaiting,
-    /// \[MID\] "Abort before prefill": no `output_ids`, no logprob keys.
+    /// "Abort before prefill" (a release whose `waiting_abort` is `BeforePrefill`): no `output_ids`, no logprob
+    /// keys.
     AbortedBeforePrefill,
 }
 
-/// One key of `meta_info`. The logprob keys are written only when the request asked for logprobs
-/// (and the top and token-id lists only when it asked for those).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Key {
-    Id,
-    FinishReason,
-    PromptTokens,
-    WeightVersion,
-    NumRetractions,
-    /// `input_token_logprobs` and `output_token_logprobs`.
-    TokenLogprobs,
-    OutputTokenLogprobsLength,
-    /// `input_top_logprobs` and `output_top_logprobs`.
-    TopLogprobs,
-    /// `input_token_ids_logprobs` and `output_token_ids_logprobs`.
-    TokenIdsLogprobs,
-    /// `output_token_sampling_mask`, `output_token_sampling_logprobs` and `output_token_sampling_mask_length`
-    /// (0.5.23): only when the request asked for sampling masks.
-    SamplingMask,
-    ReasoningTokens,
-    CompletionTokens,
-    CachedTokens,
-    /// `routed_experts` (0.5.15 and later): only on a finished item's object, when routes were asked for from a
-    /// server that returns them.
-    RoutedExperts,
-    /// `weight_versions` (0.5.23): only on an item's final object.
-    WeightVersions,
-    /// `"dp_rank": null`: the rank of the data-parallel controller, which the mock (one scheduler) has none of.
-    DpRank,
-    /// Only on an item's final object.
-    E2eLatency,
-    /// Once per item: on its first object (0.5.15 and later).
-    ResponseSentToClientTs,
-}
+/// One key of `meta_info`: the release owns which keys each shape carries.
+pub use crate::release::MetaKey as Key;
 
-/// The keys of `meta_info` for `shape` under `profile`, in SGLang's insertion order.
+/// The keys of `meta_info` for `shape` under `version`, in SGLang's insertion order.
 pub fn keys(version: SglangVersion, shape: Shape) -> &'static [Key] {
     use Key::*;
-    match (version, shape) {
-        (SglangVersion::V0_5_15, Shape::Generated | Shape::Failed) => &[
-            Id,
-            FinishReason,
-            PromptTokens,
-            WeightVersion,
-            NumRetractions,
-            TokenLogprobs,
-            OutputTokenLogprobsLength,
-            TopLogprobs,
-            TokenIdsLogprobs,
-            ReasoningTokens,
-            CompletionTokens,
-            CachedTokens,
-            RoutedExperts,
-            DpRank,
-            E2eLatency,
-            ResponseSentToClientTs,
-        ],
-        (SglangVersion::V0_5_23, Shape::Generated | Shape::Failed) => &[
-            Id,
-            FinishReason,
-            PromptTokens,
-            WeightVersion,
-            NumRetractions,
-            TokenLogprobs,
-            OutputTokenLogprobsLength,
-            TopLogprobs,
-            TokenIdsLogprobs,
-            SamplingMask,
-            ReasoningTokens,
-            CompletionTokens,
-            CachedTokens,
-            WeightVersions,
-            RoutedExperts,
-            DpRank,
-            E2eLatency,
-            ResponseSentToClientTs,
-        ],
-        (SglangVersion::V0_5_3, Shape::Generated | Shape::Failed) => &[
-            Id,
-            FinishReason,
-            PromptTokens,
-            WeightVersion,
-            TokenLogprobs,
-            TopLogprobs,
-            TokenIdsLogprobs,
-            CompletionTokens,
-            CachedTokens,
-            E2eLatency,
-        ],
-        // `_handle_abort_req`: the reduced dict, then `add_logprob_to_meta_info`, then `completion_tokens`; the
-        // object is the item's first and last, so it carries `response_sent_to_client_ts`.
-        (SglangVersion::V0_5_15, Shape::AbortedWaiting) => &[
-            Id,
-            FinishReason,
-            WeightVersion,
-            E2eLatency,
-            TokenLogprobs,
-            OutputTokenLogprobsLength,
-            TopLogprobs,
-            TokenIdsLogprobs,
-            CompletionTokens,
-            ResponseSentToClientTs,
-        ],
-        (SglangVersion::V0_5_23, Shape::AbortedWaiting) => &[
-            Id,
-            FinishReason,
-            WeightVersion,
-            E2eLatency,
-            WeightVersions,
-            TokenLogprobs,
-            OutputTokenLogprobsLength,
-            TopLogprobs,
-            TokenIdsLogprobs,
-            CompletionTokens,
-            ResponseSentToClientTs,
-        ],
-        // 0.5.3 sends a request aborted in the waiting queue as "Abort before prefill" (its
-        // `_handle_abort_req`); the mock keeps this shape for its own refusals (a full queue).
-        (SglangVersion::V0_5_3, Shape::AbortedWaiting) => &[
-            Id,
-            FinishReason,
-            WeightVersion,
-            E2eLatency,
-            TokenLogprobs,
-            TopLogprobs,
-            TokenIdsLogprobs,
-            CompletionTokens,
-        ],
-        (
-            SglangVersion::V0_5_3 | SglangVersion::V0_5_15 | SglangVersion::V0_5_23,
-            Shape::AbortedBeforePrefill,
-        ) => &[Id, FinishReason, PromptTokens, CompletionTokens],
+    match shape {
+        Shape::Generated | Shape::Failed => version.meta_generated,
+        Shape::AbortedWaiting => version.meta_aborted_waiting,
+        Shape::AbortedBeforePrefill => &[Id, FinishReason, PromptTokens, CompletionTokens],
     }
 }
 

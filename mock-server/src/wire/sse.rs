@@ -5,6 +5,7 @@ use bytes::Bytes;
 use super::item::OutputMode;
 use crate::config::{ServerConfig, SglangVersion};
 use crate::error::ApiError;
+use crate::release::StreamIds;
 
 /// The terminator of every `/generate` stream.
 pub const DONE_EVENT: &[u8] = b"data: [DONE]\n\n";
@@ -27,9 +28,12 @@ pub fn error_stream_body(err: &ApiError, version: SglangVersion) -> Bytes {
 
 /// The output mode of streamed chunks under this configuration.
 pub fn stream_mode(config: &ServerConfig) -> OutputMode {
-    match (config.sglang_version, config.incremental_streaming_output) {
-        (SglangVersion::V0_5_3, _) => OutputMode::MidDeltaIds,
-        (SglangVersion::V0_5_15 | SglangVersion::V0_5_23, true) => OutputMode::Incremental,
-        (SglangVersion::V0_5_15 | SglangVersion::V0_5_23, false) => OutputMode::Cumulative,
+    match (
+        config.sglang_version.stream_ids,
+        config.incremental_streaming_output,
+    ) {
+        (StreamIds::Delta, _) => OutputMode::DeltaIds,
+        (StreamIds::Cumulative, true) => OutputMode::Incremental,
+        (StreamIds::Cumulative, false) => OutputMode::Cumulative,
     }
 }

@@ -36,7 +36,7 @@ impl Served<'_> {
         let spans = weight_version_spans(events, current_version, output_ids.len());
         // A finished object reports the version of its last span (0.5.23); others the version now.
         let weight_version = match spans.last() {
-            Some(last) if finished && self.version.reports_weight_version_spans() => last.version,
+            Some(last) if finished && self.version.weight_version_spans => last.version,
             _ => current_version,
         };
         let prompt_ids = generation.input_ids().to_vec();

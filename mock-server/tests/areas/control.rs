@@ -649,7 +649,7 @@ async fn a_weight_update_from_disk_changes_the_model_path_or_fails_as_the_loader
 #[tokio::test(start_paused = true)]
 async fn a_second_request_with_a_live_rid_is_refused_where_the_release_refuses_it() {
     let message = json!({"error": {"message": "Duplicate request ID detected: dup"}});
-    for version in mock_server::SglangVersion::ALL {
+    for version in mock_server::SglangVersion::all() {
         let server = InProcess::new(ServerConfig {
             sglang_version: version,
             ..slow()
@@ -852,7 +852,7 @@ async fn a_0_5_3_waiting_abort_is_the_abort_before_prefill_object() {
 /// `ContinueGenerationReqInput` from 0.5.15 on, and no body in 0.5.3.
 #[tokio::test(start_paused = true)]
 async fn each_release_pauses_as_its_tokenizer_manager_does() {
-    for version in mock_server::SglangVersion::ALL {
+    for version in mock_server::SglangVersion::all() {
         let server = InProcess::new(ServerConfig {
             sglang_version: version,
             ..slow()

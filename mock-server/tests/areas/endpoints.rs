@@ -706,7 +706,7 @@ async fn slimes_post_process_weights_waits_for_running_requests() {
         )
         .await;
     assert_eq!(typed.status, 400);
-    for version in SglangVersion::ALL {
+    for version in SglangVersion::all() {
         let plain = InProcess::new(ServerConfig {
             sglang_version: version,
             ..ServerConfig::default()

@@ -374,7 +374,7 @@ async fn deterministic_inference_gives_n_identical_samples_of_seed_42() {
 #[tokio::test]
 async fn a_null_max_new_tokens_is_no_limit_but_the_context_window() {
     const CONTEXT: u32 = 300;
-    for version in SglangVersion::ALL {
+    for version in SglangVersion::all() {
         let server = InProcess::new(ServerConfig {
             context_length: CONTEXT,
             sglang_version: version,

@@ -1032,7 +1032,7 @@ async fn chat_streams_without_logprobs_carry_the_text() {
 async fn chat_stream_deltas_are_each_releases_delta_shape() {
     let request =
         json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "stream": true});
-    for version in SglangVersion::ALL {
+    for version in SglangVersion::all() {
         let server = InProcess::new(ServerConfig {
             sglang_version: version,
             ..ServerConfig::default()
@@ -1040,34 +1040,31 @@ async fn chat_stream_deltas_are_each_releases_delta_shape() {
         let chunks = sse_json(&post(&server, "/v1/chat/completions", &request).await.body);
         let deltas: Vec<&Value> = chunks.iter().map(|c| &c["choices"][0]["delta"]).collect();
         let (first, last) = (deltas[0], deltas[deltas.len() - 1]);
-        match version {
-            SglangVersion::V0_5_3 => {
-                assert_eq!(
-                    *first,
-                    json!({"role": "assistant", "content": "", "reasoning_content": null, "tool_calls": null})
-                );
-                assert_eq!(
-                    *last,
-                    json!({"role": null, "content": null, "reasoning_content": null, "tool_calls": null})
-                );
-                assert!(
-                    chunks
-                        .iter()
-                        .all(|c| c["usage"].is_null() && c.get("usage").is_some())
-                );
-            }
-            SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => {
-                assert_eq!(
-                    *first,
-                    json!({"reasoning_content": null, "role": "assistant", "content": ""})
-                );
-                assert_eq!(
-                    *last,
-                    json!({"reasoning_content": null}),
-                    "{version}: the finish chunk"
-                );
-                assert!(chunks.iter().all(|c| c.get("usage").is_none()), "{version}");
-            }
+        if version == SglangVersion::V0_5_3 {
+            assert_eq!(
+                *first,
+                json!({"role": "assistant", "content": "", "reasoning_content": null, "tool_calls": null})
+            );
+            assert_eq!(
+                *last,
+                json!({"role": null, "content": null, "reasoning_content": null, "tool_calls": null})
+            );
+            assert!(
+                chunks
+                    .iter()
+                    .all(|c| c["usage"].is_null() && c.get("usage").is_some())
+            );
+        } else {
+            assert_eq!(
+                *first,
+                json!({"reasoning_content": null, "role": "assistant", "content": ""})
+            );
+            assert_eq!(
+                *last,
+                json!({"reasoning_content": null}),
+                "{version}: the finish chunk"
+            );
+            assert!(chunks.iter().all(|c| c.get("usage").is_none()), "{version}");
         }
         for (chunk, delta) in chunks.iter().zip(&deltas) {
             let keys: Vec<&String> = delta.as_object().expect("a delta object").keys().collect();

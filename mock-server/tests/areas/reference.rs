@@ -22,8 +22,7 @@ fn reference_dir() -> PathBuf {
 /// neither, so they are checked once, under the default.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_agrees_with_the_python_reference_under_every_release() {
-    let runs = SglangVersion::ALL
-        .into_iter()
+    let runs = SglangVersion::all()
         .map(|version| (version, false))
         .chain([(SglangVersion::default(), true)]);
     for (sglang_version, deterministic) in runs {

@@ -97,7 +97,7 @@ async fn the_contract_gate_judges_every_body_as_the_0_5_23_decoder_does() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_release_serves_the_routes_its_http_server_declares() {
     let exclusions = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/route_exclusions.json");
-    for version in SglangVersion::ALL {
+    for version in SglangVersion::all() {
         let live = Live::start(ServerConfig {
             sglang_version: version,
             ..ServerConfig::default()
@@ -128,7 +128,7 @@ async fn each_release_serves_the_routes_its_http_server_declares() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_release_guards_its_routes_with_its_api_key_rules() {
     let exclusions = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/route_exclusions.json");
-    for version in SglangVersion::ALL {
+    for version in SglangVersion::all() {
         let admin = (version != SglangVersion::V0_5_3).then(|| "admin-key".to_owned());
         let live = Live::start(ServerConfig {
             sglang_version: version,
@@ -154,4 +154,147 @@ async fn each_release_guards_its_routes_with_its_api_key_rules() {
             "{version}: {report}"
         );
     }
+}
+
+/// The Rust files below `dir`.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("a source folder") {
+        let path = entry.expect("an entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Nothing but `src/release.rs` names a release: every behaviour in which releases differ reads a field of
+/// the release value, so a new release is one value and the fields in which it differs. A line of code (not
+/// a comment, not a test) that names a release constant or a release number is refused.
+#[test]
+fn no_code_outside_the_release_module_names_a_release() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut offenders = Vec::new();
+    for file in files {
+        let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name == "release.rs" || name == "tests.rs" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("a source file");
+        // A file's unit tests come last, after `#[cfg(test)]`.
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        for (n, line) in code.lines().enumerate() {
+            let line = line.trim_start();
+            if line.starts_with("//") {
+                continue;
+            }
+            let code = line.split(" //").next().unwrap_or(line);
+            let names_release = [
+                "SglangVersion::V0_",
+                "SglangVersion::NEWEST",
+                "\"0.5.",
+                "\"latest\"",
+                "\"mid\"",
+            ]
+            .iter()
+            .any(|needle| code.contains(needle));
+            if names_release {
+                offenders.push(format!("{}:{}: {line}", file.display(), n + 1));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "release comparisons outside src/release.rs (give the release a field instead):\n{}",
+        offenders.join("\n")
+    );
+}
+
+/// The one list reaches the command line: `sglang-mock releases` prints it, the flag's help and its error
+/// name every release, and `--json` carries every field `VERSIONS.md` documents.
+#[test]
+fn the_release_list_is_one_list_everywhere() {
+    let numbers: Vec<&str> = SglangVersion::all().map(|v| v.as_str()).collect();
+    assert_eq!(numbers, ["0.5.3", "0.5.15", "0.5.23"]);
+    assert_eq!(SglangVersion::default(), SglangVersion::V0_5_23);
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sglang-mock"))
+            .args(args)
+            .output()
+            .expect("sglang-mock runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (status, listed, _) = run(&["releases"]);
+    assert_eq!(status, Some(0));
+    assert_eq!(listed.lines().collect::<Vec<_>>(), numbers);
+    let (_, tokenize, _) = run(&["releases", "--serving", "info-and-tokenize"]);
+    assert_eq!(tokenize.lines().collect::<Vec<_>>(), ["0.5.15", "0.5.23"]);
+    let (_, ready, _) = run(&["releases", "--serving", "ready"]);
+    assert_eq!(ready.lines().collect::<Vec<_>>(), ["0.5.23"]);
+    let (_, help, _) = run(&["--help"]);
+    assert!(
+        help.contains("0.5.3, 0.5.15 or 0.5.23 (or the aliases mid = 0.5.3, latest = 0.5.23)"),
+        "{help}"
+    );
+    let (status, _, error) = run(&["--sglang-version", "0.5.99"]);
+    assert_eq!(status, Some(2));
+    assert!(
+        error.contains(
+            "expected 0.5.3, 0.5.15 or 0.5.23 (or the aliases mid = 0.5.3, latest = 0.5.23)"
+        ),
+        "{error}"
+    );
+    for alias in ["latest", "V0.5.23", " 0.5.23 "] {
+        assert_eq!(
+            alias.parse::<SglangVersion>(),
+            Ok(SglangVersion::V0_5_23),
+            "{alias}"
+        );
+    }
+    assert_eq!("mid".parse::<SglangVersion>(), Ok(SglangVersion::V0_5_3));
+}
+
+/// `VERSIONS.md`'s table of fields has one row per field of a release, named in its first column, and no row
+/// for a field the release does not have.
+#[test]
+fn versions_md_has_one_row_per_field() {
+    let json = serde_json::to_value(SglangVersion::NEWEST.release()).expect("a release serialises");
+    let mut fields: Vec<String> = json
+        .as_object()
+        .expect("an object")
+        .keys()
+        .cloned()
+        .collect();
+    fields.sort();
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("VERSIONS.md"))
+        .expect("VERSIONS.md");
+    let table = doc
+        .split("\n## The fields\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("VERSIONS.md has a section `## The fields`");
+    let rows: Vec<String> = table
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|rest| rest.split_once('`'))
+        .map(|(field, _)| field.to_owned())
+        .collect();
+    let mut documented = rows.clone();
+    documented.sort();
+    documented.dedup();
+    assert_eq!(
+        documented.len(),
+        rows.len(),
+        "a field has two rows: {rows:?}"
+    );
+    assert_eq!(
+        documented, fields,
+        "VERSIONS.md's rows against the fields of `Release`"
+    );
 }

@@ -20,9 +20,8 @@ struct Servers(Vec<(SglangVersion, InProcess)>);
 impl Servers {
     fn new() -> Servers {
         Servers(
-            SglangVersion::ALL
-                .iter()
-                .map(|&sglang_version| {
+            SglangVersion::all()
+                .map(|sglang_version| {
                     let server = InProcess::new(ServerConfig {
                         context_length: 64,
                         max_body_bytes: 4096,

@@ -192,7 +192,7 @@ fn finished_views(
         .enumerate()
         .filter_map(|(i, item)| {
             let generation = ran.run.generation(i)?;
-            let spans = version.reports_weight_version_spans().then(|| {
+            let spans = version.weight_version_spans.then(|| {
                 let events = ran.versions.events.get(i).map_or(&[][..], Vec::as_slice);
                 wire::weight_version_spans(events, current, generation.output_ids().len())
             });

@@ -7,6 +7,7 @@ use serde_json::{Map, Value, json};
 use crate::config::{ServerConfig, SglangVersion};
 use crate::error::ApiError;
 use crate::model::Tokenizer;
+use crate::release::ChatMaxTokens;
 use crate::request::validation_error;
 
 /// Which OpenAI route a request came in on.
@@ -101,15 +102,13 @@ pub(crate) fn translate(
             sampling.insert((*key).to_owned(), value.clone());
         }
     }
-    // `seed: Optional[int]`; 0.5.15 and later pass it on as `sampling_seed`, 0.5.3 reads it and drops it.
+    // `seed: Optional[int]`: passed on as `sampling_seed` where the release does (`openai_seed`), else read and
+    // dropped.
     let seed = int_field(obj, "seed")?;
-    match config.sglang_version {
-        SglangVersion::V0_5_3 => {}
-        SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => {
-            if let Some(seed) = seed {
-                sampling.insert("sampling_seed".to_owned(), Value::from(seed));
-            }
-        }
+    if config.sglang_version.openai_seed
+        && let Some(seed) = seed
+    {
+        sampling.insert("sampling_seed".to_owned(), Value::from(seed));
     }
     if let Some(min) = present(obj, "min_tokens") {
         sampling.insert("min_new_tokens".to_owned(), min.clone());
@@ -137,7 +136,7 @@ pub(crate) fn translate(
     // `return_routed_experts: bool = False` and `routed_experts_start_len: int = 0` (0.5.15 and later; 0.5.3's
     // models have neither and ignore them), passed on when routes are asked for (the start means nothing
     // otherwise); the scheduler checks the start.
-    let return_routed_experts = match config.sglang_version.has_routed_experts() {
+    let return_routed_experts = match config.sglang_version.routed_experts {
         false => false,
         true => {
             let asked = bool_field(obj, "return_routed_experts")?.unwrap_or(false);
@@ -320,9 +319,9 @@ fn chat_prompt(
     }
     // `to_sampling_params`: `max_completion_tokens or max_tokens` (0.5.3: `max_tokens or
     // max_completion_tokens`, in `serving_chat.py`); neither is `None`, no limit but the context window.
-    let max_new_tokens = match config.sglang_version {
-        SglangVersion::V0_5_3 => either(legacy, completion),
-        SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => max,
+    let max_new_tokens = match config.sglang_version.chat_max_tokens {
+        ChatMaxTokens::MaxTokensFirst => either(legacy, completion),
+        ChatMaxTokens::MaxCompletionTokensFirst => max,
     };
     sampling.insert("max_new_tokens".to_owned(), json!(max_new_tokens));
     let logprobs = bool_field(obj, "logprobs")?.unwrap_or(false);
@@ -564,11 +563,11 @@ pub(crate) fn chat_messages(messages: &[Value]) -> Result<Vec<ChatMessage>, ApiE
 /// `_validate_request` refuses without `return_meta_info`). The mock does not build `choices[].meta_info`, so it
 /// refuses a request for it rather than answer without what was asked (`/generate` has every `meta_info` field).
 fn meta_info_fields(obj: &Map<String, Value>, version: SglangVersion) -> Result<(), ApiError> {
-    if version == SglangVersion::V0_5_3 {
+    if !version.chat_return_meta_info {
         return Ok(());
     }
     let meta_info = bool_field(obj, "return_meta_info")?.unwrap_or(false);
-    if version.has_sampling_masks()
+    if version.sampling_masks
         && bool_field(obj, "return_sampling_mask")?.unwrap_or(false)
         && !meta_info
     {

@@ -12,9 +12,9 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 
 use super::request::{Api, OpenAiRequest};
-use crate::config::SglangVersion;
 use crate::engine::{FinishReason, Generation, LogprobEntry, PlannedItem};
 use crate::model::Tokenizer;
+use crate::release::OpenAiEncoding;
 
 /// How an item ended, as the OpenAI layer reads `meta_info.finish_reason`.
 #[derive(Debug, Clone, PartialEq)]
@@ -468,9 +468,9 @@ impl ChunkTranslator {
     /// A chat chunk of one choice. 0.5.3 dumps a pydantic model, so an unset `usage` is `null`; 0.5.15 and
     /// 0.5.23 encode a msgspec struct with `omit_defaults` (`sse_utils.py: StreamChunk`), so it is left out.
     fn chat_chunk(&self, choice: Value, usage: Option<Value>) -> Value {
-        let usage = match self.req.sglang_version {
-            SglangVersion::V0_5_3 => Some(usage.unwrap_or(Value::Null)),
-            SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => usage,
+        let usage = match self.req.sglang_version.openai_encoding {
+            OpenAiEncoding::Pydantic => Some(usage.unwrap_or(Value::Null)),
+            OpenAiEncoding::Msgspec => usage,
         };
         self.chunk(vec![choice], usage)
     }
@@ -529,14 +529,14 @@ impl ChunkTranslator {
                 chunks.push(self.chunk(vec![choice], Some(usage.unwrap_or(Value::Null))));
             }
             Api::Chat => {
-                let version = req.sglang_version;
+                let encoding = req.sglang_version.openai_encoding;
                 if first {
-                    let delta = chat_delta(version, Some("assistant"), Some(""));
+                    let delta = chat_delta(encoding, Some("assistant"), Some(""));
                     let choice = chat_choice(index, delta, Value::Null, None);
                     chunks.push(self.chat_chunk(choice, None));
                 }
                 if !delta.is_empty() || logprobs.is_some() {
-                    let delta = chat_delta(version, None, Some(&delta));
+                    let delta = chat_delta(encoding, None, Some(&delta));
                     let choice = chat_choice(index, delta, logprobs.unwrap_or(Value::Null), None);
                     chunks.push(self.chat_chunk(choice, usage));
                 }
@@ -551,7 +551,7 @@ impl ChunkTranslator {
         if self.req.api == Api::Chat {
             for (index, state) in &self.choices {
                 if let Some(finish) = &state.finish {
-                    let delta = chat_delta(self.req.sglang_version, None, None);
+                    let delta = chat_delta(self.req.sglang_version.openai_encoding, None, None);
                     let choice = chat_choice(*index, delta, Value::Null, Some(finish));
                     chunks.push(self.chat_chunk(choice, None));
                 }
@@ -587,12 +587,12 @@ impl ChunkTranslator {
 /// A chat stream delta. 0.5.3's pydantic `DeltaMessage` writes every field (`null` when unset); 0.5.15's and
 /// 0.5.23's msgspec `StreamDelta` omits unset ones except `reasoning_content`, which it always writes so that
 /// the openai SDK's `delta.reasoning_content` exists (`sse_utils.py: StreamDelta`).
-fn chat_delta(version: SglangVersion, role: Option<&str>, content: Option<&str>) -> Value {
-    match version {
-        SglangVersion::V0_5_3 => {
+fn chat_delta(encoding: OpenAiEncoding, role: Option<&str>, content: Option<&str>) -> Value {
+    match encoding {
+        OpenAiEncoding::Pydantic => {
             json!({"role": role, "content": content, "reasoning_content": null, "tool_calls": null})
         }
-        SglangVersion::V0_5_15 | SglangVersion::V0_5_23 => {
+        OpenAiEncoding::Msgspec => {
             let mut delta = json!({"reasoning_content": null});
             if let Some(role) = role {
                 delta["role"] = json!(role);

@@ -10,7 +10,6 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::request::{body_object, bool_field, render_chat, type_error};
-use crate::config::SglangVersion;
 use crate::error::ApiError;
 use crate::http::extract::OpenAiJson;
 use crate::http::respond::json_value;
@@ -72,9 +71,11 @@ fn tokenize_body(state: &AppState, body: &Value) -> Result<Value, ApiError> {
             .as_array()
             .ok_or_else(|| type_error("messages", "list_type", "a valid list"))?;
         // 0.5.23 renders as given when `add_generation_prompt` is set; otherwise as for a chat completion.
-        let add_generation_prompt = match state.config().sglang_version {
-            SglangVersion::V0_5_23 => bool_field(obj, "add_generation_prompt")?.unwrap_or(true),
-            SglangVersion::V0_5_3 | SglangVersion::V0_5_15 => true,
+        let add_generation_prompt = if state.config().sglang_version.tokenize_add_generation_prompt
+        {
+            bool_field(obj, "add_generation_prompt")?.unwrap_or(true)
+        } else {
+            true
         };
         let prompt = render_chat(tokenizer, obj, messages, add_generation_prompt)?;
         // A rendered template is encoded without added special tokens (`serving_tokenize.py`).

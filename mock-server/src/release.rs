@@ -1,0 +1,704 @@
+//! The SGLang releases the server answers as, as data: the one owner of every behaviour in which releases differ.
+//!
+//! Each release is one [`Release`] value, and each later release is built from the one before it with struct
+//! update syntax, so its definition shows exactly what changed. A behaviour that is code rather than data is a
+//! small enum the value holds ([`LogprobStart`], [`StreamIds`], ...); the code that acts on it matches that
+//! enum, never a release number. Nothing outside this module compares releases (a test in
+//! `tests/areas/releases.rs` holds that), and the flag's help, its error message, `sglang-mock releases` (which
+//! the test script's loops read) and `VERSIONS.md` (one row per field, checked by a test) all come from
+//! [`RELEASES`].
+//!
+//! Adding a release is a new value in [`RELEASES`], built from the newest one, with the fields that differ
+//! (`ARCHITECTURE.md`, "Owners and change paths").
+
+use std::fmt;
+use std::ops::Deref;
+use std::str::FromStr;
+
+/// Everything in which the SGLang releases the mock follows differ. Every field is a row of
+/// `mock-server/VERSIONS.md`, which names the release's source for it. Paths are relative to the wheel's
+/// `sglang/` package: `HS` is `srt/entrypoints/http_server.py`, `TM` `srt/managers/tokenizer_manager.py`,
+/// `SCH` `srt/managers/scheduler.py`, `IO` `srt/managers/io_struct.py`, `SP` `srt/sampling/sampling_params.py`.
+#[derive(Debug, serde::Serialize)]
+pub struct Release {
+    /// The release number, as `/server_info` reports it and `--sglang-version` takes it.
+    pub number: &'static str,
+    /// Other names `--sglang-version` takes for it (the former `--profile` flag's values).
+    pub aliases: &'static [&'static str],
+    /// When it was published.
+    pub published: &'static str,
+
+    // The request: what a body may hold, and how it is checked.
+    /// `/generate` bodies pass the JSON contract gate after FastAPI's parse (`HS: generate_request` calls
+    /// `api_contract.generate_contract_error`).
+    pub json_contract: bool,
+    /// What an explicit `null` sampling value becomes (`SP: SamplingParams.__init__` / `__post_init__`).
+    pub null_sampling_values: NullSamplingValues,
+    /// The wording and bounds of `SamplingParams.verify`'s temperature and repetition-penalty checks.
+    pub verify: Verify,
+    /// How `sampling_seed` defaults and is checked (`SP: SamplingParams.verify`).
+    pub sampling_seed: SeedRule,
+    /// `SamplingParams` takes `stop_regex`.
+    pub stop_regex: bool,
+    /// `SamplingParams` takes `beam_width` and `watermark`.
+    pub beam_width_and_watermark: bool,
+    /// `structural_tag` is a grammar constraint beside `json_schema`, `regex` and `ebnf` (`SP: verify`).
+    pub structural_tag: bool,
+    /// `return_hidden_states` may be `"last"` (`ReturnHiddenStatesMode` in `srt/managers/schedule_batch.py`).
+    pub hidden_states_last: bool,
+    /// Where `logprob_start_len = -1` starts, and which starts the scheduler refuses (`SCH:
+    /// handle_generate_request`).
+    pub logprob_start: LogprobStart,
+    /// `return_routed_experts`, `routed_experts_start_len` and `--enable-return-routed-experts` exist (`IO`).
+    pub routed_experts: bool,
+    /// `return_sampling_mask` and `sampling_logprobs_mode` exist (`IO`).
+    pub sampling_masks: bool,
+
+    // The control plane.
+    /// A request whose rid is live already is refused: `Duplicate request ID detected` (`TM: _init_req_state`).
+    pub duplicate_rids_refused: bool,
+    /// The tokenizer manager registers a request's rid before the pause gate, so an abort naming a held
+    /// request reaches it (`TM: _init_req_state`; before, `TM: _send_one_request` after the gate).
+    pub rids_before_pause_gate: bool,
+    /// `/pause_generation` reads `{"mode"}` (and an abort-mode pause returns once nothing runs) and
+    /// `/continue_generation` reads `{"torch_empty_cache"}`; without it neither reads a body and a pause
+    /// always aborts everything at once (`TM: pause_generation`).
+    pub pause_modes: bool,
+
+    // The wire: the bytes of an answer.
+    /// What a streamed chunk's `output_ids` holds (`TM: _handle_batch_output`).
+    pub stream_ids: StreamIds,
+    /// What a NaN or infinite logprob does to a non-stream body (`HS: generate_request`,
+    /// `srt/utils/json_response.py`).
+    pub non_finite_body: NonFiniteBody,
+    /// The `meta_info` keys of an item the engine ran, in insertion order (`TM: _handle_batch_output`).
+    pub meta_generated: &'static [MetaKey],
+    /// The `meta_info` keys of an item aborted in the waiting queue (`TM: _handle_abort_req`).
+    pub meta_aborted_waiting: &'static [MetaKey],
+    /// What a request aborted in the waiting queue is answered with (`TM: _handle_abort_req`).
+    pub waiting_abort: WaitingAbortShape,
+    /// A finished object's `weight_version` is its last span's, and `weight_versions` holds the spans
+    /// (`srt/utils/weight_versions.py`).
+    pub weight_version_spans: bool,
+    /// The error event a stream sends for a `ValueError` (`HS: generate_request.stream_results`).
+    pub error_frame: ErrorFrame,
+
+    // The routes.
+    /// The route groups served beside those every release has (`HS`).
+    pub routes: &'static [RouteGroup],
+    /// `/get_weight_version` (and `/weight_version`).
+    pub weight_version_route: WeightVersionRoute,
+    /// The keys of `/model_info` (`/get_model_info`), in order (`HS: model_info`).
+    pub model_info: &'static [ModelInfoKey],
+    /// slime publishes patches for it (`docker/patch/v0.5.15.post1/*.patch` in THUDM/slime): `--slime-patches`.
+    pub slime_patches: bool,
+    /// `--admin-api-key` exists, and the key middleware decides by each route's `auth_level`
+    /// (`srt/utils/auth.py: decide_request_auth`); without it `--api-key` is checked on every route.
+    pub admin_api_key: bool,
+    /// The control routes marked `@auth_level(AuthLevel.ADMIN_OPTIONAL)` (`HS`), which take only the admin key
+    /// when one is set, in lists a later release extends; the mock's own `/admin/*` are among them whenever the
+    /// release has an admin key.
+    pub admin_routes: &'static [&'static [&'static str]],
+    /// The path prefixes the key middleware lets through without a key.
+    pub keyless_prefixes: &'static [&'static str],
+    /// How an `Authorization` header's scheme is matched.
+    pub bearer: Bearer,
+
+    // The OpenAI routes.
+    /// How the OpenAI stream chunks are encoded (`srt/entrypoints/openai/sse_utils.py`, `protocol.py`).
+    pub openai_encoding: OpenAiEncoding,
+    /// An OpenAI request's `seed` is passed on as `sampling_seed` (`protocol.py: to_sampling_params`).
+    pub openai_seed: bool,
+    /// Which of a chat request's `max_tokens` and `max_completion_tokens` wins (`serving_chat.py`).
+    pub chat_max_tokens: ChatMaxTokens,
+    /// A chat request may ask for `return_meta_info` (`protocol.py: ChatCompletionRequest`).
+    pub chat_return_meta_info: bool,
+    /// `/tokenize` with `messages` renders with the request's `add_generation_prompt`
+    /// (`serving_tokenize.py`); without it, always as for a chat completion.
+    pub tokenize_add_generation_prompt: bool,
+}
+
+/// What an explicit `null` sampling value becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NullSamplingValues {
+    /// Kept as `None` by a plain `__init__`: a numeric key fails its first comparison (an uncaught
+    /// `TypeError`), a flag reads as false.
+    Kept,
+    /// Replaced by the default in `__post_init__`.
+    Default,
+}
+
+/// `SamplingParams.verify`'s temperature and repetition-penalty checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verify {
+    /// `temperature must be non-negative`; `repetition_penalty must be in [0, 2]`.
+    NonNegative,
+    /// `temperature must be a non-negative finite number`; `repetition_penalty must be in (0, 2] (1.0 = no
+    /// penalty)`.
+    Finite,
+}
+
+/// How `sampling_seed` defaults and is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SeedRule {
+    /// Default 42; `null` refused (`sampling_seed should not be None`); no range.
+    FortyTwo,
+    /// Default `None`; no check.
+    Unchecked,
+    /// Default `None`; an integer outside `i64` refused (`sampling_seed must be in [-2**63, 2**63 - 1]`).
+    InI64,
+}
+
+/// `logprob_start_len`'s default and the starts the scheduler refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogprobStart {
+    /// `-1` is `len(prompt) - 1` (the last prompt token has an input logprob); a start at the prompt's end is
+    /// refused.
+    LastPromptToken,
+    /// `-1` is `len(prompt)` (no input logprobs); only a start past the prompt's end is refused.
+    PromptEnd,
+}
+
+/// What a streamed chunk's `output_ids` holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamIds {
+    /// Only the ids new in this chunk.
+    Delta,
+    /// Every id so far, or only the new ones with `--incremental-streaming-output`.
+    Cumulative,
+}
+
+/// What a NaN or infinite logprob does to a non-stream body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NonFiniteBody {
+    /// Starlette's `allow_nan=False`: the whole answer is a 500.
+    ServerError,
+    /// orjson writes `null`.
+    Null,
+}
+
+/// What a request aborted in the waiting queue is answered with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitingAbortShape {
+    /// "Abort before prefill": no `output_ids`, no logprob keys.
+    BeforePrefill,
+    /// "Abort in waiting queue", with [`Release::meta_aborted_waiting`]'s keys.
+    WaitingQueue,
+}
+
+/// The error event a stream sends for a `ValueError`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorFrame {
+    /// `{"error":{"message"}}`.
+    MessageOnly,
+    /// `{"error":{"message","type":"invalid_request_error","code":400,"retryable":false}}`.
+    Typed,
+}
+
+/// A group of routes some releases serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum RouteGroup {
+    /// `GET /` and `HEAD /`, `/tokenize`, `/detokenize` (and their `/v1/` forms), `/server_info`,
+    /// `/model_info`, `/v1/loads`, `/update_weights_from_ipc`.
+    InfoAndTokenize,
+    /// `/get_load`.
+    GetLoad,
+    /// `/ready`: 200, or 503 while paused.
+    Ready,
+    /// `/begin_weight_update` and `/end_weight_update`.
+    WeightUpdateSession,
+}
+
+/// `/get_weight_version` and `/weight_version`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WeightVersionRoute {
+    /// `/get_weight_version` answers `{"weight_version"}`.
+    Served,
+    /// Both routes answer a deprecation 404, unless slime's patches serve them.
+    Deprecated,
+    /// No such routes.
+    Absent,
+}
+
+/// One key of `/model_info`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelInfoKey {
+    ModelPath,
+    ServedModelName,
+    TokenizerPath,
+    IsGeneration,
+    PreferredSamplingParams,
+    WeightVersion,
+    LoadFormat,
+    ReasoningParser,
+    ToolCallParser,
+    DisaggregationMode,
+    HasImageUnderstanding,
+    HasAudioUnderstanding,
+    ModelType,
+    Architectures,
+}
+
+/// How the key middleware matches an `Authorization` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Bearer {
+    /// `f"Bearer {api_key}"` exactly (`srt/utils/common.py: add_api_key_middleware`).
+    Exact,
+    /// A scheme `bearer` in any case, one space, then the key (`srt/utils/auth.py: _check_bearer_token`).
+    AnyCaseScheme,
+}
+
+/// How the OpenAI stream chunks are encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpenAiEncoding {
+    /// A pydantic dump: every delta field written (`null` when unset), `"usage": null` on every chunk.
+    Pydantic,
+    /// msgspec with `omit_defaults`: unset delta fields left out but `reasoning_content`, no `usage` unless
+    /// set.
+    Msgspec,
+}
+
+/// Which of a chat request's two limits wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChatMaxTokens {
+    /// `max_tokens or max_completion_tokens`.
+    MaxTokensFirst,
+    /// `max_completion_tokens or max_tokens`.
+    MaxCompletionTokensFirst,
+}
+
+/// One key of `meta_info`. The logprob keys are written only when the request asked for logprobs (and the top
+/// and token-id lists only when it asked for those).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MetaKey {
+    Id,
+    FinishReason,
+    PromptTokens,
+    WeightVersion,
+    NumRetractions,
+    /// `input_token_logprobs` and `output_token_logprobs`.
+    TokenLogprobs,
+    OutputTokenLogprobsLength,
+    /// `input_top_logprobs` and `output_top_logprobs`.
+    TopLogprobs,
+    /// `input_token_ids_logprobs` and `output_token_ids_logprobs`.
+    TokenIdsLogprobs,
+    /// `output_token_sampling_mask`, `output_token_sampling_logprobs` and `output_token_sampling_mask_length`:
+    /// only when the request asked for sampling masks.
+    SamplingMask,
+    ReasoningTokens,
+    CompletionTokens,
+    CachedTokens,
+    /// `routed_experts`: only on a finished item's object, when routes were asked for from a server that
+    /// returns them.
+    RoutedExperts,
+    /// `weight_versions`: only on an item's final object.
+    WeightVersions,
+    /// `"dp_rank": null`: the rank of the data-parallel controller, which the mock (one scheduler) has none of.
+    DpRank,
+    /// Only on an item's final object.
+    E2eLatency,
+    /// Once per item: on its first object.
+    ResponseSentToClientTs,
+}
+
+use MetaKey::*;
+use ModelInfoKey as M;
+
+/// 0.5.3 (October 2025).
+pub const V0_5_3: Release = Release {
+    number: "0.5.3",
+    aliases: &["mid"],
+    published: "October 2025",
+    json_contract: false,
+    null_sampling_values: NullSamplingValues::Kept,
+    verify: Verify::NonNegative,
+    sampling_seed: SeedRule::FortyTwo,
+    stop_regex: false,
+    beam_width_and_watermark: false,
+    structural_tag: false,
+    hidden_states_last: false,
+    logprob_start: LogprobStart::LastPromptToken,
+    routed_experts: false,
+    sampling_masks: false,
+    duplicate_rids_refused: false,
+    rids_before_pause_gate: false,
+    pause_modes: false,
+    stream_ids: StreamIds::Delta,
+    non_finite_body: NonFiniteBody::ServerError,
+    meta_generated: &[
+        Id,
+        FinishReason,
+        PromptTokens,
+        WeightVersion,
+        TokenLogprobs,
+        TopLogprobs,
+        TokenIdsLogprobs,
+        CompletionTokens,
+        CachedTokens,
+        E2eLatency,
+    ],
+    // 0.5.3 answers a waiting-queue abort "Abort before prefill"; the mock keeps this shape for its own
+    // refusals (a full queue).
+    meta_aborted_waiting: &[
+        Id,
+        FinishReason,
+        WeightVersion,
+        E2eLatency,
+        TokenLogprobs,
+        TopLogprobs,
+        TokenIdsLogprobs,
+        CompletionTokens,
+    ],
+    waiting_abort: WaitingAbortShape::BeforePrefill,
+    weight_version_spans: false,
+    error_frame: ErrorFrame::MessageOnly,
+    routes: &[RouteGroup::GetLoad],
+    weight_version_route: WeightVersionRoute::Served,
+    model_info: &[
+        M::ModelPath,
+        M::TokenizerPath,
+        M::IsGeneration,
+        M::PreferredSamplingParams,
+        M::WeightVersion,
+    ],
+    slime_patches: false,
+    admin_api_key: false,
+    admin_routes: &[],
+    keyless_prefixes: &["/health", "/metrics"],
+    bearer: Bearer::Exact,
+    openai_encoding: OpenAiEncoding::Pydantic,
+    openai_seed: false,
+    chat_max_tokens: ChatMaxTokens::MaxTokensFirst,
+    chat_return_meta_info: false,
+    tokenize_add_generation_prompt: false,
+};
+
+/// The control routes 0.5.15 marks `ADMIN_OPTIONAL`, and the mock's own `/admin/*`.
+const ADMIN_OPTIONAL: &[&str] = &[
+    "/abort_request",
+    "/pause_generation",
+    "/continue_generation",
+    "/flush_cache",
+    "/update_weights_from_disk",
+    "/update_weights_from_tensor",
+    "/update_weights_from_distributed",
+    "/update_weights_from_ipc",
+    "/init_weights_update_group",
+    "/destroy_weights_update_group",
+    "/update_weight_version",
+    "/release_memory_occupation",
+    "/resume_memory_occupation",
+    "/post_process_weights",
+    "/admin/",
+];
+
+/// 0.5.15 (July 2026), the base of slime's pinned, patched 0.5.15.post1.
+pub const V0_5_15: Release = Release {
+    number: "0.5.15",
+    aliases: &[],
+    published: "July 2026",
+    null_sampling_values: NullSamplingValues::Default,
+    verify: Verify::Finite,
+    sampling_seed: SeedRule::Unchecked,
+    stop_regex: true,
+    logprob_start: LogprobStart::PromptEnd,
+    routed_experts: true,
+    duplicate_rids_refused: true,
+    rids_before_pause_gate: true,
+    pause_modes: true,
+    stream_ids: StreamIds::Cumulative,
+    non_finite_body: NonFiniteBody::Null,
+    meta_generated: &[
+        Id,
+        FinishReason,
+        PromptTokens,
+        WeightVersion,
+        NumRetractions,
+        TokenLogprobs,
+        OutputTokenLogprobsLength,
+        TopLogprobs,
+        TokenIdsLogprobs,
+        ReasoningTokens,
+        CompletionTokens,
+        CachedTokens,
+        RoutedExperts,
+        DpRank,
+        E2eLatency,
+        ResponseSentToClientTs,
+    ],
+    // `_handle_abort_req`: the reduced dict, then `add_logprob_to_meta_info`, then `completion_tokens`; the
+    // object is the item's first and last, so it carries `response_sent_to_client_ts`.
+    meta_aborted_waiting: &[
+        Id,
+        FinishReason,
+        WeightVersion,
+        E2eLatency,
+        TokenLogprobs,
+        OutputTokenLogprobsLength,
+        TopLogprobs,
+        TokenIdsLogprobs,
+        CompletionTokens,
+        ResponseSentToClientTs,
+    ],
+    waiting_abort: WaitingAbortShape::WaitingQueue,
+    error_frame: ErrorFrame::Typed,
+    routes: &[RouteGroup::InfoAndTokenize, RouteGroup::GetLoad],
+    weight_version_route: WeightVersionRoute::Deprecated,
+    model_info: &[
+        M::ModelPath,
+        M::TokenizerPath,
+        M::IsGeneration,
+        M::PreferredSamplingParams,
+        M::WeightVersion,
+        M::HasImageUnderstanding,
+        M::HasAudioUnderstanding,
+        M::ModelType,
+        M::Architectures,
+    ],
+    slime_patches: true,
+    admin_api_key: true,
+    admin_routes: &[ADMIN_OPTIONAL],
+    bearer: Bearer::AnyCaseScheme,
+    openai_encoding: OpenAiEncoding::Msgspec,
+    openai_seed: true,
+    chat_max_tokens: ChatMaxTokens::MaxCompletionTokensFirst,
+    chat_return_meta_info: true,
+    ..V0_5_3
+};
+
+/// 0.5.23 (October 2026), the newest release.
+pub const V0_5_23: Release = Release {
+    number: "0.5.23",
+    aliases: &["latest"],
+    published: "October 2026",
+    json_contract: true,
+    sampling_seed: SeedRule::InI64,
+    beam_width_and_watermark: true,
+    structural_tag: true,
+    hidden_states_last: true,
+    sampling_masks: true,
+    meta_generated: &[
+        Id,
+        FinishReason,
+        PromptTokens,
+        WeightVersion,
+        NumRetractions,
+        TokenLogprobs,
+        OutputTokenLogprobsLength,
+        TopLogprobs,
+        TokenIdsLogprobs,
+        SamplingMask,
+        ReasoningTokens,
+        CompletionTokens,
+        CachedTokens,
+        WeightVersions,
+        RoutedExperts,
+        DpRank,
+        E2eLatency,
+        ResponseSentToClientTs,
+    ],
+    meta_aborted_waiting: &[
+        Id,
+        FinishReason,
+        WeightVersion,
+        E2eLatency,
+        WeightVersions,
+        TokenLogprobs,
+        OutputTokenLogprobsLength,
+        TopLogprobs,
+        TokenIdsLogprobs,
+        CompletionTokens,
+        ResponseSentToClientTs,
+    ],
+    weight_version_spans: true,
+    routes: &[
+        RouteGroup::InfoAndTokenize,
+        RouteGroup::Ready,
+        RouteGroup::WeightUpdateSession,
+    ],
+    weight_version_route: WeightVersionRoute::Absent,
+    model_info: &[
+        M::ModelPath,
+        M::ServedModelName,
+        M::TokenizerPath,
+        M::IsGeneration,
+        M::PreferredSamplingParams,
+        M::WeightVersion,
+        M::LoadFormat,
+        M::ReasoningParser,
+        M::ToolCallParser,
+        M::DisaggregationMode,
+        M::HasImageUnderstanding,
+        M::HasAudioUnderstanding,
+        M::ModelType,
+        M::Architectures,
+    ],
+    slime_patches: false,
+    admin_routes: &[
+        ADMIN_OPTIONAL,
+        &["/begin_weight_update", "/end_weight_update"],
+    ],
+    keyless_prefixes: &["/health", "/metrics", "/ready"],
+    tokenize_add_generation_prompt: true,
+    ..V0_5_15
+};
+
+/// Every release the server can answer as, oldest first; the last is the default.
+pub static RELEASES: [Release; 3] = [V0_5_3, V0_5_15, V0_5_23];
+
+impl Release {
+    /// Whether it serves the routes of `group`.
+    pub fn serves(&self, group: RouteGroup) -> bool {
+        self.routes.contains(&group)
+    }
+
+    /// Whether `path` is a control route that takes only the admin key when one is set (an entry ending in
+    /// `/` covers the paths below it).
+    pub fn is_admin_route(&self, path: &str) -> bool {
+        self.admin_routes.iter().copied().flatten().any(|route| {
+            if route.ends_with('/') {
+                path.starts_with(route)
+            } else {
+                path == *route
+            }
+        })
+    }
+
+    /// Whether the key middleware lets `path` through without a key.
+    pub fn is_keyless(&self, path: &str) -> bool {
+        self.keyless_prefixes.iter().any(|p| path.starts_with(p))
+    }
+}
+
+/// The release the server answers as: a handle on one of [`RELEASES`], read through [`Deref`]
+/// (`version.json_contract`). Two handles are equal when they name the same release.
+#[derive(Clone, Copy)]
+pub struct SglangVersion(&'static Release);
+
+impl SglangVersion {
+    /// 0.5.3, for tests and examples that name it.
+    pub const V0_5_3: SglangVersion = SglangVersion(&RELEASES[0]);
+    /// 0.5.15.
+    pub const V0_5_15: SglangVersion = SglangVersion(&RELEASES[1]);
+    /// 0.5.23.
+    pub const V0_5_23: SglangVersion = SglangVersion(&RELEASES[2]);
+    /// The newest release, the server's default.
+    pub const NEWEST: SglangVersion = SglangVersion(&RELEASES[RELEASES.len() - 1]);
+
+    /// Every release, oldest first.
+    pub fn all() -> impl ExactSizeIterator<Item = SglangVersion> + Clone {
+        RELEASES.iter().map(SglangVersion)
+    }
+
+    /// The release number.
+    pub fn as_str(self) -> &'static str {
+        self.0.number
+    }
+
+    /// The release itself.
+    pub fn release(self) -> &'static Release {
+        self.0
+    }
+}
+
+impl Deref for SglangVersion {
+    type Target = Release;
+
+    fn deref(&self) -> &Release {
+        self.0
+    }
+}
+
+impl PartialEq for SglangVersion {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.number == other.0.number
+    }
+}
+
+impl Eq for SglangVersion {}
+
+impl Default for SglangVersion {
+    fn default() -> Self {
+        SglangVersion::NEWEST
+    }
+}
+
+impl fmt::Debug for SglangVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SglangVersion({})", self.0.number)
+    }
+}
+
+impl fmt::Display for SglangVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.number)
+    }
+}
+
+/// The releases and their aliases in words: "0.5.3, 0.5.15 or 0.5.23 (or the aliases mid, latest)".
+pub fn listed() -> String {
+    let numbers: Vec<&str> = RELEASES.iter().map(|r| r.number).collect();
+    let (last, rest) = numbers.split_last().expect("at least one release");
+    let mut out = if rest.is_empty() {
+        (*last).to_owned()
+    } else {
+        format!("{} or {last}", rest.join(", "))
+    };
+    let aliases: Vec<String> = RELEASES
+        .iter()
+        .flat_map(|r| r.aliases.iter().map(move |a| format!("{a} = {}", r.number)))
+        .collect();
+    if !aliases.is_empty() {
+        out.push_str(&format!(" (or the aliases {})", aliases.join(", ")));
+    }
+    out
+}
+
+/// The numbers of the releases for which `has` holds, in words: "0.5.15 and 0.5.23".
+pub fn numbers_where(has: fn(&Release) -> bool) -> String {
+    let numbers: Vec<&str> = RELEASES
+        .iter()
+        .filter(|r| has(r))
+        .map(|r| r.number)
+        .collect();
+    match numbers.split_last() {
+        None => "none".to_owned(),
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
+/// The error for a `--sglang-version` value that names no release the server answers as.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown SGLang version {0:?}: expected {list}", list = listed())]
+pub struct UnknownSglangVersion(pub String);
+
+impl FromStr for SglangVersion {
+    type Err = UnknownSglangVersion;
+
+    /// A release number (a leading `v` allowed), or one of its aliases.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let wanted = s.trim().to_ascii_lowercase();
+        let wanted = wanted.trim_start_matches('v');
+        SglangVersion::all()
+            .find(|v| v.number == wanted || v.aliases.contains(&wanted))
+            .ok_or_else(|| UnknownSglangVersion(s.to_owned()))
+    }
+}
