@@ -10,6 +10,9 @@ mod common;
 /// The control plane under concurrency: aborts, pause and continue, queue limits, weight versions, flush_cache.
 #[path = "areas/control.rs"]
 mod control;
+/// The READMEs' flag and fault tables against the command line and the fault catalogue.
+#[path = "areas/docs.rs"]
+mod docs;
 /// Worker endpoints, auth, 404/405, health, info, load, flush_cache, graceful shutdown.
 #[path = "areas/endpoints.rs"]
 mod endpoints;

@@ -15,7 +15,8 @@ pub(crate) fn json_value(value: &impl serde::Serialize) -> Response {
     )
 }
 
-/// A JSON object whose keys keep the order given (serde_json's `Value` would sort them), as Python dicts do.
+/// A JSON object whose keys keep the order given, as Python dicts do, written straight from the list (no map is
+/// built for a body the handler writes once).
 pub(crate) struct Ordered(pub(crate) Vec<(&'static str, serde_json::Value)>);
 
 impl serde::Serialize for Ordered {

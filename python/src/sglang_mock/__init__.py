@@ -9,7 +9,7 @@ yields it as a :class:`MockServer` (a ``str`` holding the base URL, with ``oracl
 ``serve()`` keeps the server's ledger on (``--ledger``) unless told ``ledger=False``: the server then records
 every item it serves, and ``audit(samples)`` checks a trainer's own samples against it (``witness``).
 
-Flags are the server's command-line flags with underscores: ``serve(seed=3, profile="mid",
+Flags are the server's command-line flags with underscores: ``serve(seed=3, sglang_version="0.5.3",
 fault="abort-running;after=2", fault_rate=0.5)``. ``script`` and ``faults`` also take the rules themselves
 (a list or a dict), which are written to a temporary file for the server.
 """

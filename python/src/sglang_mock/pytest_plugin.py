@@ -6,7 +6,7 @@ distinct set of flags, started the first time a test asks for it, and reset afte
 that faults, pauses and weight versions a test sets do not leak into the next one.
 
 Flags come from, in increasing priority: the ``sglang_mock_flags`` fixture (``{}`` unless a ``conftest.py``
-overrides it for its directory), ``@pytest.mark.sglang_mock(seed=3, profile="mid", ...)`` on the test (or its
+overrides it for its directory), ``@pytest.mark.sglang_mock(seed=3, sglang_version="0.5.15", ...)`` on the test (or its
 class or module), and an indirect parameter (a dict of flags)::
 
     def test_logprobs(sglang_mock):
@@ -16,10 +16,10 @@ class or module), and an indirect parameter (a dict of flags)::
     @pytest.mark.parametrize("sglang_mock", [{"seed": 1}, {"seed": 2}], indirect=True)
     def test_seeds(sglang_mock): ...
 
-    # conftest.py: every test of this directory runs against the v0.5.x profile.
+    # conftest.py: every test of this directory runs against SGLang 0.5.15, slime's pinned release.
     @pytest.fixture
     def sglang_mock_flags():
-        return {"profile": "mid"}
+        return {"sglang_version": "0.5.15"}
 """
 
 from __future__ import annotations
