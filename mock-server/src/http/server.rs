@@ -64,7 +64,7 @@ impl Server {
             // A dropped handle stops the server too.
             let _ = stop.await;
         }));
-        tracing::info!(%addr, profile = %state.config().sglang_version, "sglang-mock listening");
+        tracing::info!(%addr, sglang_version = %state.config().sglang_version, "sglang-mock listening");
         Ok(Server {
             addr,
             state,

@@ -119,7 +119,10 @@ fn the_readme_flag_table_agrees_with_the_command_line() {
 #[test]
 fn the_fault_table_lists_every_fault_kind() {
     let doc = read("README.md");
-    let rows = table(&doc, "| kind | parameters (default) | what the client sees | applies to |");
+    let rows = table(
+        &doc,
+        "| kind | parameters (default) | what the client sees | applies to |",
+    );
     let documented: Vec<String> = rows.iter().flat_map(|row| items(&row[0])).collect();
     let unique: BTreeSet<&str> = documented.iter().map(String::as_str).collect();
     assert_eq!(unique.len(), documented.len(), "a kind has two rows");
