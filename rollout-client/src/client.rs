@@ -23,6 +23,7 @@ use crate::channels::Asked;
 use crate::decode;
 use crate::error::{ClientError, ResponseError};
 use crate::request::{AbortRequest, GenerateRequest};
+use crate::splitmix;
 use crate::stream::StreamDecoder;
 use crate::turn::{self, Turn};
 use crate::wire::StreamMode;
@@ -702,16 +703,12 @@ impl Client {
 
     /// A uniform draw from `[0, 1)` (SplitMix64), lock-free and reproducible from the seed.
     fn next_unit(&self) -> f64 {
-        const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
-        let mut z = self
+        let state = self
             .inner
             .rng
-            .fetch_add(GAMMA, Ordering::Relaxed)
-            .wrapping_add(GAMMA);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
+            .fetch_add(splitmix::GAMMA, Ordering::Relaxed)
+            .wrapping_add(splitmix::GAMMA);
+        splitmix::unit(splitmix::mix(state))
     }
 }
 

@@ -18,9 +18,10 @@
 //! The `rollout` command (prompts, rewards, a complete GRPO rollout on an embedded sglang-mock) is the
 //! `rollout-cli` crate, so that linking this library brings in no server, flag parser or progress bar.
 
-// The bottom: plain data, and the errors every layer returns.
+// The bottom: plain data, the errors every layer returns, the seeded generator.
 pub mod error;
 mod fields;
+mod splitmix;
 pub mod wire;
 
 // Decoding, layer by layer: bytes to wire types, checks, turns, streams.

@@ -24,6 +24,7 @@ use crate::client::Client;
 use crate::error::RolloutError;
 use crate::request::{GenerateRequest, SamplingParams};
 use crate::sample::{Prompt, Reward, Sample};
+use crate::splitmix::SplitMix64;
 use crate::tokenize::PromptTokenizer;
 
 /// The example's `MULTI_AGENT_CONFIGS` plus what `generate_with_multi_agents` copies onto `args`.
@@ -451,16 +452,9 @@ fn finish(input: &Sample, config: &MultiAgentConfig, mut samples: Vec<Sample>) -
 
 /// Fisher-Yates with SplitMix64, so a seed reproduces the order.
 fn shuffle<T>(v: &mut [T], seed: u64) {
-    let mut state = seed;
-    let mut next = || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
+    let mut rng = SplitMix64::new(seed);
     for i in (1..v.len()).rev() {
-        let j = (next() % (i as u64 + 1)) as usize;
+        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
         v.swap(i, j);
     }
 }

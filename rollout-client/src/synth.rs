@@ -9,6 +9,8 @@
 
 use std::fmt::Write as _;
 
+use crate::splitmix::SplitMix64;
+
 /// Which per-token text the triples carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TokenText {
@@ -18,32 +20,16 @@ pub enum TokenText {
     Pieces,
 }
 
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 const PIECES: [&str; 8] = [" the", " of", " Paris", ".", " and", " 4", "\\n", " is"];
 
 /// A `/generate` body with `tokens` generated tokens and their logprobs.
 pub fn generate_body(tokens: usize, seed: u64, text: TokenText) -> Vec<u8> {
-    let mut rng = SplitMix(seed);
+    let mut rng = SplitMix64::new(seed);
     let mut ids = Vec::with_capacity(tokens);
     let mut lps = Vec::with_capacity(tokens);
     for _ in 0..tokens {
-        ids.push((rng.next() % 151_000) as u32);
-        lps.push(-(rng.unit() * 12.0) as f32);
+        ids.push((rng.next_u64() % 151_000) as u32);
+        lps.push(-(rng.next_unit() * 12.0) as f32);
     }
     let mut s = String::with_capacity(tokens * 48);
     s.push_str("{\"text\":\"");
