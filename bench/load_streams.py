@@ -21,11 +21,10 @@ import asyncio
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 
-from servers import free_port, wait_healthy
+from servers import start_mock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARY = os.path.join(ROOT, "target", "release", "sglang-mock")
@@ -168,18 +167,17 @@ def main() -> int:
         return 2
     raise_fd_limit(args.streams)
 
-    port = free_port()
-    cmd = [args.binary, "--port", str(port)]
+    cmd = [args.binary]
     if not args.cumulative:
         cmd.append("--incremental-streaming-output")
     cmd += args.server_arg
     if args.cpus:
         cmd = ["taskset", "-c", args.cpus] + cmd
-    env = dict(os.environ, RUST_LOG="warn")
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # Info level: an older build says where it listens only in its log.
+    env = dict(os.environ, RUST_LOG="info")
+    proc, url = start_mock(cmd, env=env)
+    port = int(url.rsplit(":", 1)[1])
     try:
-        url = f"http://127.0.0.1:{port}"
-        wait_healthy(url, proc)
         rss_idle = vm_hwm_kib(proc.pid)
         total, errors, elapsed = asyncio.run(run(port, args.streams, args.tokens, args.cumulative))
         rss_peak = vm_hwm_kib(proc.pid)

@@ -39,7 +39,7 @@ import sys
 import tempfile
 import urllib.request
 
-from servers import free_port, wait_healthy
+from servers import free_port, start_mock, wait_healthy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def request(tokens: int) -> dict:
@@ -97,7 +97,10 @@ def main() -> None:
     target = os.path.join(ROOT, "target", "release")
     tmp = tempfile.mkdtemp()
 
-    def start(cmd: list[str]) -> tuple[subprocess.Popen, str]:
+    def start(name: str, cmd: list[str]) -> tuple[subprocess.Popen, str]:
+        # sglang-mock says where it listens; the FastAPI mock and the ceiling take a free port.
+        if name.startswith("sglang-mock"):
+            return start_mock(["taskset", "-c", "0", *cmd])
         port = free_port()
         proc = subprocess.Popen(["taskset", "-c", "0", *cmd, "--port", str(port)], cwd=ROOT,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -109,7 +112,7 @@ def main() -> None:
     # Per length: the wrk script, and the servers with a ceiling that serves a real sglang-mock response.
     lua: dict[int, str] = {}
     servers: dict[int, dict[str, list[str]]] = {}
-    proc, url = start(mock)
+    proc, url = start("sglang-mock", mock)
     for tokens in lengths:
         lua[tokens] = os.path.join(tmp, f"post-{tokens}.lua")
         with open(lua[tokens], "w") as f:
@@ -143,7 +146,7 @@ def main() -> None:
             for key in ("generate_us", "encode_us"):
                 floor.setdefault(tokens, {})[key] = min(floor.get(tokens, {}).get(key, float("inf")), parts[key])
             for name, cmd in servers[tokens].items():
-                proc, url = start(cmd)
+                proc, url = start(name, cmd)
                 try:
                     body = post_generate(url, tokens)
                     check_body(name, body, tokens)
