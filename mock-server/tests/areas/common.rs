@@ -1,7 +1,6 @@
 //! Shared helpers: in-process and live servers, the data-driven `check` machinery, a strict byte-level SSE
 //! reader, an order-preserving JSON tree and stream reassembly.
 
-use std::fmt;
 use std::net::SocketAddr;
 
 use axum::body::Body;
@@ -9,7 +8,6 @@ use axum::http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use mock_server::oracle::Oracle;
 use mock_server::{AppState, LatencyConfig, ServerConfig};
-use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -305,138 +303,70 @@ pub(crate) fn sse_json(body: &[u8]) -> Vec<Value> {
         .collect()
 }
 
-/// JSON with object keys in document order (serde_json's `Value` sorts them).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Node {
-    Null,
-    Bool(bool),
-    Int(i64),
-    Float(f64),
-    Str(String),
-    Arr(Vec<Node>),
-    Obj(Vec<(String, Node)>),
+/// A body as JSON. Its objects keep their keys in document order: the workspace builds serde_json with
+/// `preserve_order`, so a key-order check reads a `Value` as SGLang wrote it.
+pub(crate) fn parse_json(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).expect("valid JSON")
 }
 
-impl Node {
-    pub(crate) fn parse(bytes: &[u8]) -> Node {
-        serde_json::from_slice(bytes).expect("valid JSON")
-    }
-
-    pub(crate) fn kind(&self) -> &'static str {
-        match self {
-            Node::Null => "null",
-            Node::Bool(_) => "bool",
-            Node::Int(_) => "int",
-            Node::Float(_) => "float",
-            Node::Str(_) => "string",
-            Node::Arr(_) => "array",
-            Node::Obj(_) => "object",
-        }
-    }
-
-    pub(crate) fn keys(&self) -> Vec<&str> {
-        match self {
-            Node::Obj(entries) => entries.iter().map(|(k, _)| k.as_str()).collect(),
-            _ => Vec::new(),
-        }
-    }
-
-    pub(crate) fn get(&self, key: &str) -> Option<&Node> {
-        match self {
-            Node::Obj(entries) => entries.iter().find(|(k, _)| k == key).map(|(_, v)| v),
-            _ => None,
-        }
-    }
+/// An object's keys in order; none for anything else.
+pub(crate) fn keys(value: &Value) -> Vec<&str> {
+    value
+        .as_object()
+        .map(|object| object.keys().map(String::as_str).collect())
+        .unwrap_or_default()
 }
 
-impl fmt::Display for Node {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.kind())
-    }
-}
-
-impl<'de> de::Deserialize<'de> for Node {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Node, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Node;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("JSON")
-            }
-            fn visit_unit<E>(self) -> Result<Node, E> {
-                Ok(Node::Null)
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<Node, E> {
-                Ok(Node::Bool(v))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Node, E> {
-                Ok(Node::Int(v))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Node, E> {
-                Ok(Node::Int(v as i64))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Node, E> {
-                Ok(Node::Float(v))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Node, E> {
-                Ok(Node::Str(v.to_owned()))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
-                let mut out = Vec::new();
-                while let Some(v) = seq.next_element()? {
-                    out.push(v);
-                }
-                Ok(Node::Arr(out))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
-                let mut out = Vec::new();
-                while let Some((k, v)) = map.next_entry::<String, Node>()? {
-                    out.push((k, v));
-                }
-                Ok(Node::Obj(out))
-            }
-        }
-        deserializer.deserialize_any(V)
+/// A value's JSON kind, with integers told from floats as the document wrote them.
+pub(crate) fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_f64() => "float",
+        Value::Number(_) => "int",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
     }
 }
 
 /// Check that `actual` has the shape of `golden`: the same keys in the same order in every object, the same
 /// JSON kinds (an int where the golden has a float counts as a number, and a float slot may be null), and
-/// array elements shaped like the
-/// golden's (a golden `[]` requires `[]`). Values are not compared. Returns every difference with its path.
-pub(crate) fn shape_diff(golden: &Node, actual: &Node, path: &str, out: &mut Vec<String>) {
+/// array elements shaped like the golden's (a golden `[]` requires `[]`). Values are not compared. Returns
+/// every difference with its path.
+pub(crate) fn shape_diff(golden: &Value, actual: &Value, path: &str, out: &mut Vec<String>) {
     match (golden, actual) {
-        (Node::Obj(g), Node::Obj(a)) => {
-            let gk: Vec<&str> = g.iter().map(|(k, _)| k.as_str()).collect();
-            let ak: Vec<&str> = a.iter().map(|(k, _)| k.as_str()).collect();
+        (Value::Object(g), Value::Object(a)) => {
+            let gk: Vec<&str> = g.keys().map(String::as_str).collect();
+            let ak: Vec<&str> = a.keys().map(String::as_str).collect();
             if gk != ak {
                 out.push(format!("{path}: keys {ak:?}, golden {gk:?}"));
                 return;
             }
-            for ((k, gv), (_, av)) in g.iter().zip(a) {
+            for ((k, gv), av) in g.iter().zip(a.values()) {
                 shape_diff(gv, av, &format!("{path}.{k}"), out);
             }
         }
-        (Node::Arr(g), Node::Arr(a)) => {
+        (Value::Array(g), Value::Array(a)) => {
             if g.is_empty() {
                 if !a.is_empty() {
                     out.push(format!("{path}: {} elements, golden []", a.len()));
                 }
                 return;
             }
-            if !g.is_empty() && a.is_empty() {
+            if a.is_empty() {
                 out.push(format!("{path}: [], golden has {} elements", g.len()));
             }
             for (i, av) in a.iter().enumerate() {
-                let gv = &g[i.min(g.len().saturating_sub(1))];
+                let gv = &g[i.min(g.len() - 1)];
                 shape_diff(gv, av, &format!("{path}[{i}]"), out);
             }
         }
-        (Node::Int(_) | Node::Float(_), Node::Int(_) | Node::Float(_)) => {}
+        (Value::Number(_), Value::Number(_)) => {}
         // A logprob slot is `float | null` (null for the first input position and for -inf).
-        (Node::Float(_), Node::Null) | (Node::Null, Node::Float(_)) => {}
-        (g, a) if g.kind() == a.kind() => {}
-        (g, a) => out.push(format!("{path}: {}, golden {}", a.kind(), g.kind())),
+        (Value::Number(n), Value::Null) | (Value::Null, Value::Number(n)) if n.is_f64() => {}
+        (g, a) if kind(g) == kind(a) => {}
+        (g, a) => out.push(format!("{path}: {}, golden {}", kind(a), kind(g))),
     }
 }
 

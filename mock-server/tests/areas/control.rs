@@ -9,7 +9,8 @@ use mock_server::ServerConfig;
 use serde_json::{Value, json};
 
 use crate::common::{
-    InProcess, Node, Reply, WAITING_ABORT_META_KEYS, advance_ms, slow, spawn_generate, sse_json,
+    InProcess, Reply, WAITING_ABORT_META_KEYS, advance_ms, keys, parse_json, slow, spawn_generate,
+    sse_json,
 };
 
 /// A directory that exists wherever the tests run: a checkpoint the loader can find.
@@ -168,9 +169,9 @@ async fn queued_requests_abort_with_the_waiting_queue_shape_and_a_full_queue_is_
     post(&server, "/abort_request", json!({"rid": "queued"})).await;
     let reply = queued.await.unwrap();
     assert_eq!(reply.status, 200);
-    let node = Node::parse(&reply.body);
+    let node = parse_json(&reply.body);
     assert_eq!(
-        node.get("meta_info").unwrap().keys(),
+        keys(&node["meta_info"]),
         WAITING_ABORT_META_KEYS,
         "no prompt_tokens, no cached_tokens"
     );
@@ -331,7 +332,7 @@ async fn weight_versions_change_what_responses_report() {
         let reply = post(&server, path, body).await;
         assert_eq!(reply.status, 200, "{path}");
         assert_eq!(
-            Node::parse(&reply.body).keys(),
+            keys(&parse_json(&reply.body)),
             ["success", "message"],
             "{path}"
         );
@@ -486,8 +487,8 @@ async fn a_waiting_abort_keeps_every_requested_logprob_key_empty() {
         "output_token_ids_logprobs",
     ]);
     want.extend(tail);
-    let node = Node::parse(&reply.body);
-    assert_eq!(node.get("meta_info").unwrap().keys(), want);
+    let node = parse_json(&reply.body);
+    assert_eq!(keys(&node["meta_info"]), want);
     let meta = &reply.json()["meta_info"];
     for key in want.iter().filter(|k| k.ends_with("_logprobs")) {
         assert_eq!(meta[key], json!([]), "{key}");

@@ -6,7 +6,7 @@ use axum::http::Method;
 use mock_server::{ServerConfig, SglangVersion};
 use serde_json::{Value, json};
 
-use crate::common::{InProcess, Live, Node};
+use crate::common::{InProcess, Live, keys, parse_json};
 
 #[tokio::test]
 async fn health_endpoints_answer_200_with_an_empty_body() {
@@ -70,9 +70,9 @@ async fn model_info_differs_by_release_and_is_served_under_both_paths() {
     let newest = InProcess::new(ServerConfig::default());
     let reply = newest.get("/model_info").await;
     assert_eq!(reply.json(), newest.get("/get_model_info").await.json());
-    let node = Node::parse(&reply.body);
+    let node = parse_json(&reply.body);
     assert_eq!(
-        node.keys(),
+        keys(&node),
         [
             "model_path",
             "served_model_name",
@@ -94,10 +94,9 @@ async fn model_info_differs_by_release_and_is_served_under_both_paths() {
         sglang_version: SglangVersion::V0_5_15,
         ..ServerConfig::default()
     });
-    let node = Node::parse(&v0_5_15.get("/model_info").await.body);
-    let keys = node.keys();
+    let node = parse_json(&v0_5_15.get("/model_info").await.body);
     assert_eq!(
-        keys,
+        keys(&node),
         [
             "model_path",
             "tokenizer_path",
@@ -119,10 +118,9 @@ async fn model_info_differs_by_release_and_is_served_under_both_paths() {
         404,
         "0.5.3 has only /get_model_info"
     );
-    let node = Node::parse(&mid.get("/get_model_info").await.body);
-    let keys = node.keys();
+    let node = parse_json(&mid.get("/get_model_info").await.body);
     assert_eq!(
-        keys,
+        keys(&node),
         [
             "model_path",
             "tokenizer_path",
@@ -601,8 +599,8 @@ async fn v1_loads_reports_idle_ranks() {
     let server = InProcess::new(ServerConfig::default());
     let reply = server.get("/v1/loads").await;
     assert_eq!(reply.status, 200);
-    let node = Node::parse(&reply.body);
-    let keys = node.keys();
+    let node = parse_json(&reply.body);
+    let keys = keys(&node);
     assert_eq!(
         keys,
         [

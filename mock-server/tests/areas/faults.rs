@@ -8,7 +8,7 @@ use mock_server::{FaultConfig, FaultRule, ServerConfig, StreamFilter};
 use serde_json::{Value, json};
 
 use crate::common::{
-    InProcess, Live, Node, Reply, WAITING_ABORT_META_KEYS, read_sse, zero_sent_ts,
+    InProcess, Live, Reply, WAITING_ABORT_META_KEYS, keys, parse_json, read_sse, zero_sent_ts,
 };
 
 const PROMPT: &str = r#"{"text":"fault","rid":"f1","sampling_params":{"max_new_tokens":4,"ignore_eos":true},"return_logprob":true}"#;
@@ -155,7 +155,7 @@ async fn body_faults_splice_the_normal_bytes() {
             Box::new(move |s| {
                 let v = parse(s);
                 assert!(v.get("meta_info").is_none());
-                assert_eq!(Node::parse(s.as_bytes()).keys(), ["text", "output_ids"]);
+                assert_eq!(keys(&parse_json(s.as_bytes())), ["text", "output_ids"]);
             }),
         ),
         (
@@ -349,12 +349,9 @@ async fn abort_shapes_match_sglangs() {
 
     let waiting = with_fault(&server, body, "abort-waiting").await;
     assert_eq!(waiting.status, 200);
-    let node = Node::parse(&waiting.body);
-    assert_eq!(node.keys(), ["text", "output_ids", "meta_info"]);
-    assert_eq!(
-        node.get("meta_info").unwrap().keys(),
-        WAITING_ABORT_META_KEYS
-    );
+    let node = parse_json(&waiting.body);
+    assert_eq!(keys(&node), ["text", "output_ids", "meta_info"]);
+    assert_eq!(keys(&node["meta_info"]), WAITING_ABORT_META_KEYS);
     let v = waiting.json();
     assert_eq!(
         v["meta_info"]["finish_reason"],

@@ -5,9 +5,9 @@ use mock_server::oracle::normalize_body;
 use mock_server::{ServerConfig, SglangVersion};
 use serde_json::Value;
 
-use crate::common::{InProcess, Node, data_path, read_sse, shape_diff};
+use crate::common::{InProcess, data_path, parse_json, read_sse, shape_diff};
 
-fn golden_files() -> Vec<(String, Value, Node)> {
+fn golden_files() -> Vec<(String, Value)> {
     let dir = data_path("golden");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
@@ -24,15 +24,15 @@ fn golden_files() -> Vec<(String, Value, Node)> {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
             let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
-            // serde_json's `Value` sorts keys, so shapes are read as an order-preserving `Node`.
+            // Read in document order (serde_json's `preserve_order`): the shapes are the key order too.
             let value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
-            (name, value, Node::parse(text.as_bytes()))
+            (name, value)
         })
         .collect()
 }
 
 /// Check one golden file against a fresh server; returns every difference.
-async fn check(name: &str, golden: &Value, ordered: &Node) -> Vec<String> {
+async fn check(name: &str, golden: &Value) -> Vec<String> {
     // The golden files name the former profiles, which are the version flag's aliases.
     let version: SglangVersion = golden["profile"]
         .as_str()
@@ -56,7 +56,7 @@ async fn check(name: &str, golden: &Value, ordered: &Node) -> Vec<String> {
         }
         return diffs;
     }
-    if let Some(Node::Arr(chunks)) = ordered.get("stream") {
+    if let Some(Value::Array(chunks)) = golden.get("stream") {
         let events = match read_sse(&reply.body) {
             Ok(events) => events,
             Err(e) => return vec![format!("{name}: {e}")],
@@ -71,7 +71,7 @@ async fn check(name: &str, golden: &Value, ordered: &Node) -> Vec<String> {
         for (i, (event, chunk)) in events.iter().zip(chunks).enumerate() {
             shape_diff(
                 chunk,
-                &Node::parse(event),
+                &parse_json(event),
                 &format!("{name} chunk {i}"),
                 &mut diffs,
             );
@@ -79,10 +79,10 @@ async fn check(name: &str, golden: &Value, ordered: &Node) -> Vec<String> {
         return diffs;
     }
     // Non-stream: shapes from the golden file, values from the oracle.
-    let Some(golden_node) = ordered.get("response") else {
+    let Some(golden_node) = golden.get("response") else {
         return vec![format!("{name}: no response, stream or raw")];
     };
-    shape_diff(golden_node, &Node::parse(&reply.body), name, &mut diffs);
+    shape_diff(golden_node, &parse_json(&reply.body), name, &mut diffs);
     let bytes = serde_json::to_vec(request).unwrap_or_default();
     let expected = server
         .oracle
@@ -118,8 +118,8 @@ async fn every_golden_example_matches_key_by_key() {
     let files = golden_files();
     assert!(files.len() >= 10, "golden files missing: {}", files.len());
     let mut diffs = Vec::new();
-    for (name, golden, ordered) in &files {
-        diffs.extend(check(name, golden, ordered).await);
+    for (name, golden) in &files {
+        diffs.extend(check(name, golden).await);
     }
     assert!(
         diffs.is_empty(),
@@ -131,7 +131,7 @@ async fn every_golden_example_matches_key_by_key() {
 
 #[test]
 fn the_shape_check_catches_order_kind_and_emptiness() {
-    let parse = |s: &str| Node::parse(s.as_bytes());
+    let parse = |s: &str| parse_json(s.as_bytes());
     let golden = parse(r#"{"a":1,"b":[[null,2,null]],"c":[]}"#);
     let mut diffs = Vec::new();
     shape_diff(

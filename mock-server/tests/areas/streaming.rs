@@ -4,7 +4,7 @@
 use mock_server::{ServerConfig, SglangVersion};
 use serde_json::{Value, json};
 
-use crate::common::{InProcess, Node, read_sse, sse_json};
+use crate::common::{InProcess, keys, parse_json, read_sse, sse_json};
 
 #[test]
 fn the_sse_reader_rejects_anything_but_exact_framing() {
@@ -123,20 +123,17 @@ async fn batch_and_parallel_chunks_carry_index_and_interleave() {
         let index = chunk["index"].as_u64().unwrap_or(9);
         assert_eq!(chunk["meta_info"]["id"], format!("job_{index}"));
         // `index` is the last top-level key, after meta_info.
-        let node = Node::parse(serde_json::to_string(chunk).unwrap_or_default().as_bytes());
-        assert_eq!(node.keys().len(), 4);
+        assert_eq!(keys(chunk).len(), 4);
     }
     let raw = server
         .generate(&json!({"text": "p", "sampling_params": {"n": 3, "max_new_tokens": 2, "ignore_eos": true}, "stream": true}))
         .await;
     let events = read_sse(&raw.body).expect("exact framing");
     for event in &events {
-        let keys = Node::parse(event)
-            .keys()
-            .iter()
-            .map(|k| k.to_string())
-            .collect::<Vec<_>>();
-        assert_eq!(keys, ["text", "output_ids", "meta_info", "index"]);
+        assert_eq!(
+            keys(&parse_json(event)),
+            ["text", "output_ids", "meta_info", "index"]
+        );
     }
     let indexes: Vec<u64> = sse_json(&raw.body)
         .iter()

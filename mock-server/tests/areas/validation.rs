@@ -142,11 +142,8 @@ fn check_reply(case: &Value, reply: &Reply) -> Result<(), String> {
                 status.to_string()
             };
             let expected_keys = ["object", "message", "type", "param", "code"];
-            let order: Vec<String> = crate::common::Node::parse(&reply.body)
-                .keys()
-                .iter()
-                .map(|k| k.to_string())
-                .collect();
+            let body = crate::common::parse_json(&reply.body);
+            let order = crate::common::keys(&body);
             if order != expected_keys {
                 return Err(format!("{name}: keys {order:?}"));
             }
