@@ -3,6 +3,13 @@
 //! Every property test owns one tokio runtime and one in-process `sglang-mock` (bound to
 //! 127.0.0.1:0) for all its cases, and runs `PROPTEST_CASES` cases (default [`common::cases`]).
 
+// The crates' own code lists every variant of their enums (the workspace's `wildcard_enum_match_arm`); a test's
+// wildcard arm is its failure: anything but the variant it expects fails it.
+#![allow(
+    clippy::wildcard_enum_match_arm,
+    reason = "a test's wildcard arm is the failure of anything unexpected"
+)]
+
 /// Aborts during a rollout: partial samples keep tokens and logprobs, resume, and mask the off-policy prefix.
 mod aborts;
 /// slime's multi-agent example on a scripted mock: every reward-shaping branch, oracle logprobs, one rollout id.

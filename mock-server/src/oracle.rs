@@ -258,16 +258,14 @@ fn invalid_json(err: serde_json::Error) -> ApiError {
 /// Make a body comparable with the oracle's: zero the wall-clock fields and replace generated ids with
 /// [`FRESH_RID`] (using the plan to know which ids were generated).
 pub fn normalize_body(body: &mut serde_json::Value, plan: &GeneratePlan) {
-    match body {
-        serde_json::Value::Array(items) => {
-            for (value, item) in items.iter_mut().zip(&plan.items) {
-                normalize_item(value, item.rid_is_fresh);
-            }
+    // A batch or `n > 1` answer is a list of items; anything else is one item.
+    if let serde_json::Value::Array(items) = body {
+        for (value, item) in items.iter_mut().zip(&plan.items) {
+            normalize_item(value, item.rid_is_fresh);
         }
-        value => {
-            let fresh = plan.items.first().is_some_and(|i| i.rid_is_fresh);
-            normalize_item(value, fresh);
-        }
+    } else {
+        let fresh = plan.items.first().is_some_and(|i| i.rid_is_fresh);
+        normalize_item(body, fresh);
     }
 }
 

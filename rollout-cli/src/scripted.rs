@@ -68,7 +68,7 @@ pub fn rules(prompts: &[LabeledPrompt]) -> Vec<ScriptRule> {
         let text = format!("<think>{q}</think>The answer is {answer}.");
         let judgment = match script {
             Script::CorrectBadJudgment => 9,
-            _ => 1,
+            Script::Correct | Script::Wrong | Script::Unscripted => 1,
         };
         let rule = |prompt_contains: String, answer: String| ScriptRule {
             prompt_contains,

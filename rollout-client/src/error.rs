@@ -291,7 +291,15 @@ impl ClientError {
         match self {
             ClientError::Response { source, .. } => Some(source),
             ClientError::GaveUp { last, .. } => last.response_error(),
-            _ => None,
+            ClientError::InvalidBaseUrl { .. }
+            | ClientError::InvalidHeader { .. }
+            | ClientError::Build(_)
+            | ClientError::Encode(_)
+            | ClientError::Connect { .. }
+            | ClientError::Timeout { .. }
+            | ClientError::Transport { .. }
+            | ClientError::Status { .. }
+            | ClientError::StreamInterrupted { .. } => None,
         }
     }
 
@@ -300,7 +308,15 @@ impl ClientError {
         match self {
             ClientError::Status { status, .. } => Some(*status),
             ClientError::GaveUp { last, .. } => last.status(),
-            _ => None,
+            ClientError::InvalidBaseUrl { .. }
+            | ClientError::InvalidHeader { .. }
+            | ClientError::Build(_)
+            | ClientError::Encode(_)
+            | ClientError::Connect { .. }
+            | ClientError::Timeout { .. }
+            | ClientError::Transport { .. }
+            | ClientError::StreamInterrupted { .. }
+            | ClientError::Response { .. } => None,
         }
     }
 }

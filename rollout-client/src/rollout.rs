@@ -65,7 +65,9 @@ pub async fn generate(
 ) -> Result<(), RolloutError> {
     match sample.status {
         SampleStatus::Pending | SampleStatus::Aborted | SampleStatus::Completed => {}
-        status => return Err(RolloutError::NotGeneratable { status }),
+        status @ (SampleStatus::Truncated | SampleStatus::Failed) => {
+            return Err(RolloutError::NotGeneratable { status });
+        }
     }
     let Some(req) = next_request(sample, config) else {
         sample.status = SampleStatus::Truncated;

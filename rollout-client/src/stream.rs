@@ -155,7 +155,7 @@ impl Item {
                     d.text.as_deref(),
                 )
                 .map_err(|detail| mismatch(StreamMode::Auto, detail))?,
-                m => m,
+                m @ (StreamMode::Cumulative | StreamMode::Incremental | StreamMode::Mid) => m,
             });
         }
         let Some(mode) = self.mode else {

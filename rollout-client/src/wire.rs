@@ -156,6 +156,10 @@ pub struct ErrorBody {
 
 impl ErrorBody {
     /// The human-readable message, whichever shape carried it.
+    #[expect(
+        clippy::wildcard_enum_match_arm,
+        reason = "a JSON value's type check: any other JSON type is the refusal"
+    )]
     pub fn message(&self) -> Option<String> {
         if let Some(m) = self.error.as_ref().and_then(|e| e.message.clone()) {
             return Some(m);

@@ -1,5 +1,12 @@
 //! Integration tests of rollout-client, built as one binary (one `mod` per area).
 
+// The crates' own code lists every variant of their enums (the workspace's `wildcard_enum_match_arm`); a test's
+// wildcard arm is its failure: anything but the variant it expects fails it.
+#![allow(
+    clippy::wildcard_enum_match_arm,
+    reason = "a test's wildcard arm is the failure of anything unexpected"
+)]
+
 /// The channels beside the logprobs (routes, weight-version spans, sampling masks), from the wire into `Sample`.
 mod channels;
 /// Shared helpers: fixture loading, the data-driven `check`, and a scripted HTTP/1.1 server.

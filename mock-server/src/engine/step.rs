@@ -157,7 +157,9 @@ impl Run {
                     *reported = true;
                     Progress::Failed
                 }
-                _ => Progress::Idle,
+                Item::Generating { .. } | Item::Rejected { .. } | Item::Failed { .. } => {
+                    Progress::Idle
+                }
             };
             if !matches!(progress, Progress::Idle | Progress::Stepped) {
                 self.open -= 1;
@@ -187,7 +189,7 @@ impl Run {
                 match progress {
                     Progress::Idle => {}
                     Progress::Stepped => reports += 1,
-                    _ => {
+                    Progress::Finished | Progress::Rejected | Progress::Failed => {
                         reports += 1;
                         eventful = true;
                     }
@@ -302,7 +304,7 @@ impl Run {
     pub fn failure(&self, i: usize) -> Option<&ApiError> {
         match &self.items[i] {
             Item::Failed { error, .. } => Some(error),
-            _ => None,
+            Item::Generating { .. } | Item::Rejected { .. } => None,
         }
     }
 

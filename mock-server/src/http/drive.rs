@@ -617,7 +617,7 @@ fn record_ends(
                 let error = run.failure(i).map(ToString::to_string).unwrap_or_default();
                 tracing::error!(rid = %plan.items[i].rid, %error, "generation failed");
             }
-            _ => {}
+            Progress::Idle | Progress::Stepped => {}
         }
     }
 }

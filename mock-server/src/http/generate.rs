@@ -157,7 +157,11 @@ fn streamed_refusal(state: &AppState, err: ApiError) -> Result<Response, ApiErro
                 },
             ))))
         }
-        err => {
+        err @ (ApiError::Http { .. }
+        | ApiError::OpenAiBadRequest(_)
+        | ApiError::OpenAi { .. }
+        | ApiError::Contract(_)
+        | ApiError::Unauthorized) => {
             tracing::info!(error = %err, "rejected /generate request");
             Err(err)
         }

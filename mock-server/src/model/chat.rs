@@ -125,6 +125,10 @@ fn describe(error: &Error) -> String {
 
 /// `str(value)` as Python prints it inside `{{ }}`: `None`, `True`, a float's `repr`, lists and dicts as their
 /// `repr`.
+#[expect(
+    clippy::wildcard_enum_match_arm,
+    reason = "a template value's kind: every other kind is written as Python would"
+)]
 fn py_str(value: &JValue) -> String {
     match value.kind() {
         ValueKind::String => value.as_str().unwrap_or_default().to_owned(),
@@ -134,6 +138,10 @@ fn py_str(value: &JValue) -> String {
 }
 
 /// `repr(value)`: strings quoted as Python quotes them.
+#[expect(
+    clippy::wildcard_enum_match_arm,
+    reason = "a template value's kind: every other kind is written as Python would"
+)]
 fn py_repr(value: &JValue) -> String {
     match value.kind() {
         ValueKind::Undefined | ValueKind::None => "None".into(),

@@ -139,7 +139,10 @@ impl HfVocab {
             let ids = match value {
                 Value::Array(items) => items.iter().map(Value::as_u64).collect::<Option<Vec<_>>>(),
                 Value::Null => Some(Vec::new()),
-                other => other.as_u64().map(|id| vec![id]),
+                other @ (Value::Bool(_)
+                | Value::Number(_)
+                | Value::String(_)
+                | Value::Object(_)) => other.as_u64().map(|id| vec![id]),
             };
             let ids = ids.ok_or_else(|| {
                 invalid(
@@ -332,6 +335,10 @@ fn read_json(path: &Path) -> Result<Option<Value>, LoadError> {
 }
 
 /// A special token of `tokenizer_config.json`, written as a string or as an `AddedToken` object.
+#[expect(
+    clippy::wildcard_enum_match_arm,
+    reason = "a JSON value's type check: any other JSON type is the refusal"
+)]
 fn token_string(config: &Value, key: &str) -> Option<String> {
     match config.get(key)? {
         Value::String(s) => Some(s.clone()),

@@ -110,7 +110,30 @@ impl SamplingKey {
         match self {
             SamplingKey::StopRegex => release.stop_regex,
             SamplingKey::BeamWidth | SamplingKey::Watermark => release.beam_width_and_watermark,
-            _ => true,
+            SamplingKey::MaxNewTokens
+            | SamplingKey::Stop
+            | SamplingKey::StopTokenIds
+            | SamplingKey::Temperature
+            | SamplingKey::TopP
+            | SamplingKey::TopK
+            | SamplingKey::MinP
+            | SamplingKey::FrequencyPenalty
+            | SamplingKey::PresencePenalty
+            | SamplingKey::RepetitionPenalty
+            | SamplingKey::MinNewTokens
+            | SamplingKey::N
+            | SamplingKey::JsonSchema
+            | SamplingKey::Regex
+            | SamplingKey::Ebnf
+            | SamplingKey::StructuralTag
+            | SamplingKey::IgnoreEos
+            | SamplingKey::SkipSpecialTokens
+            | SamplingKey::SpacesBetweenSpecialTokens
+            | SamplingKey::NoStopTrim
+            | SamplingKey::CustomParams
+            | SamplingKey::StreamInterval
+            | SamplingKey::LogitBias
+            | SamplingKey::SamplingSeed => true,
         }
     }
 }
@@ -586,7 +609,7 @@ impl<'de> de::Deserialize<'de> for SamplingInput {
                 while let Some(item) = seq.next_element::<SamplingInput>()? {
                     match item {
                         SamplingInput::One(p) => out.push(p),
-                        _ => other = true,
+                        SamplingInput::Many(_) | SamplingInput::Other => other = true,
                     }
                 }
                 Ok(if other {

@@ -31,6 +31,10 @@ fn type_error(key: SamplingKey, want: &str, got: &Value) -> ApiError {
     ))
 }
 
+#[expect(
+    clippy::wildcard_enum_match_arm,
+    reason = "a JSON value's type check: any other JSON type is the refusal"
+)]
 pub(super) fn int_value(key: SamplingKey, v: &Value) -> Result<i64, ApiError> {
     match v {
         Value::Number(num) => match (num.as_i64(), num.as_f64()) {
@@ -42,6 +46,10 @@ pub(super) fn int_value(key: SamplingKey, v: &Value) -> Result<i64, ApiError> {
     }
 }
 
+#[expect(
+    clippy::wildcard_enum_match_arm,
+    reason = "a JSON value's type check: any other JSON type is the refusal"
+)]
 fn num_value(key: SamplingKey, v: &Value) -> Result<PyNum, ApiError> {
     match v {
         Value::Number(num) => match (num.as_i64(), num.as_f64()) {
@@ -53,6 +61,10 @@ fn num_value(key: SamplingKey, v: &Value) -> Result<PyNum, ApiError> {
     }
 }
 
+#[expect(
+    clippy::wildcard_enum_match_arm,
+    reason = "a JSON value's type check: any other JSON type is the refusal"
+)]
 fn bool_value(key: SamplingKey, v: &Value) -> Result<bool, ApiError> {
     match v {
         Value::Bool(b) => Ok(*b),
@@ -163,6 +175,10 @@ struct Typed {
 
 impl Typed {
     /// `SamplingParams(**d)`: every key typed, or the `TypeError` of the first that is not.
+    #[expect(
+        clippy::wildcard_enum_match_arm,
+        reason = "a JSON value's type check: any other JSON type is the refusal"
+    )]
     fn read(raw: &RawSamplingParams, version: SglangVersion) -> Result<Typed, ApiError> {
         let unknown = raw.unknown_key.as_deref().or_else(|| {
             raw.entries
@@ -619,6 +635,10 @@ fn literal_mod_2_64(literal: &str) -> u64 {
 }
 
 /// `stop`: a string or a list of strings.
+#[expect(
+    clippy::wildcard_enum_match_arm,
+    reason = "a JSON value's type check: any other JSON type is the refusal"
+)]
 fn str_or_str_list(key: SamplingKey, v: &Value) -> Result<Vec<String>, ApiError> {
     match v {
         Value::String(s) => Ok(vec![s.clone()]),
@@ -634,6 +654,10 @@ fn str_or_str_list(key: SamplingKey, v: &Value) -> Result<Vec<String>, ApiError>
 }
 
 /// `stop_token_ids`: a list of ints, `None` entries skipped.
+#[expect(
+    clippy::wildcard_enum_match_arm,
+    reason = "a JSON value's type check: any other JSON type is the refusal"
+)]
 fn int_list(key: SamplingKey, v: &Value) -> Result<Vec<i64>, ApiError> {
     match v {
         Value::Array(items) => items

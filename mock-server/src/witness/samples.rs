@@ -768,7 +768,10 @@ fn from_raw(
                     "response_logprobs",
                     raw.response_logprobs,
                 ),
-                _ => ("loss_mask", raw.loss_mask, "logprobs", raw.logprobs),
+                Layout::Generic
+                | Layout::Slime
+                | Layout::ArealResponse
+                | Layout::ArealTrajectory => ("loss_mask", raw.loss_mask, "logprobs", raw.logprobs),
             };
             sample.loss_mask = match mask_column {
                 Some(c) => mask(c, mask_field)?,

@@ -111,7 +111,9 @@ impl Generation {
             let trim_stop_id = matches!(reason, FinishReason::StopToken { .. }) && !no_stop_trim;
             let stop_str = match &reason {
                 FinishReason::StopStr { matched } => Some(matched.as_str()),
-                _ => None,
+                FinishReason::Length { .. }
+                | FinishReason::StopToken { .. }
+                | FinishReason::Abort { .. } => None,
             };
             loaded
                 .detok

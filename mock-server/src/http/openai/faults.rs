@@ -64,7 +64,23 @@ pub(crate) fn mutate(fault: &BodyFault, value: &mut Value, routes_row_len: usize
                     span["version"] = json!("stale");
                 }
             }
-            _ => {}
+            // The other faults are not on the spans.
+            BodyFault::MissingMetaInfo
+            | BodyFault::MissingLogprobs
+            | BodyFault::ShortLogprobs { .. }
+            | BodyFault::LongLogprobs { .. }
+            | BodyFault::NullLogprob { .. }
+            | BodyFault::NanLogprob { .. }
+            | BodyFault::PositiveLogprob { .. }
+            | BodyFault::WrongTokenId { .. }
+            | BodyFault::StringLogprob { .. }
+            | BodyFault::DropChannel { .. }
+            | BodyFault::ShortRoutes { .. }
+            | BodyFault::ExtraRoute
+            | BodyFault::RetractRoutes
+            | BodyFault::MaskMissingToken { .. }
+            | BodyFault::TwoElementLogprobs
+            | BodyFault::PhantomLogprob => {}
         }
     }
     if let BodyFault::DropChannel {
@@ -145,7 +161,24 @@ fn routes(fault: &BodyFault, value: &mut Value, row_len: usize) {
             values.extend_from_within(values.len() - row_len..);
         }
         BodyFault::RetractRoutes => values.iter_mut().for_each(|e| *e ^= 1),
-        _ => return,
+        // A row to repeat needs a row; the other faults are not on the routes.
+        BodyFault::ExtraRoute
+        | BodyFault::MissingMetaInfo
+        | BodyFault::MissingLogprobs
+        | BodyFault::ShortLogprobs { .. }
+        | BodyFault::LongLogprobs { .. }
+        | BodyFault::NullLogprob { .. }
+        | BodyFault::NanLogprob { .. }
+        | BodyFault::PositiveLogprob { .. }
+        | BodyFault::WrongTokenId { .. }
+        | BodyFault::StringLogprob { .. }
+        | BodyFault::DropChannel { .. }
+        | BodyFault::SpansGap
+        | BodyFault::SpansOverlap
+        | BodyFault::StaleVersion
+        | BodyFault::MaskMissingToken { .. }
+        | BodyFault::TwoElementLogprobs
+        | BodyFault::PhantomLogprob => return,
     }
     *routes = json!(base64_i32(&values));
 }

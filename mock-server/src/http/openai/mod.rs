@@ -355,6 +355,12 @@ fn openai_error_event(message: &str, _: SglangVersion) -> Vec<u8> {
 fn openai_error(err: ApiError) -> ApiError {
     match err {
         ApiError::Value(message) => ApiError::OpenAiBadRequest(message),
-        other => other,
+        other @ (ApiError::Validation(_)
+        | ApiError::Http { .. }
+        | ApiError::Internal(_)
+        | ApiError::OpenAiBadRequest(_)
+        | ApiError::OpenAi { .. }
+        | ApiError::Contract(_)
+        | ApiError::Unauthorized) => other,
     }
 }

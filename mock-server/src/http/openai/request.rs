@@ -212,6 +212,10 @@ enum Prompts {
 }
 
 impl Prompts {
+    #[expect(
+        clippy::wildcard_enum_match_arm,
+        reason = "a JSON value's type check: any other JSON type is the refusal"
+    )]
     fn parse(prompt: &Value) -> Result<Prompts, ApiError> {
         let wrong = || {
             validation_error(
