@@ -226,7 +226,7 @@ fn a_duplicated_chunk_never_duplicates_a_token() {
         .unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// The abort shapes without output (waiting queue; [MID] before prefill, which has no logprob
+/// The abort shapes without output (waiting queue; 0.5.3's before prefill, which has no logprob
 /// key at all) are answers, not faults: the sample becomes ABORTED with nothing appended, so it
 /// can be resumed, and it never holds a token without a logprob.
 #[test]

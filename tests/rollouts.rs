@@ -246,7 +246,7 @@ fn random_rollouts_reach_grpo_aligned_and_equal_to_the_oracle() {
     check_random_rollouts(config, false, 12);
 }
 
-/// The same on a [MID] server (delta `output_ids` in streams) with every generation streamed.
+/// The same on a 0.5.3 server (delta `output_ids` in streams) with every generation streamed.
 #[test]
 fn random_streamed_rollouts_on_a_mid_server() {
     let config = ServerConfig {

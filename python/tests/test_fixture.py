@@ -53,7 +53,7 @@ def test_the_marker_sets_a_fault(sglang_mock):
 
 @pytest.mark.parametrize("sglang_mock", [{"profile": "mid"}], indirect=True)
 def test_an_indirect_parameter_sets_the_profile(sglang_mock):
-    # MID serves the weight-version endpoint that LATEST answers with 404.
+    # 0.5.3 serves the weight-version endpoint that 0.5.23 answers with 404.
     assert httpx.get(f"{sglang_mock}/get_weight_version").json() == {"weight_version": "default"}
 
 
@@ -178,7 +178,7 @@ def test_the_fixture_resets_between_tests_and_conftest_sets_flags(pytester):
             assert (stats["requests_total"], stats["paused"]) == (0, False)
             body = {"text": "x", "sampling_params": {"max_new_tokens": 2}}
             assert httpx.post(f"{sglang_mock}/generate", json=body).status_code == 200
-            # The MID profile serves the endpoint LATEST answers with 404: the conftest's flags are in effect.
+            # 0.5.3 serves the endpoint 0.5.23 answers with 404: the conftest's flags are in effect.
             assert httpx.get(f"{sglang_mock}/get_weight_version").status_code == 200
 
         @pytest.mark.sglang_mock(seed=4)

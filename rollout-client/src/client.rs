@@ -487,7 +487,7 @@ impl Client {
     }
 
     /// `POST /pause_generation`: new generate calls wait until [`Client::continue_generation`].
-    /// `mode` is SGLang's \[LATEST\] `"abort"` (the default: in-flight requests finish with an abort),
+    /// `mode` is SGLang's (0.5.15 and later) `"abort"` (the default: in-flight requests finish with an abort),
     /// `"retract"` or `"in_place"`; `None` sends no body, as older servers expect.
     pub async fn pause_generation(&self, mode: Option<&str>) -> Result<(), ClientError> {
         let body = match mode {

@@ -4,9 +4,9 @@
 //!
 //! | mode | `text` | `output_ids` | `output_token_logprobs` |
 //! |---|---|---|---|
-//! | [`StreamMode::Cumulative`] (LATEST default) | cumulative | cumulative | cumulative |
+//! | [`StreamMode::Cumulative`] (0.5.15 and later, the default) | cumulative | cumulative | cumulative |
 //! | [`StreamMode::Incremental`] (`--incremental-streaming-output`) | delta | delta | delta |
-//! | [`StreamMode::Mid`] (v0.5.x, late-2025 `--stream-output`) | cumulative | delta | cumulative |
+//! | [`StreamMode::Mid`] (0.5.3) | cumulative | delta | cumulative |
 //!
 //! [`StreamMode::Auto`] (the default) decides per item at the first chunk where the modes
 //! disagree, which is the first chunk after some tokens arrived: there `output_ids` has

@@ -4,7 +4,7 @@
 //! a SplitMix64 stream seeded with `seed` draws, per token, an id in `[0, 151_000)` and a logprob
 //! `-(u * 12)` with `u` uniform in `[0, 1)`, rounded to f32 (models compute in f32) and written as
 //! the shortest f64 text of that f32, the way SGLang's Python floats come out of
-//! `tensor.tolist()` and orjson (`-0.5522000193595886`, not `-0.5522`). The body has the MID/LATEST
+//! `tensor.tolist()` and orjson (`-0.5522000193595886`, not `-0.5522`). The body has the
 //! key layout of spec section 7.1 with `return_logprob` and no top-logprobs.
 
 use std::fmt::Write as _;

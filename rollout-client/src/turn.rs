@@ -103,7 +103,7 @@ impl Turn {
         })
     }
 
-    /// An abort before any logprob was produced (MID "Abort before prefill", or a server that drops the key
+    /// An abort before any logprob was produced (0.5.3's "Abort before prefill", or a server that drops the key
     /// on abort) is an empty ABORTED turn: the sample keeps what it had.
     fn empty_abort(
         mut meta: MetaInfo,

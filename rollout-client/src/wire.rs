@@ -21,7 +21,7 @@ pub struct GenerateResponse {
     pub meta_info: Option<MetaInfo>,
     /// Position in the flattened request list; only in streamed batch or `n > 1` chunks.
     pub index: Option<usize>,
-    /// \[LATEST\] with `return_prompt_token_ids`.
+    /// With `return_prompt_token_ids` (0.5.15 and later).
     pub prompt_token_ids: Option<Vec<u32>>,
     /// Only on a streamed error event: `data: {"error":{"message":...}}` sent with HTTP 200.
     pub error: Option<ErrorDetail>,
@@ -39,7 +39,7 @@ pub struct MetaInfo {
     pub completion_tokens: Option<usize>,
     pub cached_tokens: Option<usize>,
     pub e2e_latency: Option<f64>,
-    // [LATEST] additions.
+    // 0.5.15 and later.
     pub num_retractions: Option<u64>,
     pub reasoning_tokens: Option<u64>,
     pub response_sent_to_client_ts: Option<f64>,

@@ -155,7 +155,7 @@ fn aborts() {
         single("7_5_abort_running.json"),
         r#"abort ("Aborted") ids=[101, 102] lps=Some([-0.75, -0.5]) text=" partial""#,
     );
-    // MID "Abort before prefill": no output_ids and no logprobs at all.
+    // 0.5.3's "Abort before prefill": no output_ids and no logprobs at all.
     check(
         single("abort_before_prefill_mid.json"),
         r#"abort ("Abort before prefill") ids=[] lps=Some([]) text="""#,

@@ -109,7 +109,7 @@ fn auto_detects_the_mode_from_whatever_the_chunks_carry() {
             PARIS_IT,
         );
     }
-    // No logprobs (not requested): delta ids with cumulative text is MID, with delta text it is
+    // No logprobs (not requested): delta ids with cumulative text is 0.5.3's mode, with delta text it is
     // incremental.
     for file in [
         "7_3_stream_cumulative.sse",
@@ -212,7 +212,7 @@ fn wrong_explicit_mode_is_an_error_not_a_shifted_sample() {
         ),
         "StreamModeMismatch { index: 0, chunk: 1, mode: Incremental",
     );
-    // MID read as incremental: the ids fit, but the logprobs are concatenated cumulative lists,
+    // A 0.5.3 stream read as incremental: the ids fit, but the logprobs are concatenated cumulative lists,
     // so the final check sees more logprobs than ids.
     check(
         whole("7_3_stream_mid.sse", StreamMode::Incremental, Some(1)),
@@ -298,7 +298,7 @@ fn abort_chunk_ends_the_item() {
 
 #[test]
 fn waiting_queue_abort_chunk_with_a_stray_id_keeps_the_consistent_prefix() {
-    // LATEST `_handle_abort_req` may send `output_ids: [last_id]` in any mode.
+    // 0.5.15's `_handle_abort_req` may send `output_ids: [last_id]` in any mode.
     check(
         whole(
             "stream_abort_waiting_queue_last_id.sse",

@@ -88,7 +88,7 @@ fault_kinds! {
     AbortWaiting => "abort-waiting" "Aborted in the waiting queue: \"Abort in waiting queue\", no `prompt_tokens`.",
     AbortRunning => "abort-running" "Aborted while running after `after` (1) tokens, partial output kept.",
     AbortBeforePrefill => "abort-before-prefill"
-        "The old (MID) \"Abort before prefill\" shape: no `output_ids`, no logprobs.",
+        "The \"Abort before prefill\" shape (0.5.3's waiting-queue abort): no `output_ids`, no logprobs.",
 }
 
 impl fmt::Display for FaultKind {

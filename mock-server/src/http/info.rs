@@ -262,7 +262,7 @@ pub(crate) async fn get_load(State(state): State<AppState>) -> Response {
     }])
 }
 
-/// `/v1/loads` [LATEST]: what slime polls to wait until the server is idle.
+/// `/v1/loads` (0.5.15 and later): what slime polls to wait until the server is idle.
 pub(crate) async fn v1_loads(State(state): State<AppState>) -> Response {
     let (reqs, tokens) = state.load();
     let max_total = u64::from(state.config().context_length) * 16;

@@ -1,4 +1,4 @@
-//! The objects of requests that never ran: aborted in the waiting queue, or (MID) before prefill. Their
+//! The objects of requests that never ran: aborted in the waiting queue, or (0.5.3) before prefill. Their
 //! shapes are [`Shape::AbortedWaiting`] and [`Shape::AbortedBeforePrefill`] of the one object writer.
 
 use super::item::EncodeCtx;
@@ -49,7 +49,7 @@ pub(super) fn encode_waiting_abort(
     .write(out, ctx.version);
 }
 
-/// \[MID\] "Abort before prefill": `{"text":"","meta_info":{"id","finish_reason","prompt_tokens":0,
+/// 0.5.3's "Abort before prefill": `{"text":"","meta_info":{"id","finish_reason","prompt_tokens":0,
 /// "completion_tokens":0}}`, with no `output_ids` and no logprob keys at all.
 pub(super) fn encode_before_prefill(
     out: &mut Vec<u8>,
@@ -106,7 +106,7 @@ mod tests {
         (model, plan)
     }
 
-    /// The bytes SGLang's `_handle_abort_req` and the MID "Abort before prefill" produce, written out by hand:
+    /// The bytes SGLang's `_handle_abort_req` and 0.5.3's "Abort before prefill" produce, written out by hand:
     /// the shapes' key lists must give exactly these objects.
     #[test]
     fn never_run_objects_are_exactly_sglangs() {

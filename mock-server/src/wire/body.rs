@@ -10,7 +10,7 @@ use crate::engine::{GeneratePlan, Generation, Run};
 use crate::error::ApiError;
 use crate::release::{NonFiniteBody, WaitingAbortShape};
 
-/// Whether a finished non-stream answer can be serialised at all: MID serialises with `allow_nan=False`, so a
+/// Whether a finished non-stream answer can be serialised at all: 0.5.3 serialises with `allow_nan=False`, so a
 /// NaN or infinite logprob in any item fails the whole response with a 500. Every non-stream route (native or
 /// OpenAI) asks this before writing its body.
 pub fn check_serialisable(

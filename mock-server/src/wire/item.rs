@@ -49,7 +49,7 @@ pub struct EncodeCtx<'a> {
 }
 
 impl<'a> EncodeCtx<'a> {
-    /// The context of `plan`'s answer under `profile`, with the weight version the request ran under.
+    /// The context of `plan`'s answer under `version`, with the weight version the request ran under.
     pub fn new(
         version: SglangVersion,
         model: &'a Model,

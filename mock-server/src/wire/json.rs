@@ -18,7 +18,7 @@ pub struct Abort<'a> {
 
 /// The `message` of a request aborted in the waiting queue (`TokenizerManager._handle_abort_req`).
 pub const WAITING_ABORT_MESSAGE: &str = "Abort in waiting queue";
-/// \[MID\] The `message` of a request aborted before prefill.
+/// The `message` of a request aborted before prefill (0.5.3).
 pub const BEFORE_PREFILL_MESSAGE: &str = "Abort before prefill";
 
 /// The finish reason of a request that ended in the waiting queue (`TokenizerManager._handle_abort_req`).
@@ -371,7 +371,7 @@ pub(super) enum FinishJson<'a> {
     Abort(Abort<'a>),
     /// `{"type":"abort","message":"Abort in waiting queue"}`, or a refusal with its status first.
     Waiting(WaitingAbort<'a>),
-    /// \[MID\] `{"type":"abort","message":"Abort before prefill"}`.
+    /// 0.5.3's `{"type":"abort","message":"Abort before prefill"}`.
     BeforePrefill,
 }
 

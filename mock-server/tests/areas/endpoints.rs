@@ -1,5 +1,5 @@
 //! The worker endpoints routers and RL frameworks call, the API-key middleware, SGLang's 404/405 bodies,
-//! the MID profile's endpoint differences, and start-up and graceful shutdown of a live server.
+//! 0.5.3's endpoint differences, and start-up and graceful shutdown of a live server.
 
 use axum::body::Body;
 use axum::http::Method;

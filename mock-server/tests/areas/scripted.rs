@@ -158,7 +158,7 @@ fn rules_files_load_and_bad_ones_name_the_file() {
 #[tokio::test]
 async fn a_scripted_stop_inside_min_new_tokens_has_a_masked_logprob() {
     // The script ends its answer with EOS, which `min_new_tokens` masks: the true logprob of that token is
-    // -inf, which LATEST writes as null and which fails MID's whole non-stream body with a 500.
+    // -inf, which 0.5.15 and later write as null and which fails 0.5.3's whole non-stream body with a 500.
     let body = json!({"text": "Judgment please", "return_logprob": true,
                       "sampling_params": {"max_new_tokens": 30, "min_new_tokens": 20}});
     let latest = InProcess::new(scripted());

@@ -1,5 +1,5 @@
 //! Streaming: exact SSE framing byte by byte, chunk cadence under `stream_interval` (flag and per request),
-//! `index` on batch and `n` chunks, cumulative vs incremental vs MID fields, and `e2e_latency` only at the end.
+//! `index` on batch and `n` chunks, cumulative vs incremental vs 0.5.3's fields, and `e2e_latency` only at the end.
 
 use mock_server::{ServerConfig, SglangVersion};
 use serde_json::{Value, json};
@@ -201,7 +201,7 @@ async fn mid_streams_send_delta_ids_with_cumulative_text_and_logprobs() {
             meta.get("num_retractions").is_none()
                 && meta.get("output_token_logprobs_length").is_none()
         );
-        // MID's default logprob_start_len covers the last prompt token.
+        // 0.5.3's default logprob_start_len covers the last prompt token.
         assert_eq!(
             meta["input_token_logprobs"].as_array().map(Vec::len),
             Some(1)

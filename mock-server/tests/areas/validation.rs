@@ -344,7 +344,7 @@ async fn greedy_rewrite_happens_before_top_k_is_checked() {
 
 #[tokio::test]
 async fn a_masked_token_reports_null_in_latest_and_fails_a_mid_body() {
-    // `min_new_tokens` masks EOS, so its logprob is -inf at those positions: orjson writes null, MID's
+    // `min_new_tokens` masks EOS, so its logprob is -inf at those positions: orjson writes null, 0.5.3's
     // `allow_nan=False` JSONResponse fails the whole non-stream body with a 500.
     let latest = InProcess::new(ServerConfig::default());
     let eos = latest.oracle.model().tokenizer().eos_token_ids()[0];
@@ -370,7 +370,7 @@ async fn a_masked_token_reports_null_in_latest_and_fails_a_mid_body() {
     let reply = mid.generate(&streamed).await;
     assert_eq!(
         reply.status, 200,
-        "streams are serialised with orjson even in MID"
+        "streams are serialised with orjson even in 0.5.3"
     );
     assert!(
         sse_json(&reply.body)

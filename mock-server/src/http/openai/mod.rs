@@ -208,7 +208,7 @@ fn finished_views(
         .collect()
 }
 
-/// The views of items that never ran: no output, and what SGLang's abort objects report of them (MID's
+/// The views of items that never ran: no output, and what SGLang's abort objects report of them (0.5.3's
 /// abort before prefill has no `weight_version`).
 fn never_ran_views(plan: &GeneratePlan, how: NeverRan<'_>, weight_version: &str) -> Vec<ItemView> {
     let (finish, weight_version) = match how {

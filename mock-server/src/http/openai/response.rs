@@ -112,7 +112,7 @@ pub(crate) struct ItemView {
     pub(crate) finish: Finish,
     pub(crate) prompt_tokens: u64,
     pub(crate) completion_tokens: u64,
-    /// `None` for a shape without `weight_version` (MID's abort before prefill).
+    /// `None` for a shape without `weight_version` (0.5.3's abort before prefill).
     pub(crate) weight_version: Option<String>,
     /// `meta_info.weight_versions` of a finished item (0.5.23): the answer's `metadata` repeats it.
     pub(crate) weight_versions: Option<Value>,
