@@ -4,7 +4,7 @@
 //! update syntax, so its definition shows exactly what changed. A behaviour that is code rather than data is a
 //! small enum the value holds ([`LogprobStart`], [`StreamIds`], ...); the code that acts on it matches that
 //! enum, never a release number. Nothing outside this module compares releases (a test in
-//! `tests/areas/releases.rs` holds that), and the flag's help, its error message, `sglang-mock releases` (which
+//! `tests/releases.rs` holds that), and the flag's help, its error message, `sglang-mock releases` (which
 //! the test script's loops read) and `VERSIONS.md` (one row per field, checked by a test) all come from
 //! [`RELEASES`].
 //!
