@@ -63,6 +63,7 @@ impl Tokenizer {
     }
 
     /// The toy tokenizer, when the model has no loaded one: its byte-level fast paths.
+    #[inline]
     pub(crate) fn toy(&self) -> Option<&Toy> {
         match &self.kind {
             Kind::Toy(toy) => Some(toy),

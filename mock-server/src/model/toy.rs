@@ -91,10 +91,12 @@ impl Toy {
     }
 
     /// Whether `id` is one of the special tokens.
+    #[inline]
     pub(crate) fn is_special(&self, id: u32) -> bool {
         id >= self.special_base() && id < self.vocab_size
     }
 
+    #[inline]
     fn special_base(&self) -> u32 {
         self.vocab_size - SPECIAL_NAMES.len() as u32
     }
@@ -110,6 +112,7 @@ impl Toy {
     }
 
     /// What `id` stands for, or `None` when it is outside the vocabulary.
+    #[inline]
     pub(crate) fn piece(&self, id: u32) -> Option<Piece> {
         if id < BYTE_TOKENS {
             return Some(Piece::Byte(id as u8));
@@ -148,6 +151,7 @@ impl Toy {
 
     /// Appends the text of `id` to `out` when it is ASCII on its own (every word piece, special token and ASCII
     /// byte), and returns whether it did; a byte of a multi-byte character returns `false` and writes nothing.
+    #[inline]
     pub(crate) fn push_ascii(&self, id: u32, skip_special_tokens: bool, out: &mut String) -> bool {
         match self.piece(id) {
             Some(Piece::Byte(b)) if !b.is_ascii() => false,
