@@ -25,162 +25,151 @@ const RAW_ESCAPED: &str = "\\u0001raw\\u0001";
 /// The text given to the token at `at` by `wrong-token-id`.
 pub(crate) const WRONG_TOKEN: &str = "<|wrong-token|>";
 
-/// Apply a body fault to an OpenAI body or chunk. Only choices that carry logprobs are touched by the
-/// logprob faults; `routes_row_len` is a routes row's length (`num_hidden_layers * num_experts_per_tok`).
+/// Apply a body fault to an OpenAI body or chunk, in one exhaustive match: each fault goes to the part of the
+/// answer it lands on (the table above). Only choices that carry logprobs are touched by the logprob faults;
+/// `routes_row_len` is a routes row's length (`num_hidden_layers * num_experts_per_tok`).
 pub(crate) fn mutate(fault: &BodyFault, value: &mut Value, routes_row_len: usize) {
-    routes(fault, value, routes_row_len);
-    if *fault == BodyFault::MissingMetaInfo {
-        if let Some(obj) = value.as_object_mut() {
-            obj.remove("usage");
-            obj.remove("metadata");
+    match fault {
+        BodyFault::MissingMetaInfo => {
+            if let Some(obj) = value.as_object_mut() {
+                obj.remove("usage");
+                obj.remove("metadata");
+            }
         }
-        return;
-    }
-    if let Some(spans) = value
-        .get_mut("metadata")
-        .and_then(|m| m.get_mut("weight_versions"))
-    {
-        let last_start = |spans: &mut Value, by: i64| {
-            if let Some(span) = spans.as_array_mut().and_then(|s| s.last_mut())
-                && let Some(start) = span["start"].as_i64()
-                && (0..=span["end"].as_i64().unwrap_or(-1)).contains(&(start + by))
+        BodyFault::MissingLogprobs => each_logprobs(value, |logprobs| *logprobs = Value::Null),
+        BodyFault::ShortLogprobs { by } => {
+            each_logprobs(value, |logprobs| resize(logprobs, *by as usize, true));
+        }
+        BodyFault::LongLogprobs { by } => {
+            each_logprobs(value, |logprobs| resize(logprobs, *by as usize, false));
+        }
+        BodyFault::NullLogprob { at } => {
+            each_logprobs(value, |logprobs| {
+                set_logprob(logprobs, *at, |_| Value::Null)
+            });
+        }
+        BodyFault::NanLogprob { at, value: literal } => each_logprobs(value, |logprobs| {
+            set_logprob(logprobs, *at, |_| raw(literal.literal()));
+        }),
+        BodyFault::PositiveLogprob { at, value: number } => each_logprobs(value, |logprobs| {
+            set_logprob(logprobs, *at, |_| raw(number.as_str()));
+        }),
+        BodyFault::StringLogprob { at } => each_logprobs(value, |logprobs| {
+            set_logprob(logprobs, *at, |slot| json!(slot.to_string()));
+        }),
+        BodyFault::WrongTokenId { at } => {
+            each_logprobs(value, |logprobs| wrong_token(logprobs, *at))
+        }
+        BodyFault::DropChannel {
+            channel: Channel::RoutedExperts,
+        } => drop_routes(value),
+        BodyFault::DropChannel {
+            channel: Channel::WeightVersions,
+        } => {
+            if let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+                metadata.remove("weight_versions");
+            }
+        }
+        BodyFault::ShortRoutes { by } => edit_routes(value, |values| {
+            values.truncate(values.len().saturating_sub(*by as usize * routes_row_len));
+            true
+        }),
+        // A row to repeat needs a row.
+        BodyFault::ExtraRoute => edit_routes(value, |values| {
+            let enough = values.len() >= routes_row_len;
+            if enough {
+                values.extend_from_within(values.len() - routes_row_len..);
+            }
+            enough
+        }),
+        BodyFault::RetractRoutes => edit_routes(value, |values| {
+            values.iter_mut().for_each(|e| *e ^= 1);
+            true
+        }),
+        BodyFault::SpansGap => edit_spans(value, |spans| last_start(spans, 1)),
+        BodyFault::SpansOverlap => edit_spans(value, |spans| {
+            if let Some(list) = spans.as_array_mut()
+                && let Some(mut again) = list.last().cloned()
+                && let Some(end) = again["end"].as_i64().filter(|&end| end > 0)
             {
-                span["start"] = json!(start + by);
+                again["start"] = json!(end - 1);
+                list.push(again);
             }
-        };
-        match fault {
-            BodyFault::SpansGap => last_start(spans, 1),
-            BodyFault::SpansOverlap => {
-                if let Some(list) = spans.as_array_mut()
-                    && let Some(mut again) = list.last().cloned()
-                    && let Some(end) = again["end"].as_i64().filter(|&end| end > 0)
-                {
-                    again["start"] = json!(end - 1);
-                    list.push(again);
-                }
+        }),
+        BodyFault::StaleVersion => edit_spans(value, |spans| {
+            if let Some(span) = spans.as_array_mut().and_then(|s| s.last_mut()) {
+                span["version"] = json!("stale");
             }
-            BodyFault::StaleVersion => {
-                if let Some(span) = spans.as_array_mut().and_then(|s| s.last_mut()) {
-                    span["version"] = json!("stale");
-                }
-            }
-            // The other faults are not on the spans.
-            BodyFault::MissingMetaInfo
-            | BodyFault::MissingLogprobs
-            | BodyFault::ShortLogprobs { .. }
-            | BodyFault::LongLogprobs { .. }
-            | BodyFault::NullLogprob { .. }
-            | BodyFault::NanLogprob { .. }
-            | BodyFault::PositiveLogprob { .. }
-            | BodyFault::WrongTokenId { .. }
-            | BodyFault::StringLogprob { .. }
-            | BodyFault::DropChannel { .. }
-            | BodyFault::ShortRoutes { .. }
-            | BodyFault::ExtraRoute
-            | BodyFault::RetractRoutes
-            | BodyFault::MaskMissingToken { .. }
-            | BodyFault::TwoElementLogprobs
-            | BodyFault::PhantomLogprob => {}
+        }),
+        // No OpenAI counterpart: the OpenAI answers carry no sampling masks and no logprob triples.
+        BodyFault::DropChannel {
+            channel: Channel::SamplingMask,
         }
+        | BodyFault::MaskMissingToken { .. }
+        | BodyFault::TwoElementLogprobs
+        | BodyFault::PhantomLogprob => {}
     }
-    if let BodyFault::DropChannel {
-        channel: Channel::WeightVersions,
-    } = fault
-        && let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut)
-    {
-        metadata.remove("weight_versions");
-    }
+}
+
+/// `edit` on the `logprobs` of every choice that carries them.
+fn each_logprobs(value: &mut Value, mut edit: impl FnMut(&mut Value)) {
     let Some(choices) = value.get_mut("choices").and_then(Value::as_array_mut) else {
         return;
     };
     for choice in choices {
-        let Some(logprobs) = choice.get_mut("logprobs").filter(|l| !l.is_null()) else {
-            continue;
-        };
-        match fault {
-            // Handled above: the whole answer loses its usage and metadata.
-            BodyFault::MissingMetaInfo => {}
-            BodyFault::MissingLogprobs => *logprobs = Value::Null,
-            BodyFault::ShortLogprobs { by } => resize(logprobs, *by as usize, true),
-            BodyFault::LongLogprobs { by } => resize(logprobs, *by as usize, false),
-            BodyFault::NullLogprob { at } => set_logprob(logprobs, *at, |_| Value::Null),
-            BodyFault::NanLogprob { at, value } => {
-                set_logprob(logprobs, *at, |_| raw(value.literal()));
-            }
-            BodyFault::PositiveLogprob { at, value } => {
-                set_logprob(logprobs, *at, |_| raw(value.as_str()));
-            }
-            BodyFault::StringLogprob { at } => {
-                set_logprob(logprobs, *at, |slot| json!(slot.to_string()));
-            }
-            BodyFault::WrongTokenId { at } => wrong_token(logprobs, *at),
-            // Handled on `metadata` or `sglext` above, or without an OpenAI counterpart.
-            BodyFault::DropChannel { .. }
-            | BodyFault::ShortRoutes { .. }
-            | BodyFault::ExtraRoute
-            | BodyFault::RetractRoutes
-            | BodyFault::SpansGap
-            | BodyFault::SpansOverlap
-            | BodyFault::StaleVersion
-            | BodyFault::MaskMissingToken { .. }
-            | BodyFault::TwoElementLogprobs
-            | BodyFault::PhantomLogprob => {}
+        if let Some(logprobs) = choice.get_mut("logprobs").filter(|l| !l.is_null()) {
+            edit(logprobs);
         }
     }
 }
 
-/// The routes faults on `sglext.routed_experts`: dropped (and `sglext` with it when nothing else is left), cut
-/// short by `by` rows, a row repeated, or every expert id changed as a retract's re-capture would.
-fn routes(fault: &BodyFault, value: &mut Value, row_len: usize) {
+/// `edit` on `metadata.weight_versions`, when the answer has them.
+fn edit_spans(value: &mut Value, edit: impl FnOnce(&mut Value)) {
+    if let Some(spans) = value
+        .get_mut("metadata")
+        .and_then(|m| m.get_mut("weight_versions"))
+    {
+        edit(spans);
+    }
+}
+
+/// The last span starts `by` tokens later (or earlier), as long as it stays a span.
+fn last_start(spans: &mut Value, by: i64) {
+    if let Some(span) = spans.as_array_mut().and_then(|s| s.last_mut())
+        && let Some(start) = span["start"].as_i64()
+        && (0..=span["end"].as_i64().unwrap_or(-1)).contains(&(start + by))
+    {
+        span["start"] = json!(start + by);
+    }
+}
+
+/// `sglext.routed_experts` dropped, and `sglext` with it when nothing else is left.
+fn drop_routes(value: &mut Value) {
     let Some(sglext) = value.get_mut("sglext").and_then(Value::as_object_mut) else {
         return;
     };
-    if let BodyFault::DropChannel {
-        channel: Channel::RoutedExperts,
-    } = fault
+    sglext.remove("routed_experts");
+    if sglext.is_empty()
+        && let Some(obj) = value.as_object_mut()
     {
-        sglext.remove("routed_experts");
-        if sglext.is_empty()
-            && let Some(obj) = value.as_object_mut()
-        {
-            obj.remove("sglext");
-        }
-        return;
+        obj.remove("sglext");
     }
-    let Some(routes) = sglext.get_mut("routed_experts") else {
+}
+
+/// `edit` on the expert ids of `sglext.routed_experts`, written back when it says it changed them.
+fn edit_routes(value: &mut Value, edit: impl FnOnce(&mut Vec<i32>) -> bool) {
+    let Some(routes) = value
+        .get_mut("sglext")
+        .and_then(|sglext| sglext.get_mut("routed_experts"))
+    else {
         return;
     };
     let Some(mut values) = routes.as_str().and_then(decode_base64_i32) else {
         return;
     };
-    match fault {
-        BodyFault::ShortRoutes { by } => {
-            values.truncate(values.len().saturating_sub(*by as usize * row_len));
-        }
-        BodyFault::ExtraRoute if values.len() >= row_len => {
-            values.extend_from_within(values.len() - row_len..);
-        }
-        BodyFault::RetractRoutes => values.iter_mut().for_each(|e| *e ^= 1),
-        // A row to repeat needs a row; the other faults are not on the routes.
-        BodyFault::ExtraRoute
-        | BodyFault::MissingMetaInfo
-        | BodyFault::MissingLogprobs
-        | BodyFault::ShortLogprobs { .. }
-        | BodyFault::LongLogprobs { .. }
-        | BodyFault::NullLogprob { .. }
-        | BodyFault::NanLogprob { .. }
-        | BodyFault::PositiveLogprob { .. }
-        | BodyFault::WrongTokenId { .. }
-        | BodyFault::StringLogprob { .. }
-        | BodyFault::DropChannel { .. }
-        | BodyFault::SpansGap
-        | BodyFault::SpansOverlap
-        | BodyFault::StaleVersion
-        | BodyFault::MaskMissingToken { .. }
-        | BodyFault::TwoElementLogprobs
-        | BodyFault::PhantomLogprob => return,
+    if edit(&mut values) {
+        *routes = json!(base64_i32(&values));
     }
-    *routes = json!(base64_i32(&values));
 }
 
 /// Serialise an answer, writing the raw tokens the faults asked for (a bare `NaN`, a number as a string).
