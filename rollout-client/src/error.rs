@@ -286,37 +286,30 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// The error itself, or for a client that gave up after retries, the last attempt's.
+    fn last_attempt(&self) -> &ClientError {
+        if let ClientError::GaveUp { last, .. } = self {
+            last.last_attempt()
+        } else {
+            self
+        }
+    }
+
     /// The response-level error, if this is one (looking through retries).
     pub fn response_error(&self) -> Option<&ResponseError> {
-        match self {
-            ClientError::Response { source, .. } => Some(source),
-            ClientError::GaveUp { last, .. } => last.response_error(),
-            ClientError::InvalidBaseUrl { .. }
-            | ClientError::InvalidHeader { .. }
-            | ClientError::Build(_)
-            | ClientError::Encode(_)
-            | ClientError::Connect { .. }
-            | ClientError::Timeout { .. }
-            | ClientError::Transport { .. }
-            | ClientError::Status { .. }
-            | ClientError::StreamInterrupted { .. } => None,
+        if let ClientError::Response { source, .. } = self.last_attempt() {
+            Some(source)
+        } else {
+            None
         }
     }
 
     /// The HTTP status, if the server answered with an error status (looking through retries).
     pub fn status(&self) -> Option<u16> {
-        match self {
-            ClientError::Status { status, .. } => Some(*status),
-            ClientError::GaveUp { last, .. } => last.status(),
-            ClientError::InvalidBaseUrl { .. }
-            | ClientError::InvalidHeader { .. }
-            | ClientError::Build(_)
-            | ClientError::Encode(_)
-            | ClientError::Connect { .. }
-            | ClientError::Timeout { .. }
-            | ClientError::Transport { .. }
-            | ClientError::StreamInterrupted { .. }
-            | ClientError::Response { .. } => None,
+        if let ClientError::Status { status, .. } = self.last_attempt() {
+            Some(*status)
+        } else {
+            None
         }
     }
 }
