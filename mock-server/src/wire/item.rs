@@ -9,7 +9,7 @@ use super::json::{
     Abort, FinishJson, InputPositions, InputTokenLogprobs, OutputPositions, TokenLogprobs,
 };
 use super::meta::{LogprobFields, MaskFields, Meta, Object, Shape};
-use super::versions::{VersionEvent, VersionSpan, weight_version_spans};
+use super::versions::{VersionEvent, reported_version, weight_version_spans};
 /// How the output fields of one chunk relate to earlier chunks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutputMode {
@@ -139,11 +139,7 @@ pub fn encode_item(
     });
     // Routes are read out when the item finishes (`_maybe_collect_routed_experts`): only its last object has them.
     let routes = finished.and_then(|_| generation.routed_experts());
-    // The finished object reports the version of its last span.
-    let weight_version = spans
-        .as_deref()
-        .and_then(<[VersionSpan]>::last)
-        .map_or(ctx.weight_version, |span| span.version);
+    let weight_version = reported_version(spans.as_deref(), ctx.weight_version);
     Object {
         shape: Shape::Generated,
         text,

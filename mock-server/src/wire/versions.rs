@@ -17,6 +17,14 @@ pub struct VersionSpan<'a> {
     pub end: usize,
 }
 
+/// The `weight_version` an object reports: the version of the last span it reports (a finished item of a
+/// release with spans, `add_weight_versions_to_meta_info`), else the version now.
+pub fn reported_version<'a>(spans: Option<&[VersionSpan<'a>]>, current: &'a str) -> &'a str {
+    spans
+        .and_then(<[VersionSpan]>::last)
+        .map_or(current, |span| span.version)
+}
+
 /// The spans a finished item reports: `compute_weight_version_spans` over its events and the version now,
 /// then the spans `add_weight_versions_to_meta_info` keeps (`srt/utils/weight_versions.py`, 0.5.23). Never
 /// empty: an item without output has one span `[0, 0)`.

@@ -4,7 +4,7 @@
 use crate::config::SglangVersion;
 use crate::engine::{FinishReason, Generation, PlannedItem};
 use crate::faults::{BodyFault, Channel, Fault, StreamFault};
-use crate::wire::{VersionEvent, weight_version_spans};
+use crate::wire::{VersionEvent, reported_version, weight_version_spans};
 
 use super::ledger::{Entry, Finish, Route, RoutesEdit, SentLogprobs, SentRoutes, Span, Supports};
 
@@ -34,11 +34,9 @@ impl Served<'_> {
         let output_ids = generation.output_ids();
         let finished = generation.finish_reason().is_some();
         let spans = weight_version_spans(events, current_version, output_ids.len());
-        // A finished object reports the version of its last span (0.5.23); others the version now.
-        let weight_version = match spans.last() {
-            Some(last) if finished && self.version.weight_version_spans => last.version,
-            _ => current_version,
-        };
+        // What the answer reported: spans go out on a finished object of a release that has them.
+        let reported = (finished && self.version.weight_version_spans).then_some(&spans[..]);
+        let weight_version = reported_version(reported, current_version);
         let prompt_ids = generation.input_ids().to_vec();
         // Routes go out on an item's last object, and on the OpenAI routes only the first choice's.
         let routes_sent = finished && (self.route == Route::Generate || index == 0);

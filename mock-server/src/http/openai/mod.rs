@@ -196,11 +196,7 @@ fn finished_views(
                 let events = ran.versions.events.get(i).map_or(&[][..], Vec::as_slice);
                 wire::weight_version_spans(events, current, generation.output_ids().len())
             });
-            // A finished item reports its last span's version (0.5.23).
-            let weight_version = spans
-                .as_deref()
-                .and_then(<[wire::VersionSpan]>::last)
-                .map_or(current, |span| span.version);
+            let weight_version = wire::reported_version(spans.as_deref(), current);
             let mut view = ItemView::generated(item, generation, tok, weight_version, 0);
             view.weight_versions = spans.map(|spans| serde_json::json!(spans));
             Some(view)
