@@ -12,93 +12,100 @@
 //! | `drop-channel` (routes), `routes-short`, `routes-extra-row`, `retract-routes` | the same on `sglext.routed_experts` (an `sglext` left empty goes) |
 //! | `drop-channel;channel=sampling_mask`, `mask-missing-token`, `two-element-logprobs`, `phantom-logprob` | none: the OpenAI answers carry no masks or triples |
 
-use serde_json::{Value, json};
-
+use super::json::{Bare, Omit};
+use super::response::{Answer, ChoiceLogprobs, Logprob, Metadata, Routes, Span};
 use crate::faults::{BodyFault, Channel};
-use crate::wire::{base64_i32, decode_base64_i32};
-
-/// A raw JSON token travels inside a string wrapped in this marker, and is unwrapped by [`write`].
-const RAW: &str = "\u{1}raw\u{1}";
-/// How the marker reads once serde_json has escaped it.
-const RAW_ESCAPED: &str = "\\u0001raw\\u0001";
 
 /// The text given to the token at `at` by `wrong-token-id`.
 pub(crate) const WRONG_TOKEN: &str = "<|wrong-token|>";
 
-/// Apply a body fault to an OpenAI body or chunk, in one exhaustive match: each fault goes to the part of the
+/// Apply a body fault to an OpenAI answer or chunk, in one exhaustive match: each fault goes to the part of the
 /// answer it lands on (the table above). Only choices that carry logprobs are touched by the logprob faults;
 /// `routes_row_len` is a routes row's length (`num_hidden_layers * num_experts_per_tok`).
-pub(crate) fn mutate(fault: &BodyFault, value: &mut Value, routes_row_len: usize) {
+pub(crate) fn mutate(fault: &BodyFault, answer: &mut Answer, routes_row_len: usize) {
     match fault {
         BodyFault::MissingMetaInfo => {
-            if let Some(obj) = value.as_object_mut() {
-                obj.remove("usage");
-                obj.remove("metadata");
+            answer.usage = Omit::Absent;
+            answer.metadata = Omit::Absent;
+        }
+        BodyFault::MissingLogprobs => {
+            for choice in &mut answer.choices {
+                choice.logprobs = None;
             }
         }
-        BodyFault::MissingLogprobs => each_logprobs(value, |logprobs| *logprobs = Value::Null),
         BodyFault::ShortLogprobs { by } => {
-            each_logprobs(value, |logprobs| resize(logprobs, *by as usize, true));
-        }
-        BodyFault::LongLogprobs { by } => {
-            each_logprobs(value, |logprobs| resize(logprobs, *by as usize, false));
-        }
-        BodyFault::NullLogprob { at } => {
-            each_logprobs(value, |logprobs| {
-                set_logprob(logprobs, *at, |_| Value::Null)
+            each_logprobs(answer, |logprobs| {
+                Resize::Shorter(*by as usize).apply(logprobs)
             });
         }
-        BodyFault::NanLogprob { at, value: literal } => each_logprobs(value, |logprobs| {
-            set_logprob(logprobs, *at, |_| raw(literal.literal()));
+        BodyFault::LongLogprobs { by } => {
+            each_logprobs(answer, |logprobs| {
+                Resize::Longer(*by as usize).apply(logprobs)
+            });
+        }
+        BodyFault::NullLogprob { at } => each_logprobs(answer, |logprobs| {
+            set_logprob(logprobs, *at, |_| Logprob::Null)
         }),
-        BodyFault::PositiveLogprob { at, value: number } => each_logprobs(value, |logprobs| {
-            set_logprob(logprobs, *at, |_| raw(number.as_str()));
+        BodyFault::NanLogprob { at, value: literal } => each_logprobs(answer, |logprobs| {
+            set_logprob(logprobs, *at, |_| {
+                Logprob::Bare(Bare(literal.literal().to_owned()))
+            })
         }),
-        BodyFault::StringLogprob { at } => each_logprobs(value, |logprobs| {
-            set_logprob(logprobs, *at, |slot| json!(slot.to_string()));
+        BodyFault::PositiveLogprob { at, value: number } => each_logprobs(answer, |logprobs| {
+            set_logprob(logprobs, *at, |_| {
+                Logprob::Bare(Bare(number.as_str().to_owned()))
+            })
+        }),
+        BodyFault::StringLogprob { at } => each_logprobs(answer, |logprobs| {
+            set_logprob(logprobs, *at, |slot| Logprob::Text(slot.json_text()))
         }),
         BodyFault::WrongTokenId { at } => {
-            each_logprobs(value, |logprobs| wrong_token(logprobs, *at))
+            each_logprobs(answer, |logprobs| wrong_token(logprobs, *at))
         }
         BodyFault::DropChannel {
             channel: Channel::RoutedExperts,
-        } => drop_routes(value),
+        } => answer.sglext = None,
         BodyFault::DropChannel {
             channel: Channel::WeightVersions,
         } => {
-            if let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-                metadata.remove("weight_versions");
+            if let Omit::Present(metadata) = &mut answer.metadata {
+                metadata.weight_versions = None;
             }
         }
-        BodyFault::ShortRoutes { by } => edit_routes(value, |values| {
+        BodyFault::ShortRoutes { by } => edit_routes(answer, |values| {
             values.truncate(values.len().saturating_sub(*by as usize * routes_row_len));
-            true
         }),
         // A row to repeat needs a row.
-        BodyFault::ExtraRoute => edit_routes(value, |values| {
-            let enough = values.len() >= routes_row_len;
-            if enough {
+        BodyFault::ExtraRoute => edit_routes(answer, |values| {
+            if values.len() >= routes_row_len {
                 values.extend_from_within(values.len() - routes_row_len..);
             }
-            enough
         }),
-        BodyFault::RetractRoutes => edit_routes(value, |values| {
+        BodyFault::RetractRoutes => edit_routes(answer, |values| {
             values.iter_mut().for_each(|e| *e ^= 1);
-            true
         }),
-        BodyFault::SpansGap => edit_spans(value, |spans| last_start(spans, 1)),
-        BodyFault::SpansOverlap => edit_spans(value, |spans| {
-            if let Some(list) = spans.as_array_mut()
-                && let Some(mut again) = list.last().cloned()
-                && let Some(end) = again["end"].as_i64().filter(|&end| end > 0)
+        // The last span starts one token later, as long as it stays a span.
+        BodyFault::SpansGap => edit_spans(answer, |spans| {
+            if let Some(span) = spans.last_mut()
+                && span.start < span.end
             {
-                again["start"] = json!(end - 1);
-                list.push(again);
+                span.start += 1;
             }
         }),
-        BodyFault::StaleVersion => edit_spans(value, |spans| {
-            if let Some(span) = spans.as_array_mut().and_then(|s| s.last_mut()) {
-                span["version"] = json!("stale");
+        BodyFault::SpansOverlap => edit_spans(answer, |spans| {
+            if let Some(last) = spans.last()
+                && last.end > 0
+            {
+                let again = Span {
+                    start: last.end - 1,
+                    ..last.clone()
+                };
+                spans.push(again);
+            }
+        }),
+        BodyFault::StaleVersion => edit_spans(answer, |spans| {
+            if let Some(span) = spans.last_mut() {
+                "stale".clone_into(&mut span.version);
             }
         }),
         // No OpenAI counterpart: the OpenAI answers carry no sampling masks and no logprob triples.
@@ -112,140 +119,93 @@ pub(crate) fn mutate(fault: &BodyFault, value: &mut Value, routes_row_len: usize
 }
 
 /// `edit` on the `logprobs` of every choice that carries them.
-fn each_logprobs(value: &mut Value, mut edit: impl FnMut(&mut Value)) {
-    let Some(choices) = value.get_mut("choices").and_then(Value::as_array_mut) else {
-        return;
-    };
-    for choice in choices {
-        if let Some(logprobs) = choice.get_mut("logprobs").filter(|l| !l.is_null()) {
-            edit(logprobs);
-        }
+fn each_logprobs(answer: &mut Answer, mut edit: impl FnMut(&mut ChoiceLogprobs)) {
+    for logprobs in answer
+        .choices
+        .iter_mut()
+        .filter_map(|c| c.logprobs.as_mut())
+    {
+        edit(logprobs);
     }
 }
 
 /// `edit` on `metadata.weight_versions`, when the answer has them.
-fn edit_spans(value: &mut Value, edit: impl FnOnce(&mut Value)) {
-    if let Some(spans) = value
-        .get_mut("metadata")
-        .and_then(|m| m.get_mut("weight_versions"))
+fn edit_spans(answer: &mut Answer, edit: impl FnOnce(&mut Vec<Span>)) {
+    if let Omit::Present(Metadata {
+        weight_versions: Some(spans),
+        ..
+    }) = &mut answer.metadata
     {
         edit(spans);
     }
 }
 
-/// The last span starts `by` tokens later (or earlier), as long as it stays a span.
-fn last_start(spans: &mut Value, by: i64) {
-    if let Some(span) = spans.as_array_mut().and_then(|s| s.last_mut())
-        && let Some(start) = span["start"].as_i64()
-        && (0..=span["end"].as_i64().unwrap_or(-1)).contains(&(start + by))
-    {
-        span["start"] = json!(start + by);
+/// `edit` on the expert ids of `sglext.routed_experts`, when the answer carries them.
+fn edit_routes(answer: &mut Answer, edit: impl FnOnce(&mut Vec<i32>)) {
+    if let Some(Routes(values)) = &mut answer.sglext {
+        edit(values);
     }
 }
 
-/// `sglext.routed_experts` dropped, and `sglext` with it when nothing else is left.
-fn drop_routes(value: &mut Value) {
-    let Some(sglext) = value.get_mut("sglext").and_then(Value::as_object_mut) else {
-        return;
-    };
-    sglext.remove("routed_experts");
-    if sglext.is_empty()
-        && let Some(obj) = value.as_object_mut()
-    {
-        obj.remove("sglext");
-    }
+/// `short-logprobs` and `long-logprobs`: every per-token list (chat's `content`, or the four completion
+/// lists) `by` entries shorter, or longer by repeating its last entry.
+#[derive(Debug, Clone, Copy)]
+enum Resize {
+    Shorter(usize),
+    Longer(usize),
 }
 
-/// `edit` on the expert ids of `sglext.routed_experts`, written back when it says it changed them.
-fn edit_routes(value: &mut Value, edit: impl FnOnce(&mut Vec<i32>) -> bool) {
-    let Some(routes) = value
-        .get_mut("sglext")
-        .and_then(|sglext| sglext.get_mut("routed_experts"))
-    else {
-        return;
-    };
-    let Some(mut values) = routes.as_str().and_then(decode_base64_i32) else {
-        return;
-    };
-    if edit(&mut values) {
-        *routes = json!(base64_i32(&values));
-    }
-}
-
-/// Serialise an answer, writing the raw tokens the faults asked for (a bare `NaN`, a number as a string).
-pub(crate) fn write(value: &Value) -> Vec<u8> {
-    let json = serde_json::to_string(value).unwrap_or_default();
-    let mut out = String::with_capacity(json.len());
-    let mut rest = json.as_str();
-    let open = format!("\"{RAW_ESCAPED}");
-    while let Some(start) = rest.find(&open) {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + open.len()..];
-        match after.find('"') {
-            Some(end) => {
-                out.push_str(&after[..end]);
-                rest = &after[end + 1..];
+impl Resize {
+    fn apply(self, logprobs: &mut ChoiceLogprobs) {
+        match logprobs {
+            ChoiceLogprobs::Completion {
+                text_offset,
+                token_logprobs,
+                tokens,
+                top_logprobs,
+            } => {
+                self.list(text_offset);
+                self.list(token_logprobs);
+                self.list(tokens);
+                self.list(top_logprobs);
             }
-            None => {
-                rest = &rest[start..];
-                break;
-            }
+            ChoiceLogprobs::Chat { content } => self.list(content),
         }
     }
-    out.push_str(rest);
-    out.into_bytes()
-}
 
-fn raw(token: &str) -> Value {
-    json!(format!("{RAW}{token}"))
-}
-
-/// The per-token lists: chat's `content`, or the completion arrays.
-fn token_lists(logprobs: &mut Value) -> Vec<&mut Vec<Value>> {
-    match logprobs.as_object_mut() {
-        Some(obj) => obj.values_mut().filter_map(Value::as_array_mut).collect(),
-        None => Vec::new(),
-    }
-}
-
-fn resize(logprobs: &mut Value, by: usize, shorter: bool) {
-    for list in token_lists(logprobs) {
-        if shorter {
-            list.truncate(list.len().saturating_sub(by));
-        } else if let Some(last) = list.last().cloned() {
-            list.extend(std::iter::repeat_n(last, by));
+    fn list<T: Clone>(self, list: &mut Vec<T>) {
+        match self {
+            Resize::Shorter(by) => list.truncate(list.len().saturating_sub(by)),
+            Resize::Longer(by) => {
+                if let Some(last) = list.last().cloned() {
+                    list.extend(std::iter::repeat_n(last, by));
+                }
+            }
         }
     }
 }
 
 /// The logprob at `at`: chat's `content[at].logprob`, or position `at` of the completion's `token_logprobs`.
-fn set_logprob(logprobs: &mut Value, at: u64, value: impl FnOnce(&Value) -> Value) {
+fn set_logprob(logprobs: &mut ChoiceLogprobs, at: u64, value: impl FnOnce(&Logprob) -> Logprob) {
     let at = at as usize;
-    let slot = if logprobs.get("content").is_some() {
-        logprobs
-            .get_mut("content")
-            .and_then(|c| c.get_mut(at))
-            .and_then(|entry| entry.get_mut("logprob"))
-    } else {
-        logprobs
-            .get_mut("token_logprobs")
-            .and_then(|list| list.get_mut(at))
+    let slot = match logprobs {
+        ChoiceLogprobs::Completion { token_logprobs, .. } => token_logprobs.get_mut(at),
+        ChoiceLogprobs::Chat { content } => content.get_mut(at).map(|entry| &mut entry.logprob),
     };
     if let Some(slot) = slot {
         *slot = value(slot);
     }
 }
 
-/// The token at `at` is another token's: chat's `content[at]` (its `token` and `bytes`), or position `at` of
-/// the completion's `tokens`.
-fn wrong_token(logprobs: &mut Value, at: u64) {
+/// The token at `at` is another token's: chat's `content[at]` (its `token`, and so its `bytes`), or position
+/// `at` of the completion's `tokens`.
+fn wrong_token(logprobs: &mut ChoiceLogprobs, at: u64) {
     let at = at as usize;
-    if logprobs.get("content").is_some() {
-        if let Some(entry) = logprobs.get_mut("content").and_then(|c| c.get_mut(at)) {
-            entry["token"] = json!(WRONG_TOKEN);
-            entry["bytes"] = json!(WRONG_TOKEN.as_bytes());
-        }
-    } else if let Some(slot) = logprobs.get_mut("tokens").and_then(|list| list.get_mut(at)) {
-        *slot = json!(WRONG_TOKEN);
+    let slot = match logprobs {
+        ChoiceLogprobs::Completion { tokens, .. } => tokens.get_mut(at),
+        ChoiceLogprobs::Chat { content } => content.get_mut(at).map(|entry| &mut entry.token),
+    };
+    if let Some(slot) = slot {
+        WRONG_TOKEN.clone_into(slot);
     }
 }

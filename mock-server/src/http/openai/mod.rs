@@ -10,6 +10,7 @@
 //! the OpenAI answer ([`faults`]).
 
 pub(super) mod faults;
+mod json;
 pub(super) mod request;
 pub(super) mod response;
 pub(super) mod tokenize;
@@ -43,7 +44,7 @@ use crate::request as native;
 use crate::wire::{self, DONE_EVENT, Due, EncodeCtx, Finished, NeverRan, WaitingAbort, sse_event};
 use crate::witness::Route;
 pub(super) use request::Api;
-use response::{ChunkTranslator, Finish, ItemView, Translated};
+use response::{Answer, ChunkTranslator, ErrorEvent, Finish, ItemView, Span, Translated};
 
 /// `POST /v1/completions`.
 pub(crate) async fn completions(
@@ -168,10 +169,8 @@ async fn handle(
         faults::mutate(body_fault, &mut answer, routes_row_len);
     }
     let out = match &fault {
-        Some(fault) => {
-            stream_faults::non_stream_body(fault, faults::write(&answer), FORMAT).await?
-        }
-        None => faults::write(&answer),
+        Some(fault) => stream_faults::non_stream_body(fault, answer.to_vec(), FORMAT).await?,
+        None => answer.to_vec(),
     };
     if let Some(witness) = &witness {
         answered.record(witness);
@@ -198,7 +197,7 @@ fn finished_views(
             });
             let weight_version = wire::reported_version(spans.as_deref(), current);
             let mut view = ItemView::generated(item, generation, tok, weight_version, 0);
-            view.weight_versions = spans.map(|spans| serde_json::json!(spans));
+            view.weight_versions = spans.map(|spans| spans.iter().map(Span::of).collect());
             Some(view)
         })
         .collect()
@@ -254,18 +253,18 @@ impl OpenAiEvents {
         }
     }
 
-    fn chunks(&self, chunks: Vec<Value>, out: &mut VecDeque<Bytes>) {
+    fn chunks(&self, chunks: Vec<Answer>, out: &mut VecDeque<Bytes>) {
         for mut chunk in chunks {
             if let Some(fault) = &self.body_fault {
                 faults::mutate(fault, &mut chunk, self.routes_row_len);
             }
-            out.push_back(sse_event(&faults::write(&chunk)));
+            out.push_back(sse_event(&chunk.to_vec()));
         }
     }
 
     /// The error event, then `[DONE]`: nothing more is sent.
-    fn close(&mut self, error: &Value, out: &mut VecDeque<Bytes>) {
-        out.push_back(sse_event(&faults::write(error)));
+    fn close(&mut self, error: &ErrorEvent, out: &mut VecDeque<Bytes>) {
+        out.push_back(sse_event(&error.to_vec()));
         out.push_back(Bytes::from_static(DONE_EVENT));
         self.closed = true;
     }
@@ -293,10 +292,10 @@ impl Events for OpenAiEvents {
                     self.view(i, &view, out);
                 }
                 Due::Rejected(refusal) => {
-                    self.close(&response::abort_error(&refusal.message, 400), out)
+                    self.close(&ErrorEvent::abort(&refusal.message, 400), out)
                 }
                 Due::Failed(err) => {
-                    let error = response::abort_error(err.client_message(), err.status());
+                    let error = ErrorEvent::abort(err.client_message(), err.status());
                     self.close(&error, out);
                 }
             }
@@ -344,7 +343,7 @@ const FORMAT: stream_faults::Format = stream_faults::Format {
 };
 
 fn openai_error_event(message: &str, _: SglangVersion) -> Vec<u8> {
-    faults::write(&response::stream_error(message, "BadRequestError", 400))
+    ErrorEvent::new(message, "BadRequestError", 400).to_vec()
 }
 
 /// A native `ValueError` is the OpenAI layer's `BadRequestError`; other errors keep their shape.

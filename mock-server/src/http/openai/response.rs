@@ -5,16 +5,18 @@
 //!
 //! What SGLang's layer reads of a native item is an [`ItemView`], built here from the typed
 //! [`Generation`] (or from an abort that never ran), never from the native JSON. Logprobs are what Python
-//! reads from that JSON: the f32's shortest decimal, parsed as a float.
+//! reads from that JSON: the f32's shortest decimal, parsed as a float. The answers are typed values
+//! ([`Answer`], [`Chunk`], [`ErrorEvent`]) that body faults edit field by field (`faults.rs`) and [`json`]
+//! writes in SGLang's key order.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
-use serde_json::{Map, Value, json};
-
+use super::json::{self, Bare, Json, Null, Omit, object};
 use super::request::{Api, OpenAiRequest};
 use crate::engine::{FinishReason, Generation, LogprobEntry, PlannedItem};
 use crate::model::Tokenizer;
 use crate::release::OpenAiEncoding;
+use crate::wire::VersionSpan;
 
 /// How an item ended, as the OpenAI layer reads `meta_info.finish_reason`.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,7 +25,7 @@ pub(crate) enum Finish {
     Running,
     Length,
     /// A stop token (`matched` is its id) or a stop string (`matched` is the string).
-    Stop(Value),
+    Stop(Matched),
     /// An abort: with a status (a refusal, an engine error) the stream ends with an error event.
     Abort {
         message: String,
@@ -31,13 +33,29 @@ pub(crate) enum Finish {
     },
 }
 
+/// `matched_stop`: the stop token's id or the stop string.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Matched {
+    Token(u32),
+    Text(String),
+}
+
+impl Json for Matched {
+    fn write(&self, out: &mut Vec<u8>) {
+        match self {
+            Matched::Token(id) => id.write(out),
+            Matched::Text(text) => text.write(out),
+        }
+    }
+}
+
 impl Finish {
     pub(crate) fn of(reason: Option<&FinishReason>) -> Finish {
         match reason {
             None => Finish::Running,
             Some(FinishReason::Length { .. }) => Finish::Length,
-            Some(FinishReason::StopToken { matched }) => Finish::Stop(json!(matched)),
-            Some(FinishReason::StopStr { matched }) => Finish::Stop(json!(matched)),
+            Some(FinishReason::StopToken { matched }) => Finish::Stop(Matched::Token(*matched)),
+            Some(FinishReason::StopStr { matched }) => Finish::Stop(Matched::Text(matched.clone())),
             Some(FinishReason::Abort {
                 message,
                 status_code,
@@ -58,20 +76,64 @@ impl Finish {
     }
 
     /// `finish_reason` of a choice.
-    fn kind(&self) -> Value {
+    fn kind(&self) -> Option<&'static str> {
         match self {
-            Finish::Running => Value::Null,
-            Finish::Length => json!("length"),
-            Finish::Stop(_) => json!("stop"),
-            Finish::Abort { .. } => json!("abort"),
+            Finish::Running => None,
+            Finish::Length => Some("length"),
+            Finish::Stop(_) => Some("stop"),
+            Finish::Abort { .. } => Some("abort"),
         }
     }
 
     /// `matched_stop` of a choice.
-    fn matched(&self) -> Value {
+    fn matched(&self) -> Option<&Matched> {
         match self {
-            Finish::Stop(matched) => matched.clone(),
-            Finish::Running | Finish::Length | Finish::Abort { .. } => Value::Null,
+            Finish::Stop(matched) => Some(matched),
+            Finish::Running | Finish::Length | Finish::Abort { .. } => None,
+        }
+    }
+}
+
+/// A logprob as an OpenAI answer carries it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Logprob {
+    /// What Python reads from the native JSON: the f32's shortest decimal, as a float.
+    Number(f64),
+    /// A non-finite logprob (the native encoder writes `null` there), or a fault's `null`.
+    Null,
+    /// A fault's bare token: a non-finite literal, or a number as its spec wrote it.
+    Bare(Bare),
+    /// A fault's logprob as a string of its JSON.
+    Text(String),
+}
+
+impl Logprob {
+    /// A logprob as Python reads it from SGLang's JSON: the f32's shortest decimal as a float; `null` when not
+    /// finite.
+    fn of(logprob: f32) -> Logprob {
+        if !logprob.is_finite() {
+            return Logprob::Null;
+        }
+        let mut buffer = zmij::Buffer::new();
+        buffer
+            .format_finite(logprob)
+            .parse::<f64>()
+            .map_or(Logprob::Null, Logprob::Number)
+    }
+
+    /// The JSON the logprob is written as.
+    pub(crate) fn json_text(&self) -> String {
+        String::from_utf8(json::to_vec(self)).unwrap_or_default()
+    }
+}
+
+impl Json for Logprob {
+    fn write(&self, out: &mut Vec<u8>) {
+        match self {
+            Logprob::Number(value) => value.write(out),
+            Logprob::Null => Null.write(out),
+            Logprob::Bare(token) => token.write(out),
+            Logprob::Text(text) => text.write(out),
         }
     }
 }
@@ -79,7 +141,7 @@ impl Finish {
 /// One `[logprob, id, text]` entry as `(logprob, text)`.
 #[derive(Debug, Clone)]
 struct Entry {
-    logprob: Value,
+    logprob: Logprob,
     text: String,
 }
 
@@ -115,21 +177,11 @@ pub(crate) struct ItemView {
     /// `None` for a shape without `weight_version` (0.5.3's abort before prefill).
     pub(crate) weight_version: Option<String>,
     /// `meta_info.weight_versions` of a finished item (0.5.23): the answer's `metadata` repeats it.
-    pub(crate) weight_versions: Option<Value>,
-    /// `meta_info.routed_experts` of a finished item that asked for them on a server that returns them (base64),
-    /// which the answer's `sglext` carries.
-    pub(crate) routed_experts: Option<String>,
+    pub(crate) weight_versions: Option<Vec<Span>>,
+    /// `meta_info.routed_experts` of a finished item that asked for them on a server that returns them, which
+    /// the answer's `sglext` carries (base64 of these ids).
+    pub(crate) routed_experts: Option<Vec<i32>>,
     pub(crate) logprobs: Logprobs,
-}
-
-/// A logprob as Python reads it from SGLang's JSON: the f32's shortest decimal as a float; `null` when not
-/// finite (the native encoder writes `null` there).
-fn number(logprob: f32) -> Value {
-    if !logprob.is_finite() {
-        return Value::Null;
-    }
-    let mut buffer = zmij::Buffer::new();
-    serde_json::from_str::<f64>(buffer.format_finite(logprob)).map_or(Value::Null, Value::from)
 }
 
 /// The text of a token in a logprob entry: the token's text when the request asked for it.
@@ -144,26 +196,57 @@ fn top_row(entries: &[LogprobEntry], tok: Option<&Tokenizer>) -> TopRow {
         entries
             .iter()
             .map(|e| Entry {
-                logprob: number(e.logprob),
+                logprob: Logprob::of(e.logprob),
                 text: token_text(tok, e.id),
             })
             .collect()
     })
 }
 
-/// A top row as `to_openai_style_logprobs` makes it: a Python dict `{text: logprob}` built in the row's
-/// order, so the most likely token comes first and a later equal text replaces the value but keeps the first
-/// one's place; `null` for a position without entries.
-fn top_dict(row: &TopRow) -> Value {
-    match row {
-        None => Value::Null,
-        Some(entries) => {
-            let mut dict = Map::new();
-            for entry in entries {
-                dict.insert(entry.text.clone(), entry.logprob.clone());
+/// A top row as `to_openai_style_logprobs` makes it: a Python dict `{text: logprob}` built in the row's order,
+/// so the most likely token comes first and a later equal text replaces the value but keeps the first one's
+/// place.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct TopDict(Vec<(String, Logprob)>);
+
+/// Rows longer than this find an equal text through a hash map rather than by scanning.
+const SCANNED_TOP_ROW: usize = 16;
+
+impl TopDict {
+    fn of(entries: &[Entry]) -> TopDict {
+        let mut dict = Vec::with_capacity(entries.len());
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        for entry in entries {
+            let slot = if entries.len() <= SCANNED_TOP_ROW {
+                dict.iter()
+                    .position(|(text, _): &(String, Logprob)| *text == entry.text)
+            } else {
+                index.get(entry.text.as_str()).copied()
+            };
+            match slot {
+                Some(at) => dict[at].1 = entry.logprob.clone(),
+                None => {
+                    index.insert(&entry.text, dict.len());
+                    dict.push((entry.text.clone(), entry.logprob.clone()));
+                }
             }
-            Value::Object(dict)
         }
+        TopDict(dict)
+    }
+}
+
+impl Json for TopDict {
+    fn write(&self, out: &mut Vec<u8>) {
+        out.push(b'{');
+        for (i, (text, logprob)) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            text.write(out);
+            out.push(b':');
+            logprob.write(out);
+        }
+        out.push(b'}');
     }
 }
 
@@ -188,7 +271,7 @@ impl ItemView {
                     .iter()
                     .zip(&ids[from..n])
                     .map(|(&lp, &id)| Entry {
-                        logprob: number(lp),
+                        logprob: Logprob::of(lp),
                         text: token_text(tok, id),
                     })
                     .collect(),
@@ -204,7 +287,7 @@ impl ItemView {
                     .iter()
                     .zip(in_ids)
                     .map(|(lp, &id)| Entry {
-                        logprob: lp.map_or(Value::Null, number),
+                        logprob: lp.map_or(Logprob::Null, Logprob::of),
                         text: token_text(tok, id),
                     })
                     .collect(),
@@ -233,8 +316,7 @@ impl ItemView {
             // Only a finished item's object has them, as on `/generate`.
             routed_experts: generation
                 .finish_reason()
-                .and_then(|_| generation.routed_experts())
-                .map(|routes| crate::wire::base64_i32(&routes)),
+                .and_then(|_| generation.routed_experts()),
             logprobs,
         }
     }
@@ -265,87 +347,228 @@ impl ItemView {
     }
 }
 
-/// The OpenAI body of a non-stream answer, from the native items (one per choice, in order).
-pub(crate) fn body(req: &OpenAiRequest, items: &[ItemView], created: u64) -> Value {
-    let choices: Vec<Value> = items
-        .iter()
-        .enumerate()
-        .map(|(idx, item)| {
-            let finish = &item.finish;
-            let lp = &item.logprobs;
-            match req.api {
-                Api::Completions => {
-                    let echo = req.echo.as_ref();
-                    let prefix = echo.and_then(|e| e.get(idx / req.n)).map_or("", String::as_str);
-                    let logprobs = req.logprobs.map(|_| {
-                        let input = echo.map(|_| (&lp.input[..], lp.input_top.as_deref()));
-                        completion_logprobs(input, &lp.output, lp.output_top.as_deref())
-                    });
-                    json!({"index": idx, "text": format!("{prefix}{}", item.text), "logprobs": logprobs,
-                           "finish_reason": finish.kind(), "matched_stop": finish.matched()})
-                }
-                Api::Chat => {
-                    let logprobs = req
-                        .logprobs
-                        .map(|_| chat_logprobs(&lp.output, lp.output_top.as_deref()));
-                    json!({"index": idx,
-                           "message": {"role": "assistant", "content": item.text, "reasoning_content": null,
-                                       "tool_calls": null},
-                           "logprobs": logprobs, "finish_reason": finish.kind(),
-                           "matched_stop": finish.matched()})
-                }
+/// One entry of `metadata.weight_versions`: output tokens `start..end` came from `version`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Span {
+    pub(crate) version: String,
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+}
+
+impl Span {
+    pub(crate) fn of(span: &VersionSpan<'_>) -> Span {
+        Span {
+            version: span.version.to_owned(),
+            start: span.start,
+            end: span.end,
+        }
+    }
+}
+
+impl Json for Span {
+    fn write(&self, out: &mut Vec<u8>) {
+        object(
+            out,
+            &[
+                ("version", &self.version),
+                ("start", &self.start),
+                ("end", &self.end),
+            ],
+        );
+    }
+}
+
+/// What a choice carries besides its logprobs and finish.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Content {
+    /// A completion's `text`.
+    Text(String),
+    /// A chat answer's `message`.
+    Message(String),
+    /// A chat chunk's `delta`.
+    Delta(Delta),
+}
+
+/// A chat stream delta. 0.5.3's pydantic `DeltaMessage` writes every field (`null` when unset); 0.5.15's and
+/// 0.5.23's msgspec `StreamDelta` omits unset ones except `reasoning_content`, which it always writes so that
+/// the openai SDK's `delta.reasoning_content` exists (`sse_utils.py: StreamDelta`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Delta {
+    encoding: OpenAiEncoding,
+    role: Option<&'static str>,
+    content: Option<String>,
+}
+
+impl Json for Delta {
+    fn write(&self, out: &mut Vec<u8>) {
+        match self.encoding {
+            OpenAiEncoding::Pydantic => object(
+                out,
+                &[
+                    ("role", &self.role),
+                    ("content", &self.content),
+                    ("reasoning_content", &Null),
+                    ("tool_calls", &Null),
+                ],
+            ),
+            OpenAiEncoding::Msgspec => {
+                let role = self.role.map_or(Omit::Absent, Omit::Present);
+                let content = self.content.as_ref().map_or(Omit::Absent, Omit::Present);
+                object(
+                    out,
+                    &[
+                        ("reasoning_content", &Null),
+                        ("role", &role),
+                        ("content", &content),
+                    ],
+                );
             }
-        })
-        .collect();
-    let first = items.first();
-    let mut usage = Usage::default();
-    for (idx, item) in items.iter().enumerate() {
-        usage.add(idx, item, req.n);
+        }
     }
-    let mut body = json!({
-        "id": first.map_or(Value::Null, |m| json!(m.id)),
-        "object": object(req.api, false),
-        "created": created,
-        "model": req.model,
-        "choices": choices,
-        "usage": usage.to_json(),
-        "metadata": metadata(first),
-    });
-    // `process_routed_experts_from_ret(ret[0])`: the first item's routes only, and none when they are empty
-    // (`if routed_experts or ...`).
-    if req.return_routed_experts
-        && let Some(routes) = first
-            .and_then(|m| m.routed_experts.as_deref())
-            .filter(|r| !r.is_empty())
-    {
-        body["sglext"] = json!({"routed_experts": routes});
-    }
-    body
 }
 
-/// `build_endpoint_weight_version_metadata` (0.5.23's `srt/utils/weight_versions.py`): the first item's
-/// `weight_version`, and its `weight_versions` where it has them.
-fn metadata(first: Option<&ItemView>) -> Value {
-    let mut metadata = json!({"weight_version": first.and_then(|m| m.weight_version.as_deref())});
-    if let Some(spans) = first.and_then(|m| m.weight_versions.clone()) {
-        metadata["weight_versions"] = spans;
-    }
-    metadata
+/// The `logprobs` of a choice.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ChoiceLogprobs {
+    /// `to_openai_style_logprobs`: per token, its text offset (always -1), logprob, text and top dict (`null`
+    /// where the native answer has no top entries).
+    Completion {
+        text_offset: Vec<i32>,
+        token_logprobs: Vec<Logprob>,
+        tokens: Vec<String>,
+        top_logprobs: Vec<Option<TopDict>>,
+    },
+    /// Chat's `content`: one `{token, bytes, logprob, top_logprobs}` per output token.
+    Chat { content: Vec<ChatToken> },
 }
 
-fn object(api: Api, chunk: bool) -> &'static str {
-    match (api, chunk) {
-        (Api::Completions, _) => "text_completion",
-        (Api::Chat, false) => "chat.completion",
-        (Api::Chat, true) => "chat.completion.chunk",
+impl Json for ChoiceLogprobs {
+    fn write(&self, out: &mut Vec<u8>) {
+        match self {
+            ChoiceLogprobs::Completion {
+                text_offset,
+                token_logprobs,
+                tokens,
+                top_logprobs,
+            } => object(
+                out,
+                &[
+                    ("text_offset", text_offset),
+                    ("token_logprobs", token_logprobs),
+                    ("tokens", tokens),
+                    ("top_logprobs", top_logprobs),
+                ],
+            ),
+            ChoiceLogprobs::Chat { content } => object(out, &[("content", content)]),
+        }
+    }
+}
+
+/// One output token of chat logprobs; `bytes` are its text's UTF-8 bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ChatToken {
+    pub(crate) token: String,
+    pub(crate) logprob: Logprob,
+    pub(crate) top_logprobs: Vec<(String, Logprob)>,
+}
+
+impl Json for ChatToken {
+    fn write(&self, out: &mut Vec<u8>) {
+        write_chat_entry(out, &self.token, &self.logprob, Some(&self.top_logprobs));
+    }
+}
+
+fn write_chat_entry(
+    out: &mut Vec<u8>,
+    token: &str,
+    logprob: &Logprob,
+    top: Option<&[(String, Logprob)]>,
+) {
+    let top = top.map_or(Omit::Absent, |top| Omit::Present(TopEntries(top)));
+    object(
+        out,
+        &[
+            ("token", &token),
+            ("bytes", &token.as_bytes()),
+            ("logprob", logprob),
+            ("top_logprobs", &top),
+        ],
+    );
+}
+
+/// A chat token's top list: `{token, bytes, logprob}` per entry of its position's dict.
+#[derive(Debug)]
+struct TopEntries<'a>(&'a [(String, Logprob)]);
+
+impl Json for TopEntries<'_> {
+    fn write(&self, out: &mut Vec<u8>) {
+        out.push(b'[');
+        for (i, (token, logprob)) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_chat_entry(out, token, logprob, None);
+        }
+        out.push(b']');
+    }
+}
+
+/// One choice of an answer or a chunk: every release writes all five fields.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Choice {
+    pub(crate) index: usize,
+    pub(crate) content: Content,
+    pub(crate) logprobs: Option<ChoiceLogprobs>,
+    pub(crate) finish: Finish,
+}
+
+/// A chat answer's `message`.
+#[derive(Debug)]
+struct Message<'a>(&'a str);
+
+impl Json for Message<'_> {
+    fn write(&self, out: &mut Vec<u8>) {
+        object(
+            out,
+            &[
+                ("role", &"assistant"),
+                ("content", &self.0),
+                ("reasoning_content", &Null),
+                ("tool_calls", &Null),
+            ],
+        );
+    }
+}
+
+impl Json for Choice {
+    fn write(&self, out: &mut Vec<u8>) {
+        let message;
+        let (key, content): (&str, &dyn Json) = match &self.content {
+            Content::Text(text) => ("text", text),
+            Content::Message(text) => {
+                message = Message(text);
+                ("message", &message)
+            }
+            Content::Delta(delta) => ("delta", delta),
+        };
+        object(
+            out,
+            &[
+                ("index", &self.index),
+                (key, content),
+                ("logprobs", &self.logprobs),
+                ("finish_reason", &self.finish.kind()),
+                ("matched_stop", &self.finish.matched()),
+            ],
+        );
     }
 }
 
 /// Token counts summed as `UsageProcessor` does: completion tokens of every choice, prompt tokens once per
 /// prompt (every `n`-th choice). The mock keeps no prefix cache (`cached_tokens` is always 0), so
 /// `prompt_tokens_details` is `null`, as SGLang reports a zero cached sum.
-#[derive(Debug, Default, Clone, Copy)]
-struct Usage {
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Usage {
     prompt: u64,
     completion: u64,
 }
@@ -357,10 +580,164 @@ impl Usage {
             self.prompt += item.prompt_tokens;
         }
     }
+}
 
-    fn to_json(self) -> Value {
-        json!({"prompt_tokens": self.prompt, "completion_tokens": self.completion,
-               "total_tokens": self.prompt + self.completion, "prompt_tokens_details": null})
+impl Json for Usage {
+    fn write(&self, out: &mut Vec<u8>) {
+        object(
+            out,
+            &[
+                ("prompt_tokens", &self.prompt),
+                ("completion_tokens", &self.completion),
+                ("total_tokens", &(self.prompt + self.completion)),
+                ("prompt_tokens_details", &Null),
+            ],
+        );
+    }
+}
+
+/// `build_endpoint_weight_version_metadata` (0.5.23's `srt/utils/weight_versions.py`): the first item's
+/// `weight_version`, and its `weight_versions` where it has them.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Metadata {
+    weight_version: Option<String>,
+    pub(crate) weight_versions: Option<Vec<Span>>,
+}
+
+impl Json for Metadata {
+    fn write(&self, out: &mut Vec<u8>) {
+        let spans = self
+            .weight_versions
+            .as_ref()
+            .map_or(Omit::Absent, Omit::Present);
+        object(
+            out,
+            &[
+                ("weight_version", &self.weight_version),
+                ("weight_versions", &spans),
+            ],
+        );
+    }
+}
+
+/// The routed experts an answer carries in `sglext`, written as base64 of their little-endian `int32`s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Routes(pub(crate) Vec<i32>);
+
+impl Json for Routes {
+    fn write(&self, out: &mut Vec<u8>) {
+        object(
+            out,
+            &[("routed_experts", &crate::wire::base64_i32(&self.0))],
+        );
+    }
+}
+
+/// A non-stream answer, or one chunk of a stream: `metadata` only in an answer, `usage` `null` or left out in
+/// some chunks, `sglext` only where routes are carried.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Answer {
+    id: Option<String>,
+    object: &'static str,
+    created: u64,
+    model: String,
+    pub(crate) choices: Vec<Choice>,
+    pub(crate) usage: Omit<Option<Usage>>,
+    pub(crate) metadata: Omit<Metadata>,
+    pub(crate) sglext: Option<Routes>,
+}
+
+impl Json for Answer {
+    fn write(&self, out: &mut Vec<u8>) {
+        let sglext = self.sglext.as_ref().map_or(Omit::Absent, Omit::Present);
+        object(
+            out,
+            &[
+                ("id", &self.id),
+                ("object", &self.object),
+                ("created", &self.created),
+                ("model", &self.model),
+                ("choices", &self.choices),
+                ("usage", &self.usage),
+                ("metadata", &self.metadata),
+                ("sglext", &sglext),
+            ],
+        );
+    }
+}
+
+impl Answer {
+    /// The bytes of the answer.
+    pub(crate) fn to_vec(&self) -> Vec<u8> {
+        json::to_vec(self)
+    }
+}
+
+/// The OpenAI body of a non-stream answer, from the native items (one per choice, in order).
+pub(crate) fn body(req: &OpenAiRequest, items: &[ItemView], created: u64) -> Answer {
+    let choices = items
+        .iter()
+        .enumerate()
+        .map(|(idx, item)| {
+            let lp = &item.logprobs;
+            let (content, logprobs) = match req.api {
+                Api::Completions => {
+                    let echo = req.echo.as_ref();
+                    let prefix = echo
+                        .and_then(|e| e.get(idx / req.n))
+                        .map_or("", String::as_str);
+                    let logprobs = req.logprobs.map(|_| {
+                        let input = echo.map(|_| (&lp.input[..], lp.input_top.as_deref()));
+                        completion_logprobs(input, &lp.output, lp.output_top.as_deref())
+                    });
+                    (Content::Text(format!("{prefix}{}", item.text)), logprobs)
+                }
+                Api::Chat => {
+                    let logprobs = req
+                        .logprobs
+                        .map(|_| chat_logprobs(&lp.output, lp.output_top.as_deref()));
+                    (Content::Message(item.text.clone()), logprobs)
+                }
+            };
+            Choice {
+                index: idx,
+                content,
+                logprobs,
+                finish: item.finish.clone(),
+            }
+        })
+        .collect();
+    let first = items.first();
+    let mut usage = Usage::default();
+    for (idx, item) in items.iter().enumerate() {
+        usage.add(idx, item, req.n);
+    }
+    // `process_routed_experts_from_ret(ret[0])`: the first item's routes only, and none when they are empty
+    // (`if routed_experts or ...`).
+    let sglext = first
+        .and_then(|m| m.routed_experts.as_ref())
+        .filter(|routes| req.return_routed_experts && !routes.is_empty())
+        .map(|routes| Routes(routes.clone()));
+    Answer {
+        id: first.map(|m| m.id.clone()),
+        object: object_name(req.api, false),
+        created,
+        model: req.model.clone(),
+        choices,
+        usage: Omit::Present(Some(usage)),
+        metadata: Omit::Present(Metadata {
+            weight_version: first.and_then(|m| m.weight_version.clone()),
+            weight_versions: first.and_then(|m| m.weight_versions.clone()),
+        }),
+        sglext,
+    }
+}
+
+fn object_name(api: Api, chunk: bool) -> &'static str {
+    match (api, chunk) {
+        (Api::Completions, _) => "text_completion",
+        (Api::Chat, false) => "chat.completion",
+        (Api::Chat, true) => "chat.completion.chunk",
     }
 }
 
@@ -370,46 +747,50 @@ fn completion_logprobs(
     input: Option<(&[Entry], Option<&[TopRow]>)>,
     output: &[Entry],
     output_top: Option<&[TopRow]>,
-) -> Value {
+) -> ChoiceLogprobs {
     let mut tokens = Vec::new();
     let mut token_logprobs = Vec::new();
-    let mut tops = Vec::new();
+    let mut top_logprobs = Vec::new();
     let sources = input
         .into_iter()
         .chain(std::iter::once((output, output_top)));
     for (list, top) in sources {
         for entry in list {
-            tokens.push(json!(entry.text));
+            tokens.push(entry.text.clone());
             token_logprobs.push(entry.logprob.clone());
         }
-        tops.extend(top.into_iter().flatten().map(top_dict));
+        top_logprobs.extend(
+            top.into_iter()
+                .flatten()
+                .map(|row| row.as_deref().map(TopDict::of)),
+        );
     }
-    json!({"text_offset": vec![-1; tokens.len()], "token_logprobs": token_logprobs, "tokens": tokens,
-           "top_logprobs": tops})
+    ChoiceLogprobs::Completion {
+        text_offset: vec![-1; tokens.len()],
+        token_logprobs,
+        tokens,
+        top_logprobs,
+    }
 }
 
 /// Chat logprobs: one `{token, bytes, logprob, top_logprobs}` per output token, each with the top list of its
 /// own position read through `to_openai_style_logprobs`' dict, as `_process_logprobs_tokens` does (0.5.3,
 /// 0.5.9): most likely first, an equal text once.
-fn chat_logprobs(output: &[Entry], output_top: Option<&[TopRow]>) -> Value {
-    let content: Vec<Value> = output
+fn chat_logprobs(output: &[Entry], output_top: Option<&[TopRow]>) -> ChoiceLogprobs {
+    let content = output
         .iter()
         .enumerate()
-        .map(|(i, entry)| {
-            let top: Vec<Value> = match output_top.and_then(|t| t.get(i)).map(top_dict) {
-                Some(Value::Object(dict)) => dict
-                    .iter()
-                    .map(|(token, logprob)| {
-                        json!({"token": token, "bytes": token.as_bytes(), "logprob": logprob})
-                    })
-                    .collect(),
-                _ => Vec::new(),
-            };
-            json!({"token": entry.text, "bytes": entry.text.as_bytes(), "logprob": entry.logprob,
-                   "top_logprobs": top})
+        .map(|(i, entry)| ChatToken {
+            token: entry.text.clone(),
+            logprob: entry.logprob.clone(),
+            top_logprobs: output_top
+                .and_then(|t| t.get(i))
+                .and_then(Option::as_deref)
+                .map(|row| TopDict::of(row).0)
+                .unwrap_or_default(),
         })
         .collect();
-    json!({"content": content})
+    ChoiceLogprobs::Chat { content }
 }
 
 /// What a stream has sent so far for one choice.
@@ -423,7 +804,7 @@ struct ChoiceState {
     finish: Option<Finish>,
     usage: Usage,
     /// `routed_experts[index]`: what the choice's latest native chunk carried (its finishing one has them).
-    routed_experts: Option<String>,
+    routed_experts: Option<Vec<i32>>,
 }
 
 /// Turns the due chunks of one stream's items into OpenAI chunks, keeping per-choice offsets.
@@ -431,7 +812,7 @@ struct ChoiceState {
 pub(crate) struct ChunkTranslator {
     req: OpenAiRequest,
     created: u64,
-    id: Value,
+    id: Option<String>,
     choices: BTreeMap<usize, ChoiceState>,
     /// The choices in the order their first chunk came (the order of Python's per-index dicts).
     seen: Vec<usize>,
@@ -440,9 +821,9 @@ pub(crate) struct ChunkTranslator {
 /// What one item's chunk becomes.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Translated {
-    Chunks(Vec<Value>),
+    Chunks(Vec<Answer>),
     /// An abort with a status code (a full queue, a refused item): the OpenAI error event ends the stream.
-    Error(Value),
+    Error(ErrorEvent),
 }
 
 impl ChunkTranslator {
@@ -450,29 +831,42 @@ impl ChunkTranslator {
         ChunkTranslator {
             req,
             created,
-            id: Value::Null,
+            id: None,
             choices: BTreeMap::new(),
             seen: Vec::new(),
         }
     }
 
-    fn chunk(&self, choices: Vec<Value>, usage: Option<Value>) -> Value {
-        let mut chunk = json!({"id": self.id, "object": object(self.req.api, true), "created": self.created,
-                               "model": self.req.model, "choices": choices});
-        if let Some(usage) = usage {
-            chunk["usage"] = usage;
+    fn chunk(&self, choices: Vec<Choice>, usage: Omit<Option<Usage>>) -> Answer {
+        Answer {
+            id: self.id.clone(),
+            object: object_name(self.req.api, true),
+            created: self.created,
+            model: self.req.model.clone(),
+            choices,
+            usage,
+            metadata: Omit::Absent,
+            sglext: None,
         }
-        chunk
     }
 
     /// A chat chunk of one choice. 0.5.3 dumps a pydantic model, so an unset `usage` is `null`; 0.5.15 and
     /// 0.5.23 encode a msgspec struct with `omit_defaults` (`sse_utils.py: StreamChunk`), so it is left out.
-    fn chat_chunk(&self, choice: Value, usage: Option<Value>) -> Value {
-        let usage = match self.req.sglang_version.openai_encoding {
-            OpenAiEncoding::Pydantic => Some(usage.unwrap_or(Value::Null)),
-            OpenAiEncoding::Msgspec => usage,
+    fn chat_chunk(&self, choice: Choice, usage: Option<Usage>) -> Answer {
+        let usage = match (self.req.sglang_version.openai_encoding, usage) {
+            (OpenAiEncoding::Pydantic, usage) => Omit::Present(usage),
+            (OpenAiEncoding::Msgspec, Some(usage)) => Omit::Present(Some(usage)),
+            (OpenAiEncoding::Msgspec, None) => Omit::Absent,
         };
         self.chunk(vec![choice], usage)
+    }
+
+    fn delta(&self, role: Option<&'static str>, content: Option<String>) -> Content {
+        Content::Delta(Delta {
+            encoding: self.req.sglang_version.openai_encoding,
+            role,
+            content,
+        })
     }
 
     /// The output position from which choice `index` has logprobs still to send.
@@ -488,10 +882,10 @@ impl ChunkTranslator {
             status: Some(code),
         } = &item.finish
         {
-            return Translated::Error(abort_error(message, *code));
+            return Translated::Error(ErrorEvent::abort(message, *code));
         }
-        if self.id.is_null() {
-            self.id = json!(item.id);
+        if self.id.is_none() {
+            self.id = Some(item.id.clone());
         }
         let req = &self.req;
         if !self.choices.contains_key(&index) {
@@ -515,8 +909,7 @@ impl ChunkTranslator {
         if item.finish != Finish::Running {
             state.finish = Some(item.finish.clone());
         }
-        let usage = req.continuous_usage.then(|| state.usage.to_json());
-        let finish = &item.finish;
+        let usage = req.continuous_usage.then_some(state.usage);
         let mut chunks = Vec::new();
         match req.api {
             Api::Completions => {
@@ -524,20 +917,31 @@ impl ChunkTranslator {
                     let prefix = echo.get(index / req.n).map_or("", String::as_str);
                     delta = format!("{prefix}{delta}");
                 }
-                let choice = json!({"index": index, "text": delta, "logprobs": logprobs,
-                                    "finish_reason": finish.kind(), "matched_stop": finish.matched()});
-                chunks.push(self.chunk(vec![choice], Some(usage.unwrap_or(Value::Null))));
+                let choice = Choice {
+                    index,
+                    content: Content::Text(delta),
+                    logprobs,
+                    finish: item.finish.clone(),
+                };
+                chunks.push(self.chunk(vec![choice], Omit::Present(usage)));
             }
             Api::Chat => {
-                let encoding = req.sglang_version.openai_encoding;
                 if first {
-                    let delta = chat_delta(encoding, Some("assistant"), Some(""));
-                    let choice = chat_choice(index, delta, Value::Null, None);
+                    let choice = Choice {
+                        index,
+                        content: self.delta(Some("assistant"), Some(String::new())),
+                        logprobs: None,
+                        finish: Finish::Running,
+                    };
                     chunks.push(self.chat_chunk(choice, None));
                 }
                 if !delta.is_empty() || logprobs.is_some() {
-                    let delta = chat_delta(encoding, None, Some(&delta));
-                    let choice = chat_choice(index, delta, logprobs.unwrap_or(Value::Null), None);
+                    let choice = Choice {
+                        index,
+                        content: self.delta(None, Some(delta)),
+                        logprobs,
+                        finish: Finish::Running,
+                    };
                     chunks.push(self.chat_chunk(choice, usage));
                 }
             }
@@ -546,19 +950,23 @@ impl ChunkTranslator {
     }
 
     /// The chunks after the last item's: chat's finish chunks, the `sglext` chunk and the usage chunk.
-    pub(crate) fn finish(&mut self) -> Vec<Value> {
+    pub(crate) fn finish(&mut self) -> Vec<Answer> {
         let mut chunks = Vec::new();
         if self.req.api == Api::Chat {
             for (index, state) in &self.choices {
                 if let Some(finish) = &state.finish {
-                    let delta = chat_delta(self.req.sglang_version.openai_encoding, None, None);
-                    let choice = chat_choice(*index, delta, Value::Null, Some(finish));
+                    let choice = Choice {
+                        index: *index,
+                        content: self.delta(None, None),
+                        logprobs: None,
+                        finish: finish.clone(),
+                    };
                     chunks.push(self.chat_chunk(choice, None));
                 }
             }
         }
         // `next(v for v in routed_experts.values() if v is not None)`: the first choice to appear that has
-        // routes, an empty string included; a pydantic chunk, so `usage` is `null`.
+        // routes, an empty list included; a pydantic chunk, so `usage` is `null`.
         let routes = self
             .seen
             .iter()
@@ -566,8 +974,8 @@ impl ChunkTranslator {
         if self.req.return_routed_experts
             && let Some(routes) = routes
         {
-            let mut chunk = self.chunk(Vec::new(), Some(Value::Null));
-            chunk["sglext"] = json!({"routed_experts": routes});
+            let mut chunk = self.chunk(Vec::new(), Omit::Present(None));
+            chunk.sglext = Some(Routes(routes.clone()));
             chunks.push(chunk);
         }
         if self.req.include_usage {
@@ -578,37 +986,10 @@ impl ChunkTranslator {
                     usage.prompt += state.usage.prompt;
                 }
             }
-            chunks.push(self.chunk(Vec::new(), Some(usage.to_json())));
+            chunks.push(self.chunk(Vec::new(), Omit::Present(Some(usage))));
         }
         chunks
     }
-}
-
-/// A chat stream delta. 0.5.3's pydantic `DeltaMessage` writes every field (`null` when unset); 0.5.15's and
-/// 0.5.23's msgspec `StreamDelta` omits unset ones except `reasoning_content`, which it always writes so that
-/// the openai SDK's `delta.reasoning_content` exists (`sse_utils.py: StreamDelta`).
-fn chat_delta(encoding: OpenAiEncoding, role: Option<&str>, content: Option<&str>) -> Value {
-    match encoding {
-        OpenAiEncoding::Pydantic => {
-            json!({"role": role, "content": content, "reasoning_content": null, "tool_calls": null})
-        }
-        OpenAiEncoding::Msgspec => {
-            let mut delta = json!({"reasoning_content": null});
-            if let Some(role) = role {
-                delta["role"] = json!(role);
-            }
-            if let Some(content) = content {
-                delta["content"] = json!(content);
-            }
-            delta
-        }
-    }
-}
-
-/// A chat stream choice: every release writes all five fields.
-fn chat_choice(index: usize, delta: Value, logprobs: Value, finish: Option<&Finish>) -> Value {
-    let (kind, matched) = finish.map_or((Value::Null, Value::Null), |f| (f.kind(), f.matched()));
-    json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": kind, "matched_stop": matched})
 }
 
 /// The logprobs of one chunk: the output entries new since the last chunk (the view's lists start there),
@@ -618,7 +999,7 @@ fn stream_logprobs(
     lp: &Logprobs,
     state: &mut ChoiceState,
     first: bool,
-) -> Option<Value> {
+) -> Option<ChoiceLogprobs> {
     let new = lp.output_len();
     state.logprobs_sent += new;
     let echo_input = first && req.echo.is_some();
@@ -639,15 +1020,58 @@ fn stream_logprobs(
 }
 
 /// `create_streaming_error_response`: `{"error": ErrorResponse}`.
-pub(crate) fn stream_error(message: &str, kind: &str, code: u64) -> Value {
-    json!({"error": {"object": "error", "message": message, "type": kind, "param": null, "code": code}})
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ErrorEvent {
+    message: String,
+    kind: String,
+    code: u16,
 }
 
-/// The error event of an abort with a status (a refused item, a full queue, an engine error), as SGLang's
-/// OpenAI layer writes it: the status's Python name as the type.
-pub(crate) fn abort_error(message: &str, code: u16) -> Value {
-    let code = u64::from(code);
-    stream_error(message, &status_name(code), code)
+impl ErrorEvent {
+    pub(crate) fn new(message: &str, kind: &str, code: u16) -> ErrorEvent {
+        ErrorEvent {
+            message: message.to_owned(),
+            kind: kind.to_owned(),
+            code,
+        }
+    }
+
+    /// The error event of an abort with a status (a refused item, a full queue, an engine error), as SGLang's
+    /// OpenAI layer writes it: the status's Python name as the type.
+    pub(crate) fn abort(message: &str, code: u16) -> ErrorEvent {
+        ErrorEvent::new(message, &status_name(u64::from(code)), code)
+    }
+
+    /// The bytes of the event's JSON.
+    pub(crate) fn to_vec(&self) -> Vec<u8> {
+        json::to_vec(self)
+    }
+}
+
+impl Json for ErrorEvent {
+    fn write(&self, out: &mut Vec<u8>) {
+        let error = ErrorResponse(self);
+        object(out, &[("error", &error)]);
+    }
+}
+
+/// `ErrorResponse` of `entrypoints/openai/protocol.py`, field order included.
+#[derive(Debug)]
+struct ErrorResponse<'a>(&'a ErrorEvent);
+
+impl Json for ErrorResponse<'_> {
+    fn write(&self, out: &mut Vec<u8>) {
+        object(
+            out,
+            &[
+                ("object", &"error"),
+                ("message", &self.0.message),
+                ("type", &self.0.kind),
+                ("param", &Null),
+                ("code", &self.0.code),
+            ],
+        );
+    }
 }
 
 /// Python's `HTTPStatus(code).name`, from the status's reason phrase: 503 is `SERVICE_UNAVAILABLE`.
