@@ -77,7 +77,7 @@ MUTANTS = [
     ),
     Mutant(
         "removing the temperature division in the model",
-        "mock-server/src/model/dist.rs",
+        "mock-core/src/model/dist.rs",
         "let inv_t = 1.0 / temperature;",
         "let inv_t = 1.0;",
         [("mock-server", "tests", "reference::server_agrees_with_the_python_reference_under_every_release")],
@@ -182,29 +182,29 @@ MUTANTS = [
     ),
     Mutant(
         "the mock's router ignoring the context (routes no test can predict)",
-        "mock-server/src/model/router.rs",
+        "mock-core/src/model/router.rs",
         "        let h = context_hash(seed, &tokens[..=p]) ^ ROUTER_SALT;",
         "        let h = seed ^ ROUTER_SALT;",
         [("mock-server", "tests", "channels::routes_have_a_row_per_position_but_the_last_and_continuations_repeat_them")],
     ),
     Mutant(
         "a witness that takes a zero-filled logprob for the served one (vime PR #70)",
-        "mock-server/src/witness/audit.rs",
+        "mock-core/src/witness/audit.rs",
         "                Some(g) if expected == Some(Some(g)) => {",
         "                Some(g) if expected == Some(Some(g)) || g == 0.0 => {",
         [
-            ("mock-server", "lib", "witness::tests::each_wrong_logprob_is_classified_at_its_positions"),
+            ("mock-core", "lib", "witness::tests::each_wrong_logprob_is_classified_at_its_positions"),
             ("regression-tests", "regression",
              "witness::the_clients_samples_pass_the_audit_and_any_single_corruption_is_reported_where_it_is"),
         ],
     ),
     Mutant(
         "a witness blind to generated tokens filed as environment (#1976)",
-        "mock-server/src/witness/audit.rs",
+        "mock-core/src/witness/audit.rs",
         "        self.masked_generated();\n",
         "",
         [
-            ("mock-server", "lib", "witness::tests::generated_tokens_with_mask_zero_are_reported_unless_allowed"),
+            ("mock-core", "lib", "witness::tests::generated_tokens_with_mask_zero_are_reported_unless_allowed"),
             ("regression-tests", "regression",
              "witness::the_clients_samples_pass_the_audit_and_any_single_corruption_is_reported_where_it_is"),
         ],

@@ -37,8 +37,8 @@ run_area() {
             files=(grpo/src/batch.rs grpo/src/advantage.rs)
             packages=(grpo regression-tests) ;;
         model)
-            files=('mock-server/src/model/*.rs' 'mock-server/src/engine/**/*.rs' 'mock-server/src/wire/*.rs')
-            packages=(mock-server) ;;
+            files=('mock-core/src/model/*.rs' 'mock-core/src/engine/**/*.rs' 'mock-core/src/wire/*.rs')
+            packages=(mock-core mock-server) ;;
         openai)
             files=('mock-server/src/http/openai/*.rs')
             packages=(mock-server) ;;
@@ -49,12 +49,13 @@ run_area() {
             # The server's side of the channels (the router, the sampling supports, their refusals and their
             # wire form) is spread over many files, so this area mutates the lines of these files changed since
             # the commit before the channels began.
-            files=(mock-server/src/model/router.rs mock-server/src/model/dist.rs mock-server/src/engine/item.rs
-                mock-server/src/engine/plan.rs mock-server/src/wire/meta.rs mock-server/src/wire/json.rs)
+            # The files moved to the core crate since, so the diff follows renames.
+            files=(mock-core/src/model/router.rs mock-core/src/model/dist.rs mock-core/src/engine/item.rs
+                mock-core/src/engine/plan.rs mock-core/src/wire/meta.rs mock-core/src/wire/json.rs)
             mkdir -p target
-            git diff ccfb6dc -- mock-server/src > target/server-channels.diff
+            git diff -M ccfb6dc -- mock-server/src mock-core/src > target/server-channels.diff
             extra=(--in-diff target/server-channels.diff)
-            packages=(mock-server) ;;
+            packages=(mock-core mock-server) ;;
         client-channels)
             # What truncation, the version-aware off-policy mask, the multi-agent channels and grpo's routes check
             # added to the client and grpo: the lines changed since the commit before them.
@@ -65,9 +66,9 @@ run_area() {
         witness)
             # The ledger, the sample layouts and the audit, and the server's recording: the tests whose names say
             # witness (its unit tests, the server's witness area and the regression suite's property test).
-            files=('mock-server/src/witness/*.rs' mock-server/src/http/witness.rs)
+            files=('mock-core/src/witness/*.rs' mock-server/src/http/witness.rs)
             test_args=(-- -- witness)
-            packages=(mock-server regression-tests) ;;
+            packages=(mock-core mock-server regression-tests) ;;
         *)
             echo "unknown area $area (decoding, samples, grpo, model, openai, channels, server-channels, client-channels, witness)" >&2
             return 2 ;;

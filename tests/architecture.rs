@@ -57,7 +57,13 @@ fn crate_roots() -> Vec<(String, PathBuf)> {
 fn no_crate_has_an_import_cycle() {
     let roots = crate_roots();
     let names: BTreeSet<&str> = roots.iter().map(|(name, _)| name.as_str()).collect();
-    for expected in ["grpo", "mock-server", "rollout-client", "rollout-cli"] {
+    for expected in [
+        "grpo",
+        "mock-core",
+        "mock-server",
+        "rollout-client",
+        "rollout-cli",
+    ] {
         assert!(
             names.contains(expected),
             "{expected} was not found among {names:?}"
@@ -107,18 +113,6 @@ fn the_checker_finds_cycles_through_reexports_child_paths_and_macros() {
         ]
     );
 }
-
-/// External crates that mean HTTP or async: a pure layer names none of them.
-const HTTP_AND_ASYNC: &[&str] = &[
-    "axum",
-    "http",
-    "http_body_util",
-    "hyper",
-    "tower",
-    "tokio",
-    "futures_util",
-    "bytes",
-];
 
 /// Every module under `layer` of `graph` refers only to modules under `layer` or one of `allowed`, and names
 /// none of the `forbidden` crates.
@@ -173,33 +167,38 @@ fn assert_modules(
     );
 }
 
+fn mock_core() -> Graph {
+    Graph::load("mock-core", &workspace().join("mock-core/src/lib.rs"))
+}
+
 fn mock_server() -> Graph {
     Graph::load("mock-server", &workspace().join("mock-server/src/lib.rs"))
 }
 
-/// The model is pure: it sees itself and Python's formatting of values (a leaf that imports nothing, which a
-/// loaded model's chat template prints with, as Jinja2 under transformers prints). The releases are a leaf
-/// too: data every layer reads.
+/// The core crate's layers: that none of them speaks HTTP or runs async is the compiler's to check (the crate
+/// depends on neither, [`the_core_links_no_http_and_without_hf_no_tokenizers`]); which layer may import which
+/// is checked here. The model is pure: it sees itself and Python's formatting of values (a leaf that imports
+/// nothing, which a loaded model's chat template prints with, as Jinja2 under transformers prints). The
+/// releases are a leaf too: data every layer reads.
 #[test]
 fn the_model_imports_nothing_but_itself() {
-    let graph = mock_server();
-    assert_layer(&graph, &["model"], &[&["pyfmt"]], HTTP_AND_ASYNC);
-    assert_layer(&graph, &["pyfmt"], &[], HTTP_AND_ASYNC);
-    assert_layer(&graph, &["release"], &[], HTTP_AND_ASYNC);
+    let graph = mock_core();
+    assert_layer(&graph, &["model"], &[&["pyfmt"]], &[]);
+    assert_layer(&graph, &["pyfmt"], &[], &[]);
+    assert_layer(&graph, &["release"], &[], &[]);
 }
 
-/// The engine (generation, plan, step core) is pure: it sees the model, the configuration and the error type.
+/// The engine (generation, plan, step core) sees the model, the configuration and the error type; what the
+/// configuration brings along is data: the fault catalogue and schedule, the latency model, scripted rules.
 #[test]
 fn the_engine_imports_only_the_model_configuration_and_errors() {
-    let graph = mock_server();
+    let graph = mock_core();
     assert_layer(
         &graph,
         &["engine"],
         &[&["model"], &["config"], &["error"], &["release"]],
-        HTTP_AND_ASYNC,
+        &[],
     );
-    // What the configuration brings along is pure data too: the fault catalogue (not `faults::stream`, which
-    // applies faults to an answer), the latency model, scripted rules, Python formatting.
     let data: &[&[&str]] = &[
         &["model"],
         &["config"],
@@ -211,26 +210,20 @@ fn the_engine_imports_only_the_model_configuration_and_errors() {
     for lower in [
         &["config"][..],
         &["error"],
+        &["faults"],
         &["latency"],
         &["script"],
         &["pyfmt"],
     ] {
-        assert_layer(&graph, lower, data, HTTP_AND_ASYNC);
+        assert_layer(&graph, lower, data, &[]);
     }
-    assert_modules(
-        &graph,
-        &["faults"],
-        |module| module == ["faults"],
-        data,
-        HTTP_AND_ASYNC,
-    );
 }
 
-/// Parsing, encoding, the oracle and the witness build on the engine and know nothing of HTTP, the control plane or
-/// time.
+/// Parsing and encoding build on the engine, the oracle on both; the witness records what the
+/// engine generated as the wire and the fault catalogue shape it, and audits samples against it.
 #[test]
-fn requests_wire_and_the_oracle_import_no_http() {
-    let graph = mock_server();
+fn requests_wire_the_oracle_and_the_witness_build_on_the_engine() {
+    let graph = mock_core();
     let pure: &[&[&str]] = &[
         &["model"],
         &["config"],
@@ -240,14 +233,11 @@ fn requests_wire_and_the_oracle_import_no_http() {
         &["engine"],
         &["release"],
     ];
-    assert_layer(&graph, &["request"], pure, HTTP_AND_ASYNC);
-    let no_http = ["axum", "http", "hyper", "tower", "tokio"];
-    assert_layer(&graph, &["wire"], pure, &no_http);
+    assert_layer(&graph, &["request"], pure, &[]);
+    assert_layer(&graph, &["wire"], pure, &[]);
     let mut with_parts = pure.to_vec();
     with_parts.extend([&["request"][..], &["wire"]]);
-    assert_layer(&graph, &["oracle"], &with_parts, &no_http);
-    // The witness records what the engine generated, as the wire and the fault catalogue shape it, and audits
-    // samples against it: pure, whatever drives it (the HTTP layer, the binary's `audit`).
+    assert_layer(&graph, &["oracle"], &with_parts, &[]);
     assert_layer(
         &graph,
         &["witness"],
@@ -259,7 +249,48 @@ fn requests_wire_and_the_oracle_import_no_http() {
             &["wire"],
             &["release"],
         ],
-        HTTP_AND_ASYNC,
+        &[],
+    );
+}
+
+/// The core is the compiler's to keep free of HTTP and async: it links none of their crates, and without its
+/// `hf` feature none of the Hugging Face tokenizer's or the template engine's; the server library without
+/// its default features links neither of those either.
+#[test]
+fn the_core_links_no_http_and_without_hf_no_tokenizers() {
+    let core = normal_dependencies(&["-p", "mock-core"]);
+    assert!(
+        core.contains("mock-core") && core.contains("serde_json"),
+        "cargo tree listed {core:?}"
+    );
+    let heavy = ["tokenizers", "minijinja", "minijinja-contrib"];
+    let linked: Vec<&str> = [
+        "axum",
+        "http",
+        "hyper",
+        "tower",
+        "tokio",
+        "futures-util",
+        "clap",
+    ]
+    .into_iter()
+    .chain(heavy)
+    .filter(|name| core.contains(*name))
+    .collect();
+    assert!(linked.is_empty(), "mock-core links {linked:?}");
+    let with_hf = normal_dependencies(&["-p", "mock-core", "--features", "hf"]);
+    assert!(
+        heavy.iter().all(|name| with_hf.contains(*name)),
+        "with `hf`, mock-core links {with_hf:?}"
+    );
+    let server = normal_dependencies(&["-p", "mock-server", "--no-default-features"]);
+    let linked: Vec<&str> = heavy
+        .into_iter()
+        .filter(|name| server.contains(*name))
+        .collect();
+    assert!(
+        linked.is_empty(),
+        "mock-server without default features links {linked:?}"
     );
 }
 

@@ -9,11 +9,13 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Parser;
 
-use crate::config::ServerConfig;
+use crate::error::ApiError;
 use crate::faults::{Fault, FaultConfig, FaultRule, StreamFilter};
 use crate::http::Server;
-use crate::oracle::Oracle;
-use crate::release::{RELEASES, Release, RouteGroup};
+use mock_core::ServerConfig;
+use mock_core::oracle::Oracle;
+use mock_core::release::{RELEASES, Release, RouteGroup};
+use mock_core::{request, wire};
 
 /// A deterministic, wire-faithful SGLang server with exact logprobs from a toy model.
 ///
@@ -151,7 +153,7 @@ impl Flags {
     pub fn into_config(self) -> anyhow::Result<ServerConfig> {
         let mut config = self.server;
         if let Some(path) = &self.script {
-            config.scripted = crate::script::ScriptRule::load(path)?;
+            config.scripted = mock_core::ScriptRule::load(path)?;
         }
         if let Some(path) = &self.faults {
             let bytes = std::fs::read(path)
@@ -310,7 +312,7 @@ async fn oracle(flags: Flags, file: Option<&Path>) -> anyhow::Result<ExitCode> {
         }
     };
     let oracle = Oracle::new(flags.into_config()?).context("the flags do not build a model")?;
-    let printed = oracle.print(&body);
+    let printed = print_answer(&oracle, &body);
     if printed.status != 200 {
         eprintln!("HTTP {}", printed.status);
     }
@@ -326,9 +328,55 @@ async fn oracle(flags: Flags, file: Option<&Path>) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// What `sglang-mock oracle` prints for one body: the HTTP status and the bytes of the answer.
+struct Printed {
+    /// 200, or the status of the error the server answers with.
+    status: u16,
+    /// A 200 non-stream answer is its JSON body and a newline; a 200 stream is its SSE events through
+    /// `data: [DONE]`; an error is its JSON error body (or `Internal Server Error`) and a newline.
+    bytes: Vec<u8>,
+}
+
+/// The answer to `body` as the `oracle` command prints it (see [`Printed`]). A body that parses and asks for a
+/// stream is answered with the stream's events: a value error in a stream is an event of a 200 answer. An
+/// error is answered as the server answers it ([`ApiError`]'s status and body).
+fn print_answer(oracle: &Oracle, body: &[u8]) -> Printed {
+    let streamed = request::parse_generate(body).is_ok_and(|req| req.stream);
+    let answer = if streamed {
+        oracle.expect_stream(body).map(|events| {
+            let mut out = Vec::new();
+            for event in events {
+                out.extend_from_slice(&wire::sse_event(event.to_string().as_bytes()));
+            }
+            out.extend_from_slice(wire::DONE_EVENT);
+            out
+        })
+    } else {
+        oracle.expect(body).map(|expected| {
+            let mut out = expected.body.to_string().into_bytes();
+            out.push(b'\n');
+            out
+        })
+    };
+    match answer {
+        Ok(bytes) => Printed { status: 200, bytes },
+        Err(err) => {
+            let err = ApiError::from(err);
+            let mut bytes = err
+                .json_body()
+                .unwrap_or_else(|| b"Internal Server Error".to_vec());
+            bytes.push(b'\n');
+            Printed {
+                status: err.status(),
+                bytes,
+            }
+        }
+    }
+}
+
 /// `sglang-mock audit`: the report of the samples against a ledger; exit 0 when faithful, 1 with problems.
 fn audit(args: AuditArgs) -> anyhow::Result<ExitCode> {
-    use crate::witness::{AuditOptions, Layout, Records, audit, parse_samples};
+    use mock_core::witness::{AuditOptions, Layout, Records, audit, parse_samples};
 
     let ledger = match (&args.url, &args.ledger) {
         (Some(url), _) => get(url, "/admin/ledger", args.api_key.as_deref())

@@ -1,10 +1,12 @@
-//! The one error type of the server, in SGLang's error shapes: parsing, validation and the engine return it,
-//! and the HTTP layer (`http::error`) answers with it.
+//! The server's error, in SGLang's error shapes: the HTTP layer (`http::error`) answers with it. What the core
+//! refuses (a [`RequestError`]: parsing, validation, the engine) becomes one here, at the edge; the HTTP layer
+//! adds its own (a 413, a 401, an `HTTPException`, the OpenAI layer's errors).
 
+use mock_core::RequestError;
 use serde::Serialize;
 
-use crate::config::SglangVersion;
-use crate::release::ErrorFrame;
+use mock_core::release::SglangVersion;
+use mock_core::wire;
 
 /// Everything that can go wrong while answering a request, each variant in the shape SGLang uses for it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,6 +45,18 @@ pub enum ApiError {
     /// The API-key middleware: HTTP 401 with `{"error":"Unauthorized"}`.
     #[error("unauthorized")]
     Unauthorized,
+}
+
+/// Each kind the core raises is answered as SGLang's HTTP layer answers it.
+impl From<RequestError> for ApiError {
+    fn from(err: RequestError) -> ApiError {
+        match err {
+            RequestError::Value(message) => ApiError::Value(message),
+            RequestError::Validation(message) => ApiError::Validation(message),
+            RequestError::Contract(message) => ApiError::Contract(message),
+            RequestError::Internal(detail) => ApiError::Internal(detail),
+        }
+    }
 }
 
 impl ApiError {
@@ -117,25 +131,9 @@ impl ApiError {
         Some(body.unwrap_or_default())
     }
 
-    /// The error event a stream carries instead of a 4xx, as `stream_results` in `srt/entrypoints/http_server.py`
-    /// writes a `ValueError`: `{"error":{"message"}}` in 0.5.3, and from 0.5.15 with the OpenAI-style `type`,
-    /// `code` (400: a `ValueError` has no `status_code`) and `retryable`.
+    /// The error event a stream carries instead of a 4xx, in the release's shape ([`wire::error_event`]).
     pub fn stream_event_json(&self, version: SglangVersion) -> Vec<u8> {
-        let message = self.client_message();
-        match version.error_frame {
-            ErrorFrame::MessageOnly => serde_json::to_vec(&ValueErrorBody {
-                error: MessageOnly { message },
-            }),
-            ErrorFrame::Typed => serde_json::to_vec(&StreamErrorBody {
-                error: StreamError {
-                    message,
-                    r#type: "invalid_request_error",
-                    code: 400,
-                    retryable: false,
-                },
-            }),
-        }
-        .unwrap_or_default()
+        wire::error_event(self.client_message(), version)
     }
 
     /// The message a client is shown: an internal error's detail stays in the log.
@@ -165,19 +163,6 @@ struct ContractErrorBody<'a> {
 #[derive(Serialize)]
 struct ValueErrorBody<'a> {
     error: MessageOnly<'a>,
-}
-
-#[derive(Serialize)]
-struct StreamErrorBody<'a> {
-    error: StreamError<'a>,
-}
-
-#[derive(Serialize)]
-struct StreamError<'a> {
-    message: &'a str,
-    r#type: &'a str,
-    code: u16,
-    retryable: bool,
 }
 
 /// `ErrorResponse` of `entrypoints/openai/protocol.py`, field order included.

@@ -5,32 +5,24 @@
 //! [`oracle::Oracle`] computes what the server must answer. Everything is configured through [`ServerConfig`]
 //! (with [`FaultConfig`], [`LatencyConfig`] and [`ScriptRule`]s) and off by default.
 //!
-//! The supported surface is what this page lists: the items re-exported here, and the public modules
-//! [`release`] (the SGLang releases as data), [`model`] (the toy model), [`engine`] (one sample's generation,
-//! the plan, the step core), [`request`] (a body into a plan), [`wire`] (SGLang's bytes), [`oracle`] and
-//! [`witness`] (the ledger of what was served and the audit of samples against it), each item under one path.
-//! The rest is private: the fault schedule and its application, the control plane (aborts, pauses, the queue,
-//! weight versions), the latency model and the HTTP layer.
+//! The supported surface is what this page lists: the items re-exported here, and the public modules of the
+//! core crate, `mock_core`, re-exported under the same names: [`release`] (the SGLang releases as data),
+//! [`model`] (the toy model), [`engine`] (one sample's generation, the plan, the step core), [`request`] (a body
+//! into a plan), [`wire`] (SGLang's bytes), [`oracle`] and [`witness`] (the ledger of what was served and the
+//! audit of samples against it), each item under one path. This crate adds what needs HTTP or time, and keeps
+//! it private: the application of faults, the control plane (aborts, pauses, the queue, weight versions) and
+//! the HTTP layer, which answers the core's [`RequestError`] as an [`ApiError`] in SGLang's shape.
 
 #[cfg(feature = "cli")]
 pub mod cli;
-mod config;
 mod control;
-pub mod engine;
 mod error;
 mod faults;
 mod http;
-mod latency;
-pub mod model;
-pub mod oracle;
-mod pyfmt;
-pub mod release;
-pub mod request;
-mod script;
-pub mod wire;
-pub mod witness;
 
-pub use config::{ServerConfig, StateError};
+// The core's layers, under the paths this crate has always given them.
+pub use mock_core::{engine, model, oracle, release, request, wire, witness};
+
 pub use error::ApiError;
 pub use faults::{
     BodyFault, Channel, EngineFault, FAULT_HEADER, Fault, FaultClass, FaultConfig,
@@ -38,10 +30,10 @@ pub use faults::{
     StreamFault, StreamFilter,
 };
 pub use http::{AppState, Server, StartError};
-pub use latency::LatencyConfig;
-pub use model::MoeShape;
-pub use release::{Release, SglangVersion, UnknownSglangVersion};
-pub use script::{ScriptError, ScriptFinish, ScriptRule};
+pub use mock_core::{
+    LatencyConfig, MoeShape, Release, RequestError, ScriptError, ScriptFinish, ScriptRule,
+    ServerConfig, SglangVersion, StateError, UnknownSglangVersion,
+};
 
 /// The router with every endpoint, sharing `state`.
 pub fn app(state: AppState) -> axum::Router {

@@ -4,8 +4,8 @@
 
 use serde_json::Value;
 
-use super::catalogue::BodyFault;
-use crate::wire::{base64_i32, decode_base64_i32};
+use super::BodyFault;
+use mock_core::wire::{base64_i32, decode_base64_i32};
 
 /// Apply a body fault to an encoded body: one object, or an array of objects (a batch).
 pub(super) fn mutate_body(fault: &BodyFault, body: &[u8]) -> Vec<u8> {
@@ -395,8 +395,8 @@ fn split_array(b: &[u8], start: usize) -> Vec<(usize, usize)> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::catalogue::Fault;
     use super::*;
+    use crate::faults::Fault;
 
     const OBJ: &str = r#"{"text":"ab","output_ids":[5,6],"meta_info":{"id":"r","input_token_logprobs":[],"output_token_logprobs":[[-0.25,5,null],[-1.5,6,"b"]],"completion_tokens":2}}"#;
 

@@ -6,11 +6,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 
-use super::catalogue::{BodyFault, Fault, StreamFault};
 use super::mutate::mutate_body;
-use crate::config::SglangVersion;
+use super::{BodyFault, Fault, StreamFault};
 use crate::error::ApiError;
-use crate::wire::{DONE_EVENT, sse_event};
+use mock_core::release::SglangVersion;
+use mock_core::wire::{DONE_EVENT, sse_event};
 
 /// Rewrites a body, or one stream event's JSON, under a body fault.
 pub(crate) type Mutate = fn(&BodyFault, &[u8]) -> Vec<u8>;

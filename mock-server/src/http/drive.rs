@@ -13,13 +13,13 @@ use futures_util::Stream;
 
 use super::metrics::Metrics;
 use super::witness::Witness;
-use crate::config::ServerConfig;
 use crate::control::{Admission, Control, CtlHandle, QUEUE_FULL_MESSAGE, RequestCtl, RunTicket};
-use crate::engine::{GeneratePlan, Outside, PlannedItem, Progress, Run};
 use crate::error::ApiError;
-use crate::latency::LatencyConfig;
-use crate::model::{Model, mix};
-use crate::wire::{
+use mock_core::LatencyConfig;
+use mock_core::ServerConfig;
+use mock_core::engine::{GeneratePlan, Outside, PlannedItem, Progress, Run};
+use mock_core::model::{Model, mix};
+use mock_core::wire::{
     self, DONE_EVENT, EncodeCtx, Finished, NeverRan, StreamEncoder, VersionEvent, WaitingAbort,
 };
 
@@ -331,7 +331,7 @@ pub(crate) async fn run_to_end(mut ctx: RunCtx, plan: &GeneratePlan) -> Result<R
             yielder.count(steps).await;
         }
         if let Some(err) = run.first_failure() {
-            return Err(err.clone());
+            return Err(err.clone().into());
         }
     }
     for i in 0..plan.items.len() {

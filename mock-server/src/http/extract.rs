@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use super::conn::ConnHandle;
 use super::state::AppState;
 use crate::error::ApiError;
-use crate::request::json_decode_message;
+use mock_core::request::json_decode_message;
 
 /// The whole request body, refused beyond `--max-body-bytes` with a 413 in SGLang's HTTPException shape.
 #[derive(Debug)]

@@ -20,13 +20,13 @@ use super::respond::{json_response, sse_response};
 use super::state::AppState;
 use super::witness::Witness;
 use crate::control::{Admission, QUEUE_FULL_MESSAGE};
-use crate::engine::{GeneratePlan, RidSource};
 use crate::error::ApiError;
 use crate::faults::stream as stream_faults;
 use crate::faults::{EngineFault, Fault};
-use crate::request;
-use crate::wire::{self, EncodeCtx, NeverRan, WaitingAbort};
-use crate::witness::Route;
+use mock_core::engine::{GeneratePlan, RidSource};
+use mock_core::request;
+use mock_core::wire::{self, EncodeCtx, NeverRan, WaitingAbort};
+use mock_core::witness::Route;
 
 /// Fresh request ids as SGLang makes them: `uuid.uuid4().hex`.
 #[derive(Debug, Default)]
@@ -67,10 +67,10 @@ pub(crate) async fn generate_handler(
     );
     let plan = match plan {
         Ok(plan) => plan,
-        Err(err) if parsed.stream => return streamed_refusal(&state, err),
+        Err(err) if parsed.stream => return streamed_refusal(&state, err.into()),
         Err(err) => {
             tracing::info!(error = %err, "rejected /generate request");
-            return Err(err);
+            return Err(err.into());
         }
     };
     let engine_fault = fault.as_ref().and_then(Fault::engine).cloned();
@@ -141,7 +141,8 @@ fn streamed_refusal(state: &AppState, err: ApiError) -> Result<Response, ApiErro
             tracing::info!(error = %err, "refused streamed /generate request");
             let version = state.config().sglang_version;
             Ok(sse_response(Body::from(wire::error_stream_body(
-                &err, version,
+                err.client_message(),
+                version,
             ))))
         }
         ApiError::Internal(_) => {

@@ -10,10 +10,10 @@ use serde_json::{Value, json};
 use super::drive::unix_now;
 use super::respond::{Ordered, empty_ok, json_response, json_value, ordered};
 use super::state::AppState;
-use crate::config::ServerConfig;
-use crate::engine::{Generation, ItemRequest, SamplingParams};
 use crate::error::ApiError;
-use crate::release::ModelInfoKey;
+use mock_core::ServerConfig;
+use mock_core::engine::{Generation, ItemRequest, SamplingParams};
+use mock_core::release::ModelInfoKey;
 
 /// `/ready` (0.5.23): 200 with an empty body, 503 while paused (`ready` in `srt/entrypoints/http_server.py`,
 /// `TokenizerManager.is_ready`).

@@ -10,9 +10,9 @@ use axum::routing::{MethodFilter, get, on, post};
 use super::respond::json_response;
 use super::state::AppState;
 use super::{admin, extract, faults, generate, info, openai, witness};
-use crate::config::ServerConfig;
 use crate::error::ApiError;
-use crate::release::{Bearer, RouteGroup, WeightVersionRoute};
+use mock_core::ServerConfig;
+use mock_core::release::{Bearer, RouteGroup, WeightVersionRoute};
 
 /// The router with every endpoint, the API-key middleware when a key is configured, and SGLang's 404/405.
 ///

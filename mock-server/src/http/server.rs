@@ -12,8 +12,8 @@ use tokio::task::JoinHandle;
 use super::conn;
 use super::routes::router;
 use super::state::AppState;
-use crate::config::{ServerConfig, StateError};
-use crate::oracle::Oracle;
+use mock_core::oracle::Oracle;
+use mock_core::{ServerConfig, StateError};
 
 /// A running server. Dropping it begins a graceful shutdown; [`Server::shutdown`] also waits for it.
 #[derive(Debug)]

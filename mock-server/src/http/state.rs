@@ -4,12 +4,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::metrics::Metrics;
-use crate::config::{ServerConfig, StateError};
 use crate::control::Control;
 use crate::faults::Faults;
-use crate::model::Model;
-use crate::oracle::Oracle;
-use crate::witness::{Ledger, Router};
+use mock_core::model::Model;
+use mock_core::oracle::Oracle;
+use mock_core::witness::{Ledger, Router};
+use mock_core::{ServerConfig, StateError};
 
 /// Shared server state: configuration, the model, and load counters. Cheap to clone.
 #[derive(Debug, Clone)]

@@ -12,12 +12,12 @@ use serde::{Deserialize, Serialize};
 use super::extract::read_limited;
 use super::respond::json_response;
 use super::state::AppState;
-use crate::config::SglangVersion;
-use crate::engine::{GeneratePlan, Run};
 use crate::error::ApiError;
 use crate::faults::Fault;
-use crate::wire::VersionEvent;
-use crate::witness::{Layout, Ledger, Report, Route, Served, audit, parse_samples};
+use mock_core::engine::{GeneratePlan, Run};
+use mock_core::release::SglangVersion;
+use mock_core::wire::VersionEvent;
+use mock_core::witness::{Layout, Ledger, Report, Route, Served, audit, parse_samples};
 
 /// What a request's items are recorded with: the ledger, and how the request was served. `None` without a
 /// ledger, so that a server without one does nothing per item.
@@ -197,7 +197,7 @@ pub(crate) async fn audit_samples(State(state): State<AppState>, uri: Uri, body:
         if let Some(allow) = query.allow_masked_generated {
             options.allow_masked_generated = allow;
         }
-        Ok::<_, crate::witness::SampleError>(audit(&ledger.read(), &batch.samples, &options))
+        Ok::<_, mock_core::witness::SampleError>(audit(&ledger.read(), &batch.samples, &options))
     })
     .await;
     match report {

@@ -28,7 +28,7 @@ from typing import Any, Dict, Iterable, List, Optional
 
 __all__ = ["AuditReport", "Problem", "audit"]
 
-# Every key a layout reads (mock-server/src/witness/samples.rs, `RawSample`); the others stay on the client.
+# Every key a layout reads (mock-core/src/witness/samples.rs, `RawSample`); the others stay on the client.
 _KEYS = (
     "layout", "id", "index",
     "tokens", "response_length", "rollout_log_probs", "rollout_routed_experts", "weight_version_spans",

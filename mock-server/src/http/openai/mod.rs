@@ -34,15 +34,18 @@ use super::info::unix_seconds;
 use super::respond::{json_response, sse_response};
 use super::state::AppState;
 use super::witness::Witness;
-use crate::config::SglangVersion;
-use crate::engine::{GeneratePlan, Run};
 use crate::error::ApiError;
 use crate::faults::stream as stream_faults;
 use crate::faults::{BodyFault, Fault};
-use crate::model::Tokenizer;
-use crate::request as native;
-use crate::wire::{self, DONE_EVENT, Due, EncodeCtx, Finished, NeverRan, WaitingAbort, sse_event};
-use crate::witness::Route;
+use mock_core::RequestError;
+use mock_core::engine::{GeneratePlan, Run};
+use mock_core::model::Tokenizer;
+use mock_core::release::SglangVersion;
+use mock_core::request as native;
+use mock_core::wire::{
+    self, DONE_EVENT, Due, EncodeCtx, Finished, NeverRan, WaitingAbort, sse_event,
+};
+use mock_core::witness::Route;
 pub(super) use request::Api;
 use response::{Answer, ChunkTranslator, ErrorEvent, Finish, ItemView, Span, Translated};
 
@@ -295,6 +298,7 @@ impl Events for OpenAiEvents {
                     self.close(&ErrorEvent::abort(&refusal.message, 400), out)
                 }
                 Due::Failed(err) => {
+                    let err = ApiError::from(err.clone());
                     let error = ErrorEvent::abort(err.client_message(), err.status());
                     self.close(&error, out);
                 }
@@ -346,16 +350,12 @@ fn openai_error_event(message: &str, _: SglangVersion) -> Vec<u8> {
     ErrorEvent::new(message, "BadRequestError", 400).to_vec()
 }
 
-/// A native `ValueError` is the OpenAI layer's `BadRequestError`; other errors keep their shape.
-fn openai_error(err: ApiError) -> ApiError {
+/// A native `ValueError` is the OpenAI layer's `BadRequestError`; the other kinds keep their shape.
+fn openai_error(err: RequestError) -> ApiError {
     match err {
-        ApiError::Value(message) => ApiError::OpenAiBadRequest(message),
-        other @ (ApiError::Validation(_)
-        | ApiError::Http { .. }
-        | ApiError::Internal(_)
-        | ApiError::OpenAiBadRequest(_)
-        | ApiError::OpenAi { .. }
-        | ApiError::Contract(_)
-        | ApiError::Unauthorized) => other,
+        RequestError::Value(message) => ApiError::OpenAiBadRequest(message),
+        other @ (RequestError::Validation(_)
+        | RequestError::Contract(_)
+        | RequestError::Internal(_)) => other.into(),
     }
 }

@@ -4,11 +4,12 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::config::{ServerConfig, SglangVersion};
 use crate::error::ApiError;
-use crate::model::Tokenizer;
-use crate::release::ChatMaxTokens;
-use crate::request::validation_error;
+use mock_core::ServerConfig;
+use mock_core::model::Tokenizer;
+use mock_core::release::ChatMaxTokens;
+use mock_core::release::SglangVersion;
+use mock_core::request;
 
 /// Which OpenAI route a request came in on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -656,6 +657,11 @@ fn present<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     obj.get(key).filter(|v| !v.is_null())
 }
 
+/// Pydantic's validation error for the field at `loc` ([`request::validation_error`]), as the server answers it.
+pub(crate) fn validation_error(kind: &str, loc: &str, msg: &str) -> ApiError {
+    request::validation_error(kind, loc, msg).into()
+}
+
 pub(crate) fn type_error(field: &str, kind: &str, what: &str) -> ApiError {
     validation_error(
         kind,
@@ -688,10 +694,14 @@ pub(crate) fn bool_field(obj: &Map<String, Value>, key: &str) -> Result<Option<b
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::DEFAULT_MODEL_PATH;
+
+    /// The name the server serves its model under, which the requests below are answered with.
+    const SERVED_MODEL_NAME: &str = "sglang-mock/toy-model";
 
     fn tokenizer() -> Tokenizer {
-        Tokenizer::new(151_936)
+        let model = mock_core::model::Model::new(mock_core::model::ModelConfig::default())
+            .expect("the default model builds");
+        model.tokenizer().clone()
     }
 
     #[test]
@@ -720,7 +730,7 @@ mod tests {
             Api::Completions,
             &body,
             &ServerConfig::default(),
-            DEFAULT_MODEL_PATH,
+            SERVED_MODEL_NAME,
             &tokenizer(),
         )
         .unwrap();
@@ -741,7 +751,7 @@ mod tests {
         let body = json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
                                                                    {"type": "text", "text": "b"}]}],
                           "max_tokens": 3, "max_completion_tokens": 7, "logprobs": true, "top_logprobs": 4});
-        let req = translate(Api::Chat, &body, &config, DEFAULT_MODEL_PATH, &tokenizer()).unwrap();
+        let req = translate(Api::Chat, &body, &config, SERVED_MODEL_NAME, &tokenizer()).unwrap();
         assert_eq!(req.native["sampling_params"]["max_new_tokens"], 7);
         assert_eq!(
             req.native["text"],
@@ -751,7 +761,7 @@ mod tests {
         assert_eq!(req.native["logprob_start_len"], -1);
         let body = json!({"messages": [{"role": "user", "content": "a"}], "top_logprobs": 4});
         let err =
-            translate(Api::Chat, &body, &config, DEFAULT_MODEL_PATH, &tokenizer()).unwrap_err();
+            translate(Api::Chat, &body, &config, SERVED_MODEL_NAME, &tokenizer()).unwrap_err();
         assert_eq!(err.status(), 400);
     }
 
@@ -770,7 +780,7 @@ mod tests {
                 Api::Completions,
                 &body,
                 &config,
-                DEFAULT_MODEL_PATH,
+                SERVED_MODEL_NAME,
                 &tokenizer(),
             )
             .unwrap_err();
@@ -789,7 +799,7 @@ mod tests {
                 Api::Completions,
                 &body,
                 &config,
-                DEFAULT_MODEL_PATH,
+                SERVED_MODEL_NAME,
                 &tokenizer(),
             )
         };
@@ -841,7 +851,7 @@ mod tests {
     fn out_of_range_counts_and_non_text_parts_are_bad_requests() {
         let config = ServerConfig::default();
         let refused = |api: Api, body: Value, message: &str| {
-            let err = translate(api, &body, &config, DEFAULT_MODEL_PATH, &tokenizer()).unwrap_err();
+            let err = translate(api, &body, &config, SERVED_MODEL_NAME, &tokenizer()).unwrap_err();
             assert_eq!(err, ApiError::openai_bad_request(message), "{body}");
         };
         let user = json!([{"role": "user", "content": "x"}]);
@@ -866,7 +876,7 @@ mod tests {
             "The toy model reads text only; message 0 has a \"image_url\" part.",
         );
         let ok = |api: Api, body: Value| {
-            translate(api, &body, &config, DEFAULT_MODEL_PATH, &tokenizer()).unwrap()
+            translate(api, &body, &config, SERVED_MODEL_NAME, &tokenizer()).unwrap()
         };
         assert_eq!(
             ok(
@@ -889,7 +899,7 @@ mod tests {
             Api::Chat,
             &json!({"messages": part}),
             &config,
-            DEFAULT_MODEL_PATH,
+            SERVED_MODEL_NAME,
             &tokenizer(),
         )
         .unwrap_err();
@@ -905,7 +915,7 @@ mod tests {
             Api::Completions,
             &body,
             &ServerConfig::default(),
-            DEFAULT_MODEL_PATH,
+            SERVED_MODEL_NAME,
             &tok,
         )
         .unwrap();

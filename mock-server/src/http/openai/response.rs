@@ -13,10 +13,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::json::{self, Bare, Json, Null, Omit, object};
 use super::request::{Api, OpenAiRequest};
-use crate::engine::{FinishReason, Generation, LogprobEntry, PlannedItem};
-use crate::model::Tokenizer;
-use crate::release::OpenAiEncoding;
-use crate::wire::VersionSpan;
+use mock_core::engine::{FinishReason, Generation, LogprobEntry, PlannedItem};
+use mock_core::model::Tokenizer;
+use mock_core::release::OpenAiEncoding;
+use mock_core::wire::VersionSpan;
 
 /// How an item ended, as the OpenAI layer reads `meta_info.finish_reason`.
 #[derive(Debug, Clone, PartialEq)]
@@ -628,7 +628,7 @@ impl Json for Routes {
     fn write(&self, out: &mut Vec<u8>) {
         object(
             out,
-            &[("routed_experts", &crate::wire::base64_i32(&self.0))],
+            &[("routed_experts", &mock_core::wire::base64_i32(&self.0))],
         );
     }
 }

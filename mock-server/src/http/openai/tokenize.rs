@@ -9,12 +9,11 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::request::{body_object, bool_field, render_chat, type_error};
+use super::request::{body_object, bool_field, render_chat, type_error, validation_error};
 use crate::error::ApiError;
 use crate::http::extract::OpenAiJson;
 use crate::http::respond::json_value;
 use crate::http::state::AppState;
-use crate::request as native;
 
 /// `POST /tokenize`, `POST /v1/tokenize`.
 pub(crate) async fn tokenize(
@@ -60,7 +59,7 @@ fn tokenize_body(state: &AppState, body: &Value) -> Result<Value, ApiError> {
     let present = |key: &str| obj.get(key).filter(|v| !v.is_null());
     // `TokenizeRequest.validate_tokenize_input`, a model validator: FastAPI's 400.
     if present("prompt").is_some() == present("messages").is_some() {
-        return Err(native::validation_error(
+        return Err(validation_error(
             "value_error",
             "()",
             "Value error, Exactly one of 'prompt' or 'messages' must be provided.",
@@ -102,11 +101,7 @@ fn tokenize_body(state: &AppState, body: &Value) -> Result<Value, ApiError> {
             "union_type",
             "a valid string or a list of strings",
         )),
-        None => Err(native::validation_error(
-            "missing",
-            "'prompt'",
-            "Field required",
-        )),
+        None => Err(validation_error("missing", "'prompt'", "Field required")),
     }
 }
 
@@ -159,10 +154,6 @@ fn detokenize_body(state: &AppState, body: &Value) -> Result<Value, ApiError> {
         }
         Some(Value::Array(list)) => Ok(json!({"text": tokenizer.decode(&ids(list)?, skip)})),
         Some(_) => Err(type_error("tokens", "list_type", "a valid list")),
-        None => Err(native::validation_error(
-            "missing",
-            "'tokens'",
-            "Field required",
-        )),
+        None => Err(validation_error("missing", "'tokens'", "Field required")),
     }
 }

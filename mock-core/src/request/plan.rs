@@ -10,7 +10,7 @@ use crate::config::{ServerConfig, SglangVersion};
 use crate::engine::{
     GeneratePlan, ItemRequest, PlannedItem, Refusal, RidSource, SamplingLogprobsMode,
 };
-use crate::error::ApiError;
+use crate::error::RequestError;
 use crate::model::Tokenizer;
 use crate::pyfmt::{int_list_repr, str_list_repr};
 use crate::release::LogprobStart;
@@ -26,7 +26,7 @@ pub fn plan_generate(
     config: &ServerConfig,
     tokenizer: &Tokenizer,
     rids: &mut dyn RidSource,
-) -> Result<GeneratePlan, ApiError> {
+) -> Result<GeneratePlan, RequestError> {
     let modes = sampling_logprobs_modes(req, config.sglang_version)?;
     let shape = Shape::of(req)?;
     let expanded = Expanded::of(req, modes.as_ref(), &shape, config.sglang_version)?;
@@ -49,7 +49,7 @@ pub fn plan_generate(
         validate_one_request(req, expanded.sampling[i], &input_ids, config, dp_rank)?;
         // The last check of `_validate_one_request` (0.5.23).
         if expanded.sampling_logprobs_mode[i].is_some() && !expanded.return_sampling_mask[i] {
-            return Err(ApiError::value(
+            return Err(RequestError::value(
                 "sampling_logprobs_mode can only be set when return_sampling_mask=true.",
             ));
         }
@@ -84,7 +84,7 @@ struct Shape {
 }
 
 impl Shape {
-    fn of(req: &GenerateReqInput) -> Result<Shape, ApiError> {
+    fn of(req: &GenerateReqInput) -> Result<Shape, RequestError> {
         // `_validate_inputs`.
         let given = [
             req.text.is_some(),
@@ -92,7 +92,7 @@ impl Shape {
             req.has_input_embeds,
         ];
         if given.iter().all(|g| !g) || given.iter().all(|g| *g) {
-            return Err(ApiError::value(
+            return Err(RequestError::value(
                 "Either text, input_ids or input_embeds should be provided.",
             ));
         }
@@ -101,7 +101,7 @@ impl Shape {
             (Some(OneOrMany::One(_)), _) => (true, 1),
             (Some(OneOrMany::Many(texts)), _) => (false, texts.len()),
             (None, Some(Ids::Flat(ids))) if ids.is_empty() => {
-                return Err(ApiError::value("input_ids cannot be empty."));
+                return Err(RequestError::value("input_ids cannot be empty."));
             }
             (None, Some(Ids::Flat(_))) => (true, 1),
             (None, Some(Ids::Nested(lists))) => (false, lists.len()),
@@ -117,7 +117,7 @@ impl Shape {
         };
         // SGLang has no such limit; the mock refuses requests that would exhaust its memory before they start.
         if num > MAX_SAMPLES {
-            return Err(ApiError::value(format!(
+            return Err(RequestError::value(format!(
                 "The request expands to {num} samples ({batch_size} prompts x n={n}); the mock accepts at most \
                  {MAX_SAMPLES}."
             )));
@@ -151,7 +151,7 @@ impl<'a> Expanded<'a> {
         modes: Option<&OneOrMany<Option<SamplingLogprobsMode>>>,
         shape: &Shape,
         version: SglangVersion,
-    ) -> Result<Expanded<'a>, ApiError> {
+    ) -> Result<Expanded<'a>, RequestError> {
         let Shape {
             is_single,
             batch_size,
@@ -208,7 +208,7 @@ impl<'a> Expanded<'a> {
             )?,
         };
         if !is_single && n > 1 && req.custom_logit_processor == Some(CustomLogitProcessor::Many) {
-            return Err(ApiError::value(
+            return Err(RequestError::value(
                 "Cannot use list custom_logit_processor with parallel_sample_num > 1",
             ));
         }
@@ -218,7 +218,7 @@ impl<'a> Expanded<'a> {
 
 /// `_validate_rid_uniqueness`: a batch's rids must differ, named in first-occurrence order
 /// (`[rid for rid, count in Counter(rids).items() if count > 1]`).
-fn check_rid_uniqueness(req: &GenerateReqInput, is_single: bool) -> Result<(), ApiError> {
+fn check_rid_uniqueness(req: &GenerateReqInput, is_single: bool) -> Result<(), RequestError> {
     let Some(OneOrMany::Many(list)) = &req.rid else {
         return Ok(());
     };
@@ -238,7 +238,7 @@ fn check_rid_uniqueness(req: &GenerateReqInput, is_single: bool) -> Result<(), A
     if dups.is_empty() {
         return Ok(());
     }
-    Err(ApiError::value(format!(
+    Err(RequestError::value(format!(
         "Duplicate request IDs detected within the request: {}",
         str_list_repr(dups)
     )))
@@ -256,7 +256,7 @@ fn plan_item(
     input_ids: Vec<u32>,
     (rid, rid_is_fresh): (String, bool),
     config: &ServerConfig,
-) -> Result<PlannedItem, ApiError> {
+) -> Result<PlannedItem, RequestError> {
     let token_ids = &expanded.token_ids_logprob[i];
     validate_token_ids_logprob(token_ids.as_ref(), config.vocab_size())?;
     let resolved = resolve_sampling_params(
@@ -303,7 +303,7 @@ fn plan_item(
         + u64::from(resolved.params.max_new_tokens);
     let entries = positions.saturating_mul((k + ids.len()) as u64);
     if entries > MAX_LOGPROB_ENTRIES {
-        return Err(ApiError::value(format!(
+        return Err(RequestError::value(format!(
             "top_logprobs_num={k} and {} token_ids_logprob over {positions} positions would return \
              {entries} logprob entries; the mock refuses more than {MAX_LOGPROB_ENTRIES}.",
             ids.len()
@@ -350,7 +350,7 @@ fn plan_item(
 fn sampling_logprobs_modes(
     req: &GenerateReqInput,
     version: SglangVersion,
-) -> Result<Option<OneOrMany<Option<SamplingLogprobsMode>>>, ApiError> {
+) -> Result<Option<OneOrMany<Option<SamplingLogprobsMode>>>, RequestError> {
     if !version.sampling_masks {
         return Ok(None);
     }
@@ -454,14 +454,14 @@ pub fn default_logprob_start(version: SglangVersion, prompt_len: usize) -> usize
     }
 }
 
-fn parallel_sample_num(sampling: Option<&SamplingInput>) -> Result<usize, ApiError> {
+fn parallel_sample_num(sampling: Option<&SamplingInput>) -> Result<usize, RequestError> {
     // `sampling_params.get("n", 1)`: an explicit `null` is Python's `None`.
-    let n_of = |raw: &RawSamplingParams| -> Result<Option<i64>, ApiError> {
+    let n_of = |raw: &RawSamplingParams| -> Result<Option<i64>, RequestError> {
         match raw.get(SamplingKey::N) {
             None => Ok(Some(1)),
             Some(Value::Null) => Ok(None),
             Some(v) => v.as_i64().map(Some).ok_or_else(|| {
-                ApiError::internal(format!(
+                RequestError::internal(format!(
                     "TypeError: sampling_params.n must be an int, got {v}"
                 ))
             }),
@@ -472,14 +472,14 @@ fn parallel_sample_num(sampling: Option<&SamplingInput>) -> Result<usize, ApiErr
         Some(SamplingInput::One(raw)) => n_of(raw)?,
         Some(SamplingInput::Many(list)) => {
             let Some(first) = list.first() else {
-                return Err(ApiError::internal(
+                return Err(RequestError::internal(
                     "IndexError: sampling_params is an empty list",
                 ));
             };
             let n = n_of(first)?;
             for raw in list {
                 if n_of(raw)? != n {
-                    return Err(ApiError::value(
+                    return Err(RequestError::value(
                         "The parallel_sample_num should be the same for all samples in sample params.",
                     ));
                 }
@@ -489,7 +489,9 @@ fn parallel_sample_num(sampling: Option<&SamplingInput>) -> Result<usize, ApiErr
     };
     // `if self.parallel_sample_num > 1`: a `None` fails the comparison.
     let n = n.ok_or_else(|| {
-        ApiError::internal("TypeError: '>' not supported between instances of 'NoneType' and 'int'")
+        RequestError::internal(
+            "TypeError: '>' not supported between instances of 'NoneType' and 'int'",
+        )
     })?;
     Ok(n.max(1) as usize)
 }
@@ -505,17 +507,17 @@ fn expand_sampling(
     is_single: bool,
     batch_size: usize,
     num: usize,
-) -> Result<Vec<&RawSamplingParams>, ApiError> {
+) -> Result<Vec<&RawSamplingParams>, RequestError> {
     match sampling {
         None => Ok(vec![&EMPTY_SAMPLING; num]),
         Some(SamplingInput::One(raw)) => Ok(vec![raw; num]),
-        Some(SamplingInput::Many(_)) if is_single => Err(ApiError::internal(
+        Some(SamplingInput::Many(_)) if is_single => Err(RequestError::internal(
             "TypeError: SamplingParams() argument after ** must be a mapping, not list",
         )),
         Some(SamplingInput::Many(list)) => {
             // `self.sampling_params * parallel_sample_num`, then `obj[i]` for i < batch_size per prompt.
             if list.len() < batch_size {
-                return Err(ApiError::internal(format!(
+                return Err(RequestError::internal(format!(
                     "IndexError: {} sampling_params for a batch of {batch_size}",
                     list.len()
                 )));
@@ -523,7 +525,7 @@ fn expand_sampling(
             let n = num / batch_size.max(1);
             Ok((0..num).map(|i| &list[i / n]).collect())
         }
-        Some(SamplingInput::Other) => Err(ApiError::internal(
+        Some(SamplingInput::Other) => Err(RequestError::internal(
             "TypeError: sampling_params must be a dict or a list of dicts",
         )),
     }
@@ -535,18 +537,18 @@ fn expand_rids(
     batch_size: usize,
     n: usize,
     num: usize,
-) -> Result<Vec<Option<String>>, ApiError> {
+) -> Result<Vec<Option<String>>, RequestError> {
     if is_single {
         return match rid {
             None => Ok(vec![None]),
             Some(OneOrMany::One(r)) => Ok(vec![Some(r.clone())]),
-            Some(OneOrMany::Many(_)) => Err(ApiError::internal(
+            Some(OneOrMany::Many(_)) => Err(RequestError::internal(
                 "TypeError: unhashable type: 'list' (a list rid for a single request)",
             )),
         };
     }
     match rid {
-        Some(OneOrMany::Many(list)) if list.len() != batch_size => Err(ApiError::value(
+        Some(OneOrMany::Many(list)) if list.len() != batch_size => Err(RequestError::value(
             "The specified rids length mismatch with the batch_size for batch processing.",
         )),
         // Parallel samples always get fresh ids (`regenerate_rid`), whatever the caller sent.
@@ -564,17 +566,17 @@ fn expand_param<T: Copy>(
     is_single: bool,
     n: usize,
     num: usize,
-) -> Result<Vec<T>, ApiError> {
+) -> Result<Vec<T>, RequestError> {
     match value {
         None => Ok(vec![default; num]),
         Some(OneOrMany::One(v)) => Ok(vec![*v; num]),
-        Some(OneOrMany::Many(_)) if is_single => Err(ApiError::internal(format!(
+        Some(OneOrMany::Many(_)) if is_single => Err(RequestError::internal(format!(
             "TypeError: a list {name} for a single request"
         ))),
-        Some(OneOrMany::Many(_)) if n > 1 => Err(ApiError::value(format!(
+        Some(OneOrMany::Many(_)) if n > 1 => Err(RequestError::value(format!(
             "Cannot use list {name} with parallel_sample_num > 1"
         ))),
-        Some(OneOrMany::Many(list)) if list.len() < num => Err(ApiError::internal(format!(
+        Some(OneOrMany::Many(list)) if list.len() < num => Err(RequestError::internal(format!(
             "IndexError: {} values of {name} for a batch of {num}",
             list.len()
         ))),
@@ -587,19 +589,19 @@ fn expand_token_ids(
     is_single: bool,
     n: usize,
     num: usize,
-) -> Result<Vec<Option<Vec<i64>>>, ApiError> {
+) -> Result<Vec<Option<Vec<i64>>>, RequestError> {
     match value {
         // `[]` is treated as None.
         None => Ok(vec![None; num]),
         Some(Ids::Flat(ids)) if ids.is_empty() => Ok(vec![None; num]),
         Some(Ids::Flat(ids)) => Ok(vec![Some(ids.clone()); num]),
-        Some(Ids::Nested(_)) if is_single => Err(ApiError::value(
+        Some(Ids::Nested(_)) if is_single => Err(RequestError::value(
             "token_ids_logprob must be a flat list of integers.",
         )),
-        Some(Ids::Nested(_)) if n > 1 => Err(ApiError::value(
+        Some(Ids::Nested(_)) if n > 1 => Err(RequestError::value(
             "Cannot use list token_ids_logprob with parallel_sample_num > 1",
         )),
-        Some(Ids::Nested(lists)) if lists.len() < num => Err(ApiError::internal(format!(
+        Some(Ids::Nested(lists)) if lists.len() < num => Err(RequestError::internal(format!(
             "IndexError: {} token_ids_logprob lists for a batch of {num}",
             lists.len()
         ))),
@@ -617,9 +619,9 @@ fn prompt_ids(
     index: usize,
     config: &ServerConfig,
     tokenizer: &Tokenizer,
-) -> Result<Vec<u32>, ApiError> {
+) -> Result<Vec<u32>, RequestError> {
     if req.has_input_embeds && req.text.is_none() && req.input_ids.is_none() {
-        return Err(ApiError::value(
+        return Err(RequestError::value(
             "input_embeds is provided while disable_radix_cache is False. Please add \
              `--disable-radix-cache` when you launch the server if you want to use input_embeds as inputs.",
         ));
@@ -629,13 +631,13 @@ fn prompt_ids(
         (Some(Ids::Nested(lists)), false) => match lists.get(index) {
             Some(ids) => Some(ids),
             None => {
-                return Err(ApiError::internal(format!(
+                return Err(RequestError::internal(format!(
                     "IndexError: no input_ids for batch position {index}"
                 )));
             }
         },
         (Some(_), _) => {
-            return Err(ApiError::internal(
+            return Err(RequestError::internal(
                 "TypeError: the shape of input_ids does not match the batch shape of text",
             ));
         }
@@ -643,11 +645,11 @@ fn prompt_ids(
     };
     if let Some(ids) = ids {
         if ids.is_empty() {
-            return Err(ApiError::value("input_ids cannot be empty."));
+            return Err(RequestError::value("input_ids cannot be empty."));
         }
         let vocab = i64::from(config.vocab_size());
         if ids.iter().any(|&id| id < 0 || id >= vocab) {
-            return Err(ApiError::value(format!(
+            return Err(RequestError::value(format!(
                 "The input_ids {} contains values greater than the vocab size ({vocab}).",
                 int_list_repr(ids)
             )));
@@ -658,24 +660,24 @@ fn prompt_ids(
         (Some(OneOrMany::One(t)), _) => t,
         (Some(OneOrMany::Many(texts)), false) => &texts[index],
         (Some(OneOrMany::Many(_)), true) => {
-            return Err(ApiError::value(
+            return Err(RequestError::value(
                 "Text should be a list for batch processing.",
             ));
         }
         (None, _) => {
-            return Err(ApiError::value(
+            return Err(RequestError::value(
                 "Either text, input_ids or input_embeds should be provided.",
             ));
         }
     };
     if text.is_empty() {
-        return Err(ApiError::value(
+        return Err(RequestError::value(
             "texts cannot be empty and tokenizer must be initialized",
         ));
     }
     let ids = tokenizer.encode(text);
     if ids.is_empty() {
-        return Err(ApiError::value(
+        return Err(RequestError::value(
             "texts cannot be empty and tokenizer must be initialized",
         ));
     }
@@ -689,11 +691,11 @@ fn validate_one_request(
     input_ids: &[u32],
     config: &ServerConfig,
     dp_rank: Option<i64>,
-) -> Result<(), ApiError> {
+) -> Result<(), RequestError> {
     let context = u64::from(config.context_length);
     let input_len = input_ids.len() as u64;
     if input_len >= context {
-        return Err(ApiError::value(format!(
+        return Err(RequestError::value(format!(
             "The input ({input_len} tokens) is longer than the model's context length ({context} tokens)."
         )));
     }
@@ -701,7 +703,7 @@ fn validate_one_request(
         let max_new = int_value(SamplingKey::MaxNewTokens, v)?;
         let total = i128::from(max_new) + i128::from(input_len);
         if total > i128::from(context) {
-            return Err(ApiError::value(format!(
+            return Err(RequestError::value(format!(
                 "Requested token count exceeds the model's maximum context length of {context} tokens. \
                  You requested a total of {total} tokens: {input_len} tokens from the input messages and \
                  {max_new} tokens for the completion. Please reduce the number of tokens in the input \
@@ -710,18 +712,18 @@ fn validate_one_request(
         }
     }
     if req.return_hidden_states {
-        return Err(ApiError::value(
+        return Err(RequestError::value(
             "The server is not configured to return the hidden states. Please set \
              `--enable-return-hidden-states` to enable this feature.",
         ));
     }
     if req.has_lora_path {
-        return Err(ApiError::value(
+        return Err(RequestError::value(
             "LoRA is not enabled. Please set `--enable-lora` to enable LoRA.",
         ));
     }
     if req.custom_logit_processor.is_some() {
-        return Err(ApiError::value(
+        return Err(RequestError::value(
             "The server is not configured to enable custom logit processor. Please set \
              `--enable-custom-logit-processor` to enable this feature.",
         ));
@@ -729,19 +731,19 @@ fn validate_one_request(
     if let Some(rank) = dp_rank
         && rank != 0
     {
-        return Err(ApiError::value(format!(
+        return Err(RequestError::value(format!(
             "routed_dp_rank={rank} is out of range [0, 1)."
         )));
     }
     Ok(())
 }
 
-fn validate_token_ids_logprob(ids: Option<&Vec<i64>>, vocab_size: u32) -> Result<(), ApiError> {
+fn validate_token_ids_logprob(ids: Option<&Vec<i64>>, vocab_size: u32) -> Result<(), RequestError> {
     let vocab = i64::from(vocab_size);
     if let Some(ids) = ids
         && let Some(bad) = ids.iter().find(|&&id| id < 0 || id >= vocab)
     {
-        return Err(ApiError::value(format!(
+        return Err(RequestError::value(format!(
             "token_ids_logprob contains out-of-vocabulary token id {bad}; valid range is [0, {vocab})."
         )));
     }

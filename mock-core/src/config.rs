@@ -14,7 +14,7 @@ use crate::script::ScriptRule;
 ///
 /// Each field is a flag of `sglang-mock` (with the `cli` feature, clap reads this struct): its doc comment is
 /// the flag's help, `SGLANG_MOCK_<FIELD>` its environment variable, and [`Default`] its default. The fields
-/// set from files (`scripted`, `faults`) have their own flags in [`crate::cli`].
+/// set from files (`scripted`, `faults`) have their own flags in the server's command line (`mock_server::cli`).
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct ServerConfig {
@@ -190,7 +190,7 @@ pub(crate) const DEFAULT_WEIGHT_VERSION: &str = "default";
 impl ServerConfig {
     /// `/get_weight_version` answers the version (0.5.3, and 0.5.15 with slime's patches) rather than a
     /// deprecation 404 (0.5.15) or no route (0.5.23).
-    pub(crate) fn serves_weight_version(&self) -> bool {
+    pub fn serves_weight_version(&self) -> bool {
         match self.sglang_version.weight_version_route {
             WeightVersionRoute::Served => true,
             WeightVersionRoute::Deprecated => self.slime_patches,

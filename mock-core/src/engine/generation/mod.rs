@@ -1,6 +1,6 @@
 //! Generation: turns one validated request item into tokens, logprobs, text and a finish reason, step by step.
 //!
-//! The HTTP layer validates and normalises requests into [`ItemRequest`]s; this module trusts them. Both the server
+//! Parsing (`request`) validates and normalises requests into [`ItemRequest`]s; this module trusts them. Both the server
 //! (streamed or not) and the oracle drive a [`Generation`], so what the server sends and what a test expects come
 //! from the same code. The rules follow SGLang: finish checks in `Req.check_finished` order, stop-string trimming as
 //! `DetokenizerManager.trim_matched_stop` does it, logprobs under `softmax(logits / T)` before top-k / top-p / min-p

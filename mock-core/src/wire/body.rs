@@ -7,7 +7,7 @@ use super::item::{
 use super::json::WaitingAbort;
 use crate::config::SglangVersion;
 use crate::engine::{GeneratePlan, Generation, Run};
-use crate::error::ApiError;
+use crate::error::RequestError;
 use crate::release::{NonFiniteBody, WaitingAbortShape};
 
 /// Whether a finished non-stream answer can be serialised at all: 0.5.3 serialises with `allow_nan=False`, so a
@@ -17,7 +17,7 @@ pub fn check_serialisable(
     version: SglangVersion,
     plan: &GeneratePlan,
     run: &Run,
-) -> Result<(), ApiError> {
+) -> Result<(), RequestError> {
     let bad = |(i, item)| {
         run.generation(i)
             .is_some_and(|g| has_non_finite_logprob(g, item))
@@ -25,7 +25,7 @@ pub fn check_serialisable(
     if version.non_finite_body == NonFiniteBody::ServerError
         && plan.items.iter().enumerate().any(bad)
     {
-        return Err(ApiError::internal(
+        return Err(RequestError::internal(
             "ValueError: Out of range float values are not JSON compliant",
         ));
     }
@@ -40,7 +40,7 @@ pub fn encode_body(
     run: &Run,
     latencies: &[f64],
     ts: f64,
-) -> Result<Vec<u8>, ApiError> {
+) -> Result<Vec<u8>, RequestError> {
     // Sized up front so a long answer is written without regrowing (and re-copying) the buffer.
     let capacity: usize = (0..plan.items.len())
         .filter_map(|i| run.generation(i))

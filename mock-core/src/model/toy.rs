@@ -43,7 +43,7 @@ pub enum Piece {
         syllables: u32,
         index: u32,
     },
-    /// One of the named special tokens, by position in [`Toy::special_tokens`].
+    /// One of the named special tokens, by position in the toy's list of them (`Toy::special_tokens`).
     Special(usize),
 }
 

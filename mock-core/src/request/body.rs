@@ -9,7 +9,7 @@ use super::lax::{
     HiddenStatesMode, Ids, IgnoredPresent, KeyStr, LaxIds, NullableStr, OneOrMany, PyBool, PyInt,
     SamplingInput,
 };
-use crate::error::ApiError;
+use crate::error::RequestError;
 use crate::pyfmt::str_repr;
 
 /// The fields of `GenerateReqInput` the mock acts on. Every field is optional; `null` equals absent;
@@ -61,7 +61,7 @@ struct FieldError {
 
 /// Parse a `/generate` body. Syntax and type errors are Pydantic validation errors (HTTP 400 in the
 /// `{"object":"error",...}` shape); nothing is validated semantically here.
-pub fn parse_generate(body: &[u8]) -> Result<GenerateReqInput, ApiError> {
+pub fn parse_generate(body: &[u8]) -> Result<GenerateReqInput, RequestError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(validation_error("missing", "()", "Field required"));
     }
@@ -86,12 +86,12 @@ pub fn parse_generate(body: &[u8]) -> Result<GenerateReqInput, ApiError> {
                     "Input should be a valid dictionary or object to extract fields from ({err})"
                 ),
             ),
-            _ => ApiError::Validation(json_decode_message(&err)),
+            _ => RequestError::Validation(json_decode_message(&err)),
         }),
     }
 }
 
-pub(crate) fn validation_error(kind: &str, field_loc: &str, msg: &str) -> ApiError {
+pub fn validation_error(kind: &str, field_loc: &str, msg: &str) -> RequestError {
     let loc = if field_loc == "()" {
         "('body',)".to_owned()
     } else {
@@ -101,10 +101,10 @@ pub(crate) fn validation_error(kind: &str, field_loc: &str, msg: &str) -> ApiErr
         "{{'type': '{kind}', 'loc': {loc}, 'msg': {}}}",
         str_repr(msg)
     );
-    ApiError::Validation(format!("1 validation error:\n  {err}\n [{err}]"))
+    RequestError::Validation(format!("1 validation error:\n  {err}\n [{err}]"))
 }
 
-pub(crate) fn json_decode_message(err: &serde_json::Error) -> String {
+pub fn json_decode_message(err: &serde_json::Error) -> String {
     let err_text = format!("{err}");
     let e = format!(
         "{{'type': 'json_invalid', 'loc': ('body', {}), 'msg': 'JSON decode error', 'input': {{}}, 'ctx': {{'error': {}}}}}",

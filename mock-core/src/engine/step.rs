@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use super::generation::Generation;
 use super::plan::GeneratePlan;
-use crate::error::ApiError;
+use crate::error::RequestError;
 use crate::model::Model;
 
 /// The message of an abort from outside, as SGLang's scheduler writes it in every release: `FINISH_ABORT`'s
@@ -78,7 +78,7 @@ enum Item {
         reported: bool,
     },
     Failed {
-        error: ApiError,
+        error: RequestError,
         reported: bool,
     },
 }
@@ -301,7 +301,7 @@ impl Run {
     }
 
     /// The error of a failed item.
-    pub fn failure(&self, i: usize) -> Option<&ApiError> {
+    pub fn failure(&self, i: usize) -> Option<&RequestError> {
         match &self.items[i] {
             Item::Failed { error, .. } => Some(error),
             Item::Generating { .. } | Item::Rejected { .. } => None,
@@ -309,7 +309,7 @@ impl Run {
     }
 
     /// The first failure of any item, for a non-stream request that fails as a whole.
-    pub fn first_failure(&self) -> Option<&ApiError> {
+    pub fn first_failure(&self) -> Option<&RequestError> {
         (0..self.items.len()).find_map(|i| self.failure(i))
     }
 }
@@ -335,7 +335,7 @@ fn advance(
 
 /// What a generating item's step outcome makes of it: still stepping, ended (reported now), or failed
 /// (reported now).
-fn settle(item: &mut Item, outcome: Result<bool, ApiError>) -> Progress {
+fn settle(item: &mut Item, outcome: Result<bool, RequestError>) -> Progress {
     match outcome {
         Ok(false) => Progress::Stepped,
         Ok(true) => {
@@ -355,14 +355,14 @@ fn settle(item: &mut Item, outcome: Result<bool, ApiError>) -> Progress {
 }
 
 /// Runs engine code so that a panic becomes a 500 instead of a dropped connection.
-fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, ApiError> {
+fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, RequestError> {
     catch_unwind(AssertUnwindSafe(f)).map_err(|panic| {
         let detail = panic
             .downcast_ref::<&str>()
             .map(|s| (*s).to_owned())
             .or_else(|| panic.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown panic".to_owned());
-        ApiError::internal(format!("engine panicked: {detail}"))
+        RequestError::internal(format!("engine panicked: {detail}"))
     })
 }
 

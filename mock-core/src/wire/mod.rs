@@ -28,6 +28,6 @@ pub use json::{
     decode_base64_i32,
 };
 pub use meta::{Key, Shape, keys};
-pub use sse::{DONE_EVENT, error_stream_body, sse_event, stream_mode};
+pub use sse::{DONE_EVENT, error_event, error_stream_body, sse_event, stream_mode};
 pub use stream::{Due, StreamEncoder, due};
 pub use versions::{VersionEvent, VersionSpan, reported_version, weight_version_spans};

@@ -12,34 +12,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::chat::{ChatTemplate, SpecialTokenStrings};
+use super::chat::ChatTemplate;
+use super::loading::{LoadError, SpecialTokenStrings};
 use super::slots::PUNCTUATION;
-
-/// What [`HfVocab::load`] could not read or use.
-#[derive(Debug, thiserror::Error)]
-pub enum LoadError {
-    /// A file could not be read.
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    /// `tokenizer.json` is not a tokenizer the library can load.
-    #[error("cannot load the tokenizer {path}: {message}")]
-    Tokenizer { path: PathBuf, message: String },
-    /// A JSON file beside it is not valid JSON.
-    #[error("{path} is not valid JSON: {source}")]
-    Json {
-        path: PathBuf,
-        source: serde_json::Error,
-    },
-    /// A file is readable but says something the model cannot run with.
-    #[error("{path}: {message}")]
-    Invalid { path: PathBuf, message: String },
-    /// The chat template does not compile.
-    #[error("the chat template of {path} does not compile: {message}")]
-    Template { path: PathBuf, message: String },
-}
 
 /// A loaded tokenizer and the vocabulary of section 13.2.
 pub struct HfVocab {

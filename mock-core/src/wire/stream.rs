@@ -6,7 +6,7 @@ use bytes::Bytes;
 use super::item::{Chunk, EncodeCtx, Finished, OutputMode, Sent, encode_aborted, encode_item};
 use super::sse::sse_event;
 use crate::engine::{GeneratePlan, Generation, Progress, Refusal, Run, chunk_due};
-use crate::error::ApiError;
+use crate::error::RequestError;
 
 /// Per-item stream state: the output mode and what each item has sent so far.
 #[derive(Debug)]
@@ -43,7 +43,7 @@ impl StreamEncoder {
             let index = plan.is_batch.then_some(i);
             // The buffer is allocated only for an event that is due.
             let json = match due {
-                Due::Failed(err) => err.stream_event_json(ctx.version),
+                Due::Failed(err) => super::error_event(err.client_message(), ctx.version),
                 Due::Rejected(refusal) => {
                     let mut json = Vec::with_capacity(512);
                     encode_aborted(&mut json, ctx, item, refusal, finished(i), index);
@@ -88,7 +88,7 @@ pub enum Due<'a> {
     /// The scheduler refused it, with this message: its abort object.
     Rejected(&'a Refusal),
     /// Its engine code failed: the error event.
-    Failed(&'a ApiError),
+    Failed(&'a RequestError),
 }
 
 /// The items that owe their stream an event after a tick with per-item `progress`, in item order: an item

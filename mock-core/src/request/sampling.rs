@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::lax::{RawSamplingParams, SamplingKey};
 use crate::config::{ServerConfig, SglangVersion};
 use crate::engine::SamplingParams;
-use crate::error::ApiError;
+use crate::error::RequestError;
 use crate::pyfmt::{PyNum, str_repr};
 use crate::release::{NullSamplingValues, SeedRule, Verify};
 
@@ -24,8 +24,8 @@ pub struct ResolvedSampling {
     pub normalized_top_k: i64,
 }
 
-fn type_error(key: SamplingKey, want: &str, got: &Value) -> ApiError {
-    ApiError::internal(format!(
+fn type_error(key: SamplingKey, want: &str, got: &Value) -> RequestError {
+    RequestError::internal(format!(
         "TypeError: sampling_params.{} must be {want}, got {got}",
         key.name()
     ))
@@ -35,7 +35,7 @@ fn type_error(key: SamplingKey, want: &str, got: &Value) -> ApiError {
     clippy::wildcard_enum_match_arm,
     reason = "a JSON value's type check: any other JSON type is the refusal"
 )]
-pub(super) fn int_value(key: SamplingKey, v: &Value) -> Result<i64, ApiError> {
+pub(super) fn int_value(key: SamplingKey, v: &Value) -> Result<i64, RequestError> {
     match v {
         Value::Number(num) => match (num.as_i64(), num.as_f64()) {
             (Some(i), _) => Ok(i),
@@ -50,7 +50,7 @@ pub(super) fn int_value(key: SamplingKey, v: &Value) -> Result<i64, ApiError> {
     clippy::wildcard_enum_match_arm,
     reason = "a JSON value's type check: any other JSON type is the refusal"
 )]
-fn num_value(key: SamplingKey, v: &Value) -> Result<PyNum, ApiError> {
+fn num_value(key: SamplingKey, v: &Value) -> Result<PyNum, RequestError> {
     match v {
         Value::Number(num) => match (num.as_i64(), num.as_f64()) {
             (Some(i), _) if !num.is_f64() => Ok(PyNum::Int(i)),
@@ -65,7 +65,7 @@ fn num_value(key: SamplingKey, v: &Value) -> Result<PyNum, ApiError> {
     clippy::wildcard_enum_match_arm,
     reason = "a JSON value's type check: any other JSON type is the refusal"
 )]
-fn bool_value(key: SamplingKey, v: &Value) -> Result<bool, ApiError> {
+fn bool_value(key: SamplingKey, v: &Value) -> Result<bool, RequestError> {
     match v {
         Value::Bool(b) => Ok(*b),
         // Python truthiness of an int.
@@ -77,8 +77,8 @@ fn bool_value(key: SamplingKey, v: &Value) -> Result<bool, ApiError> {
 fn opt<T>(
     raw: &RawSamplingParams,
     key: SamplingKey,
-    f: impl FnOnce(SamplingKey, &Value) -> Result<T, ApiError>,
-) -> Result<Option<T>, ApiError> {
+    f: impl FnOnce(SamplingKey, &Value) -> Result<T, RequestError>,
+) -> Result<Option<T>, RequestError> {
     raw.non_null(key).map(|v| f(key, v)).transpose()
 }
 
@@ -88,9 +88,9 @@ fn held<T>(
     raw: &RawSamplingParams,
     key: SamplingKey,
     version: SglangVersion,
-    f: impl FnOnce(SamplingKey, &Value) -> Result<T, ApiError>,
+    f: impl FnOnce(SamplingKey, &Value) -> Result<T, RequestError>,
     default: T,
-) -> Result<Option<T>, ApiError> {
+) -> Result<Option<T>, RequestError> {
     match raw.get(key) {
         None => Ok(Some(default)),
         Some(Value::Null) if version.null_sampling_values == NullSamplingValues::Kept => Ok(None),
@@ -105,15 +105,15 @@ fn flag(
     key: SamplingKey,
     version: SglangVersion,
     default: bool,
-) -> Result<bool, ApiError> {
+) -> Result<bool, RequestError> {
     Ok(held(raw, key, version, bool_value, default)?.unwrap_or(false))
 }
 
 /// The `TypeError` Python raises when a comparison meets a `None`: `'<=' not supported between instances of
 /// 'float' and 'NoneType'` (`left` and `right` are the operands' type names, `None` is `NoneType`).
-fn compared<T>(value: Option<T>, op: &str, left: &str, right: &str) -> Result<T, ApiError> {
+fn compared<T>(value: Option<T>, op: &str, left: &str, right: &str) -> Result<T, RequestError> {
     value.ok_or_else(|| {
-        ApiError::internal(format!(
+        RequestError::internal(format!(
             "TypeError: '{op}' not supported between instances of '{left}' and '{right}'"
         ))
     })
@@ -126,7 +126,7 @@ pub fn resolve_sampling_params(
     vocab_size: u32,
     prompt_len: usize,
     config: &ServerConfig,
-) -> Result<ResolvedSampling, ApiError> {
+) -> Result<ResolvedSampling, RequestError> {
     let version = config.sglang_version;
     let mut typed = Typed::read(raw, version)?;
     typed.post_init()?;
@@ -179,7 +179,7 @@ impl Typed {
         clippy::wildcard_enum_match_arm,
         reason = "a JSON value's type check: any other JSON type is the refusal"
     )]
-    fn read(raw: &RawSamplingParams, version: SglangVersion) -> Result<Typed, ApiError> {
+    fn read(raw: &RawSamplingParams, version: SglangVersion) -> Result<Typed, RequestError> {
         let unknown = raw.unknown_key.as_deref().or_else(|| {
             raw.entries
                 .iter()
@@ -187,7 +187,7 @@ impl Typed {
                 .map(|(key, _)| key.name())
         });
         if let Some(key) = unknown {
-            return Err(ApiError::internal(format!(
+            return Err(RequestError::internal(format!(
                 "TypeError: SamplingParams.__init__() got an unexpected keyword argument {}",
                 str_repr(key)
             )));
@@ -269,7 +269,7 @@ impl Typed {
 
     /// `__post_init__` (0.5.3: the end of `__init__`): near-zero temperature is greedy. A `None` temperature
     /// fails its first comparison, `0 <= None`.
-    fn post_init(&mut self) -> Result<(), ApiError> {
+    fn post_init(&mut self) -> Result<(), RequestError> {
         let t = compared(self.temperature, "<=", "int", "NoneType")?.as_f64();
         if (0.0..SAMPLING_EPS).contains(&t) {
             self.temperature = Some(PyNum::Float(1.0));
@@ -279,15 +279,15 @@ impl Typed {
     }
 
     /// `verify`, in SGLang's order and wording; a `None` fails the comparison that first reads it.
-    fn verify(&self, vocab_size: u32, version: SglangVersion) -> Result<Checked, ApiError> {
+    fn verify(&self, vocab_size: u32, version: SglangVersion) -> Result<Checked, RequestError> {
         if let Some(beam_width) = self.beam_width {
             if beam_width < 1 {
-                return Err(ApiError::value(format!(
+                return Err(RequestError::value(format!(
                     "beam_width must be at least 1, got {beam_width}."
                 )));
             }
             if beam_width > 1 {
-                return Err(ApiError::value(
+                return Err(RequestError::value(
                     "beam search (beam_width > 1) is not emulated by sglang-mock",
                 ));
             }
@@ -298,13 +298,13 @@ impl Typed {
         let t = temperature.as_f64();
         match version.verify {
             Verify::NonNegative if t < 0.0 => {
-                return Err(ApiError::value(format!(
+                return Err(RequestError::value(format!(
                     "temperature must be non-negative, got {temperature}."
                 )));
             }
             Verify::NonNegative => {}
             Verify::Finite if !t.is_finite() || t < 0.0 => {
-                return Err(ApiError::value(format!(
+                return Err(RequestError::value(format!(
                     "temperature must be a non-negative finite number, got {temperature}."
                 )));
             }
@@ -313,31 +313,31 @@ impl Typed {
         let top_p = float_none(self.top_p, "<")?;
         let p = top_p.as_f64();
         if !(p > 0.0 && p <= 1.0) {
-            return Err(ApiError::value(format!(
+            return Err(RequestError::value(format!(
                 "top_p must be in (0, 1], got {top_p}."
             )));
         }
         let min_p = float_none(self.min_p, "<=")?;
         if !(0.0..=1.0).contains(&min_p.as_f64()) {
-            return Err(ApiError::value(format!(
+            return Err(RequestError::value(format!(
                 "min_p must be in [0, 1], got {min_p}."
             )));
         }
         let top_k = compared(self.top_k, "<", "NoneType", "int")?;
         if top_k < 1 && top_k != -1 {
-            return Err(ApiError::value(format!(
+            return Err(RequestError::value(format!(
                 "top_k must be -1 (disable) or at least 1, got {top_k}."
             )));
         }
         let frequency_penalty = float_none(self.frequency_penalty, "<=")?;
         if !(-2.0..=2.0).contains(&frequency_penalty.as_f64()) {
-            return Err(ApiError::value(format!(
+            return Err(RequestError::value(format!(
                 "frequency_penalty must be in [-2, 2], got {frequency_penalty}."
             )));
         }
         let presence_penalty = float_none(self.presence_penalty, "<=")?;
         if !(-2.0..=2.0).contains(&presence_penalty.as_f64()) {
-            return Err(ApiError::value(format!(
+            return Err(RequestError::value(format!(
                 "presence_penalty must be in [-2, 2], got {presence_penalty}."
             )));
         }
@@ -345,13 +345,13 @@ impl Typed {
         let rp = repetition_penalty.as_f64();
         match version.verify {
             Verify::NonNegative if !(0.0..=2.0).contains(&rp) => {
-                return Err(ApiError::value(format!(
+                return Err(RequestError::value(format!(
                     "repetition_penalty must be in [0, 2], got {repetition_penalty}."
                 )));
             }
             Verify::NonNegative => {}
             Verify::Finite if !(rp > 0.0 && rp <= 2.0) => {
-                return Err(ApiError::value(format!(
+                return Err(RequestError::value(format!(
                     "repetition_penalty must be in (0, 2] (1.0 = no penalty), got {repetition_penalty}."
                 )));
             }
@@ -359,18 +359,18 @@ impl Typed {
         }
         let min_new_tokens = compared(self.min_new_tokens, "<=", "int", "NoneType")?;
         if min_new_tokens < 0 {
-            return Err(ApiError::value(format!(
+            return Err(RequestError::value(format!(
                 "min_new_tokens must be in [0, max_new_tokens], got {min_new_tokens}."
             )));
         }
         if let Some(max_new) = self.max_new_tokens {
             if max_new < 0 {
-                return Err(ApiError::value(format!(
+                return Err(RequestError::value(format!(
                     "max_new_tokens must be at least 0, got {max_new}."
                 )));
             }
             if min_new_tokens > max_new {
-                return Err(ApiError::value(format!(
+                return Err(RequestError::value(format!(
                     "min_new_tokens must be in [0, max_new_tokens({max_new})], got {min_new_tokens}."
                 )));
             }
@@ -380,7 +380,7 @@ impl Typed {
         }
         self.sampling_seed.verify(version)?;
         if self.grammars > 1 {
-            return Err(ApiError::value(if version.structural_tag {
+            return Err(RequestError::value(if version.structural_tag {
                 "Only one of json_schema, regex, ebnf, or structural_tag can be set."
             } else {
                 "Only one of regex, json_schema, or ebnf can be set."
@@ -473,38 +473,38 @@ impl Watermark {
 
     /// `normalize_watermark_request`, which `SamplingParams.__post_init__` runs: an object of `enabled`, a hex
     /// `key` and a positive `context_window`.
-    fn normalize(value: &Value) -> Result<Watermark, ApiError> {
+    fn normalize(value: &Value) -> Result<Watermark, RequestError> {
         let Value::Object(map) = value else {
-            return Err(ApiError::value("watermark must be an object"));
+            return Err(RequestError::value("watermark must be an object"));
         };
         if map
             .keys()
             .any(|k| !matches!(k.as_str(), "enabled" | "key" | "context_window"))
         {
-            return Err(ApiError::value("watermark contains unknown fields"));
+            return Err(RequestError::value("watermark contains unknown fields"));
         }
         let present = |k: &str| map.get(k).filter(|v| !v.is_null());
         let enabled = match present("enabled") {
             None => None,
             Some(Value::Bool(b)) => Some(*b),
-            Some(_) => return Err(ApiError::value("watermark enabled must be a boolean")),
+            Some(_) => return Err(RequestError::value("watermark enabled must be a boolean")),
         };
         if let Some(key) = present("key") {
             // `parse_watermark_key` in `watermarking/config.py`.
             let Value::String(key) = key else {
-                return Err(ApiError::value("watermark key must be a hex string"));
+                return Err(RequestError::value("watermark key must be a hex string"));
             };
             let digits = match key.get(..2) {
                 Some(prefix) if prefix.eq_ignore_ascii_case("0x") => &key[2..],
                 _ => key.as_str(),
             };
             if !(1..=16).contains(&digits.chars().count()) {
-                return Err(ApiError::value(
+                return Err(RequestError::value(
                     "watermark key must contain 1 to 16 hex digits",
                 ));
             }
             if !digits.chars().all(|c| c.is_ascii_hexdigit()) {
-                return Err(ApiError::value(
+                return Err(RequestError::value(
                     "watermark key must contain only hex digits",
                 ));
             }
@@ -513,7 +513,7 @@ impl Watermark {
             None => None,
             Some(Value::Number(n)) if n.as_i64().is_some_and(|w| w >= 1) => n.as_i64(),
             Some(_) => {
-                return Err(ApiError::value(
+                return Err(RequestError::value(
                     "watermark context_window must be a positive integer",
                 ));
             }
@@ -527,24 +527,26 @@ impl Watermark {
 
     /// `resolve_watermark_request`, which `_validate_watermark_request` runs after `verify`: a request that
     /// asks for watermarking is refused, since the server does not enable it.
-    fn resolve(self) -> Result<(), ApiError> {
+    fn resolve(self) -> Result<(), RequestError> {
         if self
             .context_window
             .is_some_and(|w| w > Self::SERVER_CONTEXT_WINDOW)
         {
-            return Err(ApiError::value(
+            return Err(RequestError::value(
                 "request watermark context_window cannot exceed the server's watermark context_window",
             ));
         }
         match (self.enabled, self.has_key) {
-            (Some(false), true) => Err(ApiError::value(
+            (Some(false), true) => Err(RequestError::value(
                 "request watermark key cannot be combined with enabled=false",
             )),
             (Some(false), false) => Ok(()),
-            (Some(true), _) | (None, true) => Err(ApiError::value(
+            (Some(true), _) | (None, true) => Err(RequestError::value(
                 "request watermarking requires the server to enable --enable-watermark",
             )),
-            (None, false) => Err(ApiError::value("request watermark must set enabled or key")),
+            (None, false) => Err(RequestError::value(
+                "request watermark must set enabled or key",
+            )),
         }
     }
 }
@@ -588,15 +590,15 @@ impl Seed {
 
     /// `verify`'s seed checks: 0.5.3 refuses `None` (its default is 42), 0.5.23 refuses integers outside
     /// `i64` (its contract gate has already refused every non-integer), 0.5.15 checks nothing.
-    fn verify(&self, version: SglangVersion) -> Result<(), ApiError> {
+    fn verify(&self, version: SglangVersion) -> Result<(), RequestError> {
         let out_of_range = |v: &dyn std::fmt::Display| {
-            Err(ApiError::value(format!(
+            Err(RequestError::value(format!(
                 "sampling_seed must be in [-2**63, 2**63 - 1], got {v}."
             )))
         };
         match (version.sampling_seed, self) {
             (SeedRule::FortyTwo, Seed::Null) => {
-                Err(ApiError::value("sampling_seed should not be None"))
+                Err(RequestError::value("sampling_seed should not be None"))
             }
             (SeedRule::InI64, Seed::Int(v)) if i64::try_from(*v).is_err() => out_of_range(v),
             (SeedRule::InI64, Seed::Big(literal)) => out_of_range(literal),
@@ -639,7 +641,7 @@ fn literal_mod_2_64(literal: &str) -> u64 {
     clippy::wildcard_enum_match_arm,
     reason = "a JSON value's type check: any other JSON type is the refusal"
 )]
-fn str_or_str_list(key: SamplingKey, v: &Value) -> Result<Vec<String>, ApiError> {
+fn str_or_str_list(key: SamplingKey, v: &Value) -> Result<Vec<String>, RequestError> {
     match v {
         Value::String(s) => Ok(vec![s.clone()]),
         Value::Array(items) => items
@@ -658,7 +660,7 @@ fn str_or_str_list(key: SamplingKey, v: &Value) -> Result<Vec<String>, ApiError>
     clippy::wildcard_enum_match_arm,
     reason = "a JSON value's type check: any other JSON type is the refusal"
 )]
-fn int_list(key: SamplingKey, v: &Value) -> Result<Vec<i64>, ApiError> {
+fn int_list(key: SamplingKey, v: &Value) -> Result<Vec<i64>, RequestError> {
     match v {
         Value::Array(items) => items
             .iter()
@@ -670,18 +672,18 @@ fn int_list(key: SamplingKey, v: &Value) -> Result<Vec<i64>, ApiError> {
 }
 
 /// `logit_bias` keys are token ids as strings, inside the vocabulary.
-fn verify_logit_bias(keys: &[String], vocab_size: u32) -> Result<(), ApiError> {
+fn verify_logit_bias(keys: &[String], vocab_size: u32) -> Result<(), RequestError> {
     for key in keys {
         match key.trim().parse::<i64>() {
             Ok(id) if (0..i64::from(vocab_size)).contains(&id) => {}
             Ok(_) => {
-                return Err(ApiError::value(format!(
+                return Err(RequestError::value(format!(
                     "logit_bias must has keys in [0, {}], got {key}.",
                     vocab_size - 1
                 )));
             }
             Err(_) => {
-                return Err(ApiError::value(format!(
+                return Err(RequestError::value(format!(
                     "invalid literal for int() with base 10: {}",
                     str_repr(key)
                 )));

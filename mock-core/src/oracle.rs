@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::config::{ServerConfig, StateError};
 use crate::engine::{FinishReason, GeneratePlan, Interventions, RidSource, Run};
-use crate::error::ApiError;
+use crate::error::RequestError;
 use crate::model::Model;
 use crate::request;
 use crate::wire::{self, EncodeCtx, StreamEncoder};
@@ -80,7 +80,7 @@ impl Oracle {
     }
 
     /// The validated plan of a body (what the server would run), or the error it answers with.
-    pub fn plan(&self, body: &[u8]) -> Result<GeneratePlan, ApiError> {
+    pub fn plan(&self, body: &[u8]) -> Result<GeneratePlan, RequestError> {
         let parsed = request::admit_generate(body, self.config.sglang_version)?;
         request::plan_generate(
             &parsed,
@@ -107,7 +107,7 @@ impl Oracle {
 
     /// Exactly what the server answers to `body` as a non-stream request (the `stream` flag is ignored), or
     /// the error it answers with.
-    pub fn expect(&self, body: &[u8]) -> Result<Expected, ApiError> {
+    pub fn expect(&self, body: &[u8]) -> Result<Expected, RequestError> {
         self.expect_with(body, &Interventions::default())
     }
 
@@ -117,10 +117,10 @@ impl Oracle {
         &self,
         body: &[u8],
         interventions: &Interventions,
-    ) -> Result<Expected, ApiError> {
+    ) -> Result<Expected, RequestError> {
         let plan = self.plan(body)?;
         if let Some(message) = plan.rejection() {
-            return Err(ApiError::value(message));
+            return Err(RequestError::value(message));
         }
         let run = self.run(&plan, interventions);
         if let Some(err) = run.first_failure() {
@@ -155,7 +155,7 @@ impl Oracle {
     /// values without the final `[DONE]`, with wall-clock fields zeroed and generated ids replaced by
     /// [`FRESH_RID`]. A request the server rejects before streaming (type errors, HTTP 500s) is an `Err`; a
     /// `ValueError` is the single error event the server streams for it, in the release's shape.
-    pub fn expect_stream(&self, body: &[u8]) -> Result<Vec<serde_json::Value>, ApiError> {
+    pub fn expect_stream(&self, body: &[u8]) -> Result<Vec<serde_json::Value>, RequestError> {
         self.expect_stream_with(body, &Interventions::default())
     }
 
@@ -164,14 +164,12 @@ impl Oracle {
         &self,
         body: &[u8],
         interventions: &Interventions,
-    ) -> Result<Vec<serde_json::Value>, ApiError> {
+    ) -> Result<Vec<serde_json::Value>, RequestError> {
         let mut plan = match self.plan(body) {
             Ok(plan) => plan,
-            Err(err @ (ApiError::Value(_) | ApiError::Validation(_))) => {
-                return Ok(vec![
-                    serde_json::from_slice(&err.stream_event_json(self.config.sglang_version))
-                        .map_err(invalid_json)?,
-                ]);
+            Err(err @ (RequestError::Value(_) | RequestError::Validation(_))) => {
+                let event = wire::error_event(err.client_message(), self.config.sglang_version);
+                return Ok(vec![serde_json::from_slice(&event).map_err(invalid_json)?]);
             }
             Err(err) => return Err(err),
         };
@@ -204,55 +202,8 @@ impl Oracle {
     }
 }
 
-/// What `sglang-mock oracle` prints for one body: the HTTP status and the bytes of the answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Printed {
-    /// 200, or the status of the error the server answers with.
-    pub status: u16,
-    /// A 200 non-stream answer is its JSON body and a newline; a 200 stream is its SSE events through
-    /// `data: [DONE]`; an error is its JSON error body (or `Internal Server Error`) and a newline.
-    pub bytes: Vec<u8>,
-}
-
-impl Oracle {
-    /// The answer to `body` as the `oracle` command prints it (see [`Printed`]). A body that parses and asks
-    /// for a stream is answered with the stream's events: a value error in a stream is an event of a 200 answer.
-    pub fn print(&self, body: &[u8]) -> Printed {
-        let streamed = request::parse_generate(body).is_ok_and(|req| req.stream);
-        let answer = if streamed {
-            self.expect_stream(body).map(|events| {
-                let mut out = Vec::new();
-                for event in events {
-                    out.extend_from_slice(&wire::sse_event(event.to_string().as_bytes()));
-                }
-                out.extend_from_slice(wire::DONE_EVENT);
-                out
-            })
-        } else {
-            self.expect(body).map(|expected| {
-                let mut out = expected.body.to_string().into_bytes();
-                out.push(b'\n');
-                out
-            })
-        };
-        match answer {
-            Ok(bytes) => Printed { status: 200, bytes },
-            Err(err) => {
-                let mut bytes = err
-                    .json_body()
-                    .unwrap_or_else(|| b"Internal Server Error".to_vec());
-                bytes.push(b'\n');
-                Printed {
-                    status: err.status(),
-                    bytes,
-                }
-            }
-        }
-    }
-}
-
-fn invalid_json(err: serde_json::Error) -> ApiError {
-    ApiError::internal(format!("oracle produced invalid JSON: {err}"))
+fn invalid_json(err: serde_json::Error) -> RequestError {
+    RequestError::internal(format!("oracle produced invalid JSON: {err}"))
 }
 
 /// Make a body comparable with the oracle's: zero the wall-clock fields and replace generated ids with
@@ -310,5 +261,5 @@ pub enum OracleError {
     #[error("the configuration does not build a model")]
     Config(#[from] StateError),
     #[error("the server answers with an error: {0}")]
-    Rejected(#[from] ApiError),
+    Rejected(#[from] RequestError),
 }

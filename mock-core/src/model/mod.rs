@@ -4,24 +4,35 @@
 //! `mock-server/MODEL.md` specifies everything here, and `mock-server/reference/toymodel.py`, an implementation of
 //! that document alone, checks the server from outside its code.
 
+#[cfg(feature = "hf")]
 mod chat;
 mod dist;
+#[cfg(feature = "hf")]
 mod hf;
+mod loading;
 mod router;
 mod slots;
 mod tokenizer;
 mod toy;
+#[cfg(not(feature = "hf"))]
+mod without_hf;
 
-pub use chat::{ChatTemplate, SpecialTokenStrings};
+#[cfg(feature = "hf")]
+pub use chat::ChatTemplate;
 pub use dist::{CANDIDATES, Distribution, TAIL_LOGIT, TAIL_MARGIN};
-pub use hf::{HfVocab, LoadError, LoadedTokenizer};
+#[cfg(feature = "hf")]
+pub use hf::{HfVocab, LoadedTokenizer};
+pub use loading::{LoadError, SpecialTokenStrings};
 pub use router::{MoeShape, append_routes};
 pub use tokenizer::Tokenizer;
 pub use toy::{MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, Piece};
+#[cfg(not(feature = "hf"))]
+pub use without_hf::{ChatTemplate, HfVocab, LoadedTokenizer};
 
 use std::sync::Arc;
 
-pub(crate) use dist::{Logits, Pick, count_since_special, mix, unit};
+pub(crate) use dist::{Logits, Pick, count_since_special};
+pub use dist::{mix, unit};
 
 /// What defines the model: everything that changes its tokens or logprobs.
 #[derive(Clone, Debug, PartialEq, Eq)]

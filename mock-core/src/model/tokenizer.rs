@@ -5,10 +5,9 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use super::chat::ChatTemplate;
-use super::hf::HfVocab;
 use super::slots::{PUNCTUATION, Slots};
 use super::toy::{Piece, Toy};
+use super::{ChatTemplate, HfVocab};
 
 /// The tokenizer of the model.
 #[derive(Clone, Debug)]

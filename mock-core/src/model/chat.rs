@@ -14,16 +14,8 @@ use minijinja::value::{Kwargs, Value as JValue, ValueKind};
 use minijinja::{Environment, Error, ErrorKind};
 use serde_json::{Map, Value};
 
+use super::loading::SpecialTokenStrings;
 use crate::pyfmt::{float_repr, str_repr};
-
-/// The special-token strings `tokenizer_config.json` names, which chat templates read as variables.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SpecialTokenStrings {
-    pub bos_token: Option<String>,
-    pub eos_token: Option<String>,
-    pub pad_token: Option<String>,
-    pub unk_token: Option<String>,
-}
 
 /// The name the template is registered under.
 const NAME: &str = "chat_template";

@@ -21,15 +21,18 @@ mod sampling;
 mod script;
 
 pub use body::{CustomLogitProcessor, GenerateReqInput, parse_generate};
-pub(crate) use body::{json_decode_message, validation_error};
+pub use body::{json_decode_message, validation_error};
 pub use contract::generate_contract_error;
 
 use crate::config::SglangVersion;
-use crate::error::ApiError;
+use crate::error::RequestError;
 
 /// A `/generate` body as the release's HTTP layer admits it: FastAPI's parse, then (in the releases that have
 /// one) the JSON contract gate. The server and the oracle both start here.
-pub fn admit_generate(body: &[u8], version: SglangVersion) -> Result<GenerateReqInput, ApiError> {
+pub fn admit_generate(
+    body: &[u8],
+    version: SglangVersion,
+) -> Result<GenerateReqInput, RequestError> {
     let parsed = parse_generate(body)?;
     if parsed.return_hidden_states_last && !version.hidden_states_last {
         return Err(validation_error(
@@ -41,7 +44,7 @@ pub fn admit_generate(body: &[u8], version: SglangVersion) -> Result<GenerateReq
     if version.json_contract
         && let Some(violation) = generate_contract_error(body)
     {
-        return Err(ApiError::Contract(violation));
+        return Err(RequestError::Contract(violation));
     }
     Ok(parsed)
 }

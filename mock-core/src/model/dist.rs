@@ -41,12 +41,12 @@ pub(crate) fn splitmix64(mut z: u64) -> u64 {
 }
 
 /// Hashes `value` into the running state `state`.
-pub(crate) fn mix(state: u64, value: u64) -> u64 {
+pub fn mix(state: u64, value: u64) -> u64 {
     splitmix64(state ^ splitmix64(value))
 }
 
 /// Maps a hash to a uniform number in `[0, 1)` with 53 bits of precision.
-pub(crate) fn unit(h: u64) -> f64 {
+pub fn unit(h: u64) -> f64 {
     // Through `i64`: the value is below 2^53, so the conversion is exact either way, and x86-64 has a signed
     // conversion instruction but no unsigned one before AVX-512.
     ((h >> 11) as i64) as f64 * (1.0 / (1u64 << 53) as f64)

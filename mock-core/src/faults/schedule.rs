@@ -20,7 +20,7 @@ struct Installed {
 
 /// The live schedule plus the counters of `/admin/stats`. Replacing the configuration is atomic: a request
 /// sees either the old rules or the new ones.
-pub(crate) struct Faults {
+pub struct Faults {
     installed: RwLock<Arc<Installed>>,
     requests: Mutex<BTreeMap<String, u64>>,
     injected: Mutex<BTreeMap<FaultKind, u64>>,
@@ -35,7 +35,7 @@ impl fmt::Debug for Faults {
 }
 
 impl Faults {
-    pub(crate) fn new(config: FaultConfig) -> Faults {
+    pub fn new(config: FaultConfig) -> Faults {
         Faults {
             installed: RwLock::new(Arc::new(Installed::new(config))),
             requests: Mutex::new(BTreeMap::new()),
@@ -50,12 +50,12 @@ impl Faults {
         }
     }
 
-    pub(crate) fn config(&self) -> FaultConfig {
+    pub fn config(&self) -> FaultConfig {
         self.current().config.clone()
     }
 
     /// Replace the configuration; rule counters and the time window start afresh.
-    pub(crate) fn replace(&self, config: FaultConfig) {
+    pub fn replace(&self, config: FaultConfig) {
         let installed = Arc::new(Installed::new(config));
         match self.installed.write() {
             Ok(mut guard) => *guard = installed,
@@ -64,7 +64,7 @@ impl Faults {
     }
 
     /// Install `config` afresh, as [`Faults::replace`], and zero the counters of requests and injected faults.
-    pub(crate) fn reset(&self, config: FaultConfig) {
+    pub fn reset(&self, config: FaultConfig) {
         self.replace(config);
         lock(&self.requests).clear();
         lock(&self.injected).clear();
@@ -72,7 +72,7 @@ impl Faults {
 
     /// Count a request to `endpoint` and pick its fault: the header's if given (a bad header is an error),
     /// otherwise the first scheduled rule that fires.
-    pub(crate) fn decide(
+    pub fn decide(
         &self,
         endpoint: &str,
         stream: bool,
@@ -108,17 +108,17 @@ impl Faults {
     }
 
     /// Record that `kind` was injected.
-    pub(crate) fn record(&self, kind: FaultKind) {
+    pub fn record(&self, kind: FaultKind) {
         *lock(&self.injected).entry(kind).or_default() += 1;
     }
 
     /// Requests seen per endpoint.
-    pub(crate) fn requests_seen(&self) -> BTreeMap<String, u64> {
+    pub fn requests_seen(&self) -> BTreeMap<String, u64> {
         lock(&self.requests).clone()
     }
 
     /// Faults injected per kind.
-    pub(crate) fn injected(&self) -> BTreeMap<FaultKind, u64> {
+    pub fn injected(&self) -> BTreeMap<FaultKind, u64> {
         lock(&self.injected).clone()
     }
 }
