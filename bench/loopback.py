@@ -42,6 +42,8 @@ import urllib.request
 from servers import free_port, start_mock, wait_healthy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def request(tokens: int) -> dict:
     return {
         "input_ids": [785, 6722, 315, 9625, 374],
