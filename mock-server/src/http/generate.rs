@@ -353,7 +353,8 @@ mod tests {
             let rid = UuidRids.fresh_rid();
             assert_eq!(rid.len(), 32, "{rid}");
             assert!(
-                rid.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+                rid.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
                 "{rid}"
             );
             let uuid = uuid::Uuid::parse_str(&rid).expect("a uuid");
