@@ -892,6 +892,46 @@ async fn every_body_fault_lands_on_its_openai_field() {
             _ => format!(",-Infinity,{}", logprobs[2]),
         };
         assert!(text.contains(&bare), "{api}: {text}");
+
+        // The spans faults act on `metadata.weight_versions` as on `meta_info.weight_versions`: one span of the
+        // six tokens under the version now, then the catalogue's change of it.
+        let span = json!({"version": "default", "start": 0, "end": 6});
+        assert_eq!(clean["metadata"]["weight_versions"], json!([span]), "{api}");
+        for (fault, want) in [
+            (
+                "spans-gap",
+                json!([{"version": "default", "start": 1, "end": 6}]),
+            ),
+            (
+                "spans-overlap",
+                json!([span, {"version": "default", "start": 5, "end": 6}]),
+            ),
+            (
+                "stale-version",
+                json!([{"version": "stale", "start": 0, "end": 6}]),
+            ),
+        ] {
+            let body = faulted(fault).await.json();
+            assert_eq!(body["metadata"]["weight_versions"], want, "{api}: {fault}");
+            assert_eq!(body["choices"], clean["choices"], "{api}: {fault}");
+        }
+        let body = faulted("drop-channel;channel=weight_versions").await.json();
+        assert_eq!(
+            body["metadata"],
+            json!({"weight_version": "default"}),
+            "{api}: the spans go, the version stays"
+        );
+        // An answer without tokens has one empty span, which neither a gap nor an overlap can leave a span.
+        let mut empty = request.clone();
+        empty["max_tokens"] = json!(0);
+        for fault in ["spans-gap", "spans-overlap"] {
+            let body = post_with_fault(&server, path, &empty, fault).await.json();
+            assert_eq!(
+                body["metadata"]["weight_versions"],
+                json!([{"version": "default", "start": 0, "end": 0}]),
+                "{api}: {fault}"
+            );
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use super::mutate::mutate_body;
 use super::{BodyFault, Fault, StreamFault};
 use crate::error::ApiError;
 use mock_core::release::SglangVersion;
-use mock_core::wire::{DONE_EVENT, sse_event};
+use mock_core::wire::{self, DONE_EVENT, sse_event};
 
 /// Rewrites a body, or one stream event's JSON, under a body fault.
 pub(crate) type Mutate = fn(&BodyFault, &[u8]) -> Vec<u8>;
@@ -25,16 +25,12 @@ pub(crate) struct Format {
     pub error_event: fn(&str, SglangVersion) -> Vec<u8>,
 }
 
-/// `/generate`'s answers: body faults splice SGLang's objects; the error event is `{"error":{"message"}}`,
-/// as SGLang's `stream_results` writes a `ValueError`.
+/// `/generate`'s answers: body faults splice SGLang's objects; the error event is the release's, as SGLang's
+/// `stream_results` writes a `ValueError` ([`wire::error_event`]).
 pub(crate) const NATIVE: Format = Format {
     mutate: Some(mutate_body),
-    error_event: native_error_event,
+    error_event: wire::error_event,
 };
-
-fn native_error_event(message: &str, version: SglangVersion) -> Vec<u8> {
-    ApiError::value(message).stream_event_json(version)
-}
 
 /// The non-stream body under `fault`: mutated, cut, or sent after a stall. A stream-only fault on a
 /// non-stream request is a 400 that says so. HTTP and engine faults acted earlier and leave the body alone.
