@@ -1,0 +1,413 @@
+#!/usr/bin/env python3
+"""Real SGLang on a machine without a GPU: install a release, serve a tiny random-weight model with it on the
+CPU, stop it. The mock is judged against the releases themselves this way (`sglang-mock conform`), and anyone can
+run the real server offline the same way.
+
+    python3 scripts/real_sglang.py install 0.5.23          # once per release; cached under target/real-sglang/
+    python3 scripts/real_sglang.py start 0.5.23 [--moe] [--port 0] [-- EXTRA SERVER FLAGS]
+    python3 scripts/real_sglang.py stop 0.5.23
+
+`install` makes `target/real-sglang/<release>/venv`: torch's regular PyPI build (the CUDA build, whose `nvidia-*`
+wheels it imports, runs on the CPU), SGLang's requirements from its wheel's `Requires-Dist` without the packages
+that exist only for CUDA kernels, then the `sglang` wheel itself without dependencies, and stand-ins for the
+kernel modules SGLang imports at start-up and never calls on the CPU path (`sgl_kernel`, and under 0.5.3 the few
+`vllm` layer classes it imports, which SGLang defines itself). About 6-7 GB and 4-7 minutes per release on two
+cores; a finished install is marked and not repeated.
+
+`start` builds the model directories once (`target/real-sglang/models/`: a Qwen3 of hidden size 64 and 2 layers, and
+with `--moe` a Qwen3-MoE of 8 experts, 2 per token, for routed experts), both with Qwen's real tokenizer from
+`scripts/qwen_tokenizer.py`, and launches
+
+    SGLANG_USE_CPU_ENGINE=1 python -m sglang.launch_server --device cpu --load-format dummy \\
+        --attention-backend torch_native --sampling-backend pytorch --disable-cuda-graph \\
+        --skip-server-warmup --sleep-on-idle
+
+(`--sleep-on-idle`: without it the idle scheduler keeps a core busy) and a KV pool of 65,536 tokens
+(`--max-total-tokens`; left to itself SGLang takes most of the free memory). It returns once `/model_info` answers and
+prints one JSON line, `{"url": ..., "pid": ..., "release": ..., "log": ...}`, like `sglang-mock`'s ready line;
+the server runs on in the background, its output in the log, until `stop`. Start-up takes 35-80 s and about 4 GB
+of memory; a token takes a few milliseconds.
+
+Standard library only; the network is needed by `install` alone (PyPI).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import zipfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HOME = os.path.join(ROOT, "target", "real-sglang")
+WHEELS = os.path.join(HOME, "wheels")
+MODELS = os.path.join(HOME, "models")
+RELEASES = ("0.5.3", "0.5.15", "0.5.23")
+
+# Requirements that exist only for CUDA (kernels, their compilers and bindings): never imported on the CPU path
+# once `sgl_kernel` has a stand-in, and most have no wheel that installs without a GPU toolchain.
+CUDA_ONLY = {
+    "cuda-python",
+    "cuda-bindings",
+    "deepseek-recipe",
+    "flash-attn-4",
+    "flashinfer-python",
+    "flashinfer-cubin",
+    "flashinfer-jit-cache",
+    "humming-kernels",
+    "nvidia-cutlass-dsl",
+    "nvidia-mathdx",
+    "nvshmem4py-cu13",
+    "nvshmem4py-cu12",
+    "quack-kernels",
+    "sgl-deep-ep",
+    "sgl-deep-gemm",
+    "sgl-flash-mla",
+    "sgl-kernel",
+    "sglang-kernel",
+    "tilelang",
+    "torch-memory-saver",
+    "tml-renderers",
+}
+
+
+def log(message: str) -> None:
+    print(f"real_sglang: {message}", file=sys.stderr, flush=True)
+
+
+def normalise(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def release_dir(release: str) -> str:
+    return os.path.join(HOME, release)
+
+
+def python_of(release: str) -> str:
+    return os.path.join(release_dir(release), "venv", "bin", "python")
+
+
+def pip(release: str, *args: str) -> None:
+    command = [python_of(release), "-m", "pip", "--disable-pip-version-check", "--quiet", *args]
+    log(" ".join(command[1:]))
+    subprocess.run(command, check=True)
+
+
+def sglang_wheel(release: str) -> str:
+    """The release's wheel, downloaded once into the shared wheel folder."""
+    os.makedirs(WHEELS, exist_ok=True)
+    prefix = f"sglang-{release}-"
+    found = [f for f in os.listdir(WHEELS) if f.startswith(prefix) and f.endswith(".whl")]
+    if not found:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--quiet",
+                        "--no-deps", "--dest", WHEELS, f"sglang=={release}"], check=True)
+        found = [f for f in os.listdir(WHEELS) if f.startswith(prefix) and f.endswith(".whl")]
+    if len(found) != 1:
+        sys.exit(f"real_sglang: expected one wheel of sglang {release} in {WHEELS}, found {found}")
+    return os.path.join(WHEELS, found[0])
+
+
+def requirements(wheel: str) -> list[str]:
+    """The wheel's unconditional `Requires-Dist` lines (no extras), without the CUDA-only packages; markers are
+    left on for pip to evaluate."""
+    with zipfile.ZipFile(wheel) as zf:
+        metadata = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        lines = zf.read(metadata).decode().splitlines()
+    wanted = []
+    for line in lines:
+        if not line.startswith("Requires-Dist:"):
+            continue
+        requirement = line.split(":", 1)[1].strip()
+        if "extra ==" in requirement:
+            continue
+        name = requirement
+        for stop in "[<>=!~; (":
+            name = name.split(stop, 1)[0]
+        if normalise(name) in CUDA_ONLY:
+            continue
+        wanted.append(requirement)
+    return wanted
+
+
+STANDINS = '''"""Stand-ins for SGLang's GPU kernel modules on a CPU-only machine (scripts/real_sglang.py).
+
+SGLang imports `sgl_kernel` (and 0.5.3 a few `vllm` layer classes) at start-up; on the CPU path with the
+torch-native attention and sampling backends none of their functions is called. A meta-path finder answers
+those imports with modules whose every attribute is a function that raises if it is ever called, so that a
+call would be seen, never silently served. A second finder patches what start-up would ask of a GPU driver.
+"""
+
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+
+STANDIN_ROOTS = ("sgl_kernel",)
+
+
+class _Missing:
+    def __init__(self, name):
+        self.__name__ = name
+        self.__qualname__ = name
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"{self.__name__} is a stand-in: no GPU kernel on this machine")
+
+    def __getattr__(self, name):
+        return _Missing(f"{self.__name__}.{name}")
+
+    def __mro_entries__(self, bases):
+        return (object,)
+
+
+class _StandinModule(types.ModuleType):
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Missing(f"{self.__name__}.{name}")
+
+
+class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, fullname, path, target=None):
+        if fullname.split(".")[0] in STANDIN_ROOTS:
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        module = _StandinModule(spec.name)
+        module.__path__ = []
+        module.__version__ = "0.0.0+cpu-standin"
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+def _no_host_register(*args, **kwargs):
+    """`cudaHostRegister` pins host memory for copies to a GPU; without one there is nothing to pin."""
+    return None
+
+
+# Start-up patches, applied right after their module first executes: routed experts' capture buffers are pinned
+# through CUDA when the server starts (0.5.23), which fails on a machine without a GPU driver.
+PATCHES = {
+    "sglang.srt.mem_cache.pool_host.common": {"_cuda_host_register": _no_host_register},
+}
+
+
+class _Patcher(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in PATCHES:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                execute = spec.loader.exec_module
+
+                def exec_module(module, execute=execute):
+                    execute(module)
+                    for name, value in PATCHES[fullname].items():
+                        setattr(module, name, value)
+
+                spec.loader.exec_module = exec_module
+                return spec
+        return None
+
+
+if not any(isinstance(f, _Finder) for f in sys.meta_path):
+    sys.meta_path.append(_Finder())
+    sys.meta_path.insert(0, _Patcher())
+'''
+
+
+def install(release: str) -> None:
+    here = release_dir(release)
+    done = os.path.join(here, ".installed")
+    if os.path.exists(done):
+        log(f"sglang {release} is installed in {here}")
+        return
+    wheel = sglang_wheel(release)
+    if os.path.exists(here):
+        shutil.rmtree(here)
+    os.makedirs(here)
+    subprocess.run([sys.executable, "-m", "venv", os.path.join(here, "venv")], check=True)
+    wanted = requirements(wheel)
+    # torch first, at the release's pin, so that the other requirements resolve against it.
+    torch = [r for r in wanted if normalise(r.split("=")[0].split("<")[0].split(">")[0]) == "torch"]
+    pip(release, "install", *torch)
+    # The pin again, so that no other requirement (torchvision, unpinned) moves torch.
+    pip(release, "install", *wanted)
+    pip(release, "install", "--no-deps", wheel)
+    site = subprocess.run([python_of(release), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    with open(os.path.join(site, "sglang_cpu_standins.py"), "w") as f:
+        f.write(STANDINS)
+    with open(os.path.join(site, "sglang_cpu_standins.pth"), "w") as f:
+        f.write("import sglang_cpu_standins\n")
+    with open(done, "w") as f:
+        f.write(release + "\n")
+    log(f"sglang {release} installed in {here}")
+
+
+def qwen_tokenizer() -> str:
+    out = os.path.join(ROOT, "target", "qwen-tokenizer")
+    subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "qwen_tokenizer.py"), out], check=True,
+                   stdout=subprocess.DEVNULL)
+    return out
+
+
+def model_config(moe: bool) -> dict:
+    """A Qwen3 small enough to run at a few milliseconds per token on a CPU, with Qwen's vocabulary."""
+    config = {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "vocab_size": 151936,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "hidden_act": "silu",
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "tie_word_embeddings": True,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": 151643,
+        "eos_token_id": 151645,
+        "torch_dtype": "float32",
+    }
+    if moe:
+        config.update({
+            "architectures": ["Qwen3MoeForCausalLM"],
+            "model_type": "qwen3_moe",
+            "num_experts": 8,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 32,
+            "decoder_sparse_step": 1,
+            "norm_topk_prob": True,
+            "mlp_only_layers": [],
+            "output_router_logits": False,
+            "router_aux_loss_coef": 0.001,
+        })
+    return config
+
+
+def model_dir(moe: bool) -> str:
+    name = "qwen3-moe-tiny" if moe else "qwen3-tiny"
+    out = os.path.join(MODELS, name)
+    config = model_config(moe)
+    stamp = os.path.join(out, "config.json")
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            if json.load(f) == config:
+                return out
+    tokenizer = qwen_tokenizer()
+    os.makedirs(out, exist_ok=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+        shutil.copyfile(os.path.join(tokenizer, name), os.path.join(out, name))
+    with open(stamp, "w") as f:
+        json.dump(config, f, indent=2)
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pid_file(release: str) -> str:
+    return os.path.join(release_dir(release), "server.pid")
+
+
+def start(release: str, moe: bool, port: int, extra: list[str], timeout: float, max_total_tokens: int) -> None:
+    if not os.path.exists(os.path.join(release_dir(release), ".installed")):
+        sys.exit(f"real_sglang: sglang {release} is not installed (python3 scripts/real_sglang.py install {release})")
+    port = port or free_port()
+    model = model_dir(moe)
+    log_path = os.path.join(release_dir(release), "server.log")
+    command = [python_of(release), "-m", "sglang.launch_server", "--model-path", model, "--host", "127.0.0.1",
+               "--port", str(port), "--device", "cpu", "--load-format", "dummy", "--attention-backend",
+               "torch_native", "--sampling-backend", "pytorch", "--disable-cuda-graph", "--skip-server-warmup",
+               "--sleep-on-idle", "--max-total-tokens", str(max_total_tokens), *extra]
+    env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1")
+    with open(log_path, "w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    with open(pid_file(release), "w") as f:
+        f.write(f"{process.pid}\n")
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            sys.exit(f"real_sglang: sglang {release} exited with {process.returncode}; see {log_path}")
+        try:
+            with urllib.request.urlopen(url + "/model_info", timeout=2) as r:
+                if r.status == 200:
+                    print(json.dumps({"url": url, "pid": process.pid, "release": release, "log": log_path}),
+                          flush=True)
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(1)
+    os.killpg(process.pid, signal.SIGTERM)
+    sys.exit(f"real_sglang: sglang {release} did not answer within {timeout:.0f} s; see {log_path}")
+
+
+def stop(release: str) -> None:
+    path = pid_file(release)
+    if not os.path.exists(path):
+        log(f"no server of sglang {release} was started")
+        return
+    with open(path) as f:
+        pid = int(f.read().strip())
+    try:
+        os.killpg(pid, signal.SIGTERM)
+        for _ in range(30):
+            os.kill(pid, 0)
+            time.sleep(0.5)
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    os.remove(path)
+    log(f"stopped sglang {release} (pid {pid})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("install", help="install a release under target/real-sglang/")
+    p.add_argument("release", choices=RELEASES)
+    p = sub.add_parser("start", help="serve the tiny model; prints a JSON ready line")
+    p.add_argument("release", choices=RELEASES)
+    p.add_argument("--moe", action="store_true", help="the Qwen3-MoE model (routed experts)")
+    p.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for /model_info")
+    p.add_argument("--max-total-tokens", type=int, default=65536,
+                   help="the KV pool in tokens (SGLang sizes it from free memory otherwise: about 15 GB here)")
+    p = sub.add_parser("stop", help="stop the server start left running")
+    p.add_argument("release", choices=RELEASES)
+    # What follows `--` goes to the server as it stands.
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser.parse_args(argv[:len(argv) - len(extra) - (1 if "--" in argv else 0)])
+    if args.command == "install":
+        install(args.release)
+    elif args.command == "start":
+        start(args.release, args.moe, args.port, extra, args.timeout, args.max_total_tokens)
+    else:
+        stop(args.release)
+
+
+if __name__ == "__main__":
+    main()
