@@ -341,7 +341,10 @@ def start(release: str, moe: bool, port: int, extra: list[str], timeout: float, 
                "--port", str(port), "--device", "cpu", "--load-format", "dummy", "--attention-backend",
                "torch_native", "--sampling-backend", "pytorch", "--disable-cuda-graph", "--skip-server-warmup",
                "--sleep-on-idle", "--max-total-tokens", str(max_total_tokens), *extra]
+    # 0.5.15 derives a gRPC port as `--port + 10000` and refuses one past 65535, as a port the kernel picks can
+    # make it; a port of its own (unused: gRPC stays off) keeps the check quiet.
     env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1")
+    env.setdefault("SGLANG_GRPC_PORT", str(free_port()))
     with open(log_path, "w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     with open(pid_file(release), "w") as f:
