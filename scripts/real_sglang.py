@@ -10,9 +10,11 @@ run the real server offline the same way.
 `install` makes `target/real-sglang/<release>/venv`: torch's regular PyPI build (the CUDA build, whose `nvidia-*`
 wheels it imports, runs on the CPU), SGLang's requirements from its wheel's `Requires-Dist` without the packages
 that exist only for CUDA kernels, then the `sglang` wheel itself without dependencies, and stand-ins for the
-kernel modules SGLang imports at start-up and never calls on the CPU path (`sgl_kernel`, and under 0.5.3 the few
-`vllm` layer classes it imports, which SGLang defines itself). About 6-7 GB and 4-7 minutes per release on two
-cores; a finished install is marked and not repeated.
+kernel module SGLang imports at start-up and never calls on the CPU path (`sgl_kernel`), with a start-up patch
+for the one thing start-up asks of a GPU driver (pinning routed experts' host buffers, 0.5.23). About 6-7 GB and
+2-5 minutes per release on two cores; a finished install is marked and not repeated. Checked on 0.5.3, 0.5.15
+and 0.5.23: each starts, answers `/generate` (0.5.15 its streams too, 0.5.23 routed experts on the MoE model)
+and the OpenAI chat route.
 
 `start` builds the model directories once (`target/real-sglang/models/`: a Qwen3 of hidden size 64 and 2 layers, and
 with `--moe` a Qwen3-MoE of 8 experts, 2 per token, for routed experts), both with Qwen's real tokenizer from
@@ -23,7 +25,8 @@ with `--moe` a Qwen3-MoE of 8 experts, 2 per token, for routed experts), both wi
         --skip-server-warmup --sleep-on-idle
 
 (`--sleep-on-idle`: without it the idle scheduler keeps a core busy) and a KV pool of 65,536 tokens
-(`--max-total-tokens`; left to itself SGLang takes most of the free memory). It returns once `/model_info` answers and
+(`--max-total-tokens`; left to itself SGLang takes most of the free memory). It returns once `/v1/models` answers (every release serves
+it; 0.5.3 has no `/model_info`) and
 prints one JSON line, `{"url": ..., "pid": ..., "release": ..., "log": ...}`, like `sglang-mock`'s ready line;
 the server runs on in the background, its output in the log, until `stop`. Start-up takes 35-80 s and about 4 GB
 of memory; a token takes a few milliseconds.
@@ -137,7 +140,7 @@ def requirements(wheel: str) -> list[str]:
 
 STANDINS = '''"""Stand-ins for SGLang's GPU kernel modules on a CPU-only machine (scripts/real_sglang.py).
 
-SGLang imports `sgl_kernel` (and 0.5.3 a few `vllm` layer classes) at start-up; on the CPU path with the
+SGLang imports `sgl_kernel` at start-up; on the CPU path with the
 torch-native attention and sampling backends none of their functions is called. A meta-path finder answers
 those imports with modules whose every attribute is a function that raises if it is ever called, so that a
 call would be seen, never silently served. A second finder patches what start-up would ask of a GPU driver.
@@ -355,7 +358,7 @@ def start(release: str, moe: bool, port: int, extra: list[str], timeout: float, 
         if process.poll() is not None:
             sys.exit(f"real_sglang: sglang {release} exited with {process.returncode}; see {log_path}")
         try:
-            with urllib.request.urlopen(url + "/model_info", timeout=2) as r:
+            with urllib.request.urlopen(url + "/v1/models", timeout=2) as r:
                 if r.status == 200:
                     print(json.dumps({"url": url, "pid": process.pid, "release": release, "log": log_path}),
                           flush=True)
@@ -395,7 +398,7 @@ def main() -> None:
     p.add_argument("release", choices=RELEASES)
     p.add_argument("--moe", action="store_true", help="the Qwen3-MoE model (routed experts)")
     p.add_argument("--port", type=int, default=0, help="0 picks a free port")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for /model_info")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for /v1/models")
     p.add_argument("--max-total-tokens", type=int, default=65536,
                    help="the KV pool in tokens (SGLang sizes it from free memory otherwise: about 15 GB here)")
     p = sub.add_parser("stop", help="stop the server start left running")
