@@ -10,10 +10,10 @@ run the real server offline the same way.
 `install` makes `target/real-sglang/<release>/venv`: torch's regular PyPI build (the CUDA build, whose `nvidia-*`
 wheels it imports, runs on the CPU), SGLang's requirements from its wheel's `Requires-Dist` without the packages
 that exist only for CUDA kernels, then the `sglang` wheel itself without dependencies, and stand-ins for the
-kernel module SGLang imports at start-up and never calls on the CPU path (`sgl_kernel`), with a start-up patch
-for the one thing start-up asks of a GPU driver (pinning routed experts' host buffers, 0.5.23). About 6-7 GB and
+kernel module SGLang imports at start-up and never calls on the CPU path (`sgl_kernel`), with start-up patches
+for the one thing start-up asks of a GPU driver (pinning routed experts' host buffers, 0.5.15 and 0.5.23). About 6-7 GB and
 2-5 minutes per release on two cores; a finished install is marked and not repeated. Checked on 0.5.3, 0.5.15
-and 0.5.23: each starts, answers `/generate` (0.5.15 its streams too, 0.5.23 routed experts on the MoE model)
+and 0.5.23: each starts, answers `/generate` (0.5.15 its streams too, 0.5.15 and 0.5.23 routed experts on the MoE model)
 and the OpenAI chat route.
 
 `start` builds the model directories once (`target/real-sglang/models/`: a Qwen3 of hidden size 64 and 2 layers, and
@@ -197,10 +197,36 @@ def _no_host_register(*args, **kwargs):
     return None
 
 
+class _TorchWithoutPinning:
+    """`torch` for one module, whose tensors are never pinned: pinning needs a GPU driver."""
+
+    def __init__(self, torch):
+        self._torch = torch
+
+    def __getattr__(self, name):
+        return getattr(self._torch, name)
+
+    def zeros(self, *args, pin_memory=False, **kwargs):
+        return self._torch.zeros(*args, **kwargs)
+
+    def empty(self, *args, pin_memory=False, **kwargs):
+        return self._torch.empty(*args, **kwargs)
+
+
+def _unpinned_torch(module):
+    module.torch = _TorchWithoutPinning(module.torch)
+
+
+def _unregistered_host_memory(module):
+    module._cuda_host_register = _no_host_register
+
+
 # Start-up patches, applied right after their module first executes: routed experts' capture buffers are pinned
-# through CUDA when the server starts (0.5.23), which fails on a machine without a GPU driver.
+# through CUDA when the server starts (0.5.15 allocates them pinned, 0.5.23 registers them), which fails on a
+# machine without a GPU driver.
 PATCHES = {
-    "sglang.srt.mem_cache.pool_host.common": {"_cuda_host_register": _no_host_register},
+    "sglang.srt.state_capturer.base": _unpinned_torch,
+    "sglang.srt.mem_cache.pool_host.common": _unregistered_host_memory,
 }
 
 
@@ -217,8 +243,7 @@ class _Patcher(importlib.abc.MetaPathFinder):
 
                 def exec_module(module, execute=execute):
                     execute(module)
-                    for name, value in PATCHES[fullname].items():
-                        setattr(module, name, value)
+                    PATCHES[fullname](module)
 
                 spec.loader.exec_module = exec_module
                 return spec

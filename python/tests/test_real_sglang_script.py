@@ -45,7 +45,7 @@ def test_requirements_drop_extras_and_cuda_only_packages(tmp_path):
     ]
 
 
-def test_stand_ins_answer_kernel_imports_and_raise_when_called(tmp_path):
+def test_stand_ins_answer_kernel_imports_raise_when_called_and_patch_start_up(tmp_path):
     standins = tmp_path / "sglang_cpu_standins.py"
     standins.write_text(load_script().STANDINS)
     # A module the start-up patch replaces a function of, at the path the release has it.
@@ -54,6 +54,14 @@ def test_stand_ins_answer_kernel_imports_and_raise_when_called(tmp_path):
     for level in [tmp_path / "sglang", tmp_path / "sglang" / "srt", tmp_path / "sglang" / "srt" / "mem_cache", package]:
         (level / "__init__.py").write_text("")
     (package / "common.py").write_text("def _cuda_host_register(buffer):\n    raise RuntimeError('no driver')\n")
+    capturer = tmp_path / "sglang" / "srt" / "state_capturer"
+    capturer.mkdir()
+    (capturer / "__init__.py").write_text("")
+    # A `torch` that records whether it was asked to pin.
+    (capturer / "base.py").write_text(
+        "import types\n"
+        "torch = types.SimpleNamespace(zeros=lambda *shape, pin_memory=False, **kw: ('zeros', pin_memory),\n"
+        "                              int32='int32')\n")
     check = textwrap.dedent("""\
         import sglang_cpu_standins
         import sgl_kernel
@@ -68,6 +76,9 @@ def test_stand_ins_answer_kernel_imports_and_raise_when_called(tmp_path):
             pass
         from sglang.srt.mem_cache.pool_host import common
         assert common._cuda_host_register(object()) is None
+        from sglang.srt.state_capturer import base
+        assert base.torch.zeros(4, 2, pin_memory=True) == ("zeros", False)
+        assert base.torch.int32 == "int32"
         print("ok")
         """)
     result = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, capture_output=True, text=True,
