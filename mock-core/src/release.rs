@@ -113,6 +113,8 @@ pub struct Release {
     pub chat_max_tokens: ChatMaxTokens,
     /// A chat request may ask for `return_meta_info` (`protocol.py: ChatCompletionRequest`).
     pub chat_return_meta_info: bool,
+    /// An OpenAI answer's `usage` ends with `completion_tokens_details` (`protocol.py: UsageInfo`).
+    pub usage_completion_tokens_details: bool,
     /// `/tokenize` with `messages` renders with the request's `add_generation_prompt`
     /// (`serving_tokenize.py`); without it, always as for a chat completion.
     pub tokenize_add_generation_prompt: bool,
@@ -387,6 +389,7 @@ pub const V0_5_3: Release = Release {
     openai_seed: false,
     chat_max_tokens: ChatMaxTokens::MaxTokensFirst,
     chat_return_meta_info: false,
+    usage_completion_tokens_details: false,
     tokenize_add_generation_prompt: false,
 };
 
@@ -557,6 +560,7 @@ pub const V0_5_23: Release = Release {
     ],
     keyless_prefixes: &["/health", "/metrics", "/ready"],
     tokenize_add_generation_prompt: true,
+    usage_completion_tokens_details: true,
     ..V0_5_15
 };
 

@@ -115,8 +115,8 @@ async fn completion_logprobs_with_echo_are_the_generate_logprobs_of_the_same_tok
     }
     assert_eq!(
         body["usage"],
-        json!({"prompt_tokens": n_prompt, "completion_tokens": 8, "total_tokens": n_prompt + 8,
-               "prompt_tokens_details": null})
+        json!({"prompt_tokens": n_prompt, "total_tokens": n_prompt + 8, "completion_tokens": 8,
+               "prompt_tokens_details": null, "reasoning_tokens": 0, "completion_tokens_details": null})
     );
     // `build_endpoint_weight_version_metadata` (0.5.23): the native item's version and its spans.
     assert_eq!(
@@ -367,12 +367,15 @@ async fn check_streams(server: &InProcess) {
         };
         let prompt_tokens = server.oracle.model().tokenizer().encode(prompt).len() as u64;
         let completion: u64 = tokens.iter().sum();
-        assert_eq!(
-            whole["usage"],
-            json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion,
-                   "total_tokens": prompt_tokens + completion, "prompt_tokens_details": null}),
-            "{api}"
-        );
+        // The counts; which keys each release writes, in which order, is
+        // `usage_is_each_releases_usage_info_in_its_order`'s.
+        for (key, value) in [
+            ("prompt_tokens", prompt_tokens),
+            ("total_tokens", prompt_tokens + completion),
+            ("completion_tokens", completion),
+        ] {
+            assert_eq!(whole["usage"][key], value, "{api}: {key}");
+        }
         let mut streamed_request = request.clone();
         streamed_request["stream"] = json!(true);
         streamed_request["stream_options"] = json!({"include_usage": true});
@@ -1062,6 +1065,65 @@ async fn chat_streams_without_logprobs_carry_the_text() {
         .count();
     assert_eq!(empty, 0, "{chunks:?}");
     assert!(chunks.iter().all(|c| c["choices"][0]["logprobs"].is_null()));
+}
+
+/// `usage` is each release's `UsageInfo` (`srt/entrypoints/openai/protocol.py`), its fields in their declared
+/// order, which is also what each running release wrote for these requests (`scripts/real_sglang.py`): the
+/// mock wrote `completion_tokens` before `total_tokens` and no `reasoning_tokens`. Non-stream answers and a
+/// stream's usage chunk alike.
+#[tokio::test]
+async fn usage_is_each_releases_usage_info_in_its_order() {
+    let base = [
+        "prompt_tokens",
+        "total_tokens",
+        "completion_tokens",
+        "prompt_tokens_details",
+        "reasoning_tokens",
+    ];
+    let expected = [
+        (SglangVersion::V0_5_3, &base[..]),
+        (SglangVersion::V0_5_15, &base[..]),
+        (
+            SglangVersion::V0_5_23,
+            &[
+                "prompt_tokens",
+                "total_tokens",
+                "completion_tokens",
+                "prompt_tokens_details",
+                "reasoning_tokens",
+                "completion_tokens_details",
+            ][..],
+        ),
+    ];
+    assert_eq!(
+        expected.iter().map(|(v, _)| *v).collect::<Vec<_>>(),
+        SglangVersion::all().collect::<Vec<_>>(),
+        "one expectation per release"
+    );
+    for (version, keys) in expected {
+        let server = InProcess::new(ServerConfig {
+            sglang_version: version,
+            ..ServerConfig::default()
+        });
+        let completion = json!({"prompt": "hi", "max_tokens": 3});
+        let body = post(&server, "/v1/completions", &completion).await.json();
+        assert_eq!(crate::common::keys(&body["usage"]), keys, "{version}");
+        assert_eq!(body["usage"]["reasoning_tokens"], 0, "{version}");
+        assert_eq!(
+            body["usage"]["total_tokens"],
+            json!(body["usage"]["prompt_tokens"].as_u64().unwrap() + 3),
+            "{version}"
+        );
+        let chat = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": true,
+                          "stream_options": {"include_usage": true}});
+        let chunks = sse_json(&post(&server, "/v1/chat/completions", &chat).await.body);
+        let last = chunks.last().expect("a usage chunk");
+        assert_eq!(
+            crate::common::keys(&last["usage"]),
+            keys,
+            "{version}: stream"
+        );
+    }
 }
 
 /// Every chat stream delta carries `reasoning_content`, `null` here, in every release: 0.5.15 and 0.5.23 write

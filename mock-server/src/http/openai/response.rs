@@ -15,7 +15,7 @@ use super::json::{self, Bare, Json, Null, Omit, object};
 use super::request::{Api, OpenAiRequest};
 use mock_core::engine::{FinishReason, Generation, LogprobEntry, PlannedItem};
 use mock_core::model::Tokenizer;
-use mock_core::release::OpenAiEncoding;
+use mock_core::release::{OpenAiEncoding, SglangVersion};
 use mock_core::wire::VersionSpan;
 
 /// How an item ended, as the OpenAI layer reads `meta_info.finish_reason`.
@@ -566,14 +566,25 @@ impl Json for Choice {
 
 /// Token counts summed as `UsageProcessor` does: completion tokens of every choice, prompt tokens once per
 /// prompt (every `n`-th choice). The mock keeps no prefix cache (`cached_tokens` is always 0), so
-/// `prompt_tokens_details` is `null`, as SGLang reports a zero cached sum.
+/// `prompt_tokens_details` is `null`, as SGLang reports a zero cached sum; the toy model does not reason, so
+/// `reasoning_tokens` is 0 and (0.5.23) `completion_tokens_details` `null`, as SGLang sets it only when there
+/// are some.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Usage {
     prompt: u64,
     completion: u64,
+    /// The release's `UsageInfo` ends with `completion_tokens_details`.
+    details: bool,
 }
 
 impl Usage {
+    fn of(release: SglangVersion) -> Usage {
+        Usage {
+            details: release.usage_completion_tokens_details,
+            ..Usage::default()
+        }
+    }
+
     fn add(&mut self, idx: usize, item: &ItemView, n: usize) {
         self.completion += item.completion_tokens;
         if idx.is_multiple_of(n.max(1)) {
@@ -582,15 +593,24 @@ impl Usage {
     }
 }
 
+/// `UsageInfo` of `srt/entrypoints/openai/protocol.py`, its fields in their declared order (what each
+/// release's running server writes too).
 impl Json for Usage {
     fn write(&self, out: &mut Vec<u8>) {
+        let details = if self.details {
+            Omit::Present(Null)
+        } else {
+            Omit::Absent
+        };
         object(
             out,
             &[
                 ("prompt_tokens", &self.prompt),
-                ("completion_tokens", &self.completion),
                 ("total_tokens", &(self.prompt + self.completion)),
+                ("completion_tokens", &self.completion),
                 ("prompt_tokens_details", &Null),
+                ("reasoning_tokens", &0u32),
+                ("completion_tokens_details", &details),
             ],
         );
     }
@@ -708,7 +728,7 @@ pub(crate) fn body(req: &OpenAiRequest, items: &[ItemView], created: u64) -> Ans
         })
         .collect();
     let first = items.first();
-    let mut usage = Usage::default();
+    let mut usage = Usage::of(req.sglang_version);
     for (idx, item) in items.iter().enumerate() {
         usage.add(idx, item, req.n);
     }
@@ -901,7 +921,7 @@ impl ChunkTranslator {
         state.text_sent = item.text.len();
         let first = !state.started;
         state.started = true;
-        state.usage = Usage::default();
+        state.usage = Usage::of(req.sglang_version);
         state.usage.add(0, item, 1);
         let logprobs = req
             .logprobs
@@ -979,7 +999,7 @@ impl ChunkTranslator {
             chunks.push(chunk);
         }
         if self.req.include_usage {
-            let mut usage = Usage::default();
+            let mut usage = Usage::of(self.req.sglang_version);
             for (index, state) in &self.choices {
                 usage.completion += state.usage.completion;
                 if index.is_multiple_of(self.req.n.max(1)) {
