@@ -115,6 +115,11 @@ pub struct Release {
     pub chat_return_meta_info: bool,
     /// An OpenAI answer's `usage` ends with `completion_tokens_details` (`protocol.py: UsageInfo`).
     pub usage_completion_tokens_details: bool,
+    /// A chat answer's `message` writes `"tool_calls": null` when it calls no tool; later releases leave the key
+    /// out (`protocol.py: ChatMessage._serialize`).
+    pub chat_message_null_tool_calls: bool,
+    /// A `/v1/models` card has `parent` (`protocol.py: ModelCard`).
+    pub model_card_parent: bool,
     /// `/tokenize` with `messages` renders with the request's `add_generation_prompt`
     /// (`serving_tokenize.py`); without it, always as for a chat completion.
     pub tokenize_add_generation_prompt: bool,
@@ -390,6 +395,8 @@ pub const V0_5_3: Release = Release {
     chat_max_tokens: ChatMaxTokens::MaxTokensFirst,
     chat_return_meta_info: false,
     usage_completion_tokens_details: false,
+    chat_message_null_tool_calls: true,
+    model_card_parent: false,
     tokenize_add_generation_prompt: false,
 };
 
@@ -483,6 +490,7 @@ pub const V0_5_15: Release = Release {
     openai_seed: true,
     chat_max_tokens: ChatMaxTokens::MaxCompletionTokensFirst,
     chat_return_meta_info: true,
+    model_card_parent: true,
     ..V0_5_3
 };
 
@@ -561,6 +569,7 @@ pub const V0_5_23: Release = Release {
     keyless_prefixes: &["/health", "/metrics", "/ready"],
     tokenize_add_generation_prompt: true,
     usage_completion_tokens_details: true,
+    chat_message_null_tool_calls: false,
     ..V0_5_15
 };
 

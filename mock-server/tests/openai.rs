@@ -1067,6 +1067,80 @@ async fn chat_streams_without_logprobs_carry_the_text() {
     assert!(chunks.iter().all(|c| c["choices"][0]["logprobs"].is_null()));
 }
 
+/// A chat answer's `message` and a `/v1/models` card are each release's `ChatMessage` and `ModelCard`
+/// (`srt/entrypoints/openai/protocol.py`), keys in order, as each running release wrote them for these requests
+/// (`scripts/real_sglang.py`): 0.5.23 leaves out a `tool_calls` of `None`, 0.5.15 added `parent`.
+#[tokio::test]
+async fn chat_messages_and_model_cards_are_each_releases() {
+    let expected = [
+        (
+            SglangVersion::V0_5_3,
+            &["role", "content", "reasoning_content", "tool_calls"][..],
+            &[
+                "id",
+                "object",
+                "created",
+                "owned_by",
+                "root",
+                "max_model_len",
+            ][..],
+        ),
+        (
+            SglangVersion::V0_5_15,
+            &["role", "content", "reasoning_content", "tool_calls"][..],
+            &[
+                "id",
+                "object",
+                "created",
+                "owned_by",
+                "root",
+                "parent",
+                "max_model_len",
+            ][..],
+        ),
+        (
+            SglangVersion::V0_5_23,
+            &["role", "content", "reasoning_content"][..],
+            &[
+                "id",
+                "object",
+                "created",
+                "owned_by",
+                "root",
+                "parent",
+                "max_model_len",
+            ][..],
+        ),
+    ];
+    assert_eq!(
+        expected.iter().map(|(v, _, _)| *v).collect::<Vec<_>>(),
+        SglangVersion::all().collect::<Vec<_>>(),
+        "one expectation per release"
+    );
+    for (version, message_keys, card_keys) in expected {
+        let server = InProcess::new(ServerConfig {
+            sglang_version: version,
+            ..ServerConfig::default()
+        });
+        let chat = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3});
+        let body = post(&server, "/v1/chat/completions", &chat).await.json();
+        let message = &body["choices"][0]["message"];
+        assert_eq!(crate::common::keys(message), message_keys, "{version}");
+        for key in ["reasoning_content", "tool_calls"] {
+            assert!(
+                message.get(key).is_none_or(Value::is_null),
+                "{version}: {key}"
+            );
+        }
+        let models = server.get("/v1/models").await.json();
+        let card = &models["data"][0];
+        assert_eq!(crate::common::keys(card), card_keys, "{version}");
+        if card_keys.contains(&"parent") {
+            assert!(card["parent"].is_null(), "{version}");
+        }
+    }
+}
+
 /// `usage` is each release's `UsageInfo` (`srt/entrypoints/openai/protocol.py`), its fields in their declared
 /// order, which is also what each running release wrote for these requests (`scripts/real_sglang.py`): the
 /// mock wrote `completion_tokens` before `total_tokens` and no `reasoning_tokens`. Non-stream answers and a

@@ -202,16 +202,24 @@ pub(crate) fn unix_seconds() -> u64 {
     unix_now() as u64
 }
 
+/// `ModelCard` of `srt/entrypoints/openai/protocol.py`, with `parent` where the release has it.
 fn model_card(state: &AppState) -> Ordered {
     let name = state.served_model_name();
-    ordered! {
+    let mut card = ordered! {
         "id": &*name,
         "object": "model",
         "created": unix_seconds(),
         "owned_by": "sglang",
         "root": &*name,
-        "max_model_len": state.config().context_length,
+    };
+    if state.config().sglang_version.model_card_parent {
+        card.0.push(("parent", serde_json::Value::Null));
     }
+    card.0.push((
+        "max_model_len",
+        serde_json::json!(state.config().context_length),
+    ));
+    card
 }
 
 /// `/v1/models`.

@@ -383,8 +383,8 @@ impl Json for Span {
 pub(crate) enum Content {
     /// A completion's `text`.
     Text(String),
-    /// A chat answer's `message`.
-    Message(String),
+    /// A chat answer's `message`, and whether its release writes `"tool_calls": null`.
+    Message { text: String, null_tool_calls: bool },
     /// A chat chunk's `delta`.
     Delta(Delta),
 }
@@ -522,19 +522,28 @@ pub(crate) struct Choice {
     pub(crate) finish: Finish,
 }
 
-/// A chat answer's `message`.
+/// A chat answer's `message`: `ChatMessage`, whose `tool_calls` is `null` or, in later releases, left out when
+/// no tool was called.
 #[derive(Debug)]
-struct Message<'a>(&'a str);
+struct Message<'a> {
+    content: &'a str,
+    null_tool_calls: bool,
+}
 
 impl Json for Message<'_> {
     fn write(&self, out: &mut Vec<u8>) {
+        let tool_calls = if self.null_tool_calls {
+            Omit::Present(Null)
+        } else {
+            Omit::Absent
+        };
         object(
             out,
             &[
                 ("role", &"assistant"),
-                ("content", &self.0),
+                ("content", &self.content),
                 ("reasoning_content", &Null),
-                ("tool_calls", &Null),
+                ("tool_calls", &tool_calls),
             ],
         );
     }
@@ -545,8 +554,14 @@ impl Json for Choice {
         let message;
         let (key, content): (&str, &dyn Json) = match &self.content {
             Content::Text(text) => ("text", text),
-            Content::Message(text) => {
-                message = Message(text);
+            Content::Message {
+                text,
+                null_tool_calls,
+            } => {
+                message = Message {
+                    content: text,
+                    null_tool_calls: *null_tool_calls,
+                };
                 ("message", &message)
             }
             Content::Delta(delta) => ("delta", delta),
@@ -716,7 +731,11 @@ pub(crate) fn body(req: &OpenAiRequest, items: &[ItemView], created: u64) -> Ans
                     let logprobs = req
                         .logprobs
                         .map(|_| chat_logprobs(&lp.output, lp.output_top.as_deref()));
-                    (Content::Message(item.text.clone()), logprobs)
+                    let message = Content::Message {
+                        text: item.text.clone(),
+                        null_tool_calls: req.sglang_version.chat_message_null_tool_calls,
+                    };
+                    (message, logprobs)
                 }
             };
             Choice {
