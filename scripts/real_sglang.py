@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Real SGLang on a machine without a GPU: install a release, serve a tiny random-weight model with it on the
-CPU, stop it. The mock is judged against the releases themselves this way (`sglang-mock conform`), and anyone can
-run the real server offline the same way.
+CPU, stop it, so that what the mock answers can be asked of the releases themselves, and so that anyone can run
+the real server offline.
 
     python3 scripts/real_sglang.py install 0.5.23          # once per release; cached under target/real-sglang/
     python3 scripts/real_sglang.py start 0.5.23 [--moe] [--port 0] [-- EXTRA SERVER FLAGS]
@@ -11,25 +11,24 @@ run the real server offline the same way.
 wheels it imports, runs on the CPU), SGLang's requirements from its wheel's `Requires-Dist` without the packages
 that exist only for CUDA kernels, then the `sglang` wheel itself without dependencies, and stand-ins for the
 kernel module SGLang imports at start-up and never calls on the CPU path (`sgl_kernel`), with start-up patches
-for the one thing start-up asks of a GPU driver (pinning routed experts' host buffers, 0.5.15 and 0.5.23). About 6-7 GB and
-2-5 minutes per release on two cores; a finished install is marked and not repeated. Checked on 0.5.3, 0.5.15
-and 0.5.23: each starts, answers `/generate` (0.5.15 its streams too, 0.5.15 and 0.5.23 routed experts on the MoE model)
-and the OpenAI chat route.
+for the one thing start-up asks of a GPU driver (pinning routed experts' host buffers, 0.5.15 and 0.5.23). About
+7 GB and 2-5 minutes per release on two cores; a finished install is marked and not repeated. Checked on 0.5.3,
+0.5.15 and 0.5.23: each starts and answers `/generate` and the OpenAI chat route (0.5.15 its streams too, 0.5.15
+and 0.5.23 routed experts on the MoE model).
 
-`start` builds the model directories once (`target/real-sglang/models/`: a Qwen3 of hidden size 64 and 2 layers, and
-with `--moe` a Qwen3-MoE of 8 experts, 2 per token, for routed experts), both with Qwen's real tokenizer from
+`start` builds the model directories once (`target/real-sglang/models/`: a Qwen3 of hidden size 64 and 2 layers,
+and with `--moe` a Qwen3-MoE of 8 experts, 2 per token, for routed experts), both with Qwen's real tokenizer from
 `scripts/qwen_tokenizer.py`, and launches
 
     SGLANG_USE_CPU_ENGINE=1 python -m sglang.launch_server --device cpu --load-format dummy \\
         --attention-backend torch_native --sampling-backend pytorch --disable-cuda-graph \\
-        --skip-server-warmup --sleep-on-idle
+        --skip-server-warmup --sleep-on-idle --max-total-tokens 65536
 
-(`--sleep-on-idle`: without it the idle scheduler keeps a core busy) and a KV pool of 65,536 tokens
-(`--max-total-tokens`; left to itself SGLang takes most of the free memory). It returns once `/v1/models` answers (every release serves
-it; 0.5.3 has no `/model_info`) and
-prints one JSON line, `{"url": ..., "pid": ..., "release": ..., "log": ...}`, like `sglang-mock`'s ready line;
-the server runs on in the background, its output in the log, until `stop`. Start-up takes 35-80 s and about 4 GB
-of memory; a token takes a few milliseconds.
+(`--sleep-on-idle`: without it the idle scheduler keeps a core busy; `--max-total-tokens`: left to itself SGLang
+sizes its KV pool from the free memory, about 15 GB here). It returns once `/v1/models` answers (every release
+serves it; 0.5.3 has no `/model_info`) and prints one JSON line, `{"url": ..., "pid": ..., "release": ...,
+"log": ...}`, like `sglang-mock`'s ready line; the server runs on in the background, its output in the log, until
+`stop`. Start-up takes under a minute and about 3 GB of memory; a token takes a few milliseconds.
 
 Standard library only; the network is needed by `install` alone (PyPI).
 """
