@@ -38,6 +38,17 @@ pub(crate) enum Omit<T> {
     Present(T),
 }
 
+impl Omit<Null> {
+    /// A `null` member where `present`, else none.
+    pub(crate) fn null_when(present: bool) -> Omit<Null> {
+        if present {
+            Omit::Present(Null)
+        } else {
+            Omit::Absent
+        }
+    }
+}
+
 impl<T: Json> Json for Omit<T> {
     fn write(&self, out: &mut Vec<u8>) {
         match self {

@@ -203,31 +203,57 @@ fn top_row(entries: &[LogprobEntry], tok: Option<&Tokenizer>) -> TopRow {
     })
 }
 
+/// One entry of a top row: a token's text and its logprob.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TopToken {
+    pub(crate) token: String,
+    pub(crate) logprob: Logprob,
+}
+
+/// In a chat token's `top_logprobs`: `{token, bytes, logprob}`, `bytes` its text's UTF-8 bytes.
+impl Json for TopToken {
+    fn write(&self, out: &mut Vec<u8>) {
+        object(
+            out,
+            &[
+                ("token", &self.token),
+                ("bytes", &self.token.as_bytes()),
+                ("logprob", &self.logprob),
+            ],
+        );
+    }
+}
+
 /// A top row as `to_openai_style_logprobs` makes it: a Python dict `{text: logprob}` built in the row's order,
 /// so the most likely token comes first and a later equal text replaces the value but keeps the first one's
 /// place.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub(crate) struct TopDict(Vec<(String, Logprob)>);
+pub(crate) struct TopDict(Vec<TopToken>);
 
 /// Rows longer than this find an equal text through a hash map rather than by scanning.
 const SCANNED_TOP_ROW: usize = 16;
 
 impl TopDict {
     fn of(entries: &[Entry]) -> TopDict {
-        let mut dict = Vec::with_capacity(entries.len());
+        let mut dict: Vec<TopToken> = Vec::with_capacity(entries.len());
+        let hashed = entries.len() > SCANNED_TOP_ROW;
         let mut index: HashMap<&str, usize> = HashMap::new();
         for entry in entries {
-            let slot = if entries.len() <= SCANNED_TOP_ROW {
-                dict.iter()
-                    .position(|(text, _): &(String, Logprob)| *text == entry.text)
-            } else {
+            let slot = if hashed {
                 index.get(entry.text.as_str()).copied()
+            } else {
+                dict.iter().position(|top| top.token == entry.text)
             };
             match slot {
-                Some(at) => dict[at].1 = entry.logprob.clone(),
+                Some(at) => dict[at].logprob = entry.logprob.clone(),
                 None => {
-                    index.insert(&entry.text, dict.len());
-                    dict.push((entry.text.clone(), entry.logprob.clone()));
+                    if hashed {
+                        index.insert(&entry.text, dict.len());
+                    }
+                    dict.push(TopToken {
+                        token: entry.text.clone(),
+                        logprob: entry.logprob.clone(),
+                    });
                 }
             }
         }
@@ -235,16 +261,17 @@ impl TopDict {
     }
 }
 
+/// In a completion's `top_logprobs`: the dict itself.
 impl Json for TopDict {
     fn write(&self, out: &mut Vec<u8>) {
         out.push(b'{');
-        for (i, (text, logprob)) in self.0.iter().enumerate() {
+        for (i, top) in self.0.iter().enumerate() {
             if i > 0 {
                 out.push(b',');
             }
-            text.write(out);
+            top.token.write(out);
             out.push(b':');
-            logprob.write(out);
+            top.logprob.write(out);
         }
         out.push(b'}');
     }
@@ -469,47 +496,21 @@ impl Json for ChoiceLogprobs {
 pub(crate) struct ChatToken {
     pub(crate) token: String,
     pub(crate) logprob: Logprob,
-    pub(crate) top_logprobs: Vec<(String, Logprob)>,
+    /// Its position's top dict, as a list.
+    pub(crate) top_logprobs: Vec<TopToken>,
 }
 
 impl Json for ChatToken {
     fn write(&self, out: &mut Vec<u8>) {
-        write_chat_entry(out, &self.token, &self.logprob, Some(&self.top_logprobs));
-    }
-}
-
-fn write_chat_entry(
-    out: &mut Vec<u8>,
-    token: &str,
-    logprob: &Logprob,
-    top: Option<&[(String, Logprob)]>,
-) {
-    let top = top.map_or(Omit::Absent, |top| Omit::Present(TopEntries(top)));
-    object(
-        out,
-        &[
-            ("token", &token),
-            ("bytes", &token.as_bytes()),
-            ("logprob", logprob),
-            ("top_logprobs", &top),
-        ],
-    );
-}
-
-/// A chat token's top list: `{token, bytes, logprob}` per entry of its position's dict.
-#[derive(Debug)]
-struct TopEntries<'a>(&'a [(String, Logprob)]);
-
-impl Json for TopEntries<'_> {
-    fn write(&self, out: &mut Vec<u8>) {
-        out.push(b'[');
-        for (i, (token, logprob)) in self.0.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            write_chat_entry(out, token, logprob, None);
-        }
-        out.push(b']');
+        object(
+            out,
+            &[
+                ("token", &self.token),
+                ("bytes", &self.token.as_bytes()),
+                ("logprob", &self.logprob),
+                ("top_logprobs", &self.top_logprobs),
+            ],
+        );
     }
 }
 
@@ -532,11 +533,7 @@ struct Message<'a> {
 
 impl Json for Message<'_> {
     fn write(&self, out: &mut Vec<u8>) {
-        let tool_calls = if self.null_tool_calls {
-            Omit::Present(Null)
-        } else {
-            Omit::Absent
-        };
+        let tool_calls = Omit::null_when(self.null_tool_calls);
         object(
             out,
             &[
@@ -612,11 +609,7 @@ impl Usage {
 /// release's running server writes too).
 impl Json for Usage {
     fn write(&self, out: &mut Vec<u8>) {
-        let details = if self.details {
-            Omit::Present(Null)
-        } else {
-            Omit::Absent
-        };
+        let details = Omit::null_when(self.details);
         object(
             out,
             &[
@@ -1125,7 +1118,35 @@ fn status_name(code: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::status_name;
+    use super::{Entry, Logprob, SCANNED_TOP_ROW, TopDict, status_name};
+
+    /// A top row becomes a Python dict, short rows scanned and long ones hashed alike: first places kept, later
+    /// equal texts' values taking over.
+    #[test]
+    fn top_dicts_keep_first_places_and_last_values() {
+        for len in [3, SCANNED_TOP_ROW, SCANNED_TOP_ROW + 1, 40] {
+            // Texts repeat every 3 entries; entry i has logprob -i.
+            let entries: Vec<Entry> = (0..len)
+                .map(|i| Entry {
+                    logprob: Logprob::Number(-(i as f64)),
+                    text: format!("t{}", i % 3),
+                })
+                .collect();
+            let dict = TopDict::of(&entries);
+            let got: Vec<(&str, &Logprob)> = dict
+                .0
+                .iter()
+                .map(|t| (t.token.as_str(), &t.logprob))
+                .collect();
+            // Python: {"t0": last i with i % 3 == 0, "t1": ..., "t2": ...} in first-seen order.
+            let last = |r: usize| Logprob::Number(-(((len - 1 - r) / 3 * 3 + r) as f64));
+            let want: Vec<(String, Logprob)> = (0..len.min(3))
+                .map(|r| (format!("t{r}"), last(r)))
+                .collect();
+            let want: Vec<(&str, &Logprob)> = want.iter().map(|(t, l)| (t.as_str(), l)).collect();
+            assert_eq!(got, want, "a row of {len}");
+        }
+    }
 
     #[test]
     fn status_names_are_pythons() {
