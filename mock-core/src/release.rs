@@ -111,7 +111,8 @@ pub struct Release {
     pub openai_seed: bool,
     /// Which of a chat request's `max_tokens` and `max_completion_tokens` wins (`serving_chat.py`).
     pub chat_max_tokens: ChatMaxTokens,
-    /// A chat request may ask for `return_meta_info` (`protocol.py: ChatCompletionRequest`).
+    /// A chat request may ask for `return_meta_info`: each choice then carries its item's native `meta_info`
+    /// (`protocol.py: ChatCompletionRequest`, `serving_chat.py`).
     pub chat_return_meta_info: bool,
     /// An OpenAI answer's `usage` ends with `completion_tokens_details` (`protocol.py: UsageInfo`).
     pub usage_completion_tokens_details: bool,
@@ -120,9 +121,39 @@ pub struct Release {
     pub chat_message_null_tool_calls: bool,
     /// A `/v1/models` card has `parent` (`protocol.py: ModelCard`).
     pub model_card_parent: bool,
+    /// What a chat request's `tools` look like when the chat template sees them (`serving_chat.py`,
+    /// `PROTO: Tool`, `Function`).
+    pub chat_tool_dump: ToolDump,
+    /// What `/flush_cache` answers when requests are running or waiting (`HS: flush_cache`).
+    pub flush_refused: FlushRefused,
     /// `/tokenize` with `messages` renders with the request's `add_generation_prompt`
     /// (`serving_tokenize.py`); without it, always as for a chat completion.
     pub tokenize_add_generation_prompt: bool,
+}
+
+/// How a chat request's tools reach the chat template: Pydantic's `model_dump` of the request's models.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolDump {
+    /// Each tool's `function` alone, `{"description", "name", "parameters", "strict": false}`.
+    FunctionOnly,
+    /// Each tool whole, `{"type", "function": {"description", "name", "parameters", "strict": false},
+    /// "defer_loading"}`, unset fields `null` but the function's `defer_loading`, left out when unset.
+    WithDefaults,
+    /// Each tool whole, its `function`'s keys in the order the client gave them, then the unset ones of
+    /// `description`, `name`, `parameters`; `strict` and `defer_loading` only when set.
+    ClientOrder,
+}
+
+/// The body of `/flush_cache`'s 400 while requests run; the answer has no content type either way
+/// (Starlette's `Response` without a media type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlushRefused {
+    /// The success text, with status 400.
+    FlushedText,
+    /// `Flush cache failed.` (the scheduler's `FlushCacheReqOutput` carries no message).
+    Failed,
 }
 
 /// What an explicit `null` sampling value becomes.
@@ -317,6 +348,9 @@ pub enum MetaKey {
     RoutedExperts,
     /// `weight_versions`: only on an item's final object.
     WeightVersions,
+    /// `cached_tokens_details`: `null` without a prefix-cache hit, else `{"device", "host"}`
+    /// (`get_cached_tokens_details` of the scheduler's output streamer).
+    CachedTokensDetails,
     /// `"dp_rank": null`: the rank of the data-parallel controller, which the mock (one scheduler) has none of.
     DpRank,
     /// Only on an item's final object.
@@ -397,6 +431,8 @@ pub const V0_5_3: Release = Release {
     usage_completion_tokens_details: false,
     chat_message_null_tool_calls: true,
     model_card_parent: false,
+    chat_tool_dump: ToolDump::FunctionOnly,
+    flush_refused: FlushRefused::FlushedText,
     tokenize_add_generation_prompt: false,
 };
 
@@ -448,6 +484,7 @@ pub const V0_5_15: Release = Release {
         ReasoningTokens,
         CompletionTokens,
         CachedTokens,
+        CachedTokensDetails,
         RoutedExperts,
         DpRank,
         E2eLatency,
@@ -491,6 +528,8 @@ pub const V0_5_15: Release = Release {
     chat_max_tokens: ChatMaxTokens::MaxCompletionTokensFirst,
     chat_return_meta_info: true,
     model_card_parent: true,
+    chat_tool_dump: ToolDump::WithDefaults,
+    flush_refused: FlushRefused::Failed,
     ..V0_5_3
 };
 
@@ -520,6 +559,7 @@ pub const V0_5_23: Release = Release {
         CompletionTokens,
         CachedTokens,
         WeightVersions,
+        CachedTokensDetails,
         RoutedExperts,
         DpRank,
         E2eLatency,
@@ -570,6 +610,7 @@ pub const V0_5_23: Release = Release {
     tokenize_add_generation_prompt: true,
     usage_completion_tokens_details: true,
     chat_message_null_tool_calls: false,
+    chat_tool_dump: ToolDump::ClientOrder,
     ..V0_5_15
 };
 

@@ -263,6 +263,37 @@ class Check:
             result.append(message)
         return result
 
+    def sglang_tools(self, tools):
+        """The tools as the release hands them to the chat template: Pydantic's `model_dump` of its request
+        models (`protocol.py`: `Tool`, `Function`; `serving_chat.py`), written here from those models."""
+        out = []
+        for tool in tools:
+            function = tool["function"]
+            if self.sglang_version == "0.5.3":
+                # `item.function.model_dump()`: the function alone, every declared field.
+                out.append({"description": function.get("description"), "name": function["name"],
+                            "parameters": function.get("parameters"), "strict": function.get("strict") or False})
+                continue
+            defer = tool.get("defer_loading")
+            function_defer = function.get("defer_loading")
+            if function_defer is None:
+                function_defer = defer  # Tool._propagate_defer_loading
+            if self.sglang_version == "0.5.15":
+                dumped = {"description": function.get("description"), "name": function["name"],
+                          "parameters": function.get("parameters"), "strict": function.get("strict") or False}
+                if function_defer is not None:
+                    dumped["defer_loading"] = function_defer
+            else:
+                # 0.5.23's Function._serialize: unset strict and defer_loading dropped, the client's key order.
+                data = {"description": function.get("description"), "name": function["name"],
+                        "parameters": function.get("parameters"), "strict": function.get("strict"),
+                        "defer_loading": function_defer}
+                data = {k: v for k, v in data.items() if v is not None or k not in ("strict", "defer_loading")}
+                order = list(function)
+                dumped = {k: data[k] for k in order + [k for k in data if k not in order] if k in data}
+            out.append({"type": tool.get("type", "function"), "function": dumped, "defer_loading": defer})
+        return out
+
     def chat_templates(self):
         for name, fields in CONVERSATIONS:
             tools = fields.get("tools")
@@ -271,6 +302,8 @@ class Check:
                 tools = None
             elif isinstance(choice, dict):
                 tools = [t for t in tools if t["function"]["name"] == choice["function"]["name"]]
+            if tools:
+                tools = self.sglang_tools(tools)
             generation_prompts = (True, False) if self.sglang_version == "0.5.23" else (True,)
             for add_generation_prompt in generation_prompts:
                 rendered = self.auto.apply_chat_template(

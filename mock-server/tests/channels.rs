@@ -147,7 +147,17 @@ async fn a_stream_carries_the_routes_on_its_finishing_frame_only() {
         .map(String::as_str)
         .collect();
     let at = |key: &str| keys.iter().position(|k| *k == key).expect(key);
-    assert_eq!(at("routed_experts"), at("weight_versions") + 1, "{keys:?}");
+    // As the running 0.5.23 wrote them (`moe/routed_experts` in `conform/golden/0.5.23-moe.jsonl`).
+    assert_eq!(
+        at("cached_tokens_details"),
+        at("weight_versions") + 1,
+        "{keys:?}"
+    );
+    assert_eq!(
+        at("routed_experts"),
+        at("cached_tokens_details") + 1,
+        "{keys:?}"
+    );
     assert_eq!(at("dp_rank"), at("routed_experts") + 1, "{keys:?}");
 }
 
@@ -662,11 +672,12 @@ async fn routes_faults_reach_the_openai_sglext() {
     assert_eq!(retracted.len(), clean_rows.len());
 }
 
-/// A chat request's sampling mask needs `return_meta_info` (0.5.23's `_validate_request`, its message); the mock
-/// does not build `choices[].meta_info`, so it refuses `return_meta_info` with a 400 that says so instead of
-/// answering without it. 0.5.3 has neither field and ignores both.
+/// A chat request's `return_meta_info` (0.5.15 and later): each choice carries its item's native `meta_info`,
+/// with the keys the running releases wrote (`chat/return_meta_info` in `mock-server/conform/golden/`); a
+/// stream cannot (the release's `ValueError`), and 0.5.23's sampling masks need it (its `_validate_request`)
+/// and travel in it. 0.5.3 has neither field and ignores both.
 #[tokio::test]
-async fn chat_sampling_masks_need_meta_info_which_the_mock_refuses_to_fake() {
+async fn chat_meta_info_is_the_native_items_and_carries_the_sampling_masks() {
     let messages = json!([{"role": "user", "content": "mask me"}]);
     let server = routing_server(SglangVersion::V0_5_23, false);
     let refused = |body: Value| {
@@ -686,16 +697,101 @@ async fn chat_sampling_masks_need_meta_info_which_the_mock_refuses_to_fake() {
         refused(json!({"messages": messages, "return_sampling_mask": true})).await,
         "return_sampling_mask requires return_meta_info=true."
     );
-    let message = refused(json!({"messages": messages, "return_meta_info": true})).await;
-    assert!(
-        message.contains("does not serve return_meta_info"),
-        "{message}"
+    assert_eq!(
+        refused(json!({"messages": messages, "return_meta_info": true, "stream": true})).await,
+        "return_meta_info is not supported with streaming. Please set stream=false when using \
+         return_meta_info=true."
+    );
+    // The keys 0.5.23 and 0.5.15 wrote for `{"messages", "max_tokens": 3, "return_meta_info": true}`.
+    let recorded = [
+        (
+            SglangVersion::V0_5_15,
+            &[
+                "id",
+                "finish_reason",
+                "prompt_tokens",
+                "weight_version",
+                "num_retractions",
+                "reasoning_tokens",
+                "completion_tokens",
+                "cached_tokens",
+                "cached_tokens_details",
+                "dp_rank",
+                "e2e_latency",
+                "response_sent_to_client_ts",
+            ][..],
+        ),
+        (
+            SglangVersion::V0_5_23,
+            &[
+                "id",
+                "finish_reason",
+                "prompt_tokens",
+                "weight_version",
+                "num_retractions",
+                "reasoning_tokens",
+                "completion_tokens",
+                "cached_tokens",
+                "weight_versions",
+                "cached_tokens_details",
+                "dp_rank",
+                "e2e_latency",
+                "response_sent_to_client_ts",
+            ][..],
+        ),
+    ];
+    for (version, keys) in recorded {
+        let server = routing_server(version, false);
+        let body = json!({"messages": messages, "max_tokens": 3, "ignore_eos": true, "return_meta_info": true});
+        let answer = openai_ok(&server, "/v1/chat/completions", &body)
+            .await
+            .json();
+        let choice = &answer["choices"][0];
+        assert_eq!(
+            crate::common::keys(choice).last(),
+            Some(&"meta_info"),
+            "{version}"
+        );
+        let meta = &choice["meta_info"];
+        assert_eq!(crate::common::keys(meta), keys, "{version}");
+        assert_eq!(
+            meta["completion_tokens"], answer["usage"]["completion_tokens"],
+            "{version}"
+        );
+        assert_eq!(meta["id"], answer["id"], "{version}");
+    }
+    // With logprobs and masks: the native lists, the same logprobs as the choice's, and one mask per token.
+    let body = json!({"messages": messages, "max_tokens": 3, "ignore_eos": true, "logprobs": true,
+                      "top_k": 20, "return_meta_info": true, "return_sampling_mask": true});
+    let answer = openai_ok(&server, "/v1/chat/completions", &body)
+        .await
+        .json();
+    let meta = &answer["choices"][0]["meta_info"];
+    let native: Vec<f64> = meta["output_token_logprobs"]
+        .as_array()
+        .expect("the native logprobs")
+        .iter()
+        .map(|entry| entry[0].as_f64().unwrap())
+        .collect();
+    let chat: Vec<f64> = answer["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| entry["logprob"].as_f64().unwrap())
+        .collect();
+    assert_eq!((native.len(), &native), (3, &chat));
+    assert_eq!(
+        meta["output_token_sampling_mask"].as_array().map(Vec::len),
+        Some(3),
+        "{meta}"
     );
     let old = routing_server(SglangVersion::V0_5_3, false);
-    openai_ok(
+    let plain = openai_ok(
         &old,
         "/v1/chat/completions",
         &json!({"messages": messages, "max_tokens": 2, "return_sampling_mask": true, "return_meta_info": true}),
     )
-    .await;
+    .await
+    .json();
+    assert!(plain["choices"][0].get("meta_info").is_none());
 }

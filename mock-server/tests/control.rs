@@ -393,23 +393,33 @@ async fn weight_updates_wait_for_running_requests_or_abort_them() {
     assert_eq!(v["meta_info"]["finish_reason"]["type"], "abort");
 }
 
+/// `/flush_cache` refuses while a request runs, with each release's text and no content type (Starlette's
+/// `Response` without a media type), as the running releases answered (`mock-server/conform/golden/`).
 #[tokio::test(start_paused = true)]
 async fn flush_cache_refuses_while_requests_run() {
-    let server = InProcess::new(slow());
-    let running = spawn_generate(&server, request("r", 3, false));
-    advance_ms(10).await;
-    let refused = server.post("/flush_cache", "").await;
-    assert_eq!(refused.status, 400);
-    assert_eq!(refused.content_type(), "text/plain; charset=utf-8");
-    assert!(
-        refused.text().contains("#running-req: 1"),
-        "{}",
-        refused.text()
-    );
-    running.await.unwrap();
-    let flushed = server.post("/flush_cache", "").await;
-    assert_eq!(flushed.status, 200);
-    assert!(flushed.text().starts_with("Cache flushed."));
+    const FLUSHED: &str = "Cache flushed.\nPlease check backend logs for more details. (When there are running or \
+                           waiting requests, the operation will not be performed.)\n";
+    for (release, refusal) in [
+        ("0.5.3", FLUSHED),
+        ("0.5.15", "Flush cache failed.\n"),
+        ("0.5.23", "Flush cache failed.\n"),
+    ] {
+        let server = InProcess::new(ServerConfig {
+            sglang_version: release.parse().unwrap(),
+            ..slow()
+        });
+        let running = spawn_generate(&server, request("r", 3, false));
+        advance_ms(10).await;
+        let refused = server.post("/flush_cache", "").await;
+        assert_eq!(refused.status, 400, "{release}");
+        assert_eq!(refused.headers.get("content-type"), None, "{release}");
+        assert_eq!(refused.text(), refusal, "{release}");
+        running.await.unwrap();
+        let flushed = server.post("/flush_cache", "").await;
+        assert_eq!(flushed.status, 200);
+        assert_eq!(flushed.headers.get("content-type"), None, "{release}");
+        assert_eq!(flushed.text(), FLUSHED);
+    }
 }
 
 #[tokio::test]

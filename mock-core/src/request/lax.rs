@@ -206,6 +206,22 @@ impl<'de> de::Deserialize<'de> for IgnoredPresent {
     }
 }
 
+/// A JSON value read as a Pydantic lax-mode `int` field reads it ([`PyInt`]): `"3"` and `3.0` are 3; `None`
+/// where Pydantic refuses the value.
+pub fn pydantic_int(value: &serde_json::Value) -> Option<i64> {
+    <PyInt as de::Deserialize>::deserialize(value)
+        .ok()
+        .map(|n| n.0)
+}
+
+/// A JSON value read as a Pydantic lax-mode `bool` field reads it ([`PyBool`]); `None` where Pydantic
+/// refuses the value.
+pub fn pydantic_bool(value: &serde_json::Value) -> Option<bool> {
+    <PyBool as de::Deserialize>::deserialize(value)
+        .ok()
+        .map(|b| b.0)
+}
+
 /// A Pydantic lax-mode bool: `true`/`false`, `0`/`1`, and the strings Pydantic accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct PyBool(pub(super) bool);

@@ -48,6 +48,8 @@ pub fn admit_generate(
     }
     Ok(parsed)
 }
-pub use lax::{Ids, OneOrMany, RawSamplingParams, SamplingInput, SamplingKey};
+pub use lax::{
+    Ids, OneOrMany, RawSamplingParams, SamplingInput, SamplingKey, pydantic_bool, pydantic_int,
+};
 pub use plan::{MAX_LOGPROB_ENTRIES, MAX_SAMPLES, default_logprob_start, plan_generate};
 pub use sampling::{DEFAULT_MAX_NEW_TOKENS, ResolvedSampling, resolve_sampling_params};

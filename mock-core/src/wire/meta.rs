@@ -309,6 +309,19 @@ impl Meta<'_> {
                         write_serde(out, spans);
                     }
                 }
+                Key::CachedTokensDetails => {
+                    out.extend_from_slice(sep);
+                    out.extend_from_slice(br#""cached_tokens_details":"#);
+                    // The mock's hits are all on the device: SGLang reports `{"device": cached, "host": 0}`
+                    // when the request's hits are not broken down by tier.
+                    if self.cached_tokens > 0 {
+                        out.extend_from_slice(br#"{"device":"#);
+                        write_int(out, self.cached_tokens);
+                        out.extend_from_slice(br#","host":0}"#);
+                    } else {
+                        out.extend_from_slice(b"null");
+                    }
+                }
                 Key::DpRank => {
                     out.extend_from_slice(sep);
                     out.extend_from_slice(br#""dp_rank":null"#);

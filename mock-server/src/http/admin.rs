@@ -16,6 +16,7 @@ use super::state::AppState;
 use crate::control::PauseMode;
 use crate::error::ApiError;
 use crate::faults::FaultConfig;
+use mock_core::release::FlushRefused;
 
 /// `AbortReq` as the HTTP handler reads it; the other fields SGLang accepts are ignored, as its handler does.
 #[derive(Deserialize)]
@@ -403,33 +404,21 @@ pub(crate) async fn memory_occupation() -> Response {
     json_value(&serde_json::Value::Null)
 }
 
-/// `/flush_cache`: plain text; refused with a 400 while requests are running or waiting.
+/// `/flush_cache`: the release's text, without a content type (a Starlette `Response` without a media type);
+/// refused with a 400 while requests are running or waiting.
 pub(crate) async fn flush_cache(State(state): State<AppState>) -> Response {
+    const FLUSHED: &str = "Cache flushed.\nPlease check backend logs for more details. (When there are running \
+                           or waiting requests, the operation will not be performed.)\n";
     let control = state.control();
-    let (running, waiting) = (control.running(), control.waiting());
-    let text = |status, body: String| {
-        (
-            status,
-            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            body,
-        )
-            .into_response()
+    let refused = control.running() + control.waiting() > 0;
+    let (status, text) = match (refused, state.config().sglang_version.flush_refused) {
+        (false, _) => (StatusCode::OK, FLUSHED),
+        (true, FlushRefused::FlushedText) => (StatusCode::BAD_REQUEST, FLUSHED),
+        (true, FlushRefused::Failed) => (StatusCode::BAD_REQUEST, "Flush cache failed.\n"),
     };
-    if running + waiting > 0 {
-        return text(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "Cache not flushed because there are pending requests. #queue-req: {waiting}, \
-                 #running-req: {running}"
-            ),
-        );
-    }
-    text(
-        StatusCode::OK,
-        "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting \
-         requests, the operation will not be performed.)\n"
-            .to_owned(),
-    )
+    let mut response = Response::new(axum::body::Body::from(text));
+    *response.status_mut() = status;
+    response
 }
 
 /// `GET /admin/faults` returns the fault configuration; `POST` replaces it atomically and returns it.

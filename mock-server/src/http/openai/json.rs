@@ -72,7 +72,8 @@ impl Json for Null {
     }
 }
 
-/// A token written exactly as it stands: only fault literals, which are short and checked by their parser.
+/// JSON text written exactly as it stands: a fault's literal (short, checked by its parser), or a chat
+/// answer's `meta_info`, which the native encoder wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Bare(pub(crate) String);
 

@@ -37,6 +37,7 @@ use super::witness::Witness;
 use crate::error::ApiError;
 use crate::faults::stream as stream_faults;
 use crate::faults::{BodyFault, Fault};
+use json::Bare;
 use mock_core::RequestError;
 use mock_core::engine::{GeneratePlan, Run};
 use mock_core::model::Tokenizer;
@@ -148,7 +149,10 @@ async fn handle(
             let tok = plan
                 .return_text_in_logprobs
                 .then_some(state.model().tokenizer());
-            let views = finished_views(&plan, &ran, tok, config.sglang_version);
+            let mut views = finished_views(&plan, &ran, tok, config.sglang_version);
+            if openai.return_meta_info {
+                attach_meta_info(&mut views, &plan, &ran, config, state.model())?;
+            }
             answered = Answered::Ran(plan, ran);
             views
         }
@@ -204,6 +208,33 @@ fn finished_views(
             Some(view)
         })
         .collect()
+}
+
+/// `return_meta_info`: each choice carries its item's `meta_info` as `/generate` would answer it (the
+/// tokenizer manager's `ret_item["meta_info"]`, `serving_chat.py`).
+fn attach_meta_info(
+    views: &mut [ItemView],
+    plan: &GeneratePlan,
+    ran: &drive::Ran,
+    config: &mock_core::ServerConfig,
+    model: &mock_core::model::Model,
+) -> Result<(), ApiError> {
+    let ctx = ran.encode_ctx(config, model, plan);
+    let body = wire::encode_body(&ctx, plan, &ran.run, &ran.e2e, ran.sent_ts)?;
+    let native: Value = serde_json::from_slice(&body)
+        .map_err(|err| ApiError::Internal(format!("the native body is not JSON: {err}")))?;
+    let items = match native {
+        Value::Array(items) => items,
+        item @ (Value::Null
+        | Value::Bool(_)
+        | Value::Number(_)
+        | Value::String(_)
+        | Value::Object(_)) => vec![item],
+    };
+    for (view, item) in views.iter_mut().zip(items) {
+        view.meta_info = item.get("meta_info").map(|meta| Bare(meta.to_string()));
+    }
+    Ok(())
 }
 
 /// The views of items that never ran: no output, and what SGLang's abort objects report of them (0.5.3's

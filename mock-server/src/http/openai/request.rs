@@ -7,9 +7,10 @@ use serde_json::{Map, Value, json};
 use crate::error::ApiError;
 use mock_core::ServerConfig;
 use mock_core::model::Tokenizer;
-use mock_core::release::ChatMaxTokens;
 use mock_core::release::SglangVersion;
+use mock_core::release::{ChatMaxTokens, ToolDump};
 use mock_core::request;
+use mock_core::request::{pydantic_bool, pydantic_int};
 
 /// Which OpenAI route a request came in on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +53,8 @@ pub(crate) struct OpenAiRequest {
     pub native: Value,
     /// The release answering: chat stream chunks differ.
     pub sglang_version: SglangVersion,
+    /// A chat request's `return_meta_info` (0.5.15 and later): each choice carries its native `meta_info`.
+    pub return_meta_info: bool,
 }
 
 /// Sampling fields passed to `sampling_params` under the same name.
@@ -120,6 +123,10 @@ pub(crate) fn translate(
         Api::Completions => completions_prompt(obj, tokenizer, &mut native, &mut sampling)?,
         Api::Chat => chat_prompt(obj, config, tokenizer, &mut native, &mut sampling)?,
     };
+    let return_meta_info = match api {
+        Api::Completions => false,
+        Api::Chat => meta_info_fields(obj, config.sglang_version, stream, &mut native)?,
+    };
     native.insert("sampling_params".to_owned(), Value::Object(sampling));
     native.insert("return_logprob".to_owned(), json!(logprobs.is_some()));
     native.insert("top_logprobs_num".to_owned(), json!(logprobs.unwrap_or(0)));
@@ -161,6 +168,7 @@ pub(crate) fn translate(
         return_routed_experts,
         native: Value::Object(native),
         sglang_version: config.sglang_version,
+        return_meta_info,
     })
 }
 
@@ -293,8 +301,7 @@ fn chat_prompt(
         .ok_or_else(|| validation_error("missing", "'messages'", "Field required"))?
         .as_array()
         .ok_or_else(|| type_error("messages", "list_type", "a valid list"))?;
-    let prompt = render_chat(tokenizer, obj, messages, true)?;
-    meta_info_fields(obj, config.sglang_version)?;
+    let prompt = render_chat(config.sglang_version, tokenizer, obj, messages, true)?;
     // A loaded model's template writes its own special tokens, so it is encoded without adding any (SGLang's
     // `_render_and_encode_chat_template`); the toy tokenizer adds none, and ChatML runs as a text prompt.
     if tokenizer.hf().is_some() {
@@ -444,12 +451,13 @@ pub(crate) fn render_chatml(messages: &[ChatMessage], add_generation_prompt: boo
 
 /// The prompt of a chat request's `messages` (`MODEL.md` sections 8.6 and 13.5): the loaded model's chat
 /// template as transformers renders it, with the request's `tools` (unless `tool_choice` is `"none"`) and
-/// `chat_template_kwargs`, or the toy's ChatML. Messages go to the template as SGLang's `_process_messages`
+/// `chat_template_kwargs`, or the toy's ChatML. The tools are the release's dump of them ([`ToolDump`]). Messages go to the template as SGLang's `_process_messages`
 /// hands them over: `null` fields left out, `null` content as `""`, text parts joined, and an assistant's
 /// `tool_calls[].function.arguments` given as a JSON string parsed into its object. A template that raises
 /// (`raise_exception`) or fails is the request's 400, after one retry with the tools' bare `function` objects
 /// (SGLang's fallback for templates that expect them).
 pub(crate) fn render_chat(
+    release: SglangVersion,
     tokenizer: &Tokenizer,
     obj: &Map<String, Value>,
     messages: &[Value],
@@ -480,6 +488,12 @@ pub(crate) fn render_chat(
         (Some(Value::Array(tools)), _) if !tools.is_empty() => Some(tools.clone()),
         _ => None,
     };
+    let tools = tools.map(|tools| {
+        tools
+            .iter()
+            .map(|t| tool_dump(release, t))
+            .collect::<Vec<_>>()
+    });
     let kwargs = match obj.get("chat_template_kwargs") {
         Some(Value::Object(kwargs)) => kwargs.clone(),
         _ => Map::new(),
@@ -508,6 +522,83 @@ pub(crate) fn render_chat(
             None => Err(first),
         })
         .map_err(ApiError::openai_bad_request)
+}
+
+/// A tool as the release hands it to the chat template ([`ToolDump`]): Pydantic's `model_dump` of its
+/// `Tool` (or of its `Function` alone), with the defaults of the fields the client left out.
+fn tool_dump(release: SglangVersion, tool: &Value) -> Value {
+    const DECLARED: [&str; 5] = [
+        "description",
+        "name",
+        "parameters",
+        "strict",
+        "defer_loading",
+    ];
+    let empty = Map::new();
+    let given = tool
+        .get("function")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let field = |key: &str| given.get(key).cloned().unwrap_or(Value::Null);
+    let declared = |keys: &[&str], strict_default: Value| -> Map<String, Value> {
+        keys.iter()
+            .map(|&key| {
+                let value = match (key, given.get(key)) {
+                    ("strict", None | Some(Value::Null)) => strict_default.clone(),
+                    _ => field(key),
+                };
+                (key.to_owned(), value)
+            })
+            .collect()
+    };
+    let tool_defer = tool.get("defer_loading").cloned().unwrap_or(Value::Null);
+    let wrap = |function: Map<String, Value>| {
+        let kind = tool
+            .get("type")
+            .cloned()
+            .unwrap_or_else(|| Value::from("function"));
+        Value::Object(Map::from_iter([
+            ("type".to_owned(), kind),
+            ("function".to_owned(), Value::Object(function)),
+            ("defer_loading".to_owned(), tool_defer.clone()),
+        ]))
+    };
+    match release.chat_tool_dump {
+        ToolDump::FunctionOnly => Value::Object(declared(&DECLARED[..4], Value::Bool(false))),
+        ToolDump::WithDefaults => {
+            // `Function._serialize` drops an unset `defer_loading` (after `_propagate_defer_loading`).
+            let mut data = declared(&DECLARED, Value::Bool(false));
+            if data["defer_loading"].is_null() {
+                data.insert("defer_loading".into(), tool_defer.clone());
+            }
+            if data["defer_loading"].is_null() {
+                data.remove("defer_loading");
+            }
+            wrap(data)
+        }
+        ToolDump::ClientOrder => {
+            let mut data = declared(&DECLARED, Value::Null);
+            // `Tool._propagate_defer_loading`: the tool's flag reaches a function without one.
+            if data["defer_loading"].is_null() {
+                data.insert("defer_loading".into(), tool_defer.clone());
+            }
+            for key in ["defer_loading", "strict"] {
+                if data[key].is_null() {
+                    data.remove(key);
+                }
+            }
+            let mut ordered: Map<String, Value> = given
+                .keys()
+                .filter_map(|k| data.get(k).map(|v| (k.clone(), v.clone())))
+                .collect();
+            for (k, v) in data {
+                if !ordered.contains_key(&k) {
+                    ordered.insert(k, v);
+                }
+            }
+            wrap(ordered)
+        }
+    }
 }
 
 /// One message as the chat template sees it: its fields without the `null` ones, its `content` as parsed,
@@ -564,29 +655,37 @@ pub(crate) fn chat_messages(messages: &[Value]) -> Result<Vec<ChatMessage>, ApiE
     Ok(rendered)
 }
 
-/// A chat request's `return_meta_info` (0.5.15 and later) and `return_sampling_mask` (0.5.23, which
-/// `_validate_request` refuses without `return_meta_info`). The mock does not build `choices[].meta_info`, so it
-/// refuses a request for it rather than answer without what was asked (`/generate` has every `meta_info` field).
-fn meta_info_fields(obj: &Map<String, Value>, version: SglangVersion) -> Result<(), ApiError> {
+/// A chat request's `return_meta_info` (0.5.15 and later: each choice then carries its native `meta_info`,
+/// which a stream cannot) and `return_sampling_mask` (0.5.23, which `_validate_request` refuses without
+/// `return_meta_info`, and which puts the sampling masks in that `meta_info`).
+fn meta_info_fields(
+    obj: &Map<String, Value>,
+    version: SglangVersion,
+    stream: bool,
+    native: &mut Map<String, Value>,
+) -> Result<bool, ApiError> {
     if !version.chat_return_meta_info {
-        return Ok(());
+        return Ok(false);
     }
     let meta_info = bool_field(obj, "return_meta_info")?.unwrap_or(false);
-    if version.sampling_masks
-        && bool_field(obj, "return_sampling_mask")?.unwrap_or(false)
-        && !meta_info
-    {
+    let sampling_mask =
+        version.sampling_masks && bool_field(obj, "return_sampling_mask")?.unwrap_or(false);
+    if sampling_mask && !meta_info {
         return Err(ApiError::openai_bad_request(
             "return_sampling_mask requires return_meta_info=true.",
         ));
     }
-    if meta_info {
+    // `serving_chat.py: _convert_to_internal_request`.
+    if meta_info && stream {
         return Err(ApiError::openai_bad_request(
-            "The mock does not serve return_meta_info (choices[].meta_info); /generate answers with every \
-             meta_info field.",
+            "return_meta_info is not supported with streaming. Please set stream=false when using \
+             return_meta_info=true.",
         ));
     }
-    Ok(())
+    if sampling_mask {
+        native.insert("return_sampling_mask".to_owned(), json!(true));
+    }
+    Ok(meta_info)
 }
 
 /// `response_format` as SGLang's `_build_sampling_params` turns it into a grammar constraint (which the toy
@@ -683,17 +782,52 @@ fn typed_field<T>(
         .transpose()
 }
 
+/// An `int` field of the request model, read in Pydantic's lax mode: `"3"` is 3 (every release answers
+/// `"max_tokens": "3"` as 3; seen on the running releases).
 fn int_field(obj: &Map<String, Value>, key: &str) -> Result<Option<i64>, ApiError> {
-    typed_field(obj, key, Value::as_i64, "int_type", "a valid integer")
+    typed_field(obj, key, pydantic_int, "int_type", "a valid integer")
 }
 
+/// A `bool` field of the request model, read in Pydantic's lax mode (`1`, `"true"`).
 pub(crate) fn bool_field(obj: &Map<String, Value>, key: &str) -> Result<Option<bool>, ApiError> {
-    typed_field(obj, key, Value::as_bool, "bool_type", "a valid boolean")
+    typed_field(obj, key, pydantic_bool, "bool_type", "a valid boolean")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What each release's Pydantic models hand the chat template for a tool that gives `name` then
+    /// `parameters` (hand-computed from `protocol.py`'s `Tool` and `Function`; the running releases' prompt
+    /// token counts agree: `chat/tools` in `mock-server/conform/golden/`).
+    #[test]
+    fn tools_reach_the_template_as_each_release_dumps_them() {
+        let tool = json!({"type": "function", "function": {"parameters": {"type": "object"}, "name": "f"}});
+        let dumped = |release: &str| {
+            let value = tool_dump(release.parse().unwrap(), &tool);
+            (value.to_string(), value)
+        };
+        assert_eq!(
+            dumped("0.5.3").1,
+            json!({"description": null, "name": "f", "parameters": {"type": "object"}, "strict": false})
+        );
+        let (text, _) = dumped("0.5.15");
+        assert_eq!(
+            text,
+            r#"{"type":"function","function":{"description":null,"name":"f","parameters":{"type":"object"},"strict":false},"defer_loading":null}"#
+        );
+        // 0.5.23 keeps the client's key order, then the unset declared fields; `strict` only when set.
+        let (text, _) = dumped("0.5.23");
+        assert_eq!(
+            text,
+            r#"{"type":"function","function":{"parameters":{"type":"object"},"name":"f","description":null},"defer_loading":null}"#
+        );
+        let flagged = json!({"function": {"name": "f", "strict": true}, "defer_loading": true});
+        assert_eq!(
+            tool_dump("0.5.23".parse().unwrap(), &flagged).to_string(),
+            r#"{"type":"function","function":{"name":"f","strict":true,"description":null,"parameters":null,"defer_loading":true},"defer_loading":true}"#
+        );
+    }
 
     /// The name the server serves its model under, which the requests below are answered with.
     const SERVED_MODEL_NAME: &str = "sglang-mock/toy-model";

@@ -182,6 +182,8 @@ pub(crate) struct ItemView {
     /// the answer's `sglext` carries (base64 of these ids).
     pub(crate) routed_experts: Option<Vec<i32>>,
     pub(crate) logprobs: Logprobs,
+    /// The native item's `meta_info`, written as `/generate` writes it, when a chat request asked for it.
+    pub(crate) meta_info: Option<Bare>,
 }
 
 /// The text of a token in a logprob entry: the token's text when the request asked for it.
@@ -345,6 +347,7 @@ impl ItemView {
                 .finish_reason()
                 .and_then(|_| generation.routed_experts()),
             logprobs,
+            meta_info: None,
         }
     }
 
@@ -365,6 +368,7 @@ impl ItemView {
             weight_version: weight_version.map(str::to_owned),
             weight_versions: None,
             routed_experts: None,
+            meta_info: None,
             logprobs: Logprobs {
                 output_top: empty_top.clone(),
                 input_top: empty_top,
@@ -521,6 +525,9 @@ pub(crate) struct Choice {
     pub(crate) content: Content,
     pub(crate) logprobs: Option<ChoiceLogprobs>,
     pub(crate) finish: Finish,
+    /// A chat answer's `meta_info` when the request set `return_meta_info` (0.5.15 and later): the native
+    /// item's `meta_info`, as `/generate` writes it.
+    pub(crate) meta_info: Option<Bare>,
 }
 
 /// A chat answer's `message`: `ChatMessage`, whose `tool_calls` is `null` or, in later releases, left out when
@@ -571,6 +578,10 @@ impl Json for Choice {
                 ("logprobs", &self.logprobs),
                 ("finish_reason", &self.finish.kind()),
                 ("matched_stop", &self.finish.matched()),
+                (
+                    "meta_info",
+                    &self.meta_info.as_ref().map_or(Omit::Absent, Omit::Present),
+                ),
             ],
         );
     }
@@ -587,6 +598,9 @@ pub(crate) struct Usage {
     completion: u64,
     /// The release's `UsageInfo` ends with `completion_tokens_details`.
     details: bool,
+    /// Written with Pydantic's `exclude_none=True`, as the completions route writes its last stream chunk
+    /// (`serving_completions.py`, every release): the `null` details are left out.
+    exclude_none: bool,
 }
 
 impl Usage {
@@ -609,14 +623,15 @@ impl Usage {
 /// release's running server writes too).
 impl Json for Usage {
     fn write(&self, out: &mut Vec<u8>) {
-        let details = Omit::null_when(self.details);
+        let details = Omit::null_when(self.details && !self.exclude_none);
+        let prompt_details = Omit::null_when(!self.exclude_none);
         object(
             out,
             &[
                 ("prompt_tokens", &self.prompt),
                 ("total_tokens", &(self.prompt + self.completion)),
                 ("completion_tokens", &self.completion),
-                ("prompt_tokens_details", &Null),
+                ("prompt_tokens_details", &prompt_details),
                 ("reasoning_tokens", &0u32),
                 ("completion_tokens_details", &details),
             ],
@@ -736,6 +751,7 @@ pub(crate) fn body(req: &OpenAiRequest, items: &[ItemView], created: u64) -> Ans
                 content,
                 logprobs,
                 finish: item.finish.clone(),
+                meta_info: item.meta_info.clone(),
             }
         })
         .collect();
@@ -954,6 +970,7 @@ impl ChunkTranslator {
                     content: Content::Text(delta),
                     logprobs,
                     finish: item.finish.clone(),
+                    meta_info: None,
                 };
                 chunks.push(self.chunk(vec![choice], Omit::Present(usage)));
             }
@@ -964,6 +981,7 @@ impl ChunkTranslator {
                         content: self.delta(Some("assistant"), Some(String::new())),
                         logprobs: None,
                         finish: Finish::Running,
+                        meta_info: None,
                     };
                     chunks.push(self.chat_chunk(choice, None));
                 }
@@ -973,6 +991,7 @@ impl ChunkTranslator {
                         content: self.delta(None, Some(delta)),
                         logprobs,
                         finish: Finish::Running,
+                        meta_info: None,
                     };
                     chunks.push(self.chat_chunk(choice, usage));
                 }
@@ -992,6 +1011,7 @@ impl ChunkTranslator {
                         content: self.delta(None, None),
                         logprobs: None,
                         finish: finish.clone(),
+                        meta_info: None,
                     };
                     chunks.push(self.chat_chunk(choice, None));
                 }
@@ -1012,6 +1032,7 @@ impl ChunkTranslator {
         }
         if self.req.include_usage {
             let mut usage = Usage::of(self.req.sglang_version);
+            usage.exclude_none = self.req.api == Api::Completions;
             for (index, state) in &self.choices {
                 usage.completion += state.usage.completion;
                 if index.is_multiple_of(self.req.n.max(1)) {

@@ -76,7 +76,13 @@ fn tokenize_body(state: &AppState, body: &Value) -> Result<Value, ApiError> {
         } else {
             true
         };
-        let prompt = render_chat(tokenizer, obj, messages, add_generation_prompt)?;
+        let prompt = render_chat(
+            state.config().sglang_version,
+            tokenizer,
+            obj,
+            messages,
+            add_generation_prompt,
+        )?;
         // A rendered template is encoded without added special tokens (`serving_tokenize.py`).
         let tokens = tokenizer.encode_plain(&prompt);
         return Ok(
