@@ -6,6 +6,7 @@ the real server offline.
     python3 scripts/real_sglang.py install 0.5.23          # once per release; cached under target/real-sglang/
     python3 scripts/real_sglang.py start 0.5.23 [--moe] [--port 0] [-- EXTRA SERVER FLAGS]
     python3 scripts/real_sglang.py stop 0.5.23
+    python3 scripts/real_sglang.py golden [RELEASE...]    # re-record mock-server/conform/golden/
 
 `install` makes `target/real-sglang/<release>/venv`: torch's regular PyPI build (the CUDA build, whose `nvidia-*`
 wheels it imports, runs on the CPU), SGLang's requirements from its wheel's `Requires-Dist` without the packages
@@ -29,6 +30,13 @@ sizes its KV pool from the free memory, about 15 GB here). It returns once `/v1/
 serves it; 0.5.3 has no `/model_info`) and prints one JSON line, `{"url": ..., "pid": ..., "release": ...,
 "log": ...}`, like `sglang-mock`'s ready line; the server runs on in the background, its output in the log, until
 `stop`. Start-up takes under a minute and about 3 GB of memory; a token takes a few milliseconds.
+
+`golden` re-records the golden recordings that the test suite judges the mock against: for each release (all
+three by default) it installs and starts the release, sends it one short generation (as SGLang's own start-up
+warm-up would), runs `sglang-mock conform --against URL --record
+mock-server/conform/golden/<release>.jsonl` with the mock's flags for the tiny model (Qwen's tokenizer, a
+context of 4,096), stops it, then does the same with the MoE model and routed experts (`<release>-moe.jsonl`,
+the releases that have them), and prints each report.
 
 Standard library only; the network is needed by `install` alone (PyPI).
 """
@@ -358,7 +366,7 @@ def pid_file(release: str) -> str:
     return os.path.join(release_dir(release), "server.pid")
 
 
-def start(release: str, moe: bool, port: int, extra: list[str], timeout: float, max_total_tokens: int) -> None:
+def start(release: str, moe: bool, port: int, extra: list[str], timeout: float, max_total_tokens: int) -> str:
     if not os.path.exists(os.path.join(release_dir(release), ".installed")):
         sys.exit(f"real_sglang: sglang {release} is not installed (python3 scripts/real_sglang.py install {release})")
     port = port or free_port()
@@ -386,7 +394,7 @@ def start(release: str, moe: bool, port: int, extra: list[str], timeout: float, 
                 if r.status == 200:
                     print(json.dumps({"url": url, "pid": process.pid, "release": release, "log": log_path}),
                           flush=True)
-                    return
+                    return url
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
         time.sleep(1)
@@ -413,6 +421,45 @@ def stop(release: str) -> None:
     log(f"stopped sglang {release} (pid {pid})")
 
 
+# The mock's flags for the tiny models, as the test suite gives them (`mock-server/tests/judge.rs`).
+MOCK_FLAGS = ["--context-length", "4096"]
+MOE_FLAGS = ["--enable-return-routed-experts", "--num-experts", "8", "--num-experts-per-tok", "2",
+             "--num-hidden-layers", "2"]
+# The releases that return routed experts.
+MOE_RELEASES = ("0.5.15", "0.5.23")
+
+
+def warm_up(url: str) -> None:
+    """One short generation, as a server started without `--skip-server-warmup` runs at start-up: before its
+    first generation 0.5.3 answers `/health` with a 503 and holds `/get_server_info` for minutes."""
+    body = json.dumps({"text": "warm up", "sampling_params": {"max_new_tokens": 1}}).encode()
+    request = urllib.request.Request(url + "/generate", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as r:
+        r.read()
+
+
+def golden(releases: list[str]) -> None:
+    subprocess.run(["cargo", "build", "--quiet", "-p", "mock-server", "--bin", "sglang-mock"], cwd=ROOT, check=True)
+    mock = os.path.join(ROOT, "target", "debug", "sglang-mock")
+    out_dir = os.path.join(ROOT, "mock-server", "conform", "golden")
+    for release in releases:
+        install(release)
+        runs = [(False, [])] + ([(True, ["--enable-return-routed-experts"])] if release in MOE_RELEASES else [])
+        for moe, server_flags in runs:
+            url = start(release, moe, 0, server_flags, 300.0, 65536)
+            warm_up(url)
+            name = f"{release}-moe.jsonl" if moe else f"{release}.jsonl"
+            command = [mock, "conform", "--against", url, "--record", os.path.join(out_dir, name),
+                       "--tokenizer", qwen_tokenizer(), *MOCK_FLAGS, *(["--moe", *MOE_FLAGS] if moe else [])]
+            try:
+                report = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+            finally:
+                stop(release)
+            print(report.stdout, flush=True)
+            if report.returncode == 2:
+                sys.exit(f"real_sglang: conform could not run against sglang {release}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -427,6 +474,9 @@ def main() -> None:
                    help="the KV pool in tokens (SGLang sizes it from free memory otherwise: about 15 GB here)")
     p = sub.add_parser("stop", help="stop the server start left running")
     p.add_argument("release", choices=RELEASES)
+    p = sub.add_parser("golden", help="re-record mock-server/conform/golden/ from the running releases")
+    # No `choices`: argparse checks an empty `*` list against them.
+    p.add_argument("releases", nargs="*", metavar="RELEASE", help=f"any of {', '.join(RELEASES)}; all when none")
     # What follows `--` goes to the server as it stands.
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -435,6 +485,11 @@ def main() -> None:
         install(args.release)
     elif args.command == "start":
         start(args.release, args.moe, args.port, extra, args.timeout, args.max_total_tokens)
+    elif args.command == "golden":
+        unknown = [r for r in args.releases if r not in RELEASES]
+        if unknown:
+            parser.error(f"unknown release(s) {', '.join(unknown)}: expected {', '.join(RELEASES)}")
+        golden(args.releases or list(RELEASES))
     else:
         stop(args.release)
 

@@ -62,6 +62,86 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Record a session: a proxy in front of any SGLang (or router) URL that writes every exchange to a JSON
+    /// lines file, exactly (request, status, headers, body bytes, a stream's chunks with their times;
+    /// credentials redacted). Prints the ready line; on SIGINT or SIGTERM writes what is in flight and stops.
+    Record(RecordArgs),
+    /// Serve a recording: each request is answered with the earliest unused recorded exchange whose request is
+    /// the same (the body compared as JSON, `rid` ignored); a request with none is a 500 naming the nearest
+    /// recorded request. Prints the ready line; at exit, a summary line with the misses and the unused
+    /// exchanges, and exit status 1 if any request missed.
+    Replay(ReplayArgs),
+    /// Send a corpus of requests to a target (a live SGLang URL, or a recording of one) and to the mock under
+    /// the same release, and compare what the model and the clock cannot decide (mock-server/CONFORM.md).
+    /// Exit status 0 when every difference is in the documented list, 1 otherwise, 2 when it could not run.
+    Conform(Box<ConformArgs>),
+}
+
+/// Where `record` and `replay` listen.
+#[derive(Debug, clap::Args)]
+struct Listen {
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// 0 picks a free port (the ready line says which).
+    #[arg(long, default_value_t = 30000)]
+    port: u16,
+}
+
+/// The `record` subcommand's arguments.
+#[derive(Debug, clap::Args)]
+struct RecordArgs {
+    /// The server to record, such as http://127.0.0.1:30000.
+    #[arg(long)]
+    upstream: String,
+    /// The recording file (replaced if it exists).
+    #[arg(long)]
+    out: PathBuf,
+    #[command(flatten)]
+    listen: Listen,
+}
+
+/// The `replay` subcommand's arguments.
+#[derive(Debug, clap::Args)]
+struct ReplayArgs {
+    /// The recording, written by `record` (or by `conform --record`).
+    file: PathBuf,
+    #[command(flatten)]
+    listen: Listen,
+    /// 1 sends a stream's chunks at the recorded times, 2 twice as fast, 0 at once.
+    #[arg(long, default_value_t = 1.0)]
+    speed: f64,
+    /// A top-level body field left out of the match (repeatable); the default is `rid`.
+    #[arg(long = "ignore", default_values_t = ["rid".to_owned()])]
+    ignore: Vec<String>,
+}
+
+/// The `conform` subcommand's arguments; the mock's own flags (`--tokenizer`, `--context-length`, ...) follow
+/// as for the server.
+#[derive(Debug, clap::Args)]
+struct ConformArgs {
+    /// A live server's URL (http://...) or a recording file.
+    #[arg(long)]
+    against: String,
+    /// The corpus (mock-server/conform/corpus.json's format); the built-in one by default.
+    #[arg(long)]
+    corpus: Option<PathBuf>,
+    /// The documented differences; the built-in list (mock-server/conform/known.json) by default.
+    #[arg(long)]
+    known: Option<PathBuf>,
+    /// The target serves a mixture-of-experts model with routed experts: send the corpus's MoE cases.
+    #[arg(long)]
+    moe: bool,
+    /// Also record the live target's answers to this file (a golden recording).
+    #[arg(long)]
+    record: Option<PathBuf>,
+    /// Seconds one answer may take.
+    #[arg(long, default_value_t = 120)]
+    timeout_s: u64,
+    /// The report as text (one line per difference class) or as JSON.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    format: String,
+    #[command(flatten)]
+    flags: Flags,
 }
 
 /// The `audit` subcommand's arguments.
@@ -186,10 +266,14 @@ impl Flags {
 /// The line the binary prints on stdout once it listens: one JSON object with `"event": "ready"`, the base
 /// `url`, the bound `host` and `port`, and the process id.
 pub fn ready_line(server: &Server) -> String {
-    let addr = server.addr();
+    ready_line_at(server.addr())
+}
+
+/// The ready line of whatever listens at `addr` (the server, `record`, `replay`).
+fn ready_line_at(addr: std::net::SocketAddr) -> String {
     serde_json::json!({
         "event": "ready",
-        "url": server.url(),
+        "url": format!("http://{addr}"),
         "host": addr.ip().to_string(),
         "port": addr.port(),
         "pid": std::process::id(),
@@ -200,7 +284,11 @@ pub fn ready_line(server: &Server) -> String {
 /// The binary: parse the command line, then serve until SIGINT or SIGTERM, or answer one `oracle` body.
 pub fn main() -> ExitCode {
     init_tracing();
-    let cli = Cli::parse();
+    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(err) => err.exit(),
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(err) => return fail(&anyhow::Error::new(err).context("cannot start the runtime")),
@@ -214,6 +302,21 @@ pub fn main() -> ExitCode {
             });
         }
         Some(Command::Releases { serving, json }) => releases(serving, json),
+        Some(Command::Record(args)) => runtime.block_on(record(args)),
+        Some(Command::Replay(args)) => runtime.block_on(replay(args)),
+        Some(Command::Conform(args)) => {
+            // The mock answers as the target's release unless --sglang-version (or its variable) says which.
+            let release_given = matches
+                .subcommand_matches("conform")
+                .and_then(|m| m.value_source("sglang_version"))
+                .is_some_and(|source| source != clap::parser::ValueSource::DefaultValue);
+            return runtime
+                .block_on(conform(*args, release_given))
+                .unwrap_or_else(|err| {
+                    eprintln!("Error: {err:?}");
+                    ExitCode::from(2)
+                });
+        }
         None => runtime
             .block_on(serve(cli.flags))
             .map(|()| ExitCode::SUCCESS),
@@ -256,17 +359,118 @@ fn init_tracing() {
         .init();
 }
 
+/// Prints one line on stdout and flushes it.
+fn print_line(line: &str) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{line}")
+        .and_then(|()| stdout.flush())
+        .context("cannot write to stdout")
+}
+
 async fn serve(flags: Flags) -> anyhow::Result<()> {
     let server = Server::start(flags.into_config()?).await?;
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "{}", ready_line(&server))
-        .and_then(|()| stdout.flush())
-        .context("cannot write the ready line")?;
-    drop(stdout);
+    print_line(&ready_line(&server))?;
     server
         .run_until(shutdown_signal())
         .await
         .context("server failed")
+}
+
+/// `sglang-mock record`: proxy and record until SIGINT or SIGTERM.
+async fn record(args: RecordArgs) -> anyhow::Result<ExitCode> {
+    use crate::judge::{RecordOptions, Recorder};
+    let recorder = Recorder::start(RecordOptions {
+        upstream: args.upstream,
+        out: args.out.clone(),
+        host: args.listen.host,
+        port: args.listen.port,
+    })
+    .await?;
+    print_line(&ready_line_at(recorder.addr()))?;
+    let written = recorder
+        .run_until(shutdown_signal())
+        .await
+        .context("the recorder failed")?;
+    print_line(
+        &serde_json::json!({"event": "recorded", "exchanges": written, "out": args.out})
+            .to_string(),
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `sglang-mock replay`: serve a recording until SIGINT or SIGTERM; exit 1 if a request missed.
+async fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
+    use crate::judge::{Recording, Replay, ReplayOptions};
+    anyhow::ensure!(
+        args.speed.is_finite() && args.speed >= 0.0,
+        "--speed {} is not a number of 0 or more",
+        args.speed
+    );
+    let recording = Recording::read(&args.file)?;
+    let replay = Replay::start(
+        recording,
+        ReplayOptions {
+            host: args.listen.host,
+            port: args.listen.port,
+            speed: args.speed,
+            ignore: args.ignore,
+        },
+    )
+    .await?;
+    print_line(&ready_line_at(replay.addr()))?;
+    let report = replay
+        .run_until(shutdown_signal())
+        .await
+        .context("the replay failed")?;
+    let mut line = serde_json::to_value(&report)?;
+    if let Some(map) = line.as_object_mut() {
+        map.insert("event".into(), "replayed".into());
+    }
+    print_line(&line.to_string())?;
+    Ok(if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `sglang-mock conform`: the report; exit 0 when every difference is documented, 1 otherwise.
+async fn conform(args: ConformArgs, release_given: bool) -> anyhow::Result<ExitCode> {
+    use crate::judge::conform::{ConformOptions, Target, conform, load_corpus, load_known};
+    use crate::judge::corpus::ModelKind;
+    let corpus = load_corpus(args.corpus.as_deref()).map_err(anyhow::Error::msg)?;
+    let known = load_known(args.known.as_deref()).map_err(anyhow::Error::msg)?;
+    let mock = args.flags.into_config()?;
+    let release = release_given.then(|| mock.sglang_version.to_string());
+    let report = conform(ConformOptions {
+        target: Target::parse(&args.against),
+        mock,
+        release,
+        corpus,
+        known,
+        model: if args.moe {
+            ModelKind::Moe
+        } else {
+            ModelKind::Dense
+        },
+        record: args.record,
+        timeout: std::time::Duration::from_secs(args.timeout_s),
+    })
+    .await?;
+    let printed = match args.format.as_str() {
+        "json" => serde_json::to_string(&report)? + "\n",
+        _ => report.text(),
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(printed.as_bytes())
+        .and_then(|()| stdout.flush())
+        .context("cannot write the report")?;
+    Ok(if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// Resolves on the first SIGINT or SIGTERM.

@@ -19,6 +19,8 @@ mod control;
 mod error;
 mod faults;
 mod http;
+#[cfg(feature = "judge")]
+pub mod judge;
 
 // The core's layers, under the paths this crate has always given them.
 pub use mock_core::{engine, model, oracle, release, request, wire, witness};

@@ -24,6 +24,8 @@ mod faults;
 mod golden;
 /// The oracle replays what the outside world did: the abort-running fault, `/abort_request`, retract pauses.
 mod interventions;
+/// Record, replay and conform against the mock itself, and the golden recordings of the real releases.
+mod judge;
 /// The latency model on tokio's paused clock, and `/metrics`.
 mod latency;
 /// The model's documented properties on the wire, and the exact requests of the defects found by the reference.
