@@ -461,12 +461,17 @@ async fn conform(args: ConformArgs, release_given: bool) -> anyhow::Result<ExitC
         "json" => serde_json::to_string(&report)? + "\n",
         _ => report.text(),
     };
+    print_report(&printed, report.ok())
+}
+
+/// Prints a report (`audit`'s, `conform`'s); exit status 0 when it found nothing wrong, 1 otherwise.
+fn print_report(printed: &str, ok: bool) -> anyhow::Result<ExitCode> {
     let mut stdout = std::io::stdout().lock();
     stdout
         .write_all(printed.as_bytes())
         .and_then(|()| stdout.flush())
         .context("cannot write the report")?;
-    Ok(if report.ok() {
+    Ok(if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
@@ -625,16 +630,7 @@ fn audit(args: AuditArgs) -> anyhow::Result<ExitCode> {
         "json" => serde_json::to_string(&report).context("cannot write the report")? + "\n",
         _ => report.text(),
     };
-    let mut stdout = std::io::stdout().lock();
-    stdout
-        .write_all(printed.as_bytes())
-        .and_then(|()| stdout.flush())
-        .context("cannot write the report")?;
-    Ok(if report.ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    print_report(&printed, report.ok)
 }
 
 /// The body of `GET {base}{path}` from a server on plain HTTP: one HTTP/1.0 exchange, which the server answers

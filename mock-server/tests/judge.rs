@@ -36,6 +36,26 @@ async fn send(
     (status, answer.bytes().await.unwrap().to_vec())
 }
 
+/// A mock and a recorder in front of it, writing to the temporary file `name`.
+async fn recorded_mock(name: &str) -> (Server, Recorder, PathBuf) {
+    let server = Server::start(ServerConfig {
+        port: 0,
+        ..ServerConfig::default()
+    })
+    .await
+    .unwrap();
+    let out = temp_file(name);
+    let recorder = Recorder::start(RecordOptions {
+        upstream: server.url(),
+        out: out.clone(),
+        host: "127.0.0.1".into(),
+        port: 0,
+    })
+    .await
+    .unwrap();
+    (server, recorder, out)
+}
+
 fn session() -> Vec<(&'static str, &'static str, String)> {
     vec![
         (
@@ -51,21 +71,7 @@ fn session() -> Vec<(&'static str, &'static str, String)> {
 
 #[tokio::test]
 async fn a_recording_of_the_mock_replayed_is_byte_identical() {
-    let server = Server::start(ServerConfig {
-        port: 0,
-        ..ServerConfig::default()
-    })
-    .await
-    .unwrap();
-    let out = temp_file("session.jsonl");
-    let recorder = Recorder::start(RecordOptions {
-        upstream: server.url(),
-        out: out.clone(),
-        host: "127.0.0.1".into(),
-        port: 0,
-    })
-    .await
-    .unwrap();
+    let (server, recorder, out) = recorded_mock("session.jsonl").await;
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let mut seen = Vec::new();
     for (method, path, body) in session() {
@@ -123,21 +129,7 @@ async fn a_recording_of_the_mock_replayed_is_byte_identical() {
 
 #[tokio::test]
 async fn a_replay_names_the_nearest_request_of_a_miss_and_reports_what_it_did_not_use() {
-    let server = Server::start(ServerConfig {
-        port: 0,
-        ..ServerConfig::default()
-    })
-    .await
-    .unwrap();
-    let out = temp_file("miss.jsonl");
-    let recorder = Recorder::start(RecordOptions {
-        upstream: server.url(),
-        out: out.clone(),
-        host: "127.0.0.1".into(),
-        port: 0,
-    })
-    .await
-    .unwrap();
+    let (_server, recorder, out) = recorded_mock("miss.jsonl").await;
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let body = r#"{"text":"Hello","sampling_params":{"max_new_tokens":3}}"#;
     send(&client, &recorder.url(), "POST", "/generate", body).await;

@@ -9,6 +9,23 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+/// The largest request body the recorder and the replay read (an audit batch or a long prompt is far below).
+const MAX_REQUEST_BYTES: usize = 1 << 30;
+
+/// A request as the recorder and the replay read it: its head, its path with the query, and its whole body.
+pub(crate) async fn read_request(
+    request: axum::extract::Request,
+) -> Result<(axum::http::request::Parts, String, bytes::Bytes), axum::Error> {
+    let (parts, body) = request.into_parts();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    let body = axum::body::to_bytes(body, MAX_REQUEST_BYTES).await?;
+    Ok((parts, path, body))
+}
+
 /// A router served on a bound address until [`Listening::stop`] or drop.
 #[derive(Debug)]
 pub(crate) struct Listening {

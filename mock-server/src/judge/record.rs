@@ -15,15 +15,11 @@ use axum::response::Response;
 use futures_util::StreamExt;
 use serde_json::Value;
 
-use super::listen::{Listening, client};
+use super::listen::{Listening, client, read_request};
 use super::recording::{
     Bytes, Chunk, Exchange, FORMAT, Header, RecordedRequest, RecordedResponse, kept_headers,
     write_line,
 };
-
-/// The largest request body the recorder passes on (SGLang's own default is unbounded; an audit batch or a
-/// long prompt is far below this).
-const MAX_REQUEST_BYTES: usize = 1 << 30;
 
 /// Where to listen, what to record, and where to write it.
 #[derive(Debug, Clone)]
@@ -222,14 +218,8 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
     let arrived = Instant::now();
     let seq = shared.next_seq.fetch_add(1, Ordering::SeqCst);
     let at_ms = millis(arrived.duration_since(shared.started));
-    let (parts, body) = request.into_parts();
-    let path = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_owned();
-    let body = match axum::body::to_bytes(body, MAX_REQUEST_BYTES).await {
-        Ok(body) => body,
+    let (parts, path, body) = match read_request(request).await {
+        Ok(read) => read,
         Err(err) => return proxy_error(502, &format!("cannot read the request body: {err}")),
     };
     let recorded_request = RecordedRequest {

@@ -17,7 +17,7 @@ use axum::response::Response;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::listen::Listening;
+use super::listen::{Listening, read_request};
 use super::recording::{Exchange, Recording};
 
 /// The header a replay's own answer (a request with no match) carries, so that it is never taken for
@@ -389,16 +389,11 @@ impl Shared {
 
 /// The replay's one handler.
 async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
-    let path = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_owned();
+    let (parts, path, body) = match read_request(request).await {
+        Ok(read) => read,
+        Err(err) => return miss_response(&format!("cannot read the request body: {err}")),
+    };
     let method = parts.method.to_string();
-    let body = axum::body::to_bytes(body, usize::MAX)
-        .await
-        .unwrap_or_default();
     let key = Canonical::of(&method, &path, &body, &shared.ignore);
     let found = {
         let mut state = lock(&shared.state);
@@ -420,20 +415,25 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
         Ok(i) => replayed(&shared.exchanges[i], shared.speed),
         Err(message) => {
             tracing::warn!("{message}");
-            let body = serde_json::json!({
-                "error": {"message": format!("replay: {message}"), "type": "SglangMockReplayMiss"}
-            });
-            let mut response = Response::new(Body::from(body.to_string()));
-            *response.status_mut() = axum::http::StatusCode::INTERNAL_SERVER_ERROR;
-            let headers = response.headers_mut();
-            headers.insert(
-                axum::http::header::CONTENT_TYPE,
-                axum::http::HeaderValue::from_static("application/json"),
-            );
-            headers.insert(MISS_HEADER, axum::http::HeaderValue::from_static("miss"));
-            response
+            miss_response(&message)
         }
     }
+}
+
+/// The replay's own 500, never taken for SGLang's: the message and the [`MISS_HEADER`].
+fn miss_response(message: &str) -> Response {
+    let body = serde_json::json!({
+        "error": {"message": format!("replay: {message}"), "type": "SglangMockReplayMiss"}
+    });
+    let mut response = Response::new(Body::from(body.to_string()));
+    *response.status_mut() = axum::http::StatusCode::INTERNAL_SERVER_ERROR;
+    let headers = response.headers_mut();
+    headers.insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    headers.insert(MISS_HEADER, axum::http::HeaderValue::from_static("miss"));
+    response
 }
 
 /// The recorded answer of `exchange`, its chunks at the recorded times scaled by `speed`.
