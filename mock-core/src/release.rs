@@ -68,6 +68,10 @@ pub struct Release {
     // The wire: the bytes of an answer.
     /// What a streamed chunk's `output_ids` holds (`TM: _handle_batch_output`).
     pub stream_ids: StreamIds,
+    /// `output_ids` are the ids the detokenizer decodes: the prompt's last `min(prompt_tokens, 5)` ids
+    /// (`INIT_INCREMENTAL_DETOKENIZATION_OFFSET`) before the output, in a non-stream answer and in a stream's
+    /// first chunk (`scheduler_output_processor_mixin.py` sends `decode_ids`; seen on the running release).
+    pub decode_window_ids: bool,
     /// What a NaN or infinite logprob does to a non-stream body (`HS: generate_request`,
     /// `srt/utils/json_response.py`).
     pub non_finite_body: NonFiniteBody,
@@ -382,6 +386,7 @@ pub const V0_5_3: Release = Release {
     rids_before_pause_gate: false,
     pause_modes: false,
     stream_ids: StreamIds::Delta,
+    decode_window_ids: true,
     non_finite_body: NonFiniteBody::ServerError,
     meta_generated: &[
         Id,
@@ -470,6 +475,7 @@ pub const V0_5_15: Release = Release {
     rids_before_pause_gate: true,
     pause_modes: true,
     stream_ids: StreamIds::Cumulative,
+    decode_window_ids: false,
     non_finite_body: NonFiniteBody::Null,
     meta_generated: &[
         Id,

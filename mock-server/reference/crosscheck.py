@@ -32,13 +32,18 @@ import toymodel  # noqa: E402
 # The rules of the script file the server is started with contain these phrases; random prompts never do.
 SCRIPTED_PHRASES = ("Judgment", "count to three")
 # The wire of the releases before 0.5.15: a non-finite logprob fails a whole non-streamed answer with a plain 500
-# (Starlette's allow_nan=False), and streamed output_ids are deltas.
+# (Starlette's allow_nan=False), streamed output_ids are deltas, and output_ids start with the detokenizer's
+# window of the prompt (VERSIONS.md, decode_window_ids).
 WIRE_SINCE = (0, 5, 15)
+# The most prompt ids that window holds (INIT_INCREMENTAL_DETOKENIZATION_OFFSET in SGLang 0.5.3).
+DECODE_WINDOW = 5
 
 
-def post(url, body, delta_ids=False):
-    """POSTs a JSON body to ``url`` and returns the parsed answer: for a stream, its last data event, with the
-    ``output_ids`` of every event joined when they are deltas (0.5.3 sends each chunk's new ids only)."""
+def post(url, body, old_wire=False):
+    """POSTs a JSON body to ``url`` and returns the parsed answer: for a stream, its last data event. On the old
+    wire the ``output_ids`` of every event are joined (0.5.3 sends each chunk's new ids only), and the window of
+    ``min(prompt_tokens, 5)`` prompt ids before the output is taken off, so that ``output_ids`` are the
+    generated ids."""
     request = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
@@ -48,15 +53,26 @@ def post(url, body, delta_ids=False):
     except urllib.error.HTTPError as e:
         raise AssertionError(f"HTTP {e.code} {e.read().decode()[:300]} for {json.dumps(body)[:300]}") from None
     if not body.get("stream"):
-        return json.loads(raw)
+        answer = json.loads(raw)
+        if old_wire:
+            for item in answer if isinstance(answer, list) else [answer]:
+                drop_window(item)
+        return answer
     events = [line[len("data: "):] for line in raw.split("\n\n") if line.startswith("data: ")]
     if not events or events[-1] != "[DONE]":
         raise AssertionError(f"stream did not end with [DONE]: {raw[-200:]!r}")
     chunks = [json.loads(event) for event in events[:-1]]
     last = chunks[-1]
-    if delta_ids:
+    if old_wire:
         last["output_ids"] = [token for chunk in chunks for token in chunk["output_ids"]]
+        drop_window(last)
     return last
+
+
+def drop_window(item):
+    """Takes the detokenizer's window (the prompt's last ids) off the front of an old-wire item's output_ids."""
+    window = min(item["meta_info"]["prompt_tokens"], DECODE_WINDOW)
+    item["output_ids"] = item["output_ids"][window:]
 
 
 def post_status(url, body):
@@ -360,7 +376,7 @@ def replay(args, model, problems):
                                 f"{text[:200]!r}: {json.dumps(body)}")
             coverage.add("0.5.3 non-finite 500")
             continue
-        got = post(args.url + "/generate", body, delta_ids=model.sglang_version < WIRE_SINCE)
+        got = post(args.url + "/generate", body, old_wire=model.sglang_version < WIRE_SINCE)
         items = got if isinstance(got, list) else [got]
         if len(items) != len(want):
             problems.append(f"request {number}: {len(items)} items vs reference {len(want)}: {json.dumps(body)}")
@@ -411,7 +427,7 @@ def split_characters(args, model, rng, coverage, problems):
                 "sampling_params": {"temperature": 0, "max_new_tokens": 6}}
         [want] = model.generate(body)
         differing += want["text"] != vocab.decode(want["output_ids"])
-        got = post(args.url + "/generate", body, delta_ids=model.sglang_version < WIRE_SINCE)
+        got = post(args.url + "/generate", body, old_wire=model.sglang_version < WIRE_SINCE)
         before = len(problems)
         compare(f"split character {number}", got, want, problems)
         if len(problems) > before:
@@ -496,7 +512,7 @@ def frequencies(args, model, problems):
             "input_ids": [ids] * args.draws,
             "sampling_params": [dict(sampling, sampling_seed=seed) for seed in seeds],
         }
-        answers = post(args.url + "/generate", body)
+        answers = post(args.url + "/generate", body, old_wire=model.sglang_version < WIRE_SINCE)
         drawn = [answer["output_ids"][0] for answer in answers]
         replayed = [item["output_ids"][0] for item in model.generate(body)]
         mismatched = sum(1 for a, b in zip(drawn, replayed) if a != b)

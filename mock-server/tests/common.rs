@@ -67,6 +67,24 @@ pub(crate) fn items(body: &Value) -> Vec<Value> {
     }
 }
 
+/// An object's generated ids: its `output_ids` without the prompt ids a release puts before them (0.5.3's
+/// detokenizer window: the last `min(prompt_tokens, 5)`, VERSIONS.md `decode_window_ids`), which a stream's
+/// first chunk carries (`first`) and a non-stream object always does.
+pub(crate) fn generated_ids(
+    item: &Value,
+    release: mock_server::SglangVersion,
+    first: bool,
+) -> Vec<Value> {
+    let ids = item["output_ids"].as_array().cloned().unwrap_or_default();
+    let window = if release.decode_window_ids && first {
+        let prompt = item["meta_info"]["prompt_tokens"].as_u64().unwrap_or(0);
+        usize::try_from(prompt.min(5)).unwrap_or(0)
+    } else {
+        0
+    };
+    ids[window.min(ids.len())..].to_vec()
+}
+
 /// A `/generate` call running on its own task, so the test can move the clock and act meanwhile.
 pub(crate) fn spawn_generate(server: &InProcess, body: Value) -> tokio::task::JoinHandle<Reply> {
     let server = server.clone();

@@ -21,6 +21,7 @@ use crate::channels::Asked;
 use crate::decode;
 use crate::error::ResponseError;
 use crate::turn::Turn;
+use crate::validate;
 use crate::wire::{GenerateResponse, MetaInfo, SamplingLogprobs, TokenLogprobs};
 
 // The mode is a property of the wire format, so it is defined with the wire types; it stays reachable
@@ -307,9 +308,23 @@ impl StreamAssembler {
             chunk,
             source: Box::new(ResponseError::MissingMetaInfo),
         })?;
+        let mut ids = resp.output_ids;
+        // Only an item's first ids can hold 0.5.3's detokenizer window (`validate::decode_window`).
+        if !item.saw_ids
+            && let Some(ids) = &mut ids
+        {
+            let output = meta
+                .output_token_logprobs
+                .as_ref()
+                .map(TokenLogprobs::len)
+                .or(meta.completion_tokens);
+            if let Some(output) = output {
+                ids.drain(..validate::decode_window(ids.len(), output, meta.prompt_tokens));
+            }
+        }
         let delta = Delta {
             text: resp.text,
-            ids: resp.output_ids,
+            ids,
             lps: meta.output_token_logprobs.take(),
             completion_tokens: meta.completion_tokens,
             masks: meta.output_token_sampling_mask.take(),

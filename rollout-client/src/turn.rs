@@ -65,8 +65,18 @@ impl Turn {
         let abort = finish_reason.is_abort();
         let lps = meta.output_token_logprobs.take();
         let text = resp.text.unwrap_or_default();
+        let mut ids = resp.output_ids;
+        if let Some(ids) = &mut ids {
+            let output = lps
+                .as_ref()
+                .map(TokenLogprobs::len)
+                .or(meta.completion_tokens);
+            if let Some(output) = output {
+                ids.drain(..validate::decode_window(ids.len(), output, meta.prompt_tokens));
+            }
+        }
 
-        let (output_ids, logprobs) = match (resp.output_ids, lps) {
+        let (output_ids, logprobs) = match (ids, lps) {
             (_, None) if logprobs_requested => {
                 if abort {
                     return Turn::empty_abort(meta, finish_reason, &asked);

@@ -83,6 +83,26 @@ pub(crate) fn check_declared_logprobs(
     }
 }
 
+/// How many prompt ids SGLang 0.5.3's detokenizer window holds at most (`INIT_INCREMENTAL_DETOKENIZATION_OFFSET`
+/// in its `srt/managers/schedule_batch.py`).
+pub(crate) const DECODE_WINDOW: usize = 5;
+
+/// How many ids at the front of an `output_ids` of `ids` entries are SGLang 0.5.3's detokenizer window, for an
+/// answer whose output is `output` tokens long and whose prompt is `prompt_tokens` long: 0.5.3 sends the ids its
+/// detokenizer decodes, the last `min(prompt_tokens, 5)` prompt ids and then the output (`decode_ids` of
+/// `scheduler_output_processor_mixin.py`), in a non-stream answer and in a stream's first chunk (seen on the
+/// running release: `mock-server/conform/golden/0.5.3.jsonl`). Those ids are the prompt's, not generated ones:
+/// the turn drops them. Only exactly that many extra ids count as the window; anything else is left for the
+/// checks to refuse.
+pub(crate) fn decode_window(ids: usize, output: usize, prompt_tokens: Option<usize>) -> usize {
+    let window = prompt_tokens.map_or(0, |p| p.min(DECODE_WINDOW));
+    if window > 0 && ids == output + window {
+        window
+    } else {
+        0
+    }
+}
+
 /// `meta_info.completion_tokens`, when the server sends it, must count `output_ids`. It catches prompt tokens
 /// leaking into `output_ids` (SGLang issue #17240). Aborts may report the count inconsistently (the
 /// waiting-queue path), so the caller holds only normal finishes to it.

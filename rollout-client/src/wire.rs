@@ -242,7 +242,9 @@ struct RawFinishReason {
     kind: String,
     #[serde(default)]
     matched: Option<StopMatch>,
-    #[serde(default)]
+    /// SGLang 0.5.3 copies the request's `max_new_tokens` here as it was given, so a request that sent `4.0`
+    /// is answered `"length": 4.0` (seen on the running release): a float with no fractional part counts.
+    #[serde(default, deserialize_with = "whole_number")]
     length: Option<u64>,
     #[serde(default)]
     message: Option<String>,
@@ -250,6 +252,28 @@ struct RawFinishReason {
     status_code: Option<u16>,
     #[serde(default)]
     err_type: Option<String>,
+}
+
+/// A JSON integer, or a float with no fractional part that fits in a `u64`.
+fn whole_number<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Number {
+        Int(u64),
+        Float(f64),
+    }
+    match Option::<Number>::deserialize(deserializer)? {
+        None => Ok(None),
+        Some(Number::Int(n)) => Ok(Some(n)),
+        Some(Number::Float(f)) if f.fract() == 0.0 && (0.0..1.8e19).contains(&f) => {
+            Ok(Some(f as u64))
+        }
+        Some(Number::Float(f)) => Err(serde::de::Error::custom(format!(
+            "finish_reason.length {f} is not a whole number"
+        ))),
+    }
 }
 
 impl TryFrom<RawFinishReason> for FinishReason {

@@ -17,6 +17,8 @@ mod decode;
 mod e2e;
 /// `Client` against the scripted server: retries, Retry-After, timeouts, cut streams, error bodies.
 mod http;
+/// Every `/generate` answer the real releases sent (the golden recordings) through the decoder.
+mod real_releases;
 /// Rollouts against a scripted generating server: multi-turn, budgets, partial resume, groups.
 mod rollout;
 /// `Sample`: invariants (including proptest over random appends), status mapping, JSONL.

@@ -28,6 +28,7 @@ pub(super) fn encode_waiting_abort(
     Object {
         shape: Shape::AbortedWaiting,
         text: "",
+        decode_window: &[],
         output_ids: &[],
         meta: Meta {
             id: &item.rid,
@@ -60,6 +61,7 @@ pub(super) fn encode_before_prefill(
     Object {
         shape: Shape::AbortedBeforePrefill,
         text: "",
+        decode_window: &[],
         output_ids: &[],
         meta: Meta {
             id: &item.rid,

@@ -98,6 +98,10 @@ pub struct Chunk<'a> {
     pub version_events: &'a [VersionEvent],
 }
 
+/// How many prompt ids 0.5.3's detokenizer window holds at most (`INIT_INCREMENTAL_DETOKENIZATION_OFFSET`,
+/// `srt/managers/schedule_batch.py`).
+const DECODE_WINDOW: usize = 5;
+
 /// Encode one item (a non-stream body, an element of a batch body, or a stream chunk) as JSON bytes.
 pub fn encode_item(
     out: &mut Vec<u8>,
@@ -140,9 +144,19 @@ pub fn encode_item(
     // Routes are read out when the item finishes (`_maybe_collect_routed_experts`): only its last object has them.
     let routes = finished.and_then(|_| generation.routed_experts());
     let weight_version = reported_version(spans.as_deref(), ctx.weight_version);
+    // 0.5.3 sends the ids its detokenizer decodes: the prompt's last few, then the output; a stream's first
+    // object carries the window, the later ones only what is new.
+    let decode_window = match ids_from {
+        0 if ctx.version.decode_window_ids => {
+            let prompt = &item.request.input_ids;
+            &prompt[prompt.len().saturating_sub(DECODE_WINDOW)..]
+        }
+        _ => &[],
+    };
     Object {
         shape: Shape::Generated,
         text,
+        decode_window,
         output_ids: &ids[ids_from..],
         meta: Meta {
             id: &item.rid,
@@ -241,6 +255,7 @@ pub fn encode_aborted(
     Object {
         shape: Shape::Failed,
         text: "",
+        decode_window: &[],
         output_ids: &[],
         meta: Meta {
             id: &item.rid,

@@ -514,9 +514,14 @@ fn write_triples(
 
 /// A list of ids, `[1,2,3]`.
 pub(super) fn write_ids(out: &mut Vec<u8>, ids: &[u32]) {
+    write_ids_after(out, &[], ids);
+}
+
+/// `prefix` then `ids`, as one JSON list.
+pub(super) fn write_ids_after(out: &mut Vec<u8>, prefix: &[u32], ids: &[u32]) {
     out.push(b'[');
     let mut batched = Batched::new(out);
-    for (i, &id) in ids.iter().enumerate() {
+    for (i, &id) in prefix.iter().chain(ids).enumerate() {
         if i > 0 {
             batched.byte(b',');
         }

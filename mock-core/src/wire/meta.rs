@@ -10,7 +10,7 @@ use crate::engine::{MaskRows, PlannedItem, Rows, SamplingLogprobsMode};
 
 use super::json::{
     FinishJson, InputPositions, InputTokenLogprobs, OutputPositions, TokenLogprobs,
-    write_base64_i32, write_f32, write_ids, write_int, write_serde, write_str,
+    write_base64_i32, write_f32, write_ids, write_ids_after, write_int, write_serde, write_str,
 };
 use super::versions::VersionSpan;
 
@@ -57,6 +57,9 @@ fn has_output_ids(shape: Shape) -> bool {
 pub(super) struct Object<'a> {
     pub(super) shape: Shape,
     pub(super) text: &'a str,
+    /// Prompt ids written before `output_ids` in the same list: 0.5.3's detokenizer window
+    /// ([`crate::release::Release::decode_window_ids`]), empty otherwise.
+    pub(super) decode_window: &'a [u32],
     pub(super) output_ids: &'a [u32],
     pub(super) meta: Meta<'a>,
     /// The position in a streamed batch.
@@ -191,7 +194,7 @@ impl Object<'_> {
         write_str(out, self.text);
         if has_output_ids(self.shape) {
             out.extend_from_slice(br#","output_ids":"#);
-            write_ids(out, self.output_ids);
+            write_ids_after(out, self.decode_window, self.output_ids);
         }
         out.extend_from_slice(br#","meta_info":"#);
         self.meta.write(out, keys(version, self.shape));

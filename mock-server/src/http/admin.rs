@@ -388,10 +388,12 @@ pub(crate) async fn update_weight_version(
     let Some(version) = req.new_version else {
         return ApiError::Validation("new_version: Field required".to_owned()).into_response();
     };
+    // The version first: the aborted requests' last answers report it, as SGLang's do (its scheduler reads the
+    // abort one step after the version is set; `control/weight_version_abort_all` in `conform/golden/`).
+    state.control().set_weight_version(&version);
     if req.abort_all_requests {
         abort(&state, "", true);
     }
-    state.control().set_weight_version(&version);
     json_value(&ordered! {
         "success": true,
         "message": format!("Weight version updated to {version}"),

@@ -112,12 +112,20 @@ impl VersionLog {
 struct ControlAborts<'a> {
     ctl: &'a RequestCtl,
     control: &'a Control,
+    /// The version epoch the tick's output reports ([`VersionLog`]).
+    epoch: u64,
 }
 
 impl Outside for ControlAborts<'_> {
     #[inline]
     fn aborted(&self, item: usize, _tick: usize) -> bool {
-        self.ctl.any_aborted() && self.ctl.is_aborted(item)
+        // An abort that came with a new weight version (`/update_weight_version` with `abort_all_requests` sets
+        // the version, then aborts) lands on the next tick, which reports that version: whichever way the two
+        // race the tick, the aborted answer ends on the new version (as SGLang's, whose scheduler reads the
+        // abort one step later).
+        self.ctl.any_aborted()
+            && self.ctl.is_aborted(item)
+            && self.control.version_epoch() == self.epoch
     }
 
     #[inline]
@@ -176,12 +184,12 @@ impl RunCtx {
     }
 
     /// What happens between ticks: wait while paused (a `retract` pause counts against every unfinished
-    /// item), then the latency model's delay before the tick (time to first token, then inter-token).
+    /// item), then the latency model's delay before the tick (time to first token, then inter-token), then a
+    /// look at the weight version.
     async fn before_tick(&mut self, run: &mut Run, plan: &GeneratePlan) {
         if self.control.is_paused() && self.control.wait_unpaused(&self.ctl).await {
             run.retract();
         }
-        self.versions.observe(&self.control, run);
         if self.latency.is_active() {
             let tick = run.ticks();
             let delay = plan
@@ -197,12 +205,16 @@ impl RunCtx {
                 .unwrap_or_default();
             self.sleep(delay).await;
         }
+        // After the wait: a version set while it slept (an update that woke it with an abort) is the version the
+        // tick's output reports.
+        self.versions.observe(&self.control, run);
     }
 
     fn outside(&self) -> ControlAborts<'_> {
         ControlAborts {
             ctl: &self.ctl,
             control: &self.control,
+            epoch: self.versions.epoch,
         }
     }
 
