@@ -8,6 +8,7 @@ import httpx
 import pytest
 import requests
 
+from conftest import generated_ids
 from sglang_mock import SglangMockError, oracle, serve
 
 
@@ -32,8 +33,8 @@ def normalized(answer):
 def test_the_fixture_serves_logprobs_for_every_token(sglang_mock):
     out = generate(sglang_mock, {"text": "Hi", "sampling_params": {"max_new_tokens": 9}, "return_logprob": True})
     logprobs = out["meta_info"]["output_token_logprobs"]
-    assert [entry[1] for entry in logprobs] == out["output_ids"]
-    assert len(out["output_ids"]) == out["meta_info"]["completion_tokens"] == 9
+    assert [entry[1] for entry in logprobs] == generated_ids(out)
+    assert len(generated_ids(out)) == out["meta_info"]["completion_tokens"] == 9
     assert all(entry[0] <= 0.0 for entry in logprobs)
 
 
@@ -48,7 +49,7 @@ def test_the_marker_sets_the_seed(sglang_mock):
 def test_the_marker_sets_a_fault(sglang_mock):
     out = generate(sglang_mock, {"text": "x", "sampling_params": {"max_new_tokens": 8}, "return_logprob": True})
     assert out["meta_info"]["finish_reason"]["type"] == "abort"
-    assert len(out["output_ids"]) == len(out["meta_info"]["output_token_logprobs"]) == 2
+    assert len(generated_ids(out)) == len(out["meta_info"]["output_token_logprobs"]) == 2
 
 
 @pytest.mark.parametrize("sglang_mock", [{"profile": "mid"}], indirect=True)

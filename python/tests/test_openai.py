@@ -11,6 +11,7 @@ import requests
 from openai.types import Completion
 from openai.types.chat import ChatCompletion
 
+from conftest import generated_ids
 from openai_strict import post, stream, strict
 
 
@@ -109,7 +110,8 @@ def test_batches_and_n_stream_and_validate(sglang_mock, n):
     assert len(whole_chat["choices"]) == n
     options = {"stream_options": {"include_usage": True}}
     chunks = stream(sglang_mock, "/v1/completions", {**completion, **options})
-    assert chunks[-1]["usage"] == whole["usage"]
+    # The completions route writes its last chunk with exclude_none=True (serving_completions.py).
+    assert chunks[-1]["usage"] == {key: value for key, value in whole["usage"].items() if value is not None}
     chat_chunks = stream(sglang_mock, "/v1/chat/completions", {**chat, **options})
     assert chat_chunks[-1]["usage"] == whole_chat["usage"]
 
@@ -121,7 +123,7 @@ def test_token_id_prompts_and_stop_token_ids(sglang_mock):
     greedy = post(sglang_mock, "/v1/completions", {"prompt": prompt, "max_tokens": 10, "temperature": 0})
     native = generate(sglang_mock, {"input_ids": prompt, "sampling_params": {"max_new_tokens": 10, "temperature": 0}})
     assert greedy["choices"][0]["text"] == native["text"]
-    stop_id = native["output_ids"][2]
+    stop_id = generated_ids(native)[2]
     stopped = post(sglang_mock, "/v1/completions", {"prompt": prompt, "max_tokens": 10, "temperature": 0,
                                                     "stop_token_ids": [stop_id]})
     assert stopped["choices"][0]["finish_reason"] == "stop"
