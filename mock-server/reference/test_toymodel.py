@@ -1,4 +1,5 @@
-"""Tests of toymodel.py whose expected values come from MODEL.md itself (sections 2 and 11), plus properties.
+"""Tests of toymodel.py whose expected values come from MODEL.md itself (sections 2 and 11), plus properties and
+known answers of the server on request edge cases (sections 8 and 9).
 
 Run with: python3 -m unittest discover -s mock-server/reference -p 'test_*.py'
 """
@@ -345,6 +346,147 @@ class PropertyTest(unittest.TestCase):
         self.assertEqual(sample["text"], "Paris babe")
         self.assertEqual(sample["finish_reason"], {"type": "stop", "matched": 151935})
         self.assertTrue(all(lp is not None for lp, _, _ in sample["output_token_logprobs"]))
+
+
+class RequestRulesTest(unittest.TestCase):
+    """Sections 8 and 9 on request edge cases, with the answers and error texts of the server (`sglang-mock oracle`)."""
+
+    PROMPT = [72, 101, 5]
+
+    def generate(self, body, **options):
+        return ToyModel(**options).generate(body)
+
+    def test_token_ids_logprob_out_of_range_is_refused(self):
+        # Section 8.5: a 400 whether or not return_logprob is set, never -inf.
+        for ids, bad in [([151936], 151936), ([5, -1], -1)]:
+            for return_logprob in (True, False):
+                with self.assertRaisesRegex(ValueError, rf"^token_ids_logprob contains out-of-vocabulary token id "
+                                                        rf"{bad}; valid range is \[0, 151936\)\.$"):
+                    self.generate({"input_ids": HELLO, "return_logprob": return_logprob, "token_ids_logprob": ids})
+        with self.assertRaisesRegex(ValueError, "must be a flat list of integers"):
+            self.generate({"input_ids": HELLO, "return_logprob": True, "token_ids_logprob": [[5]]})
+
+    def test_empty_token_ids_logprob_is_absent(self):
+        # Section 8.5: [] reports no token-id lists at all; a batch's [] does so for its prompt only.
+        [sample] = self.generate({"input_ids": HELLO, "return_logprob": True, "token_ids_logprob": [],
+                                  "sampling_params": {"max_new_tokens": 2}})
+        self.assertNotIn("output_token_ids_logprobs", sample)
+        self.assertNotIn("input_token_ids_logprobs", sample)
+        first, second = self.generate({"input_ids": [HELLO, [5]], "return_logprob": True,
+                                       "token_ids_logprob": [[], [5]], "sampling_params": {"max_new_tokens": 2}})
+        self.assertNotIn("output_token_ids_logprobs", first)
+        self.assertEqual([[entry[1] for entry in row] for row in second["output_token_ids_logprobs"]], [[5], [5]])
+
+    def test_logprob_start_len_at_the_prompt_end(self):
+        # Sections 8.5 and 9: allowed from 0.5.15 (no input logprobs), refused by 0.5.3; past the end refused.
+        body = {"input_ids": [72, 101], "return_logprob": True, "logprob_start_len": 2,
+                "sampling_params": {"max_new_tokens": 1}}
+        [sample] = self.generate(body)
+        self.assertEqual(sample["input_token_logprobs"], [])
+        self.assertEqual(sample["output_ids"], [132142])
+        message = (r"^req\.logprob_start_len={} is higher than the number of input tokens "
+                   r"len\(req\.origin_input_ids\)=2\. Please use a smaller logprob_start_len\.$")
+        with self.assertRaisesRegex(ValueError, message.format(2)):
+            self.generate(body, sglang_version="0.5.3")
+        with self.assertRaisesRegex(ValueError, message.format(3)):
+            self.generate(dict(body, logprob_start_len=3))
+        # Read only with return_logprob; any negative start is -1.
+        self.generate(dict(body, logprob_start_len=3, return_logprob=False))
+        [sample] = self.generate(dict(body, logprob_start_len=-2), sglang_version="0.5.3")
+        self.assertEqual(len(sample["input_token_logprobs"]), 1)
+
+    def test_max_new_tokens_beyond_the_context_window_is_refused(self):
+        # Section 8.2 with L = 300 and a prompt of 3: 297 runs as 295, 298 is refused, null is 295.
+        params = {"ignore_eos": True}
+        [sample] = self.generate({"input_ids": self.PROMPT, "sampling_params": dict(params, max_new_tokens=297)},
+                                 context_length=300)
+        self.assertEqual(sample["finish_reason"], {"type": "length", "length": 295})
+        with self.assertRaisesRegex(ValueError, r"^Requested token count exceeds the model's maximum context length "
+                                                r"of 300 tokens\. You requested a total of 301 tokens: 3 tokens from "
+                                                r"the input messages and 298 tokens for the completion\. Please "
+                                                r"reduce the number of tokens in the input messages or the "
+                                                r"completion to fit within the limit\.$"):
+            self.generate({"input_ids": self.PROMPT, "sampling_params": dict(params, max_new_tokens=298)},
+                          context_length=300)
+        # The absent default (128) is capped, an explicit 128 refused.
+        [sample] = self.generate({"input_ids": self.PROMPT, "sampling_params": params}, context_length=100)
+        self.assertEqual(sample["finish_reason"], {"type": "length", "length": 95})
+        with self.assertRaisesRegex(ValueError, "total of 131 tokens"):
+            self.generate({"input_ids": self.PROMPT, "sampling_params": dict(params, max_new_tokens=128)},
+                          context_length=100)
+        # A prompt of L - 1 tokens is accepted and generates nothing; one of L tokens is refused.
+        [sample] = self.generate({"input_ids": [5] * 9, "sampling_params": {"max_new_tokens": 1}}, context_length=10)
+        self.assertEqual(sample["finish_reason"], {"type": "length", "length": 0})
+        with self.assertRaisesRegex(ValueError, r"^The input \(10 tokens\) is longer than the model's context "
+                                                r"length \(10 tokens\)\.$"):
+            self.generate({"input_ids": [5] * 10, "sampling_params": {"max_new_tokens": 1}}, context_length=10)
+
+    def test_sampling_seeds(self):
+        # Section 8.3: a boolean is 1 or 0 (refused by 0.5.23's gate); 0.5.3's default of 42 seeds only under
+        # deterministic inference.
+        def draw(seed=..., **options):
+            params = {"temperature": 1.3, "max_new_tokens": 4}
+            if seed is not ...:
+                params["sampling_seed"] = seed
+            return self.generate({"input_ids": self.PROMPT, "sampling_params": params}, **options)[0]["output_ids"]
+
+        seed_1, seed_0 = [23102, 35584, 134446, 40156], [7854, 132280, 18118, 34516]
+        unseeded, seed_42 = [7854, 132280, 45429, 133753], [7854, 38305, 95612, 142152]
+        for version in ("0.5.3", "0.5.15"):
+            self.assertEqual(draw(True, sglang_version=version), seed_1)
+            self.assertEqual(draw(False, sglang_version=version), seed_0)
+        self.assertEqual(draw(1), seed_1)
+        with self.assertRaisesRegex(ValueError, "expected i64"):
+            draw(True)
+        self.assertEqual(draw(sglang_version="0.5.3"), unseeded)
+        self.assertEqual(draw(42, sglang_version="0.5.3"), seed_42)
+        self.assertEqual(draw(sglang_version="0.5.3", deterministic_inference=True), seed_42)
+        self.assertEqual(draw(True, sglang_version="0.5.3", deterministic_inference=True), seed_1)
+        with self.assertRaisesRegex(ValueError, "^sampling_seed should not be None$"):
+            draw(None, sglang_version="0.5.3")
+
+    def test_stop_strings_read_the_skip_special_tokens_text(self):
+        # Section 9, check 6.3: by default <|im_end|> adds nothing to the text, so "babe" matches across it.
+        model = ToyModel(scripts=[{"prompt_contains": "Q", "answer": "ba<|im_end|>be!!", "finish_reason": "length"}])
+        params = {"stop": "babe", "ignore_eos": True}
+        [sample] = model.generate({"text": "Q", "sampling_params": params})
+        self.assertEqual(sample["output_ids"], [257, 151935, 259])
+        self.assertEqual((sample["text"], sample["finish_reason"]), ("", {"type": "stop", "matched": "babe"}))
+        [sample] = model.generate({"text": "Q", "sampling_params": dict(params, skip_special_tokens=False)})
+        self.assertEqual(sample["text"], "ba<|im_end|>be!!")
+        self.assertEqual(sample["finish_reason"], {"type": "length", "length": 5})
+        # "<|im_end|>" as a stop string matches only when special tokens are kept.
+        model = ToyModel(scripts=[{"prompt_contains": "Q", "answer": "babe", "finish_reason": "stop"}])
+        params = {"stop": "<|im_end|>", "ignore_eos": True, "max_new_tokens": 5, "temperature": 0}
+        [sample] = model.generate({"text": "Q", "sampling_params": params})
+        self.assertEqual(sample["output_ids"], [617, 151935, 116011, 79038, 23254])
+        self.assertEqual(sample["finish_reason"], {"type": "length", "length": 5})
+        [sample] = model.generate({"text": "Q", "sampling_params": dict(params, skip_special_tokens=False)})
+        self.assertEqual((sample["text"], sample["finish_reason"]), ("babe", {"type": "stop", "matched": "<|im_end|>"}))
+
+    def test_prompt_shapes(self):
+        # Section 8.1: text decides the shape, input_ids supplies the ids.
+        model = ToyModel()
+        params = {"max_new_tokens": 2}
+        [alone] = model.generate({"input_ids": HELLO[:2], "sampling_params": params})
+        self.assertEqual(alone["output_ids"], [132142, 59])
+        for body in [{"text": "", "input_ids": HELLO[:2]}, {"text": ["ba"], "input_ids": [HELLO[:2], [-1]]}]:
+            self.assertEqual(model.generate(dict(body, sampling_params=params)), [alone])
+        self.assertEqual(model.generate({"text": [], "input_ids": [[5]], "sampling_params": params}), [])
+        for body in [{"text": ["ba", "be"], "input_ids": HELLO[:2]}, {"text": "ba", "input_ids": [HELLO[:2], [5]]},
+                     {"text": ["ba", "be"], "input_ids": [HELLO[:2]]}, {"text": ["ba"], "input_ids": []}]:
+            with self.assertRaises(ValueError):
+                model.generate(dict(body, sampling_params=params))
+        with self.assertRaisesRegex(ValueError, r"^input_ids cannot be empty\.$"):
+            model.generate({"text": "ba", "input_ids": [], "sampling_params": params})
+
+    def test_sampling_mask_is_in_probability_order(self):
+        # Section 7.1: the support of the worked example under top_k = 12, most probable first, not by id.
+        [sample] = ToyModel().generate({"input_ids": HELLO, "return_sampling_mask": True,
+                                        "sampling_logprobs_mode": "support",
+                                        "sampling_params": {"max_new_tokens": 1, "top_k": 12, "temperature": 0.7}})
+        self.assertEqual(sample["output_token_sampling_mask"],
+                         [[33, 5794, 37060, 50244, 65720, 93668, 110106, 126853, 151935, 0, 1, 2]])
 
 
 class DetokenizerTest(unittest.TestCase):

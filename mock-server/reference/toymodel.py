@@ -61,6 +61,8 @@ DETERMINISTIC_SEED = 42  # section 8.3, with --enable-deterministic-inference
 # The first SGLang release of each behaviour that changes the model's answer (the server's list of releases is
 # `sglang-mock releases`; a release is any `X.Y.Z`, and a later one behaves as the newest rule says).
 PROMPT_END_LOGPROB_START_SINCE = (0, 5, 15)  # logprob_start_len -1 is len(prompt), section 8.5
+SEED_MAY_BE_NULL_SINCE = (0, 5, 15)  # 0.5.3 refuses an explicit null sampling_seed, section 8.3
+SEED_GATED_SINCE = (0, 5, 23)  # only an integer in i64 is a sampling_seed, section 8.3
 ROUTED_EXPERTS_SINCE = (0, 5, 15)  # section 12
 SAMPLING_MASKS_SINCE = (0, 5, 23)  # section 7.1
 
@@ -751,33 +753,56 @@ class ToyModel:
     # -- Section 8: from a request to samples ----------------------------------------------------------------
 
     def _prompts(self, body):
-        """Section 8.1: the list of prompts (as ids) of the request."""
+        """Section 8.1: (the prompts of the request as lists of ids, whether the request is a batch).
+
+        `text`, when given, decides the shape (a list of texts may be empty: no prompts); `input_ids`, when given,
+        supplies the ids, also beside `text`. The pairings SGLang fails on (HTTP 500) raise ValueError here too.
+        """
         text, input_ids = body.get("text"), body.get("input_ids")
         if text is None and input_ids is None:
-            raise ValueError("the request needs text or input_ids")
+            raise ValueError("Either text, input_ids or input_embeds should be provided.")
+        if input_ids is not None and not isinstance(input_ids, list):
+            raise ValueError("input_ids must be a list")
+        nested = input_ids is not None and bool(input_ids) and all(isinstance(p, list) for p in input_ids)
         if text is not None:
             batch = isinstance(text, list)
             texts = text if batch else [text]
             if not all(isinstance(t, str) for t in texts):
                 raise ValueError("text must be a string or a list of strings")
+            count = len(texts)
+        elif not input_ids:
+            raise ValueError("input_ids cannot be empty.")
         else:
-            batch = isinstance(input_ids, list) and bool(input_ids) and all(isinstance(p, list) for p in input_ids)
+            batch = nested
+            count = len(input_ids) if batch else 1
         if input_ids is None:
-            prompts = [self.encode(t) for t in texts]
+            prompts = []
+            for t in texts:
+                ids = self.encode(t) if t else []
+                if not ids:
+                    raise ValueError("texts cannot be empty and tokenizer must be initialized")
+                prompts.append(ids)
+        elif not batch:
+            if nested:
+                raise ValueError("a single prompt needs a flat input_ids (SGLang: a TypeError, HTTP 500)")
+            prompts = [input_ids]
+        elif count == 0:
+            prompts = []
+        elif not nested:
+            raise ValueError("a batch needs input_ids as a list of lists (SGLang: a TypeError, HTTP 500)")
+        elif len(input_ids) < count:
+            raise ValueError("input_ids has fewer lists than text has prompts (SGLang: an IndexError, HTTP 500)")
         else:
-            if not isinstance(input_ids, list):
-                raise ValueError("input_ids must be a list")
-            prompts = input_ids if batch else [input_ids]
-            if text is not None and len(prompts) != len(texts):
-                raise ValueError("text and input_ids describe different batches")
-        if not prompts:
-            raise ValueError("the batch is empty")
+            prompts = input_ids[:count]  # lists past the batch are ignored, unchecked
         for prompt in prompts:
             if not isinstance(prompt, list) or not prompt:
-                raise ValueError("every prompt must be a non-empty list of ids")
-            for token in prompt:
-                self.vocab.check_id(token)
-        return prompts
+                raise ValueError("input_ids cannot be empty.")
+            if not all(_is_int(token) for token in prompt):
+                raise ValueError("input_ids must hold integers")
+            if not all(0 <= token < self.vocab_size for token in prompt):
+                raise ValueError(f"The input_ids {prompt} contains values greater than the vocab size "
+                                 f"({self.vocab_size}).")
+        return prompts, batch
 
     @staticmethod
     def _per_prompt(value, per_prompt, count, n, name):
@@ -818,16 +843,28 @@ class ToyModel:
         if top_k == -1 or top_k >= self.vocab_size:
             top_k = None
 
-        room = self.context_length - len(prompt) - 2
-        if room < 0:
-            raise ValueError("the prompt is too long for the context length")
-        # Absent is 128; an explicit null is no limit but the context window.
-        max_new_tokens = params.get("max_new_tokens", 128)
-        if max_new_tokens is not None:
-            max_new_tokens = min(_integer(max_new_tokens, "max_new_tokens", 0), room)
-        else:
-            max_new_tokens = room
-        min_new_tokens = min(_integer(get("min_new_tokens", 0), "min_new_tokens", 0), max_new_tokens)
+        # The context window: a prompt of L tokens or more, and an explicit max_new_tokens that overflows the
+        # window, are refused; what passes is capped.
+        prompt_len, context = len(prompt), self.context_length
+        if prompt_len >= context:
+            raise ValueError(f"The input ({prompt_len} tokens) is longer than the model's context length "
+                             f"({context} tokens).")
+        # Absent is 128 (not checked against the window); an explicit null is no limit but the window.
+        requested = params.get("max_new_tokens", 128)
+        if requested is not None:
+            requested = _integer(requested, "max_new_tokens", 0)
+            if "max_new_tokens" in params and prompt_len + requested > context:
+                raise ValueError(
+                    f"Requested token count exceeds the model's maximum context length of {context} tokens. "
+                    f"You requested a total of {prompt_len + requested} tokens: {prompt_len} tokens from the "
+                    f"input messages and {requested} tokens for the completion. Please reduce the number of "
+                    f"tokens in the input messages or the completion to fit within the limit.")
+        min_new_tokens = _integer(get("min_new_tokens", 0), "min_new_tokens", 0)
+        if requested is not None and min_new_tokens > requested:
+            raise ValueError(f"min_new_tokens must be in [0, max_new_tokens({requested})], got {min_new_tokens}.")
+        room = max(0, context - prompt_len - 2)
+        max_new_tokens = room if requested is None else min(requested, room)
+        min_new_tokens = min(min_new_tokens, max_new_tokens)
 
         stop = get("stop", [])
         stop = [stop] if isinstance(stop, str) else stop
@@ -836,8 +873,15 @@ class ToyModel:
         stop_token_ids = get("stop_token_ids", [])
         if not isinstance(stop_token_ids, list) or not all(_is_int(t) for t in stop_token_ids):
             raise ValueError("stop_token_ids must be a list of integers")
-        # Any value is kept; only an integer (or an integral float) seeds the sampler (section 8.3).
+        # Any value is kept; only an integer (a boolean, an integral float) seeds the sampler (section 8.3).
         sampling_seed = params.get("sampling_seed")
+        if sampling_seed is None and "sampling_seed" in params and self.sglang_version < SEED_MAY_BE_NULL_SINCE:
+            raise ValueError("sampling_seed should not be None")
+        if sampling_seed is not None and self.sglang_version >= SEED_GATED_SINCE:
+            if not _is_int(sampling_seed):
+                raise ValueError(f"invalid type: {sampling_seed!r}, expected i64")
+            if not -2 ** 63 <= sampling_seed < 2 ** 63:
+                raise ValueError(f"sampling_seed must be in [-2**63, 2**63 - 1], got {sampling_seed}.")
         # Section 13.4: a streamed request's chunk schedule; 0 or less is the server's.
         stream_interval = _integer(get("stream_interval", 0), "stream_interval")
         stream_interval = stream_interval if stream_interval > 0 else self.stream_interval
@@ -867,18 +911,29 @@ class ToyModel:
     def _logprob_settings(self, return_logprob, start, top_num, token_ids, prompt):
         """Section 8.5: the logprob settings of one prompt."""
         return_logprob = _flag(return_logprob, "return_logprob", False)
-        start = _integer(-1 if start is None else start, "logprob_start_len", -1)
-        if start == -1:
-            start = len(prompt) if self.sglang_version >= PROMPT_END_LOGPROB_START_SINCE else len(prompt) - 1
+        start = _integer(-1 if start is None else start, "logprob_start_len")
+        prompt_end = self.sglang_version >= PROMPT_END_LOGPROB_START_SINCE
+        if start < 0:  # -1, and any other negative value read as -1
+            start = len(prompt) if prompt_end else len(prompt) - 1
+        elif return_logprob and (start > len(prompt) if prompt_end else start >= len(prompt)):
+            raise ValueError(f"req.logprob_start_len={start} is higher than the number of input tokens "
+                             f"len(req.origin_input_ids)={len(prompt)}. Please use a smaller logprob_start_len.")
         top_num = min(max(_integer(0 if top_num is None else top_num, "top_logprobs_num"), 0), self.vocab_size)
         if token_ids is not None and (not isinstance(token_ids, list) or not all(_is_int(t) for t in token_ids)):
-            raise ValueError("token_ids_logprob must be a list of integers")
+            raise ValueError("token_ids_logprob must be a flat list of integers.")
+        # Checked whether or not return_logprob is set; [] is the same as absent.
+        for token in token_ids or ():
+            if not 0 <= token < self.vocab_size:
+                raise ValueError(f"token_ids_logprob contains out-of-vocabulary token id {token}; valid range is "
+                                 f"[0, {self.vocab_size}).")
         return dict(return_logprob=return_logprob, logprob_start_len=start, top_logprobs_num=top_num,
                     token_ids_logprob=token_ids or None)
 
     def _samples(self, body):
         """Section 8.1: the flattened samples of a request, in position order, each with its settings."""
-        prompts = self._prompts(body)
+        prompts, batch = self._prompts(body)
+        if not prompts:
+            return []
         count = len(prompts)
         params = body.get("sampling_params")
         params_list = params if isinstance(params, list) else [params] * count
@@ -897,6 +952,8 @@ class ToyModel:
         token_ids = body.get("token_ids_logprob")
         per_prompt_ids = (isinstance(token_ids, list) and bool(token_ids)
                           and all(t is None or isinstance(t, list) for t in token_ids))
+        if per_prompt_ids and not batch:
+            raise ValueError("token_ids_logprob must be a flat list of integers.")
         columns = [
             self._per_prompt(body.get(name), isinstance(body.get(name), list), count, n, name)
             for name in ("return_logprob", "logprob_start_len", "top_logprobs_num")
@@ -953,7 +1010,7 @@ class ToyModel:
         for token in sample.prompt:
             prompt_hash = mix(prompt_hash, token)
         seed = sample.sampling_seed
-        if isinstance(seed, float) and math.isfinite(seed) and seed == int(seed):
+        if isinstance(seed, bool) or (isinstance(seed, float) and math.isfinite(seed) and seed == int(seed)):
             seed = int(seed)
         position = sample.position
         if self.deterministic_inference:
@@ -1104,8 +1161,10 @@ class _ToyText:
         """The output text when the sample finishes with `finish`."""
         matched = finish.get("matched")
         if isinstance(matched, str):
-            cut = self.complete.index(matched) + (len(matched) if self.sample.no_stop_trim else 0)
-            return self.complete[:cut]
+            at = self.complete.find(matched)
+            if at < 0:
+                return self.complete
+            return self.complete[:at + (len(matched) if self.sample.no_stop_trim else 0)]
         trimmed = output[:-1] if matched is not None and not self.sample.no_stop_trim else output
         return self.vocab.decode(trimmed, self.sample.skip_special_tokens)
 
