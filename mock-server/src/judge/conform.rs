@@ -80,6 +80,10 @@ pub enum ConformError {
     Record(#[from] super::record::RecordError),
     #[error("--record records a live target, not a recording")]
     RecordFile,
+    #[error(
+        "{0:?}: conform speaks plain http:// (run it beside the server, or through a local tunnel)"
+    )]
+    Https(String),
 }
 
 /// The documented differences: each entry explains the differences it matches, with its reason.
@@ -241,6 +245,9 @@ pub async fn conform(options: ConformOptions) -> Result<Report, ConformError> {
     let mut replay = None;
     let mut recorder = None;
     let (base, shown) = match &options.target {
+        Target::Url(url) if !url.starts_with("http://") => {
+            return Err(ConformError::Https(url.clone()));
+        }
         Target::Url(url) => {
             header_release = release_of(&client, url).await;
             let base = match &options.record {
