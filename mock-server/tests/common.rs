@@ -337,15 +337,7 @@ pub(crate) fn keys(value: &Value) -> Vec<&str> {
 
 /// A value's JSON kind, with integers told from floats as the document wrote them.
 pub(crate) fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "bool",
-        Value::Number(n) if n.is_f64() => "float",
-        Value::Number(_) => "int",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
+    mock_server::judge::compare::type_name(value)
 }
 
 /// Check that `actual` has the shape of `golden`: the same keys in the same order in every object, the same

@@ -549,7 +549,8 @@ fn is_token_dict(map: &serde_json::Map<String, Value>) -> bool {
     !map.contains_key("token") && map.values().all(Value::is_number)
 }
 
-fn type_name(value: &Value) -> &'static str {
+/// A value's JSON type, an integer told from a float as the document wrote it (`1` is `int`, `1.0` `float`).
+pub fn type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "bool",

@@ -528,24 +528,27 @@ fn describe_error(err: &reqwest::Error) -> String {
 
 /// Reads a corpus file, or the built-in corpus when `path` is `None`.
 pub fn load_corpus(path: Option<&Path>) -> Result<Corpus, String> {
-    match path {
-        None => Ok(Corpus::builtin()),
-        Some(path) => {
-            let bytes =
-                std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-            Corpus::parse(&bytes).map_err(|e| format!("{}: {e}", path.display()))
-        }
-    }
+    load(path, Corpus::builtin, |bytes| {
+        Corpus::parse(bytes).map_err(|e| e.to_string())
+    })
 }
 
 /// Reads a known-differences file, or the built-in list when `path` is `None`.
 pub fn load_known(path: Option<&Path>) -> Result<Known, String> {
-    match path {
-        None => Ok(Known::builtin()),
-        Some(path) => {
-            let bytes =
-                std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-            Known::parse(&bytes).map_err(|e| format!("{}: {e}", path.display()))
-        }
-    }
+    load(path, Known::builtin, |bytes| {
+        Known::parse(bytes).map_err(|e| e.to_string())
+    })
+}
+
+/// The file at `path` read with `parse`, or `builtin()`; an error names the file.
+fn load<T>(
+    path: Option<&Path>,
+    builtin: fn() -> T,
+    parse: fn(&[u8]) -> Result<T, String>,
+) -> Result<T, String> {
+    let Some(path) = path else {
+        return Ok(builtin());
+    };
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    parse(&bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
