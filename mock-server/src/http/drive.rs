@@ -184,12 +184,12 @@ impl RunCtx {
     }
 
     /// What happens between ticks: wait while paused (a `retract` pause counts against every unfinished
-    /// item), then the latency model's delay before the tick (time to first token, then inter-token), then a
-    /// look at the weight version.
+    /// item), then the latency model's delay before the tick (time to first token, then inter-token).
     async fn before_tick(&mut self, run: &mut Run, plan: &GeneratePlan) {
         if self.control.is_paused() && self.control.wait_unpaused(&self.ctl).await {
             run.retract();
         }
+        self.versions.observe(&self.control, run);
         if self.latency.is_active() {
             let tick = run.ticks();
             let delay = plan
@@ -205,9 +205,6 @@ impl RunCtx {
                 .unwrap_or_default();
             self.sleep(delay).await;
         }
-        // After the wait: a version set while it slept (an update that woke it with an abort) is the version the
-        // tick's output reports.
-        self.versions.observe(&self.control, run);
     }
 
     fn outside(&self) -> ControlAborts<'_> {

@@ -8,13 +8,12 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use tokio::sync::watch;
 
 use super::compare::{Difference, Observed, compare};
 use super::corpus::{Case, Corpus, ModelKind, Step};
 use super::listen::client;
-use super::record::{RecordOptions, Recorder};
+use super::record::{RecordOptions, Recorder, release_in, server_info};
 use super::recording::Recording;
 use super::replay::{Replay, ReplayOptions};
 use crate::http::Server;
@@ -249,7 +248,6 @@ pub async fn conform(options: ConformOptions) -> Result<Report, ConformError> {
             return Err(ConformError::Https(url.clone()));
         }
         Target::Url(url) => {
-            header_release = release_of(&client, url).await;
             let base = match &options.record {
                 Some(out) => {
                     let started = Recorder::start(RecordOptions {
@@ -259,11 +257,18 @@ pub async fn conform(options: ConformOptions) -> Result<Report, ConformError> {
                         port: 0,
                     })
                     .await?;
+                    header_release = started.release().map(str::to_owned);
                     let base = started.url();
                     recorder = Some(started);
                     base
                 }
-                None => url.clone(),
+                None => {
+                    header_release = server_info(&client, url)
+                        .await
+                        .as_ref()
+                        .and_then(release_in);
+                    url.clone()
+                }
             };
             (base, url.clone())
         }
@@ -380,21 +385,6 @@ pub async fn conform(options: ConformOptions) -> Result<Report, ConformError> {
         unused_known,
         replay_misses,
     })
-}
-
-/// The target's release: `version` of its `/server_info` (or `/get_server_info`).
-async fn release_of(client: &reqwest::Client, url: &str) -> Option<String> {
-    for path in ["/server_info", "/get_server_info"] {
-        if let Ok(answer) = client.get(format!("{url}{path}")).send().await
-            && answer.status().is_success()
-            && let Ok(bytes) = answer.bytes().await
-            && let Ok(info) = serde_json::from_slice::<Value>(&bytes)
-            && let Some(version) = info.get("version").and_then(Value::as_str)
-        {
-            return Some(version.to_owned());
-        }
-    }
-    None
 }
 
 /// A request in flight: how many stream events it has received, and whether it has ended.

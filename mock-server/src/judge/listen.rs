@@ -1,7 +1,6 @@
 //! What the recorder and the replay have in common with each other and with the server: a bound listener that
 //! serves a router in a task until it is told to stop, and the HTTP client they send with.
 
-use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -73,12 +72,6 @@ impl Listening {
             Some(task) => task.await.unwrap_or_else(|e| Err(io::Error::other(e))),
             None => Ok(()),
         }
-    }
-
-    /// Serves until `signal` resolves, then stops as [`Listening::stop`].
-    pub(crate) async fn run_until(self, signal: impl Future<Output = ()>) -> io::Result<()> {
-        signal.await;
-        self.stop().await
     }
 }
 

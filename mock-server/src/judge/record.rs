@@ -53,6 +53,8 @@ pub enum RecordError {
 pub struct Recorder {
     listening: Listening,
     shared: Arc<Shared>,
+    /// The release the upstream reported when the recording started (the header's).
+    release: Option<String>,
 }
 
 #[derive(Debug)]
@@ -79,11 +81,7 @@ impl Recorder {
         let header = Header {
             sglang_mock_recording: FORMAT,
             upstream: upstream.clone(),
-            release: server_info
-                .as_ref()
-                .and_then(|info| info.get("version"))
-                .and_then(Value::as_str)
-                .map(str::to_owned),
+            release: server_info.as_ref().and_then(release_in),
             server_info,
             recorded_by: format!("sglang-mock {}", env!("CARGO_PKG_VERSION")),
         };
@@ -96,6 +94,7 @@ impl Recorder {
         write_line(&mut out, &header)
             .and_then(|()| out.flush())
             .map_err(out_error)?;
+        let release = header.release.clone();
         let shared = Arc::new(Shared {
             upstream,
             client,
@@ -112,7 +111,11 @@ impl Recorder {
             .await
             .map_err(RecordError::Bind)?;
         tracing::info!(addr = %listening.addr(), upstream = %shared.upstream, out = %options.out.display(), "recording");
-        Ok(Recorder { listening, shared })
+        Ok(Recorder {
+            listening,
+            shared,
+            release,
+        })
     }
 
     pub fn addr(&self) -> std::net::SocketAddr {
@@ -122,6 +125,11 @@ impl Recorder {
     /// `http://<addr>`: where clients send what is to be recorded.
     pub fn url(&self) -> String {
         self.listening.url()
+    }
+
+    /// The release the upstream reported when the recording started, if it reported one.
+    pub fn release(&self) -> Option<&str> {
+        self.release.as_deref()
     }
 
     /// The recording file.
@@ -142,8 +150,15 @@ impl Recorder {
     }
 }
 
+/// The release a server info names (its `version`).
+pub(crate) fn release_in(info: &Value) -> Option<String> {
+    info.get("version")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
 /// The upstream's server info: `/server_info`, or `/get_server_info` where a release has only that.
-async fn server_info(client: &reqwest::Client, upstream: &str) -> Option<Value> {
+pub(crate) async fn server_info(client: &reqwest::Client, upstream: &str) -> Option<Value> {
     for path in ["/server_info", "/get_server_info"] {
         let answer = client
             .get(format!("{upstream}{path}"))

@@ -153,9 +153,8 @@ impl Replay {
         self,
         signal: impl Future<Output = ()>,
     ) -> std::io::Result<ReplayReport> {
-        let shared = self.shared.clone();
-        self.listening.run_until(signal).await?;
-        Ok(Replay::report_of(&shared))
+        signal.await;
+        self.finish().await
     }
 
     fn report_of(shared: &Arc<Shared>) -> ReplayReport {
