@@ -153,6 +153,23 @@ MUTANTS = [
         [("rollout-client", "tests", "channels::malformed_sampling_masks_name_the_position")],
     ),
     Mutant(
+        "top-p rows asked for and not sent accepted (slime's --rollout-top-p below 1 asserting later)",
+        "rollout-client/src/channels.rs",
+        "        (true, None, None) if ran && !output_ids.is_empty() => {",
+        "        (true, None, None) if false => {",
+        [
+            ("rollout-client", "tests", "channels::malformed_top_p_rows_name_the_key_and_the_row"),
+            ("regression-tests", "regression", "fault_matrix::top_p_channel_faults_meet_top_p_rollouts"),
+        ],
+    ),
+    Mutant(
+        "top-p offsets that are not one per token and one more accepted (slime's extraction check)",
+        "rollout-client/src/channels.rs",
+        "    if offsets.len() != n + 1 {",
+        "    if offsets.len() < n {",
+        [("rollout-client", "tests", "channels::malformed_top_p_rows_name_the_key_and_the_row")],
+    ),
+    Mutant(
         "a null logprob read as 0.0 (TRL #6166, miles PR #2662: NaN written as JSON null)",
         "rollout-client/src/fast.rs",
         "out.logprobs.push(f32::NAN);",

@@ -186,6 +186,11 @@ pub(crate) fn assert_oracle_replay(
     let mut environment = vec![true; resp.len()];
     let mut untrained = 0;
     let masks = s.rollout_top_p_tokens().zip(s.rollout_sampling_log_probs());
+    // The supports come from slime's top-p replay (patched 0.5.15) when the parameters ask for it, else from
+    // 0.5.23's sampling mask.
+    let top_p = params
+        .custom_params
+        .is_some_and(|c| c.return_top_p_token_ids);
     for (k, span) in spans.iter().enumerate() {
         let (p, end) = (span.start, span.end());
         environment[p..end].iter_mut().for_each(|e| *e = false);
@@ -196,7 +201,7 @@ pub(crate) fn assert_oracle_replay(
             sampling_params: req_params,
             return_logprob: true,
             return_routed_experts: s.rollout_routed_experts().is_some(),
-            return_sampling_mask: masks.is_some(),
+            return_sampling_mask: masks.is_some() && !top_p,
             ..GenerateRequest::default()
         };
         let body = serde_json::to_vec(&req).expect("encode");
@@ -235,18 +240,38 @@ pub(crate) fn assert_oracle_replay(
         untrained += mask[p..end].iter().filter(|&&m| m == 0).count();
         let meta = &expected.body["meta_info"];
         if let Some(((ids, offsets), sampling)) = masks {
+            let top_p_rows = top_p.then(|| {
+                let int32 = |key: &str| -> Vec<u32> {
+                    base64::engine::general_purpose::STANDARD
+                        .decode(meta[key].as_str().expect("top-p rows asked for"))
+                        .expect("base64")
+                        .chunks_exact(4)
+                        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                        .collect()
+                };
+                (int32("top_p_token_ids"), int32("top_p_token_offsets"))
+            });
             for i in p..end {
-                let want: Vec<u32> = meta["output_token_sampling_mask"][i - p]
-                    .as_array()
-                    .expect("a support per output token")
-                    .iter()
-                    .map(|id| id.as_u64().expect("an id") as u32)
-                    .collect();
+                let want: Vec<u32> = match &top_p_rows {
+                    Some((flat, bounds)) => {
+                        flat[bounds[i - p] as usize..bounds[i - p + 1] as usize].to_vec()
+                    }
+                    None => meta["output_token_sampling_mask"][i - p]
+                        .as_array()
+                        .expect("a support per output token")
+                        .iter()
+                        .map(|id| id.as_u64().expect("an id") as u32)
+                        .collect(),
+                };
                 let support = &ids[offsets[i] as usize..offsets[i + 1] as usize];
                 assert_eq!(support, want, "the support of response token {i}");
-                let want = meta["output_token_sampling_logprobs"][i - p]
-                    .as_f64()
-                    .expect("the selected mode's logprob") as f32;
+                let want = match top_p {
+                    // The patch renormalises the output logprobs themselves.
+                    true => item.output_logprobs[i - p],
+                    false => meta["output_token_sampling_logprobs"][i - p]
+                        .as_f64()
+                        .expect("the selected mode's logprob") as f32,
+                };
                 assert_eq!(
                     sampling[i].to_bits(),
                     want.to_bits(),

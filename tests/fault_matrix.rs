@@ -8,12 +8,14 @@
 use std::time::Duration;
 
 use mock_server::FaultKind;
-use mock_server::ServerConfig;
 use mock_server::{ScriptFinish, ScriptRule};
+use mock_server::{ServerConfig, SglangVersion};
 use rollout_client::multi_agent::{self, MultiAgentConfig};
 use rollout_client::rollout::{self, EnvTurn, Environment, RolloutConfig};
 use rollout_client::tokenize::PromptTokenizer;
-use rollout_client::{Client, RetryPolicy, RolloutError, Sample, SampleStatus, SamplingParams};
+use rollout_client::{
+    Client, CustomParams, RetryPolicy, RolloutError, Sample, SampleStatus, SamplingParams,
+};
 use tokio::runtime::Runtime;
 
 use crate::common::{Mock, Provenance, assert_aligned, assert_oracle_replay, with_channels};
@@ -483,6 +485,76 @@ fn every_channel_fault_meets_every_channel_rollout() {
                             rerouted: effect == Misroutes,
                             ..c.provenance
                         },
+                        &c.budget,
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The channel faults against rollouts that ask for slime's top-p replay from its patched 0.5.15 (single turn,
+/// multi-turn with a tool, a group), streamed and not: the rows dropped are a typed error naming them (slime's
+/// trainer asserts on them later, far from the cause), the faults of channels this server does not send are
+/// harmless, and every sample that comes through carries the server's rows and renormalised logprobs.
+#[test]
+fn top_p_channel_faults_meet_top_p_rollouts() {
+    let rt = paused_runtime();
+    let mock = Mock::start(
+        &rt,
+        ServerConfig {
+            sglang_version: SglangVersion::V0_5_15,
+            slime_patches: true,
+            ..ServerConfig::default()
+        },
+    );
+    let params = SamplingParams {
+        top_p: Some(0.9),
+        custom_params: Some(CustomParams {
+            return_top_p_token_ids: true,
+        }),
+        ..sampling()
+    };
+    for (fault, breaks) in [
+        ("drop-channel;channel=top_p", true),
+        ("two-element-logprobs", true),
+        ("drop-channel;channel=sampling_mask", false),
+        ("phantom-logprob", false),
+    ] {
+        for shape in [Shape::Single, Shape::MultiTurn, Shape::Group] {
+            for stream in [false, true] {
+                let case = format!("{fault}, {shape:?}, stream {stream}");
+                let client = Client::builder(&mock.url)
+                    .header("X-Mock-Fault", fault)
+                    .retry(RetryPolicy {
+                        max_retries: 0,
+                        ..RetryPolicy::default()
+                    })
+                    .build()
+                    .expect("client");
+                let config = RolloutConfig {
+                    sampling_params: params.clone(),
+                    stream,
+                    ..RolloutConfig::default()
+                };
+                let outcome = rt.block_on(run_with(shape, &client, &config));
+                let samples = match (outcome, breaks) {
+                    (Err(_), true) => continue,
+                    (Err(e), false) => panic!("{case}: the rollout failed: {e:?}"),
+                    (Ok(_), true) => panic!("{case}: rows dropped became samples"),
+                    (Ok(samples), false) => samples,
+                };
+                for c in &samples {
+                    assert_aligned(&c.sample);
+                    assert!(c.sample.rollout_top_p_tokens().is_some(), "{case}: no rows");
+                    assert_oracle_replay(
+                        &mock.oracle,
+                        &c.sample,
+                        &SamplingParams {
+                            sampling_seed: c.params.sampling_seed,
+                            ..params.clone()
+                        },
+                        c.provenance,
                         &c.budget,
                     );
                 }

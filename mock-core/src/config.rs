@@ -66,8 +66,9 @@ pub struct ServerConfig {
     #[cfg_attr(feature = "cli", arg(long, visible_alias = "profile", env = "SGLANG_MOCK_SGLANG_VERSION", default_value_t = ServerConfig::default().sglang_version, help = format!("SGLang release to answer as: {}", release::listed())))]
     pub sglang_version: SglangVersion,
     /// Answer as slime's patched 0.5.15.post1 (its `docker/patch/`) where the mock covers it:
-    /// `/get_weight_version` and `/weight_version` answer the version again, and `/post_process_weights` is
-    /// served. Only with `--sglang-version 0.5.15`.
+    /// `/get_weight_version` and `/weight_version` answer the version again, `/post_process_weights` is
+    /// served, and `custom_params.return_top_p_token_ids` gets the top-p replay (MODEL.md section 7.2). Only with
+    /// `--sglang-version 0.5.15`.
     #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_SLIME_PATCHES"))]
     pub slime_patches: bool,
     /// SGLang's `--enable-deterministic-inference`: a request without `sampling_seed` samples with seed 42, and

@@ -341,6 +341,9 @@ pub enum MetaKey {
     TopLogprobs,
     /// `input_token_ids_logprobs` and `output_token_ids_logprobs`.
     TokenIdsLogprobs,
+    /// `top_p_token_ids` and `top_p_token_offsets`, base64 int32 (slime's `sglang-top_p.patch`, written last by
+    /// `add_logprob_to_meta_info`): only on a finished item's object, when it has top-p replay rows.
+    TopPTokenIds,
     /// `output_token_sampling_mask`, `output_token_sampling_logprobs` and `output_token_sampling_mask_length`:
     /// only when the request asked for sampling masks.
     SamplingMask,
@@ -487,6 +490,7 @@ pub const V0_5_15: Release = Release {
         OutputTokenLogprobsLength,
         TopLogprobs,
         TokenIdsLogprobs,
+        TopPTokenIds,
         ReasoningTokens,
         CompletionTokens,
         CachedTokens,

@@ -248,6 +248,14 @@ def random_request(rng, model, coverage):
         if rng.random() < 0.5:
             body["sampling_logprobs_mode"] = rng.choice(["selected", "support"])
         coverage.add("sampling_mask")
+    if model.slime_patches and rng.random() < 0.3:
+        # Section 7.2: rows need logprobs and a filter; without either the patch reports nothing.
+        sampling["custom_params"] = {"return_top_p_token_ids": True}
+        if rng.random() < 0.8:
+            body["return_logprob"] = True
+            if "top_p" not in sampling and "top_k" not in sampling and rng.random() < 0.7:
+                sampling["top_p"] = rng.choice([0.5, 0.8, 0.95])
+        coverage.add("top_p_rows")
     single = isinstance(body["text"], str) if "text" in body else not isinstance(body["input_ids"][0], list)
     if single and sampling.get("n", 1) == 1 and rng.random() < 0.2:
         body["stream"] = True
@@ -311,7 +319,8 @@ def compare(name, got, want, problems):
     for key in ("finish_reason", "prompt_tokens", "completion_tokens"):
         if meta.get(key) != want[key]:
             problems.append(f"{name}: {key} {meta.get(key)!r} vs reference {want[key]!r}")
-    for key in ("routed_experts", "output_token_sampling_mask", "output_token_sampling_mask_length"):
+    for key in ("routed_experts", "output_token_sampling_mask", "output_token_sampling_mask_length",
+                "top_p_token_ids", "top_p_token_offsets"):
         if meta.get(key) != want.get(key):
             problems.append(f"{name}: {key} {str(meta.get(key))[:200]} vs reference {str(want.get(key))[:200]}")
     compared = 0
@@ -396,7 +405,7 @@ def replay(args, model, problems):
         "stop", "stop_token_ids", "logprob_start_len=0", "top_logprobs_num", "token_ids_logprob", "n>1", "batch",
         "scripted", "stream", "finish:length:int", "finish:stop:int", "finish:stop:str", "routed_experts",
         "sampling_mask", "sampling_mask at T=0.01",
-    } | ({"stream_interval", "split character"} if model.loaded else set())
+    } | ({"top_p_rows"} if model.slime_patches else set()) | ({"stream_interval", "split character"} if model.loaded else set())
     missing = sorted(wanted - coverage)
     if missing:
         problems.append(f"the random requests never exercised {missing}; raise --requests or change --seed")
@@ -573,6 +582,8 @@ def main():
                         help="the server runs with --enable-deterministic-inference")
     parser.add_argument("--enable-return-routed-experts", action="store_true",
                         help="the server runs with --enable-return-routed-experts")
+    parser.add_argument("--slime-patches", action="store_true",
+                        help="the server runs with --slime-patches (MODEL.md 7.2: top-p replay)")
     parser.add_argument("--moe-shape", default="48,128,8",
                         help="the server's --num-hidden-layers, --num-experts, --num-experts-per-tok")
     parser.add_argument("--requests", type=int, default=240, help="random requests to replay")
@@ -584,7 +595,8 @@ def main():
     model = toymodel.ToyModel(seed=args.server_seed, vocab_size=args.vocab_size, sglang_version=args.sglang_version,
                               scripts=scripts, deterministic_inference=args.enable_deterministic_inference,
                               enable_return_routed_experts=args.enable_return_routed_experts,
-                              moe_shape=tuple(int(x) for x in args.moe_shape.split(",")), tokenizer=args.tokenizer)
+                              moe_shape=tuple(int(x) for x in args.moe_shape.split(",")), tokenizer=args.tokenizer,
+                              slime_patches=args.slime_patches)
     problems = []
     replay(args, model, problems)
     if args.draws > 0:

@@ -355,6 +355,30 @@ class Distribution:
         selected = dict(zip(ids, logprobs)).get(chosen, -math.inf)
         return ids, logprobs, selected
 
+    def kept_prefix(self, top_k, top_p, min_p):
+        """Section 7.2: the kept prefix of the sorted order (zero weights included) and the renormalised logprob
+        of an id under it, as a function (-inf outside the prefix)."""
+        kept_explicit, kept_tail, total = self._kept_prefix(top_k, top_p, min_p)
+        log_total = math.log(total) if self.logits is None else self.shift + math.log(total)
+        tail_ids = []
+        for token in self._tail_ids():
+            if len(tail_ids) >= kept_tail:
+                break
+            tail_ids.append(token)
+        explicit = {}
+        for i in range(kept_explicit):
+            explicit[self.ids[i]] = (math.log(self.weights[i] / total) if self.logits is None
+                                     else self.logits[i] - log_total)
+        tail = math.log(self.tail_weight / total) if self.logits is None else self.tail_logit - log_total
+        kept_tail_ids = frozenset(tail_ids)
+
+        def renormalised(token):
+            if token in explicit:
+                return explicit[token]
+            return tail if token in kept_tail_ids else -math.inf
+
+        return list(explicit) + tail_ids, renormalised
+
     def filtered(self, top_k, top_p, min_p):
         """The renormalised distribution that section 7 draws from.
 
@@ -668,7 +692,7 @@ class ToyModel:
     def __init__(self, seed=0, vocab_size=None, context_length=32768, sglang_version="0.5.23",
                  return_original_logprob=False, scripts=None, deterministic_inference=False,
                  enable_return_routed_experts=False, moe_shape=(48, 128, 8), sampling_mask_max_tokens=4096,
-                 tokenizer=None, stream_interval=1):
+                 tokenizer=None, stream_interval=1, slime_patches=False):
         self.seed = _integer(seed, "seed", 0, MASK64)
         if tokenizer is None:
             self.vocab = ToyVocabulary(151936 if vocab_size is None else vocab_size)
@@ -686,6 +710,7 @@ class ToyModel:
             raise ValueError("num_experts_per_tok must be at most num_experts")
         self.moe_shape = (layers, experts, per_token)
         self.sampling_mask_max_tokens = _integer(sampling_mask_max_tokens, "sampling_mask_max_tokens", 1)
+        self.slime_patches = bool(slime_patches)
 
     @staticmethod
     def _script_rule(rule):
@@ -988,10 +1013,21 @@ class ToyModel:
                 if mask_mode not in ("selected", "support"):
                     raise ValueError("sampling_logprobs_mode must be 'selected' or 'support'")
                 self._check_mask_top_k(params_list[b])
-            settings.update(sampling_mask=mask_mode, routes_from=routes_from, stream=stream)
+            settings.update(sampling_mask=mask_mode, routes_from=routes_from, stream=stream,
+                            top_p_rows=self._top_p_rows(params_list[b], settings))
             for j in range(n):
                 samples.append(SimpleNamespace(prompt=prompt, position=b * n + j, **settings))
         return samples
+
+    def _top_p_rows(self, params, settings):
+        """Section 7.2: whether slime's top-p replay reports rows for this prompt: a patched server, logprobs, a
+        truthy `custom_params.return_top_p_token_ids` and a sampler that filters (greedy is top_k 1)."""
+        custom = (params or {}).get("custom_params")
+        asked = isinstance(custom, dict) and bool(custom.get("return_top_p_token_ids", False))
+        top_k = (params or {}).get("top_k")
+        filters = (settings["top_k"] == 1 or top_k not in (None, -1, 1 << 30) or settings["top_p"] != 1
+                   or settings["min_p"] > 0)
+        return self.slime_patches and settings["return_logprob"] and asked and filters
 
     def _check_mask_top_k(self, params):
         """Section 7.1: a mask needs greedy sampling or a top_k in 1..cap (-1 reads as 2^30)."""
@@ -1037,11 +1073,14 @@ class ToyModel:
         text = self.token_text(token_id) if with_text else None
         return [None if logprob is None or logprob == -math.inf else logprob, token_id, text]
 
-    def _report(self, dist, token, sample, with_text):
-        """The logprob entry of `token`, the top list and the token-id list under `dist` (sections 8.5, 9)."""
-        top = [self._entry(t, lp, with_text) for t, lp in dist.top(sample.top_logprobs_num)]
-        ids = [self._entry(t, dist.logprob(t), with_text) for t in sample.token_ids_logprob or ()]
-        return self._entry(token, dist.logprob(token), with_text), top, ids
+    def _report(self, dist, token, sample, with_text, renormalised=None):
+        """The logprob entry of `token`, the top list and the token-id list under `dist` (sections 8.5, 9), or
+        under `renormalised`, a function from id to logprob (section 7.2), where the top list's order is still
+        `dist`'s."""
+        logprob = dist.logprob if renormalised is None else renormalised
+        top = [self._entry(t, logprob(t), with_text) for t, _ in dist.top(sample.top_logprobs_num)]
+        ids = [self._entry(t, logprob(t), with_text) for t in sample.token_ids_logprob or ()]
+        return self._entry(token, logprob(token), with_text), top, ids
 
     def _generate_sample(self, sample, with_text):
         """Section 9: generate one sample and build its answer."""
@@ -1061,11 +1100,12 @@ class ToyModel:
 
         output = []
         masks = []
+        rows = []
         if sample.max_new_tokens == 0:
             finish, text = {"type": "length", "length": 0}, ""
         else:
             finish, text = self._decode_loop(sample, output, logprobs["output"], report_temperature, with_text,
-                                             masks)
+                                             masks, rows)
 
         result = {
             "output_ids": output,
@@ -1090,12 +1130,21 @@ class ToyModel:
             else:
                 result["output_token_sampling_logprobs"] = [[none_if_inf(lp) for lp in lps] for _, lps in masks]
             result["output_token_sampling_mask_length"] = len(masks)
+        if rows:
+            # Section 7.2: slime's `_encode_top_p_token_ids`, written with the finish reason.
+            flat = [token for row in rows for token in row]
+            offsets = [0]
+            for row in rows:
+                offsets.append(offsets[-1] + len(row))
+            result["top_p_token_ids"] = base64.b64encode(struct.pack(f"<{len(flat)}i", *flat)).decode("ascii")
+            result["top_p_token_offsets"] = base64.b64encode(
+                struct.pack(f"<{len(offsets)}i", *offsets)).decode("ascii")
         if sample.routes_from is not None:
             result["routed_experts"] = routes_base64(
                 routes(self.seed, self.moe_shape, prompt + output, sample.routes_from))
         return result
 
-    def _decode_loop(self, sample, output, reported, report_temperature, with_text, masks):
+    def _decode_loop(self, sample, output, reported, report_temperature, with_text, masks, rows):
         """Section 9, steps 1 to 6 for j = 0, 1, ...: fills `output` and returns (finish_reason, text)."""
         key = self._sample_key(sample)
         end_of_sequence = frozenset(self.end_of_sequence_ids).union(sample.stop_token_ids)  # step 2's mask M
@@ -1116,10 +1165,21 @@ class ToyModel:
                 else:
                     ids, logprobs, selected = dist.support(sample.top_k, sample.top_p, sample.min_p, token)
                     masks.append((ids, [selected] if sample.sampling_mask == "selected" else logprobs))
+            renormalised = None
+            if sample.top_p_rows:
+                if j < len(sample.forced):
+                    # Section 7.2: a scripted id is not sampled; its row is itself, its logprobs the model's.
+                    rows.append([token])
+                else:
+                    kept, renormalised = dist.kept_prefix(sample.top_k, sample.top_p, sample.min_p)
+                    rows.append(kept)
+                    # The greedy path and the original-logprob mode report the model's logprobs.
+                    if sample.top_k == 1 or self.return_original_logprob:
+                        renormalised = None
             if sample.return_logprob:
                 if report_temperature != sample.temperature:
                     dist = self.distribution(context, report_temperature, masked)
-                for column, value in zip(reported, self._report(dist, token, sample, with_text)):
+                for column, value in zip(reported, self._report(dist, token, sample, with_text, renormalised)):
                     column.append(value)
             output.append(token)
             text.push(token)
@@ -1278,6 +1338,7 @@ def main(argv=None):
     parser.add_argument("--num-experts", type=int, default=128)
     parser.add_argument("--num-experts-per-tok", type=int, default=8)
     parser.add_argument("--sampling-mask-max-tokens", type=int, default=4096)
+    parser.add_argument("--slime-patches", action="store_true", help="slime's patched 0.5.15 (section 7.2)")
     parser.add_argument("body", nargs="?", default="-", help="request body as JSON, or - for stdin")
     args = parser.parse_args(argv)
     scripts = None
@@ -1290,7 +1351,7 @@ def main(argv=None):
                      enable_return_routed_experts=args.enable_return_routed_experts,
                      moe_shape=(args.num_hidden_layers, args.num_experts, args.num_experts_per_tok),
                      sampling_mask_max_tokens=args.sampling_mask_max_tokens, tokenizer=args.tokenizer,
-                     stream_interval=args.stream_interval)
+                     stream_interval=args.stream_interval, slime_patches=args.slime_patches)
     body = json.loads(sys.stdin.read() if args.body == "-" else args.body)
     print(json.dumps(model.generate(body)))
 

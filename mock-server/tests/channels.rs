@@ -795,3 +795,226 @@ async fn chat_meta_info_is_the_native_items_and_carries_the_sampling_masks() {
     .json();
     assert!(plain["choices"][0].get("meta_info").is_none());
 }
+
+fn slime_server(patched: bool) -> InProcess {
+    InProcess::new(ServerConfig {
+        sglang_version: SglangVersion::V0_5_15,
+        slime_patches: patched,
+        ..ServerConfig::default()
+    })
+}
+
+/// slime's `_encode_top_p_token_ids` decoded: the kept ids of each output token, cut by the offsets.
+fn top_p_rows(meta: &Value) -> Vec<Vec<i32>> {
+    let int32 = |key: &str| -> Vec<i32> {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(meta[key].as_str().expect("a base64 string"))
+            .expect("standard base64");
+        bytes
+            .chunks(4)
+            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    };
+    let (flat, offsets) = (int32("top_p_token_ids"), int32("top_p_token_offsets"));
+    assert_eq!(offsets[0], 0);
+    assert_eq!(*offsets.last().expect("offsets") as usize, flat.len());
+    offsets
+        .windows(2)
+        .map(|w| flat[w[0] as usize..w[1] as usize].to_vec())
+        .collect()
+}
+
+/// slime's top-p replay (`docker/patch/v0.5.15.post1/sglang-top_p.patch`, served with `--slime-patches`), at
+/// T = 0.7 with `top_k` 4 and `top_p` 0.75 both active. The patched answer is checked against the unpatched one,
+/// whose top logprobs (under the sampling temperature) give the sorted probabilities: each row is the prefix that
+/// `_top_p_keep_mask_sorted` keeps (rank below `top_k`, probability before it at most `top_p`), and every logprob
+/// the patch reports (`renorm_logprob_over_top_p`) is the distribution renormalised over that row: the chosen
+/// token's, the top list's (`null`, orjson's `-inf`, past the row) and the token-id list's. The tokens are the
+/// same: the rows change what is reported, not what is sampled.
+#[tokio::test]
+async fn slimes_top_p_replay_reports_the_kept_prefix_and_renormalises_every_logprob() {
+    let (top_k, top_p) = (4, 0.75);
+    let body = |patched: bool| {
+        let mut params = json!({"max_new_tokens": 12, "temperature": 0.7, "top_k": top_k, "top_p": top_p,
+                                "ignore_eos": true, "sampling_seed": 8});
+        if patched {
+            params["custom_params"] = json!({"return_top_p_token_ids": true});
+        }
+        json!({"input_ids": [5, 6, 7], "return_logprob": true, "top_logprobs_num": 6,
+               "token_ids_logprob": [44], "sampling_params": params})
+    };
+    let server = slime_server(true);
+    let patched = generate_ok(&server, &body(true)).await;
+    let plain = generate_ok(&server, &body(false)).await;
+    assert_eq!(patched["output_ids"], plain["output_ids"]);
+    let (meta, raw) = (&patched["meta_info"], &plain["meta_info"]);
+    let rows = top_p_rows(meta);
+    let output = ids(&plain["output_ids"]);
+    assert_eq!(rows.len(), output.len());
+    let mut sizes = std::collections::BTreeSet::new();
+    for (j, &token) in output.iter().enumerate() {
+        let top: Vec<(i32, f64)> = raw["output_top_logprobs"][j]
+            .as_array()
+            .expect("a top list")
+            .iter()
+            .map(|t| {
+                (
+                    t[1].as_i64().unwrap_or(-1) as i32,
+                    t[0].as_f64().unwrap_or(f64::NAN),
+                )
+            })
+            .collect();
+        let mut before = 0.0;
+        let mut kept = Vec::new();
+        for &(id, lp) in &top {
+            if kept.len() == top_k || before > top_p {
+                break;
+            }
+            kept.push((id, lp));
+            before += lp.exp();
+        }
+        let row: Vec<i32> = kept.iter().map(|k| k.0).collect();
+        assert_eq!(rows[j], row, "position {j}");
+        sizes.insert(row.len());
+        let norm = logsumexp(&kept.iter().map(|k| k.1).collect::<Vec<f64>>());
+        let renormalised = |id: i32| kept.iter().find(|k| k.0 == id).map(|k| k.1 - norm);
+        let close = |got: &Value, want: Option<f64>, what: &str| match want {
+            Some(want) => assert!(
+                (got.as_f64().unwrap_or(f64::NAN) - want).abs() < 1e-5,
+                "position {j} {what}: {got} vs {want}"
+            ),
+            None => assert!(got.is_null(), "position {j} {what}: {got} is not -inf"),
+        };
+        close(
+            &meta["output_token_logprobs"][j][0],
+            renormalised(token as i32),
+            "chosen",
+        );
+        for (n, &(id, _)) in top.iter().enumerate() {
+            let entry = &meta["output_top_logprobs"][j][n];
+            assert_eq!(entry[1], id, "position {j}: the top list keeps its order");
+            close(&entry[0], renormalised(id), "top");
+        }
+        close(
+            &meta["output_token_ids_logprobs"][j][0][0],
+            renormalised(44),
+            "token id 44",
+        );
+    }
+    assert!(sizes.len() > 1, "rows of one size only: {sizes:?}");
+    // The input logprobs come from the prefill, which the patch leaves alone.
+    assert_eq!(meta["input_token_logprobs"], raw["input_token_logprobs"]);
+}
+
+/// Where slime's patch writes the rows, and when: after the token-id logprobs, at the end of
+/// `add_logprob_to_meta_info`; on the finishing frame of a stream only (`meta_info.get("finish_reason") is not
+/// None`), whole; for a request with logprobs, a truthy `custom_params.return_top_p_token_ids` and a filter
+/// (`_top_p_filter_rows`), on the patched server. A greedy request keeps the model's logprobs (the all-greedy
+/// path never renormalises) and its rows are its tokens. `drop-channel;channel=top_p` takes both keys away.
+#[tokio::test]
+async fn top_p_rows_come_where_and_when_the_patch_writes_them() {
+    let ask = |params: Value, logprob: bool| {
+        json!({"input_ids": [5, 6, 7], "return_logprob": logprob, "top_logprobs_num": 2,
+               "sampling_params": params})
+    };
+    let asked = json!({"max_new_tokens": 5, "top_p": 0.9, "ignore_eos": true,
+                       "custom_params": {"return_top_p_token_ids": true}});
+    let patched = slime_server(true);
+    let answer = generate_ok(&patched, &ask(asked.clone(), true)).await;
+    let keys: Vec<&str> = answer["meta_info"]
+        .as_object()
+        .expect("meta_info")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let at = keys
+        .iter()
+        .position(|&k| k == "top_p_token_ids")
+        .expect("rows");
+    assert_eq!(
+        keys[at - 1..at + 3],
+        [
+            "output_top_logprobs",
+            "top_p_token_ids",
+            "top_p_token_offsets",
+            "reasoning_tokens"
+        ]
+    );
+    assert_eq!(top_p_rows(&answer["meta_info"]).len(), 5);
+
+    // No rows: an unpatched server, no logprobs, no filter, a falsy or misplaced flag. Rows: a truthy flag.
+    let mut cases = vec![
+        (slime_server(false), ask(asked.clone(), true), false),
+        (slime_server(true), ask(asked.clone(), false), false),
+    ];
+    for (custom, top_p, rows) in [
+        (json!({"return_top_p_token_ids": true}), 1.0, false),
+        (json!({"return_top_p_token_ids": false}), 0.9, false),
+        (json!({"return_top_p_token_ids": 0}), 0.9, false),
+        (json!({"return_top_p_token_ids": ""}), 0.9, false),
+        (json!([["return_top_p_token_ids", true]]), 0.9, false),
+        (json!({"return_top_p_token_ids": 1}), 0.9, true),
+        (json!({"return_top_p_token_ids": "no"}), 0.9, true),
+    ] {
+        let params = json!({"max_new_tokens": 5, "top_p": top_p, "custom_params": custom});
+        cases.push((slime_server(true), ask(params, true), rows));
+    }
+    for (server, body, rows) in cases {
+        let meta = &generate_ok(&server, &body).await["meta_info"];
+        assert_eq!(meta.get("top_p_token_ids").is_some(), rows, "{body}");
+        assert_eq!(meta.get("top_p_token_offsets").is_some(), rows, "{body}");
+    }
+
+    // Greedy: each row is its token, and the logprobs are the model's.
+    let greedy = |custom: bool| {
+        let mut params = json!({"max_new_tokens": 6, "temperature": 0, "ignore_eos": true});
+        if custom {
+            params["custom_params"] = json!({"return_top_p_token_ids": true});
+        }
+        ask(params, true)
+    };
+    let with = generate_ok(&patched, &greedy(true)).await;
+    let without = generate_ok(&patched, &greedy(false)).await;
+    let rows = top_p_rows(&with["meta_info"]);
+    let want: Vec<Vec<i32>> = ids(&with["output_ids"])
+        .iter()
+        .map(|&id| vec![id as i32])
+        .collect();
+    assert_eq!(rows, want);
+    assert_eq!(
+        with["meta_info"]["output_token_logprobs"],
+        without["meta_info"]["output_token_logprobs"]
+    );
+
+    // A stream: the finishing frame alone carries the rows, all of them.
+    let mut streamed = ask(asked.clone(), true);
+    streamed["stream"] = json!(true);
+    let frames = sse_json(&patched.generate(&streamed).await.body);
+    let (last, earlier) = frames.split_last().expect("frames");
+    assert!(
+        earlier
+            .iter()
+            .all(|f| f["meta_info"].get("top_p_token_ids").is_none())
+    );
+    assert_eq!(
+        top_p_rows(&last["meta_info"]),
+        top_p_rows(&answer["meta_info"])
+    );
+
+    // The fault takes both keys.
+    let dropped = patched
+        .request(
+            axum::http::Method::POST,
+            "/generate",
+            serde_json::to_vec(&ask(asked, true)).expect("JSON"),
+            &[
+                ("content-type", "application/json"),
+                ("x-mock-fault", "drop-channel;channel=top_p"),
+            ],
+        )
+        .await
+        .json();
+    let meta = &dropped["meta_info"];
+    assert!(meta.get("top_p_token_ids").is_none() && meta.get("top_p_token_offsets").is_none());
+    assert!(meta.get("output_token_logprobs").is_some());
+}

@@ -54,6 +54,8 @@ async fn crosscheck(
 ) {
     let script = reference_dir().join("crosscheck_script.json");
     let script = path_arg(&script);
+    // The release slime patches serves its top-p replay too (MODEL.md section 7.2).
+    let slime_patches = sglang_version.slime_patches;
     let live = Live::start(ServerConfig {
         seed: SERVER_SEED,
         sglang_version,
@@ -64,6 +66,7 @@ async fn crosscheck(
         num_experts_per_tok: 3,
         scripted: mock_server::ScriptRule::load(&script).expect("the cross-check's script file"),
         tokenizer: tokenizer.map(|_| qwen_tokenizer()),
+        slime_patches,
         ..ServerConfig::default()
     })
     .await;
@@ -84,6 +87,9 @@ async fn crosscheck(
     ];
     if deterministic {
         args.push("--enable-deterministic-inference".into());
+    }
+    if slime_patches {
+        args.push("--slime-patches".into());
     }
     if let Some(dir) = tokenizer {
         args.extend(["--tokenizer".into(), path_arg(dir)]);

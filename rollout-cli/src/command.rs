@@ -16,7 +16,9 @@ use rollout_client::multi_agent::MultiAgentConfig;
 use rollout_client::rollout::RolloutConfig;
 use rollout_client::sample;
 use rollout_client::tokenize::PromptTokenizer;
-use rollout_client::{Client, ClientError, Prompt, RetryPolicy, Sample, SamplingParams};
+use rollout_client::{
+    Client, ClientError, CustomParams, Prompt, RetryPolicy, Sample, SamplingParams,
+};
 
 use crate::embedded::EmbeddedMock;
 use crate::progress;
@@ -142,6 +144,17 @@ pub struct RolloutArgs {
     /// --temperature 0) and write them as rollout_top_p_token_ids/offsets and rollout_sampling_log_probs.
     #[arg(long, env = "ROLLOUT_SAMPLING_MASK")]
     pub sampling_mask: bool,
+
+    /// Ask for slime's top-p replay (`custom_params.return_top_p_token_ids`, served by slime's patched 0.5.15:
+    /// `sglang-mock --sglang-version 0.5.15 --slime-patches`) and write each token's kept ids as
+    /// rollout_top_p_token_ids/offsets, as slime does with --rollout-top-p below 1. The rows come with a
+    /// sampling filter (--top-p below 1, --top-k or --temperature 0).
+    #[arg(
+        long,
+        env = "ROLLOUT_TOP_P_TOKEN_IDS",
+        conflicts_with = "sampling_mask"
+    )]
+    pub top_p_token_ids: bool,
 }
 
 /// `--moe-shape LAYERS,TOPK`.
@@ -347,9 +360,14 @@ pub async fn run_command_until(args: RolloutArgs, stop: Stop) -> Result<Report, 
     let (mock, url, server, seed, scripted_prompts) = match &args.url {
         Some(url) => (None, url.clone(), url.clone(), args.seed, 0),
         None => {
-            let mock = EmbeddedMock::start(&prompts, args.routed_experts, tokenizer.clone())
-                .await
-                .map_err(CommandError::Mock)?;
+            let mock = EmbeddedMock::start(
+                &prompts,
+                args.routed_experts,
+                args.top_p_token_ids,
+                tokenizer.clone(),
+            )
+            .await
+            .map_err(CommandError::Mock)?;
             let (url, scripted_prompts) = (mock.url.clone(), mock.scripted_prompts);
             let server = format!("embedded sglang-mock at {url}");
             // The mock honours a seed, so samples differ and runs repeat.
@@ -448,6 +466,9 @@ fn run_config(
         temperature: Some(args.temperature),
         top_p: Some(args.top_p),
         top_k: Some(args.top_k),
+        custom_params: args.top_p_token_ids.then_some(CustomParams {
+            return_top_p_token_ids: true,
+        }),
         ..SamplingParams::default()
     };
     let multi_agent = args.multi_agent.then(|| MultiAgentConfig {

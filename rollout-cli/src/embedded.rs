@@ -1,7 +1,7 @@
 //! The embedded sglang-mock: started in-process on 127.0.0.1:0 with scripted answers for the prompts, stopped after the run.
 
 use mock_server::model::LoadedTokenizer;
-use mock_server::{Server, ServerConfig, StartError};
+use mock_server::{Server, ServerConfig, SglangVersion, StartError};
 
 use crate::prompts::LabeledPrompt;
 use crate::scripted;
@@ -18,18 +18,26 @@ pub struct EmbeddedMock {
 
 impl EmbeddedMock {
     /// Binds a free port and serves the mock configured with the scripted answers for `prompts`, returning
-    /// routed experts when `routed_experts`, over `tokenizer`'s vocabulary when one is given.
+    /// routed experts when `routed_experts`, over `tokenizer`'s vocabulary when one is given, and as slime's
+    /// patched 0.5.15 (which serves top-p replay) when `slime_top_p`.
     pub async fn start(
         prompts: &[LabeledPrompt],
         routed_experts: bool,
+        slime_top_p: bool,
         tokenizer: Option<LoadedTokenizer>,
     ) -> Result<EmbeddedMock, StartError> {
+        let base = scripted::mock_config(prompts);
         let server = Server::start(ServerConfig {
             host: "127.0.0.1".to_owned(),
             port: 0,
             enable_return_routed_experts: routed_experts,
             tokenizer,
-            ..scripted::mock_config(prompts)
+            sglang_version: match slime_top_p {
+                true => SglangVersion::V0_5_15,
+                false => base.sglang_version,
+            },
+            slime_patches: slime_top_p,
+            ..base
         })
         .await?;
         Ok(EmbeddedMock {

@@ -322,7 +322,7 @@ impl fmt::Display for Summary {
         if self.masked_samples > 0 {
             writeln!(
                 f,
-                "masks        {} samples, {} generated tokens, mean support {:.2} ids, each holding its token, checked",
+                "masks        {} samples, {} generated tokens, mean support {:.2} ids, one per generated token, checked",
                 self.masked_samples,
                 self.masked_tokens,
                 self.support_ids as f64 / self.masked_tokens.max(1) as f64

@@ -365,6 +365,47 @@ async fn the_command_writes_routes_and_sampling_masks_checked() {
         let _ = std::fs::remove_file(&output);
     }
 
+    // slime's top-p replay, from the embedded mock answering as slime's patched 0.5.15: every generated token
+    // has a row, in the nucleus of top-p 0.9; the renormalised logprobs are the rollout's own.
+    let output = temp_path("top_p.jsonl");
+    let argv = [
+        "rollout",
+        "--no-progress",
+        "--top-p-token-ids",
+        "--top-p",
+        "0.9",
+        "--max-new-tokens",
+        "24",
+        "--output",
+        output.to_str().unwrap(),
+    ];
+    let report = command::run_command(RolloutArgs::parse_from(argv))
+        .await
+        .expect("a run with top-p rows");
+    assert_eq!(report.summary.masked_samples, report.summary.samples);
+    let samples = read_jsonl(std::io::BufReader::new(
+        std::fs::File::open(&output).unwrap(),
+    ))
+    .expect("the samples read back");
+    for sample in &samples {
+        let (ids, offsets) = sample.rollout_top_p_tokens().expect("rows");
+        assert_eq!(offsets.len(), sample.response_length() + 1);
+        for (i, token) in sample.response_tokens().iter().enumerate() {
+            let row = &ids[offsets[i] as usize..offsets[i + 1] as usize];
+            assert!(row.contains(token), "position {i}");
+        }
+        assert_eq!(
+            sample.rollout_sampling_log_probs(),
+            Some(sample.rollout_log_probs())
+        );
+    }
+    let _ = std::fs::remove_file(&output);
+    let both = RolloutArgs::try_parse_from(["rollout", "--sampling-mask", "--top-p-token-ids"]);
+    assert!(
+        both.is_err(),
+        "one support per token: the flags exclude each other"
+    );
+
     let unbounded = RolloutArgs::parse_from(["rollout", "--no-progress", "--sampling-mask"]);
     let err = command::run_command(unbounded).await.unwrap_err();
     assert!(

@@ -8,7 +8,8 @@
 //! - `rollout_top_p_token_ids` / `rollout_top_p_token_offsets`: the sampler's support per response token in
 //!   slime's CSR form (`offsets.len() == response_length + 1`), empty for environment tokens, and
 //!   `rollout_sampling_log_probs`: the sampled token's logprob renormalised over its support (TRL #7269's
-//!   behaviour logprob), 0.0 for environment tokens.
+//!   behaviour logprob), 0.0 for environment tokens. They come from 0.5.23's sampling mask or from slime's
+//!   top-p replay (whose renormalised logprobs are the output logprobs themselves).
 //! - `weight_version_spans`: which weight version made which response tokens, in response positions, in order,
 //!   each inside a generation turn (AReaL PR #1569 labelled tokens with the version after the round trip).
 //!
@@ -294,8 +295,10 @@ impl CarriedView<'_> {
             }
             for (i, &g) in generated.iter().enumerate() {
                 let support = &m.ids[m.offsets[i] as usize..m.offsets[i + 1] as usize];
+                // A generated token has a support; whether it holds the token is the channel's own rule, checked
+                // on the response (a sampling mask must hold it, a top-p row may not).
                 let fits = if g {
-                    support.contains(&response[i])
+                    !support.is_empty()
                 } else {
                     support.is_empty() && m.logprobs[i] == 0.0
                 };
@@ -304,7 +307,7 @@ impl CarriedView<'_> {
                         channel: "rollout_top_p_token_ids",
                         position: Some(i),
                         problem: if g {
-                            format!("the support lacks the generated token {}", response[i])
+                            format!("the generated token {} has an empty support", response[i])
                         } else {
                             "an environment token has a support".into()
                         },

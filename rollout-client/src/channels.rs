@@ -13,7 +13,12 @@
 //! - `weight_versions` (0.5.23): spans `{version, start, end}` that tile the output tokens from 0 without a gap
 //!   or an overlap, the last one's version `weight_version`;
 //! - `output_token_sampling_mask` and `output_token_sampling_logprobs` (0.5.23): one support per output token
-//!   that holds the sampled token, with finite renormalised logprobs `<= 0`.
+//!   that holds the sampled token, with finite renormalised logprobs `<= 0`;
+//! - `top_p_token_ids` and `top_p_token_offsets` (slime's patched 0.5.15, asked by
+//!   `custom_params.return_top_p_token_ids`): base64 int32 rows in slime's CSR form, offsets from 0 rising to the
+//!   number of ids, one row per output token, none empty. The rows need not hold the sampled token: the patch
+//!   keeps the nucleus by its own torch test, which can drop a boundary token the sampling kernel kept, and slime's
+//!   trainer force-keeps the token instead. The output logprobs are then the renormalised ones.
 
 use base64::Engine;
 
@@ -31,6 +36,9 @@ pub struct Asked {
     pub routed_experts: Option<RoutesAsked>,
     /// `return_sampling_mask`.
     pub sampling_mask: bool,
+    /// `custom_params.return_top_p_token_ids` on a request with logprobs whose sampler filters: slime's top-p
+    /// replay rows.
+    pub top_p: bool,
 }
 
 /// The routes a request asked for.
@@ -135,6 +143,7 @@ pub(crate) fn take(
     meta: &mut MetaInfo,
     asked: &Asked,
     output_ids: &[u32],
+    logprobs: Option<&[f32]>,
     ran: bool,
 ) -> Result<Channels, ResponseError> {
     let routes = match (asked.routed_experts, meta.routed_experts.take()) {
@@ -174,10 +183,137 @@ pub(crate) fn take(
         }
         _ => None,
     };
+    let top_p = match (
+        asked.top_p,
+        meta.top_p_token_ids.take(),
+        meta.top_p_token_offsets.take(),
+    ) {
+        (true, Some(ids), Some(offsets)) => {
+            Some(top_p(&ids, &offsets, output_ids, logprobs.unwrap_or(&[]))?)
+        }
+        // Rows are written with the finish reason, and only when a token was made.
+        (true, None, None) if ran && !output_ids.is_empty() => {
+            return Err(ResponseError::MissingChannel {
+                channel: "top_p_token_ids",
+            });
+        }
+        (true, Some(_), None) => {
+            return Err(ResponseError::MissingChannel {
+                channel: "top_p_token_offsets",
+            });
+        }
+        (true, None, Some(_)) => {
+            return Err(ResponseError::MissingChannel {
+                channel: "top_p_token_ids",
+            });
+        }
+        _ => None,
+    };
+    let masks = match (masks, top_p) {
+        (Some(_), Some(_)) => {
+            return Err(bad(
+                "top_p_token_ids",
+                None,
+                "both a sampling mask and top-p rows: a sample carries one support per token",
+            ));
+        }
+        (masks, top_p) => masks.or(top_p),
+    };
     Ok(Channels {
         routes,
         weight_versions,
         masks,
+    })
+}
+
+/// Base64 of little-endian int32 values, or what is wrong with it.
+fn base64_i32(channel: &'static str, text: &str) -> Result<Vec<i32>, ResponseError> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| bad(channel, None, format!("not base64: {e}")))?;
+    if !bytes.len().is_multiple_of(4) {
+        return Err(bad(
+            channel,
+            None,
+            format!("{} bytes are not whole int32 values", bytes.len()),
+        ));
+    }
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect())
+}
+
+/// slime's top-p replay rows (`_extract_rollout_top_p_token_data`, with its checks and more): offsets from 0,
+/// rising, one more than the output tokens and ending at the number of ids; no empty row (the sampler keeps at
+/// least its most probable id); no negative id. Each row's logprob is the output token's, renormalised by the
+/// server over the row.
+fn top_p(
+    ids: &str,
+    offsets: &str,
+    output_ids: &[u32],
+    logprobs: &[f32],
+) -> Result<Masks, ResponseError> {
+    const IDS: &str = "top_p_token_ids";
+    const OFFSETS: &str = "top_p_token_offsets";
+    let ids = base64_i32(IDS, ids)?;
+    let offsets = base64_i32(OFFSETS, offsets)?;
+    let n = output_ids.len();
+    if offsets.len() != n + 1 {
+        return Err(bad(
+            OFFSETS,
+            Some(offsets.len().saturating_sub(1).min(n)),
+            format!(
+                "{} offsets for {n} output tokens: a row per token needs {}",
+                offsets.len(),
+                n + 1
+            ),
+        ));
+    }
+    if let Some(&start) = offsets.first().filter(|&&start| start != 0) {
+        return Err(bad(
+            OFFSETS,
+            Some(0),
+            format!("the offsets start at {start}, not 0"),
+        ));
+    }
+    if let Some(i) = offsets.windows(2).position(|w| w[1] <= w[0]) {
+        return Err(bad(
+            OFFSETS,
+            Some(i),
+            format!(
+                "row {i} runs from {} to {}: every row keeps at least one id",
+                offsets[i],
+                offsets[i + 1]
+            ),
+        ));
+    }
+    let end = offsets.last().copied().unwrap_or(0);
+    if end as usize != ids.len() {
+        return Err(bad(
+            OFFSETS,
+            None,
+            format!("the offsets end at {end}, the ids are {}", ids.len()),
+        ));
+    }
+    if let Some(at) = ids.iter().position(|&id| id < 0) {
+        let row = offsets.partition_point(|&o| o as usize <= at) - 1;
+        return Err(bad(IDS, Some(row), format!("token id {}", ids[at])));
+    }
+    if logprobs.len() != n {
+        return Err(bad(
+            IDS,
+            None,
+            format!(
+                "{n} rows need the output logprobs, and the response has {}",
+                logprobs.len()
+            ),
+        ));
+    }
+    Ok(Masks {
+        ids: ids.into_iter().map(|id| id as u32).collect(),
+        offsets: offsets.into_iter().map(|o| o as u32).collect(),
+        logprobs: logprobs.to_vec(),
     })
 }
 
@@ -190,20 +326,7 @@ fn routes(
     output_len: usize,
 ) -> Result<Routes, ResponseError> {
     const CHANNEL: &str = "routed_experts";
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(text)
-        .map_err(|e| bad(CHANNEL, None, format!("not base64: {e}")))?;
-    if !bytes.len().is_multiple_of(4) {
-        return Err(bad(
-            CHANNEL,
-            None,
-            format!("{} bytes are not whole int32 values", bytes.len()),
-        ));
-    }
-    let data: Vec<i32> = bytes
-        .chunks_exact(4)
-        .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
+    let data = base64_i32(CHANNEL, text)?;
     let prompt = prompt_tokens.ok_or_else(|| {
         bad(
             CHANNEL,

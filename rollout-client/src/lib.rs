@@ -49,7 +49,9 @@ pub mod synth;
 
 pub use client::{Client, ClientBuilder, RetryPolicy};
 pub use error::{ClientError, ResponseError, RolloutError, SampleError};
-pub use request::{AbortRequest, GenerateRequest, IdsInput, SamplingParams, TextInput};
+pub use request::{
+    AbortRequest, CustomParams, GenerateRequest, IdsInput, SamplingParams, TextInput,
+};
 pub use sample::{GeneratedSpan, Prompt, Reward, Sample, SampleStatus, Segment};
 pub use stream::StreamDecoder;
 pub use turn::Turn;

@@ -60,6 +60,29 @@ pub struct SamplingParams {
     pub stream_interval: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sampling_seed: Option<u64>,
+    /// `custom_params`: what slime's patched SGLang reads beyond the standard keys.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub custom_params: Option<CustomParams>,
+}
+
+/// `sampling_params.custom_params`, as slime sends it (`slime/rollout/sglang_rollout.py`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct CustomParams {
+    /// slime's top-p replay (`docker/patch/v0.5.15.post1/sglang-top_p.patch`): a request with logprobs and a
+    /// sampling filter gets each output token's kept ids (`meta_info.top_p_token_ids` and
+    /// `top_p_token_offsets`) and logprobs renormalised over them.
+    pub return_top_p_token_ids: bool,
+}
+
+impl SamplingParams {
+    /// Whether the sampler filters this request (`_top_p_filter_rows` of slime's patch): greedy (SGLang samples it
+    /// with `top_k` 1), a `top_k` other than -1, a `top_p` below 1 or a positive `min_p`.
+    pub fn filters(&self) -> bool {
+        self.temperature.is_some_and(|t| t < 1e-6)
+            || self.top_k.is_some_and(|k| k != -1 && k != 1 << 30)
+            || self.top_p.is_some_and(|p| p != 1.0)
+            || self.min_p.is_some_and(|m| m > 0.0)
+    }
 }
 
 /// A `/generate` request.
@@ -123,6 +146,12 @@ impl GenerateRequest {
                 row_len: routes_row_len,
             }),
             sampling_mask: self.return_sampling_mask,
+            top_p: self.return_logprob
+                && self.sampling_params.filters()
+                && self
+                    .sampling_params
+                    .custom_params
+                    .is_some_and(|c| c.return_top_p_token_ids),
         }
     }
 

@@ -102,7 +102,7 @@ impl Turn {
         }
         // An abort in the waiting queue never ran, so it has no channels.
         let ran = !(abort && output_ids.is_empty());
-        let channels = channels::take(&mut meta, &asked, &output_ids, ran)?;
+        let channels = channels::take(&mut meta, &asked, &output_ids, logprobs.as_deref(), ran)?;
         Ok(Turn {
             text,
             output_ids,
@@ -120,7 +120,7 @@ impl Turn {
         finish_reason: FinishReason,
         asked: &Asked,
     ) -> Result<Turn, ResponseError> {
-        let channels = channels::take(&mut meta, asked, &[], false)?;
+        let channels = channels::take(&mut meta, asked, &[], None, false)?;
         Ok(Turn {
             text: String::new(),
             output_ids: Vec::new(),

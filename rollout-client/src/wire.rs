@@ -65,6 +65,11 @@ pub struct MetaInfo {
     pub output_token_sampling_logprobs: Option<SamplingLogprobs>,
     /// \[0.5.23\] The number of output tokens with a mask.
     pub output_token_sampling_mask_length: Option<usize>,
+    /// slime's patched 0.5.15 (`custom_params.return_top_p_token_ids`): every output token's kept ids, one after
+    /// the other, as base64 of little-endian int32; on a finished item's object only.
+    pub top_p_token_ids: Option<String>,
+    /// The rows' offsets into `top_p_token_ids`, from 0, one more than the output tokens (same encoding).
+    pub top_p_token_offsets: Option<String>,
     pub image_tokens: Option<u64>,
     pub audio_tokens: Option<u64>,
     pub video_tokens: Option<u64>,

@@ -6,8 +6,8 @@ use mock_server::{Server, ServerConfig, SglangVersion};
 use rollout_client::channels::{Asked, RoutesAsked};
 use rollout_client::turn::parse_single;
 use rollout_client::{
-    Client, ClientError, GenerateRequest, ResponseError, RetryPolicy, Sample, SampleError,
-    SamplingParams, StreamMode, Turn,
+    Client, ClientError, CustomParams, GenerateRequest, ResponseError, RetryPolicy, Sample,
+    SampleError, SamplingParams, StreamMode, Turn,
 };
 use serde_json::{Value, json};
 
@@ -124,6 +124,109 @@ async fn a_multi_turn_sample_carries_every_channel_aligned() {
     }
 }
 
+/// slime's top-p replay on its patched 0.5.15 (`--slime-patches`), over a multi-turn sample (generate, tool
+/// output, generate), streamed and not. Each answer's rows and renormalised logprobs are computed here from an
+/// independent source, the same request without the patch's `custom_params` but with its top logprobs: the
+/// nucleus is the prefix of the top list whose probability *before* each id is at most `top_p`, and the
+/// renormalised logprob is the logprob minus the log of the nucleus's mass. The tokens are the unpatched
+/// request's (the rows change what is reported, not what is sampled). The sample carries the rows in slime's
+/// CSR form, empty for the tool's tokens, with `rollout_sampling_log_probs` equal to its `rollout_log_probs`.
+#[tokio::test]
+async fn slimes_top_p_replay_rows_are_the_nucleus_of_the_served_distribution() {
+    const TOP_P: f32 = 0.8;
+    let server = Server::start(ServerConfig {
+        port: 0,
+        sglang_version: SglangVersion::V0_5_15,
+        slime_patches: true,
+        ..ServerConfig::default()
+    })
+    .await
+    .expect("mock starts");
+    let c = client(&format!("http://{}", server.addr()));
+    let request = |tokens: &[u32], stream: bool, patched: bool| GenerateRequest {
+        stream,
+        top_logprobs_num: (!patched).then_some(9),
+        ..GenerateRequest::from_ids(
+            tokens.to_vec(),
+            SamplingParams {
+                max_new_tokens: Some(6),
+                top_p: Some(TOP_P),
+                ignore_eos: Some(true),
+                sampling_seed: Some(5),
+                custom_params: patched.then_some(CustomParams {
+                    return_top_p_token_ids: true,
+                }),
+                ..SamplingParams::default()
+            },
+        )
+    };
+    let mut nucleus_sizes = Vec::new();
+    for stream in [false, true] {
+        let mut sample = Sample::new("q", vec![5, 6, 7]);
+        for turn in 0..2 {
+            if turn == 1 {
+                sample
+                    .append_environment(&[9, 9], "<tool>")
+                    .expect("tool output");
+            }
+            let patched = c
+                .generate(&request(sample.tokens(), stream, true))
+                .await
+                .expect("patched turn");
+            let plain = c
+                .generate(&request(sample.tokens(), stream, false))
+                .await
+                .expect("plain turn");
+            assert_eq!(patched.output_ids, plain.output_ids, "stream {stream}");
+            let rows = patched.channels.masks.as_ref().expect("rows");
+            let renormalised = patched.logprobs.as_ref().expect("logprobs");
+            let top = plain.meta_info.output_top_logprobs.as_ref().expect("top");
+            for (i, &token) in plain.output_ids.iter().enumerate() {
+                let top = top[i].as_ref().expect("a top row");
+                let mut before = 0.0f64;
+                let mut nucleus = Vec::new();
+                let mut mass = 0.0f64;
+                for entry in top {
+                    if before > f64::from(TOP_P) {
+                        break;
+                    }
+                    let p = f64::from(entry.logprob.expect("finite")).exp();
+                    nucleus.push(entry.token_id);
+                    before += p;
+                    mass += p;
+                }
+                assert!(before > f64::from(TOP_P), "the top 9 hold the nucleus");
+                assert_eq!(
+                    rows.support(i),
+                    nucleus,
+                    "stream {stream}, turn {turn}, token {i}"
+                );
+                let raw = top.iter().find(|e| e.token_id == token).expect("kept");
+                let want = f64::from(raw.logprob.expect("finite")) - mass.ln();
+                assert!(
+                    (f64::from(renormalised[i]) - want).abs() < 1e-5,
+                    "token {i}: {} against {want}",
+                    renormalised[i]
+                );
+                nucleus_sizes.push(nucleus.len());
+            }
+            sample.apply_turn(&patched).expect("the turn fits");
+        }
+        let (ids, offsets) = sample.rollout_top_p_tokens().expect("rows");
+        assert_eq!(offsets.len(), sample.response_length() + 1);
+        let sampling = sample.rollout_sampling_log_probs().expect("logprobs");
+        for i in 0..sample.response_length() {
+            let row = &ids[offsets[i] as usize..offsets[i + 1] as usize];
+            assert_eq!(row.is_empty(), (6..8).contains(&i), "position {i}");
+        }
+        assert_eq!(sampling, sample.rollout_log_probs());
+    }
+    // The case is not degenerate: nuclei of one id and of several.
+    assert!(nucleus_sizes.contains(&1) || nucleus_sizes.iter().any(|&n| n >= 3));
+    assert!(nucleus_sizes.iter().any(|&n| n > 1), "{nucleus_sizes:?}");
+    server.shutdown().await.expect("shutdown");
+}
+
 /// 0.5.15 has routes and no sampling masks: a request that asks for masks gets a typed error naming the
 /// channel, not a sample without them; one that asks for routes alone goes through.
 #[tokio::test]
@@ -202,6 +305,7 @@ fn asked(routes: bool, masks: bool) -> Asked {
             row_len: Some(ROW),
         }),
         sampling_mask: masks,
+        top_p: false,
     }
 }
 
@@ -214,6 +318,107 @@ fn bad_channel(result: Result<Turn, ResponseError>) -> (&'static str, Option<usi
         }) => (channel, position, problem),
         other => panic!("want BadChannel, got {other:?}"),
     }
+}
+
+/// slime's top-p replay rows (`top_p_token_ids` / `top_p_token_offsets`, base64 int32 in slime's CSR form) are
+/// refused at the boundary when their shape is wrong, each naming the key and the row: offsets one short (slime's
+/// own `len(offsets) == generated + 1` check) or one long, not starting at 0, an empty row (the sampler keeps at
+/// least one id), offsets that do not end at the number of ids, a negative id, text that is not base64, and half
+/// of the pair. A row without the sampled token is accepted: the patch keeps the nucleus by its own torch test,
+/// which can drop a boundary token the sampling kernel kept, and slime's trainer force-keeps it.
+#[test]
+fn malformed_top_p_rows_name_the_key_and_the_row() {
+    let b64 = |values: &[i32]| Value::from(routes_b64(values));
+    let meta = |ids: Value, offsets: Value| {
+        let mut meta = json!({"output_token_logprobs": [[-0.5, 1, null], [0.0, 2, null]]});
+        if !ids.is_null() {
+            meta["top_p_token_ids"] = ids;
+        }
+        if !offsets.is_null() {
+            meta["top_p_token_offsets"] = offsets;
+        }
+        meta
+    };
+    let asked = Asked {
+        logprobs: true,
+        top_p: true,
+        ..Asked::default()
+    };
+    let ok = parse_single(
+        &body(meta(b64(&[1, 7, 2]), b64(&[0, 2, 3])), &[1, 2]),
+        asked,
+    )
+    .expect("two rows fit");
+    let rows = ok.channels.masks.expect("rows");
+    assert_eq!((rows.support(0), rows.support(1)), (&[1, 7][..], &[2][..]));
+    // The renormalised logprobs are the output logprobs themselves.
+    assert_eq!(rows.logprobs, [-0.5, 0.0]);
+    let boundary = parse_single(&body(meta(b64(&[7, 3]), b64(&[0, 1, 2])), &[1, 2]), asked)
+        .expect("rows without their token are the patch's boundary case");
+    assert_eq!(boundary.channels.masks.expect("rows").support(0), [7]);
+    for (ids, offsets, channel, position) in [
+        (b64(&[1, 7]), b64(&[0, 2]), "top_p_token_offsets", Some(1)),
+        (
+            b64(&[1, 7, 2]),
+            b64(&[0, 2, 3, 3]),
+            "top_p_token_offsets",
+            Some(2),
+        ),
+        (
+            b64(&[1, 7, 2]),
+            b64(&[1, 2, 3]),
+            "top_p_token_offsets",
+            Some(0),
+        ),
+        (
+            b64(&[1, 7, 2]),
+            b64(&[0, 0, 3]),
+            "top_p_token_offsets",
+            Some(0),
+        ),
+        (
+            b64(&[1, 7, 2]),
+            b64(&[0, 2, 4]),
+            "top_p_token_offsets",
+            None,
+        ),
+        (
+            b64(&[1, -7, 2]),
+            b64(&[0, 2, 3]),
+            "top_p_token_ids",
+            Some(0),
+        ),
+        (
+            b64(&[1, 7, -2]),
+            b64(&[0, 2, 3]),
+            "top_p_token_ids",
+            Some(1),
+        ),
+        (
+            json!("not base64!"),
+            b64(&[0, 2, 3]),
+            "top_p_token_ids",
+            None,
+        ),
+        (b64(&[1, 7, 2]), json!("AAA"), "top_p_token_offsets", None),
+    ] {
+        let (got, at, problem) =
+            bad_channel(parse_single(&body(meta(ids, offsets), &[1, 2]), asked));
+        assert_eq!((got, at), (channel, position), "{problem}");
+    }
+    for (ids, offsets, missing) in [
+        (Value::Null, Value::Null, "top_p_token_ids"),
+        (b64(&[1, 7, 2]), Value::Null, "top_p_token_offsets"),
+        (Value::Null, b64(&[0, 2, 3]), "top_p_token_ids"),
+    ] {
+        match parse_single(&body(meta(ids, offsets), &[1, 2]), asked) {
+            Err(ResponseError::MissingChannel { channel }) => assert_eq!(channel, missing),
+            other => panic!("want MissingChannel({missing}), got {other:?}"),
+        }
+    }
+    // Rows come only with a token: an answer without output needs none.
+    let empty = json!({"output_token_logprobs": []});
+    parse_single(&body(empty, &[]), asked).expect("no tokens, no rows");
 }
 
 /// Malformed routes are refused at the boundary: not base64, cut shorter than the tokens (miles #861's
@@ -500,7 +705,7 @@ fn routes_from_a_start_are_spliced_after_the_samples_own_rows() {
                 start,
                 row_len: None,
             }),
-            sampling_mask: false,
+            ..Asked::default()
         };
         parse_single(&body(meta, output), asked)
     };
@@ -701,9 +906,18 @@ fn a_record_with_misaligned_channels_is_refused() {
         "rollout_top_p_token_offsets",
     );
     refused(
-        &|r| r["rollout_top_p_token_ids"] = json!([1, 7, 8]),
-        "rollout_top_p_token_ids",
+        &|r| {
+            r["rollout_top_p_token_ids"] = json!([1, 7]);
+            r["rollout_top_p_token_offsets"] = json!([0, 2, 2, 2]);
+        },
+        "has an empty support",
     );
+    // A row without its token is slime's top-p replay at the nucleus boundary (the patch's torch test dropped
+    // a token its sampling kernel kept; the trainer force-keeps it): a record may hold one. A sampling mask
+    // without its token is refused on the response, where the channel is known.
+    let mut boundary = good.clone();
+    boundary["rollout_top_p_token_ids"] = json!([1, 7, 8]);
+    Sample::from_json(&boundary.to_string()).expect("a top-p row at the boundary");
     refused(
         &|r| {
             r["rollout_top_p_token_ids"] = json!([1, 7, 2, 9]);

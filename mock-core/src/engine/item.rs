@@ -76,6 +76,10 @@ pub struct ItemRequest {
     pub forced_output: Vec<u32>,
     /// `return_sampling_mask` (0.5.23): report each output token's sampling support, with these logprobs.
     pub sampling_mask: Option<SamplingLogprobsMode>,
+    /// slime's top-p replay (`--slime-patches`: `custom_params.return_top_p_token_ids` on a request with logprobs
+    /// and a top-k, top-p or min-p filter): report each output token's kept ids, and its logprobs renormalised
+    /// over them unless it is greedy (MODEL.md section 7.2).
+    pub top_p_token_ids: bool,
     /// `return_routed_experts` on a server that returns them: the first position with a routes row
     /// (`routed_experts_start_len`).
     pub routes_from: Option<usize>,
@@ -137,6 +141,11 @@ impl MaskRows {
         start..self.ends.get(i).copied().unwrap_or(start)
     }
 
+    /// Where row `i` ends in the flat ids (the number of ids up to it; the total past the last row).
+    pub fn end(&self, i: usize) -> usize {
+        self.bounds(i).end
+    }
+
     /// The support ids of row `i` (empty past the last row).
     pub fn ids(&self, i: usize) -> &[u32] {
         self.ids.get(self.bounds(i)).unwrap_or(&[])
@@ -166,6 +175,7 @@ impl ItemRequest {
             sample_index: 0,
             forced_output: Vec::new(),
             sampling_mask: None,
+            top_p_token_ids: false,
             routes_from: None,
             stream_interval: None,
         }

@@ -71,7 +71,7 @@ fault_kinds! {
     Stall => "stall"
         "Pause `ms` before every streamed chunk, or before the body of a non-streamed answer.",
     DropChannel => "drop-channel"
-        "`meta_info` without `channel` (`routed_experts`, the default; `weight_versions`; `sampling_mask`).",
+        "`meta_info` without `channel` (`routed_experts`, the default; `weight_versions`; `sampling_mask`; `top_p`).",
     ShortRoutes => "routes-short" "`routed_experts` without its last `by` (1) rows: routes cut shorter than tokens.",
     ExtraRoute => "routes-extra-row" "`routed_experts` with its last row twice: one row too many.",
     RetractRoutes => "retract-routes"
@@ -193,6 +193,8 @@ pub enum Channel {
     WeightVersions,
     /// `output_token_sampling_mask` with its logprobs and length.
     SamplingMask,
+    /// `top_p_token_ids` with `top_p_token_offsets` (slime's top-p replay).
+    TopP,
 }
 
 impl Channel {
@@ -201,6 +203,7 @@ impl Channel {
             Channel::RoutedExperts => "routed_experts",
             Channel::WeightVersions => "weight_versions",
             Channel::SamplingMask => "sampling_mask",
+            Channel::TopP => "top_p",
         }
     }
 
@@ -214,6 +217,7 @@ impl Channel {
                 "output_token_sampling_logprobs",
                 "output_token_sampling_mask_length",
             ],
+            Channel::TopP => &["top_p_token_ids", "top_p_token_offsets"],
         }
     }
 }
@@ -510,10 +514,11 @@ impl<'a> Params<'a> {
                 "routed_experts" => Ok(Channel::RoutedExperts),
                 "weight_versions" => Ok(Channel::WeightVersions),
                 "sampling_mask" => Ok(Channel::SamplingMask),
+                "top_p" => Ok(Channel::TopP),
                 _ => Err(Self::bad(
                     "channel",
                     v,
-                    "expected routed_experts, weight_versions or sampling_mask",
+                    "expected routed_experts, weight_versions, sampling_mask or top_p",
                 )),
             })
             .transpose()

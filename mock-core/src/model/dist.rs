@@ -581,12 +581,146 @@ impl<'m> Distribution<'m> {
         selected
     }
 
+    /// The kept prefix of the sorted order under the filters, and this distribution renormalised over it: slime's
+    /// top-p replay (`sglang-top_p.patch`, MODEL.md section 7.2).
+    pub(crate) fn kept_prefix(
+        &self,
+        (top_k, top_p, min_p): (Option<u32>, f64, f64),
+    ) -> Kept<'_, 'm> {
+        let keep = self.kept(top_k, top_p, min_p);
+        let (from_explicit, from_tail, total) = self.kept_split(keep);
+        let log_total = match &self.log {
+            LogSpace::Unit => total.ln(),
+            LogSpace::Scaled { shift, .. } => shift + total.ln(),
+        };
+        Kept {
+            dist: self,
+            from_explicit,
+            from_tail,
+            total,
+            log_total,
+        }
+    }
+
+    /// The ids that are not in the tail (the unmasked explicit ones and the masked ones), sorted.
+    fn not_tail(&self) -> Vec<u32> {
+        let mut not_tail: Vec<u32> = (0..self.n_explicit).map(|p| self.id_at(p)).collect();
+        not_tail.extend_from_slice(self.masked);
+        not_tail.sort_unstable();
+        not_tail
+    }
+
+    /// The rank of `id` among the tail ids (ascending), `None` if it is not a tail id.
+    fn tail_rank(&self, id: u32) -> Option<u64> {
+        if u64::from(id) >= self.vocab_size() {
+            return None;
+        }
+        let not_tail = self.not_tail();
+        match not_tail.binary_search(&id) {
+            Ok(_) => None,
+            Err(below) => Some(u64::from(id) - below as u64),
+        }
+    }
+
     /// The logprob of a pick made from this distribution or from one of the same context and mask at another
     /// temperature (the order of the explicit entries is the same at every temperature).
     pub(crate) fn logprob_of(&self, pick: &Pick) -> f64 {
         match pick.position {
             Some(position) => self.explicit_logprob(position),
             None => self.logprob(pick.id),
+        }
+    }
+}
+
+/// The prefix of a [`Distribution`]'s sorted order that the filters keep, with the distribution renormalised over
+/// it: what slime's patched sampler reports for a request with `custom_params.return_top_p_token_ids`
+/// (`_top_p_keep_mask_sorted` and `renorm_logprob_over_top_p` in its `sglang-top_p.patch`, MODEL.md section 7.2).
+/// Unlike the sampling mask's support, the prefix keeps ids whose weight underflowed to 0, as the patch's rank
+/// and cumulative tests do.
+pub(crate) struct Kept<'d, 'm> {
+    dist: &'d Distribution<'m>,
+    from_explicit: usize,
+    from_tail: u64,
+    /// The kept weights' sum, in the distribution's units (section 7's `total`).
+    total: f64,
+    /// `ln(total)` at temperature 1, `shift + ln(total)` at any other.
+    log_total: f64,
+}
+
+impl Kept<'_, '_> {
+    /// Appends the kept ids in the sorted order: the kept explicit entries, then the kept tail ids ascending.
+    pub(crate) fn ids(&self, out: &mut Vec<u32>) {
+        let d = self.dist;
+        out.extend((0..self.from_explicit).map(|p| d.id_at(p)));
+        if self.from_tail == 0 {
+            return;
+        }
+        // One walk up the ids, stepping over those that are not in the tail.
+        let not_tail = d.not_tail();
+        let mut skip = not_tail.iter().peekable();
+        let mut id = 0u32;
+        for _ in 0..self.from_tail {
+            while skip.next_if(|&&n| n == id).is_some() {
+                id += 1;
+            }
+            out.push(id);
+            id += 1;
+        }
+    }
+
+    /// The renormalised logprob of the explicit entry at `position`, or of a tail id for `None`.
+    fn at(&self, position: Option<usize>) -> f64 {
+        let d = self.dist;
+        match &d.log {
+            LogSpace::Unit => {
+                let v = position.map_or(d.tail_weight, |p| d.explicit[p].1);
+                (v / self.total).ln()
+            }
+            LogSpace::Scaled {
+                logits, tail_logit, ..
+            } => position.map_or(*tail_logit, |p| logits[p]) - self.log_total,
+        }
+    }
+
+    /// The renormalised logprob of `id`: `-inf` unless it is kept.
+    pub(crate) fn logprob(&self, id: u32) -> f64 {
+        let d = self.dist;
+        if let Some(position) = (0..d.n_explicit).find(|&p| d.id_at(p) == id) {
+            return match position < self.from_explicit {
+                true => self.at(Some(position)),
+                false => f64::NEG_INFINITY,
+            };
+        }
+        match d.tail_rank(id) {
+            Some(rank) if rank < self.from_tail => self.at(None),
+            _ => f64::NEG_INFINITY,
+        }
+    }
+
+    /// The renormalised logprob of a pick made from the distribution with the same filters: always kept.
+    pub(crate) fn logprob_of(&self, pick: &Pick) -> f64 {
+        match pick.position {
+            Some(position) => self.at(Some(position)),
+            None => self.logprob(pick.id),
+        }
+    }
+
+    /// [`Distribution::top`] with the renormalised logprobs: the sorted order's first `n` ids, `-inf` past the
+    /// kept prefix.
+    pub(crate) fn top(&self, n: usize, out: &mut Vec<(u32, f64)>) {
+        let start = out.len();
+        self.dist.top(n, out);
+        for (rank, entry) in out[start..].iter_mut().enumerate() {
+            entry.1 = match rank < self.from_explicit {
+                true => self.at(Some(rank)),
+                false
+                    if rank >= self.dist.n_explicit
+                        && ((rank - self.dist.n_explicit) as u64) < self.from_tail =>
+                {
+                    self.at(None)
+                }
+                false => f64::NEG_INFINITY,
+            };
         }
     }
 }

@@ -313,6 +313,14 @@ fn plan_item(
         Some(si) if si > 0 => si,
         _ => config.stream_interval.max(1),
     };
+    // slime's top-p replay: rows for a request with logprobs whose sampler filters (`_top_p_filter_rows`; greedy is
+    // `top_k` 1).
+    let top_p_token_ids = config.slime_patches
+        && want_logprob
+        && resolved.return_top_p_token_ids
+        && (resolved.normalized_top_k != 1 << 30
+            || resolved.params.top_p != 1.0
+            || resolved.params.min_p > 0.0);
     let mut params = resolved.params;
     // Deterministic inference seeds every sample (`SamplingBatchInfo.from_schedule_batch`: 42 when none is
     // given) and hashes the seed with token positions only, so equal requests draw equal samples.
@@ -339,6 +347,7 @@ fn plan_item(
             sample_index,
             forced_output: Vec::new(),
             sampling_mask,
+            top_p_token_ids,
             routes_from,
             stream_interval: req.stream.then_some(stream_interval),
         },

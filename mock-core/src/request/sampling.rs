@@ -22,6 +22,21 @@ pub struct ResolvedSampling {
     pub stream_interval: Option<u32>,
     /// `top_k` as `SamplingParams` holds it after `__post_init__`: 1 when greedy, `1 << 30` for `-1`.
     pub normalized_top_k: i64,
+    /// `custom_params.return_top_p_token_ids`, read as slime's patched `SamplingBatchInfo` reads it: `custom_params`
+    /// a dict whose entry is truthy.
+    pub return_top_p_token_ids: bool,
+}
+
+/// Python's `bool()` of a JSON value.
+fn truthy(value: &Value) -> bool {
+    match value {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|x| x != 0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
 }
 
 fn type_error(key: SamplingKey, want: &str, got: &Value) -> RequestError {
@@ -171,6 +186,7 @@ struct Typed {
     /// How many grammar constraints are set: `json_schema`, `regex` and `ebnf`, and from 0.5.23
     /// `structural_tag`.
     grammars: usize,
+    return_top_p_token_ids: bool,
 }
 
 impl Typed {
@@ -243,6 +259,11 @@ impl Typed {
             .iter()
             .filter(|k| raw.non_null(**k).is_some())
             .count();
+        // `isinstance(custom_params, dict) and custom_params.get("return_top_p_token_ids", False)`, then `bool()`.
+        let return_top_p_token_ids = match raw.get(K::CustomParams) {
+            Some(Value::Object(map)) => map.get("return_top_p_token_ids").is_some_and(truthy),
+            _ => false,
+        };
         Ok(Typed {
             max_new_tokens,
             temperature,
@@ -264,6 +285,7 @@ impl Typed {
             stop_token_ids,
             logit_bias,
             grammars,
+            return_top_p_token_ids,
         })
     }
 
@@ -451,6 +473,7 @@ impl Typed {
         ResolvedSampling {
             params,
             normalized_top_k: if top_k == -1 { 1 << 30 } else { top_k },
+            return_top_p_token_ids: self.return_top_p_token_ids,
             stream_interval: self
                 .stream_interval
                 .map(|si| si.clamp(0, i64::from(u32::MAX)) as u32),

@@ -168,6 +168,8 @@ pub fn encode_item(
             completion_tokens: ids.len(),
             cached_tokens: 0,
             weight_versions: spans.as_deref(),
+            // Written with the finish reason (`meta_info.get("finish_reason") is not None`), whole.
+            top_p_token_ids: finished.and_then(|_| generation.top_p_token_ids()),
             sampling_mask,
             routed_experts: routes.as_deref(),
             e2e_latency: finished.map(|f| f.e2e_latency),
@@ -271,6 +273,7 @@ pub fn encode_aborted(
             completion_tokens: 0,
             cached_tokens: 0,
             weight_versions: spans.as_deref(),
+            top_p_token_ids: None,
             sampling_mask: MaskFields::empty(item),
             routed_experts: None,
             e2e_latency: Some(finished.e2e_latency),

@@ -80,6 +80,8 @@ pub(super) struct Meta<'a> {
     pub(super) cached_tokens: usize,
     /// `Some` on an item's final object where the release reports spans.
     pub(super) weight_versions: Option<&'a [VersionSpan<'a>]>,
+    /// `Some` on a finished item's object with top-p replay rows: the kept ids of every output token.
+    pub(super) top_p_token_ids: Option<&'a MaskRows>,
     /// `Some` when the request asked for sampling masks.
     pub(super) sampling_mask: Option<MaskFields<'a>>,
     /// `Some` on a finished item's object when routes were asked for and returned: the flat rows.
@@ -142,6 +144,22 @@ impl MaskFields<'_> {
         out.extend_from_slice(br#"],"output_token_sampling_mask_length":"#);
         write_int(out, self.rows.len());
     }
+}
+
+/// slime's `_encode_top_p_token_ids`: every row's ids one after the other, and the offsets of the rows (from 0,
+/// one more than the rows), each as base64 of little-endian int32.
+fn write_top_p(out: &mut Vec<u8>, rows: &MaskRows) {
+    let ids: Vec<i32> = (0..rows.len())
+        .flat_map(|i| rows.ids(i))
+        .map(|&id| id as i32)
+        .collect();
+    let mut offsets = Vec::with_capacity(rows.len() + 1);
+    offsets.push(0);
+    offsets.extend((0..rows.len()).map(|i| rows.end(i) as i32));
+    out.extend_from_slice(br#""top_p_token_ids":"#);
+    write_base64_i32(out, &ids);
+    out.extend_from_slice(br#","top_p_token_offsets":"#);
+    write_base64_i32(out, &offsets);
 }
 
 pub(super) struct LogprobFields<'a> {
@@ -275,6 +293,12 @@ impl Meta<'_> {
                         write_serde(out, input);
                         out.extend_from_slice(br#","output_token_ids_logprobs":"#);
                         write_serde(out, output);
+                    }
+                }
+                Key::TopPTokenIds => {
+                    if let Some(rows) = self.top_p_token_ids.filter(|rows| !rows.is_empty()) {
+                        out.extend_from_slice(sep);
+                        write_top_p(out, rows);
                     }
                 }
                 Key::SamplingMask => {

@@ -227,8 +227,9 @@ impl Served<'_> {
             BodyFault::DropChannel { channel } => match channel {
                 Channel::RoutedExperts => entry.routed_experts = None,
                 Channel::SamplingMask => entry.sampling_supports = None,
-                // The spans stay: they are which version made each token, sent or not.
-                Channel::WeightVersions => {}
+                // The spans stay: they are which version made each token, sent or not. The ledger does not keep
+                // the top-p rows.
+                Channel::WeightVersions | Channel::TopP => {}
             },
             BodyFault::ShortRoutes { by } => {
                 if let Some(routes) = &mut entry.routed_experts {

@@ -51,6 +51,7 @@ pub(crate) async fn health_generate(State(state): State<AppState>) -> Response {
         sample_index: 0,
         forced_output: Vec::new(),
         sampling_mask: None,
+        top_p_token_ids: false,
         routes_from: None,
         stream_interval: None,
     };

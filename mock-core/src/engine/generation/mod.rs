@@ -55,6 +55,10 @@ pub struct Generation {
     /// `return_sampling_mask`: each step records the sampler's support.
     sampling_mask: Option<SamplingLogprobsMode>,
     mask_rows: MaskRows,
+    /// slime's top-p replay: each step's kept ids (`None` unless asked for).
+    top_p_rows: Option<MaskRows>,
+    /// Whether the reported logprobs are renormalised over the kept ids (top-p replay of a sampled request).
+    renormalise: bool,
     routes_from: Option<usize>,
 
     /// Prompt followed by output.
@@ -109,6 +113,7 @@ impl Generation {
             sample_index,
             forced_output,
             sampling_mask,
+            top_p_token_ids,
             routes_from,
             stream_interval,
         } = item;
@@ -121,6 +126,10 @@ impl Generation {
             temperature
         };
 
+        // SGLang's greedy path (`is_all_greedy`: every `top_k` at most 1, which temperature 0 sets), and its
+        // original-logprob mode, report the model's logprobs as they are.
+        let renormalise =
+            top_p_token_ids && top_k != Some(1) && !model.config().return_original_logprob;
         let vocab = model.config().vocab_size;
         let eos = model.tokenizer().eos_token_ids();
         let mut min_tokens_mask: Vec<u32> = eos
@@ -143,6 +152,7 @@ impl Generation {
             && params.top_p >= 1.0
             && params.min_p <= 0.0
             && sampling_mask.is_none()
+            && !top_p_token_ids
             && (!return_logprob || (top_logprobs_num == 0 && token_ids_logprob.is_empty()));
 
         let prompt_hash = input_ids
@@ -194,6 +204,8 @@ impl Generation {
             forced_output,
             sampling_mask,
             mask_rows: MaskRows::default(),
+            top_p_rows: top_p_token_ids.then(MaskRows::default),
+            renormalise,
             routes_from,
             context,
             prompt_len,
@@ -323,7 +335,38 @@ impl Generation {
                 }
             }
         }
-        if self.return_logprob {
+        // slime's top-p replay: the kept prefix, and the logprobs renormalised over it. A scripted token is not
+        // sampled: its row is itself and its logprobs are the model's.
+        let kept = match (&mut self.top_p_rows, forced) {
+            (None, _) => None,
+            (Some(rows), Some(id)) => {
+                rows.push_row(&[id], &[]);
+                None
+            }
+            (Some(rows), None) => {
+                let kept = dist.kept_prefix(filters);
+                let mut ids = Vec::new();
+                kept.ids(&mut ids);
+                rows.push_row(&ids, &[]);
+                Some(kept)
+            }
+        };
+        if let Some(kept) = kept.filter(|_| self.renormalise && self.return_logprob) {
+            self.output_logprobs.push(kept.logprob_of(&pick) as f32);
+            if self.top_logprobs_num > 0 {
+                let mut top = Vec::with_capacity(self.top_logprobs_num);
+                kept.top(self.top_logprobs_num, &mut top);
+                push_entries(&top, &mut self.output_top);
+            }
+            if !self.token_ids_logprob.is_empty() {
+                let row: Vec<(u32, f64)> = self
+                    .token_ids_logprob
+                    .iter()
+                    .map(|&id| (id, kept.logprob(id)))
+                    .collect();
+                push_entries(&row, &mut self.output_ids_lp);
+            }
+        } else if self.return_logprob {
             // Borrowed, not moved: the distribution is a few hundred bytes and this runs once per token.
             let untempered;
             let report = if self.report_temperature == self.temperature {
@@ -464,6 +507,11 @@ impl Generation {
         self.sampling_mask.map(|mode| (mode, &self.mask_rows))
     }
 
+    /// The kept ids of slime's top-p replay, one row per output token (`None` unless asked for).
+    pub fn top_p_token_ids(&self) -> Option<&MaskRows> {
+        self.top_p_rows.as_ref()
+    }
+
     /// The routed experts of positions `routes_from..len - 1` of prompt and output, flat (`None` unless asked
     /// for): what `meta_info.routed_experts` encodes once the generation has finished.
     pub fn routed_experts(&self) -> Option<Vec<i32>> {
@@ -498,8 +546,13 @@ fn push_top(dist: &Distribution<'_>, n: usize, scratch: &mut Vec<(u32, f64)>, ou
     }
     scratch.clear();
     dist.top(n, scratch);
+    push_entries(scratch, out);
+}
+
+/// Appends `(id, logprob)` pairs to `out` as one row.
+fn push_entries(entries: &[(u32, f64)], out: &mut Rows) {
     out.entries_mut()
-        .extend(scratch.iter().map(|&(id, lp)| LogprobEntry {
+        .extend(entries.iter().map(|&(id, lp)| LogprobEntry {
             logprob: lp as f32,
             id,
         }));

@@ -10,7 +10,7 @@
 //! | `wrong-token-id` | the token text at `at` is another token's |
 //! | `drop-channel;channel=weight_versions`, `spans-gap`, `spans-overlap`, `stale-version` | the same on `metadata.weight_versions` |
 //! | `drop-channel` (routes), `routes-short`, `routes-extra-row`, `retract-routes` | the same on `sglext.routed_experts` (an `sglext` left empty goes) |
-//! | `drop-channel;channel=sampling_mask`, `mask-missing-token`, `two-element-logprobs`, `phantom-logprob` | none: the OpenAI answers carry no masks or triples |
+//! | `drop-channel;channel=sampling_mask`, `drop-channel;channel=top_p`, `mask-missing-token`, `two-element-logprobs`, `phantom-logprob` | none: the OpenAI answers carry no masks, top-p rows or triples |
 
 use super::json::{Bare, Omit};
 use super::response::{Answer, ChoiceLogprobs, Logprob, Metadata, Routes, Span};
@@ -108,9 +108,9 @@ pub(crate) fn mutate(fault: &BodyFault, answer: &mut Answer, routes_row_len: usi
                 "stale".clone_into(&mut span.version);
             }
         }),
-        // No OpenAI counterpart: the OpenAI answers carry no sampling masks and no logprob triples.
+        // No OpenAI counterpart: the OpenAI answers carry no sampling masks, no top-p rows and no logprob triples.
         BodyFault::DropChannel {
-            channel: Channel::SamplingMask,
+            channel: Channel::SamplingMask | Channel::TopP,
         }
         | BodyFault::MaskMissingToken { .. }
         | BodyFault::TwoElementLogprobs
