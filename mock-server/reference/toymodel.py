@@ -157,7 +157,7 @@ class ExplicitEntries:
         while t < len(context) and not vocab.is_special(context[len(context) - 1 - t]):
             t += 1
         self.turn_length = t
-        self.weights.append(math.exp(min(-6 + 0.05 * t, 2)))
+        self.weights.append(math.exp(min(-6 + 0.05 * t, 5)))
 
     def _ids(self, vocab):
         """Section 4.3 (13.2 over a loaded vocabulary): the id of each slot."""

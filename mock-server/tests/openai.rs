@@ -1399,3 +1399,27 @@ async fn tokenize_renders_messages_with_the_chat_template() {
         );
     }
 }
+
+/// SGLang's own `test_chat_completion` sends a greedy chat without `max_tokens`; against a model whose turn
+/// never ends it runs to the context window (32,729 tokens here, minutes at 5 ms a token). The toy model's
+/// `<|im_end|>` outgrows every candidate within 210 tokens of the turn (MODEL.md section 4.2), so the greedy
+/// answer stops on it, under every release, with the token and text counts of the same native request.
+#[tokio::test]
+async fn a_greedy_chat_without_max_tokens_ends_its_turn() {
+    for version in SglangVersion::all() {
+        let server = InProcess::new(ServerConfig {
+            sglang_version: version,
+            ..ServerConfig::default()
+        });
+        let body = json!({"model": "toy", "temperature": 0,
+                          "messages": [{"role": "user", "content": "What is the capital of France?"}]});
+        let reply = post(&server, "/v1/chat/completions", &body).await;
+        assert_eq!(reply.status, 200, "{version}: {}", reply.text());
+        let answer = reply.json();
+        assert_eq!(answer["choices"][0]["finish_reason"], "stop", "{version}");
+        let tokens = answer["usage"]["completion_tokens"]
+            .as_u64()
+            .expect("a count");
+        assert!((1..=211).contains(&tokens), "{version}: {tokens} tokens");
+    }
+}

@@ -220,13 +220,14 @@ impl Logits {
     }
 }
 
-/// The weight of `<|im_end|>` after `since_special` tokens of a turn: `exp(min(-6 + 0.05 * n, 2))`, which reaches its
-/// cap at 160 tokens. The values are tabulated once, since every step needs one.
+/// The weight of `<|im_end|>` after `since_special` tokens of a turn: `exp(min(-6 + 0.05 * n, 5))`, which reaches its
+/// cap at 220 tokens, above every candidate's weight (at most 90): even a greedy turn ends. The values are
+/// tabulated once, since every step needs one.
 fn end_of_turn_weight(since_special: usize) -> f64 {
-    static TABLE: std::sync::LazyLock<[f64; 161]> = std::sync::LazyLock::new(|| {
-        std::array::from_fn(|n| (-6.0 + 0.05 * n as f64).min(2.0).exp())
+    static TABLE: std::sync::LazyLock<[f64; 221]> = std::sync::LazyLock::new(|| {
+        std::array::from_fn(|n| (-6.0 + 0.05 * n as f64).min(5.0).exp())
     });
-    TABLE[since_special.min(160)]
+    TABLE[since_special.min(220)]
 }
 
 /// The number of tokens at the end of `context` after its last special token.
@@ -818,6 +819,37 @@ mod tests {
             }
         }
         assert!(tails > 0, "no draw reached the tail");
+    }
+
+    /// `<|im_end|>`'s weight outgrows every candidate's by 210 tokens into a turn, so greedy turns end; before
+    /// 160 tokens it never leads (MODEL.md section 4.2). Over contexts from a hash (a special id, then the turn),
+    /// at every turn length from 0 to 260.
+    #[test]
+    fn the_end_of_turn_leads_the_sorted_order_late_in_every_turn_and_never_early() {
+        let t = Tokenizer::new(151_936);
+        let mut leads_between = 0;
+        for case in 0..200u64 {
+            let h = mix(0xE07, case);
+            let mut context = vec![t.end_of_turn_id()];
+            for since in 0..=260usize {
+                if since > 0 {
+                    context.push((mix(h, since as u64) % 150_000) as u32);
+                }
+                let l = logits(h >> 3, &t, &context, since);
+                let mut first = Vec::new();
+                Distribution::new(&l, t.vocab_size(), 1.0, &[]).top(1, &mut first);
+                let leads = first[0].0 == t.end_of_turn_id();
+                match since {
+                    0..160 => assert!(!leads, "case {case}: it leads at {since}"),
+                    210.. => assert!(leads, "case {case}: it does not lead at {since}"),
+                    _ => leads_between += usize::from(leads),
+                }
+            }
+        }
+        assert!(
+            leads_between > 0,
+            "between 160 and 210 it leads where the candidates are light"
+        );
     }
 
     #[test]
