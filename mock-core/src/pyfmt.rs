@@ -2,11 +2,14 @@
 
 use std::fmt::Write;
 
-/// A JSON number as Python sees it after `orjson.loads`: integers stay `int`, everything else is `float`.
+/// A JSON number as Python sees it after `orjson.loads`: integers stay `int`, everything else is `float`; and
+/// `true`/`false`, Python's `bool`, which compares as an `int`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum PyNum {
     Int(i64),
     Float(f64),
+    /// Python's `bool`, an `int` that prints as `True` or `False`.
+    Bool(bool),
 }
 
 impl PyNum {
@@ -14,6 +17,16 @@ impl PyNum {
         match self {
             PyNum::Int(i) => i as f64,
             PyNum::Float(f) => f,
+            PyNum::Bool(b) => f64::from(u8::from(b)),
+        }
+    }
+
+    /// The value as an `int` (a float is truncated).
+    pub(crate) fn as_int(self) -> i64 {
+        match self {
+            PyNum::Int(i) => i,
+            PyNum::Float(f) => f as i64,
+            PyNum::Bool(b) => i64::from(b),
         }
     }
 }
@@ -23,6 +36,7 @@ impl std::fmt::Display for PyNum {
         match self {
             PyNum::Int(i) => write!(f, "{i}"),
             PyNum::Float(x) => f.write_str(&float_repr(*x)),
+            PyNum::Bool(b) => f.write_str(if *b { "True" } else { "False" }),
         }
     }
 }

@@ -495,3 +495,32 @@ async fn a_scheduler_abort_chunk_has_the_keys_of_a_normal_chunk() {
         }
     }
 }
+
+/// `FINISH_LENGTH(length=max_new_tokens)` holds the value as the request gave it: a float `max_new_tokens` comes
+/// back as a float `length` (0.5.3, seen on the running release; 0.5.15's scheduler dies on it, 0.5.23's gate
+/// refuses it); `null`, no limit but the window, ends at the window's int. A bool is an int to Python: `top_k:
+/// true` is greedy.
+#[tokio::test]
+async fn python_numbers_keep_their_type_through_sampling_params() {
+    let server = InProcess::new(ServerConfig {
+        sglang_version: SglangVersion::V0_5_3,
+        context_length: 64,
+        ..ServerConfig::default()
+    });
+    let finish = |max_new_tokens: Value| json!({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": max_new_tokens, "ignore_eos": true}});
+    for (given, want) in [
+        (json!(4.0), "{\"type\":\"length\",\"length\":4.0}"),
+        (json!(4), "{\"type\":\"length\",\"length\":4}"),
+    ] {
+        let reply = server.generate(&finish(given.clone())).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert!(reply.text().contains(want), "{given}: {}", reply.text());
+    }
+    // The window: 64 - 3 - 2 = 59 tokens.
+    let capped = server.generate(&finish(json!(null))).await.json();
+    assert_eq!(capped["meta_info"]["finish_reason"]["length"], json!(59));
+    let greedy = |top_k: Value| json!({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 8, "top_k": top_k, "ignore_eos": true}});
+    let by_bool = server.generate(&greedy(json!(true))).await.json();
+    let by_int = server.generate(&greedy(json!(1))).await.json();
+    assert_eq!(by_bool["output_ids"], by_int["output_ids"]);
+}

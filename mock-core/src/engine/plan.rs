@@ -19,6 +19,9 @@ pub struct PlannedItem {
     /// The scheduler rejected this item (`logprob_start_len` or `routed_experts_start_len` out of range, a
     /// sampling mask with an unbounded `top_k`): it finishes at once with an abort of status 400.
     pub abort: Option<Refusal>,
+    /// `max_new_tokens` was given as a float, so a length finish reports it as one (`"length": 4.0`; 0.5.3,
+    /// the release that serves such a request).
+    pub length_as_float: bool,
 }
 
 /// Why the scheduler refused an item, as its abort's `finish_reason` says.

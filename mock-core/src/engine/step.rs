@@ -390,6 +390,7 @@ mod tests {
                     top_logprobs_num: 0,
                     token_ids_logprob_requested: false,
                     stream_interval: 1,
+                    length_as_float: false,
                     abort: (rejected == Some(i)).then(|| crate::engine::Refusal {
                         message: "logprob_start_len is too large".to_owned(),
                         err_type: Some("BadRequestError"),

@@ -337,6 +337,7 @@ fn plan_item(
         token_ids_logprob_requested: want_logprob && token_ids.is_some(),
         stream_interval,
         abort,
+        length_as_float: resolved.length_as_float,
         request: ItemRequest {
             input_ids,
             params,

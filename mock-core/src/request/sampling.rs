@@ -25,6 +25,8 @@ pub struct ResolvedSampling {
     /// `custom_params.return_top_p_token_ids`, read as slime's patched `SamplingBatchInfo` reads it: `custom_params`
     /// a dict whose entry is truthy.
     pub return_top_p_token_ids: bool,
+    /// `max_new_tokens` was a float and reaches `finish_reason.length` as one (`4.0`).
+    pub length_as_float: bool,
 }
 
 /// Python's `bool()` of a JSON value.
@@ -46,15 +48,24 @@ fn type_error(key: SamplingKey, want: &str, got: &Value) -> RequestError {
     ))
 }
 
+pub(super) fn int_value(key: SamplingKey, v: &Value) -> Result<i64, RequestError> {
+    int_num(key, v).map(PyNum::as_int)
+}
+
+/// An `int` as Python holds it: a JSON integer (or a float with no fraction, which JSON cannot tell apart), or a
+/// `bool`, which is an `int` in Python and prints as `True` or `False` (`top_k: false` is refused with `got
+/// False.`).
 #[expect(
     clippy::wildcard_enum_match_arm,
     reason = "a JSON value's type check: any other JSON type is the refusal"
 )]
-pub(super) fn int_value(key: SamplingKey, v: &Value) -> Result<i64, RequestError> {
+fn int_num(key: SamplingKey, v: &Value) -> Result<PyNum, RequestError> {
     match v {
+        Value::Bool(b) => Ok(PyNum::Bool(*b)),
         Value::Number(num) => match (num.as_i64(), num.as_f64()) {
-            (Some(i), _) => Ok(i),
-            (None, Some(f)) if f.fract() == 0.0 && f.abs() < 9.0e15 => Ok(f as i64),
+            (Some(i), _) if !num.is_f64() => Ok(PyNum::Int(i)),
+            // A float that holds an integer stays a float in Python: its messages say `4.0`.
+            (_, Some(f)) if f.fract() == 0.0 && f.abs() < 9.0e15 => Ok(PyNum::Float(f)),
             _ => Err(type_error(key, "an int", v)),
         },
         _ => Err(type_error(key, "an int", v)),
@@ -67,6 +78,7 @@ pub(super) fn int_value(key: SamplingKey, v: &Value) -> Result<i64, RequestError
 )]
 fn num_value(key: SamplingKey, v: &Value) -> Result<PyNum, RequestError> {
     match v {
+        Value::Bool(b) => Ok(PyNum::Bool(*b)),
         Value::Number(num) => match (num.as_i64(), num.as_f64()) {
             (Some(i), _) if !num.is_f64() => Ok(PyNum::Int(i)),
             (_, Some(f)) => Ok(PyNum::Float(f)),
@@ -162,15 +174,15 @@ struct Checked {
 /// `null` that 0.5.3 keeps and that fails the first comparison it meets.
 struct Typed {
     /// `None` is no limit but the context window (`init_req_max_new_tokens` reads it as `1 << 30`).
-    max_new_tokens: Option<i64>,
+    max_new_tokens: Option<PyNum>,
     temperature: Option<PyNum>,
     top_p: Option<PyNum>,
-    top_k: Option<i64>,
+    top_k: Option<PyNum>,
     min_p: Option<PyNum>,
     frequency_penalty: Option<PyNum>,
     presence_penalty: Option<PyNum>,
     repetition_penalty: Option<PyNum>,
-    min_new_tokens: Option<i64>,
+    min_new_tokens: Option<PyNum>,
     beam_width: Option<i64>,
     /// Whether `watermark` asks for watermarking (0.5.23), after `normalize_watermark_request`.
     watermark: Option<Watermark>,
@@ -210,19 +222,19 @@ impl Typed {
         }
         use SamplingKey as K;
         let max_new_tokens = match raw.get(K::MaxNewTokens) {
-            None => Some(i64::from(DEFAULT_MAX_NEW_TOKENS)),
+            None => Some(PyNum::Int(i64::from(DEFAULT_MAX_NEW_TOKENS))),
             Some(Value::Null) => None,
-            Some(v) => Some(int_value(K::MaxNewTokens, v)?),
+            Some(v) => Some(int_num(K::MaxNewTokens, v)?),
         };
         let num = |key, default| held(raw, key, version, num_value, PyNum::Float(default));
         let temperature = num(K::Temperature, 1.0)?;
         let top_p = num(K::TopP, 1.0)?;
-        let top_k = held(raw, K::TopK, version, int_value, -1)?;
+        let top_k = held(raw, K::TopK, version, int_num, PyNum::Int(-1))?;
         let min_p = num(K::MinP, 0.0)?;
         let frequency_penalty = num(K::FrequencyPenalty, 0.0)?;
         let presence_penalty = num(K::PresencePenalty, 0.0)?;
         let repetition_penalty = num(K::RepetitionPenalty, 1.0)?;
-        let min_new_tokens = held(raw, K::MinNewTokens, version, int_value, 0)?;
+        let min_new_tokens = held(raw, K::MinNewTokens, version, int_num, PyNum::Int(0))?;
         let beam_width = opt(raw, K::BeamWidth, int_value)?;
         let watermark = raw
             .non_null(K::Watermark)
@@ -295,7 +307,7 @@ impl Typed {
         let t = compared(self.temperature, "<=", "int", "NoneType")?.as_f64();
         if (0.0..SAMPLING_EPS).contains(&t) {
             self.temperature = Some(PyNum::Float(1.0));
-            self.top_k = Some(1);
+            self.top_k = Some(PyNum::Int(1));
         }
         Ok(())
     }
@@ -345,10 +357,11 @@ impl Typed {
                 "min_p must be in [0, 1], got {min_p}."
             )));
         }
-        let top_k = compared(self.top_k, "<", "NoneType", "int")?;
+        let top_k_held = compared(self.top_k, "<", "NoneType", "int")?;
+        let top_k = top_k_held.as_int();
         if top_k < 1 && top_k != -1 {
             return Err(RequestError::value(format!(
-                "top_k must be -1 (disable) or at least 1, got {top_k}."
+                "top_k must be -1 (disable) or at least 1, got {top_k_held}."
             )));
         }
         let frequency_penalty = float_none(self.frequency_penalty, "<=")?;
@@ -379,21 +392,23 @@ impl Typed {
             }
             Verify::Finite => {}
         }
-        let min_new_tokens = compared(self.min_new_tokens, "<=", "int", "NoneType")?;
+        let min_new_held = compared(self.min_new_tokens, "<=", "int", "NoneType")?;
+        let min_new_tokens = min_new_held.as_int();
         if min_new_tokens < 0 {
             return Err(RequestError::value(format!(
-                "min_new_tokens must be in [0, max_new_tokens], got {min_new_tokens}."
+                "min_new_tokens must be in [0, max_new_tokens], got {min_new_held}."
             )));
         }
-        if let Some(max_new) = self.max_new_tokens {
+        if let Some(max_held) = self.max_new_tokens {
+            let max_new = max_held.as_int();
             if max_new < 0 {
                 return Err(RequestError::value(format!(
-                    "max_new_tokens must be at least 0, got {max_new}."
+                    "max_new_tokens must be at least 0, got {max_held}."
                 )));
             }
             if min_new_tokens > max_new {
                 return Err(RequestError::value(format!(
-                    "min_new_tokens must be in [0, max_new_tokens({max_new})], got {min_new_tokens}."
+                    "min_new_tokens must be in [0, max_new_tokens({max_held})], got {min_new_held}."
                 )));
             }
         }
@@ -435,9 +450,13 @@ impl Typed {
         let cap = u64::from(config.context_length).saturating_sub(prompt_len as u64 + 2);
         let max_new_tokens = self
             .max_new_tokens
-            .map_or(u64::MAX, |max_new| max_new as u64)
+            .map_or(u64::MAX, |max_new| max_new.as_int() as u64)
             .min(cap)
             .min(u64::from(u32::MAX)) as u32;
+        // `FINISH_LENGTH(length=max_new_tokens)` holds the value as given: a float stays a float unless the
+        // window capped it.
+        let length_as_float =
+            matches!(self.max_new_tokens, Some(PyNum::Float(f)) if f == f64::from(max_new_tokens));
         let vocab = u64::from(vocab_size);
         let Checked {
             temperature,
@@ -474,6 +493,7 @@ impl Typed {
             params,
             normalized_top_k: if top_k == -1 { 1 << 30 } else { top_k },
             return_top_p_token_ids: self.return_top_p_token_ids,
+            length_as_float,
             stream_interval: self
                 .stream_interval
                 .map(|si| si.clamp(0, i64::from(u32::MAX)) as u32),

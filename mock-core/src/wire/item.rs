@@ -2,7 +2,7 @@
 //! `meta_info` insertion order, and the object of an item the scheduler rejected.
 
 use crate::config::SglangVersion;
-use crate::engine::{GeneratePlan, Generation, PlannedItem, Refusal};
+use crate::engine::{FinishReason, GeneratePlan, Generation, PlannedItem, Refusal};
 use crate::model::{Model, Tokenizer};
 
 use super::json::{
@@ -160,7 +160,12 @@ pub fn encode_item(
         output_ids: &ids[ids_from..],
         meta: Meta {
             id: &item.rid,
-            finish_reason: generation.finish_reason().map(FinishJson::Engine),
+            finish_reason: generation.finish_reason().map(|reason| match reason {
+                FinishReason::Length { length } if item.length_as_float => {
+                    FinishJson::FloatLength(*length)
+                }
+                reason => FinishJson::Engine(reason),
+            }),
             prompt_tokens: generation.prompt_tokens(),
             weight_version,
             num_retractions,

@@ -368,6 +368,8 @@ pub(super) fn write_triple(
 /// `BaseFinishReason.to_json()` of `schedule_batch.py`.
 pub(super) enum FinishJson<'a> {
     Engine(&'a FinishReason),
+    /// A length finish whose `max_new_tokens` was a float: `{"type":"length","length":4.0}`.
+    FloatLength(u32),
     Abort(Abort<'a>),
     /// `{"type":"abort","message":"Abort in waiting queue"}`, or a refusal with its status first.
     Waiting(WaitingAbort<'a>),
@@ -378,6 +380,12 @@ pub(super) enum FinishJson<'a> {
 impl Serialize for FinishJson<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
+            FinishJson::FloatLength(length) => {
+                let mut s = serializer.serialize_struct("FinishLength", 2)?;
+                s.serialize_field("type", "length")?;
+                s.serialize_field("length", &f64::from(*length))?;
+                s.end()
+            }
             FinishJson::Engine(reason) => match reason {
                 FinishReason::Length { length } => {
                     let mut s = serializer.serialize_struct("FinishLength", 2)?;
