@@ -164,7 +164,10 @@ pub fn encode_item(
                 FinishReason::Length { length } if item.length_as_float => {
                     FinishJson::FloatLength(*length)
                 }
-                reason => FinishJson::Engine(reason),
+                FinishReason::Length { .. }
+                | FinishReason::StopToken { .. }
+                | FinishReason::StopStr { .. }
+                | FinishReason::Abort { .. } => FinishJson::Engine(reason),
             }),
             prompt_tokens: generation.prompt_tokens(),
             weight_version,
