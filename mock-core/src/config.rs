@@ -102,6 +102,10 @@ pub struct ServerConfig {
     /// Emit a stream chunk every this many tokens (requests may override it).
     #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_STREAM_INTERVAL", default_value_t = ServerConfig::default().stream_interval, value_parser = clap::value_parser!(u32).range(1..)))]
     pub stream_interval: u32,
+    /// SGLang's `--enable-metrics`: serve Prometheus metrics at `/metrics` (without it, as in SGLang, `/metrics`
+    /// is a 404).
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_ENABLE_METRICS"))]
+    pub enable_metrics: bool,
     /// Report logprobs of the untempered (T = 1) distribution.
     #[cfg_attr(
         feature = "cli",
@@ -164,6 +168,7 @@ impl Default for ServerConfig {
             sampling_mask_max_tokens: 4096,
             stream_interval: 1,
             return_original_logprob: false,
+            enable_metrics: false,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             weight_version: DEFAULT_WEIGHT_VERSION.to_owned(),
             scripted: Vec::new(),

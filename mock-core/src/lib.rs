@@ -25,7 +25,7 @@ pub mod wire;
 pub mod witness;
 
 pub use config::{ServerConfig, StateError};
-pub use error::RequestError;
+pub use error::{RequestError, ValidationErrors};
 pub use latency::LatencyConfig;
 pub use model::MoeShape;
 pub use release::{Release, SglangVersion, UnknownSglangVersion};

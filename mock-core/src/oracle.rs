@@ -168,7 +168,7 @@ impl Oracle {
         let mut plan = match self.plan(body) {
             Ok(plan) => plan,
             Err(err @ (RequestError::Value(_) | RequestError::Validation(_))) => {
-                let event = wire::error_event(err.client_message(), self.config.sglang_version);
+                let event = wire::error_event(&err.client_message(), self.config.sglang_version);
                 return Ok(vec![serde_json::from_slice(&event).map_err(invalid_json)?]);
             }
             Err(err) => return Err(err),

@@ -2,7 +2,9 @@
 //! refuses (a [`RequestError`]: parsing, validation, the engine) becomes one here, at the edge; the HTTP layer
 //! adds its own (a 413, a 401, an `HTTPException`, the OpenAI layer's errors).
 
-use mock_core::RequestError;
+use std::borrow::Cow;
+
+use mock_core::{RequestError, ValidationErrors};
 use serde::Serialize;
 
 use mock_core::release::SglangVersion;
@@ -15,10 +17,15 @@ pub enum ApiError {
     /// HTTP 400 with `{"error":{"message":...}}`; inside a stream an `{"error":...}` event.
     #[error("{0}")]
     Value(String),
-    /// A FastAPI/Pydantic `RequestValidationError`: HTTP 400 with
-    /// `{"object":"error","message":...,"type":"Bad Request","param":null,"code":400}`.
+    /// A `RequestValidationError` raised with a message of SGLang's own (an unsupported media type): HTTP 400
+    /// with `{"object":"error","message":...,"type":"Bad Request","param":null,"code":400}`.
     #[error("{0}")]
     Validation(String),
+    /// FastAPI's own `RequestValidationError`, Pydantic's errors for a body: the same shape, its message written
+    /// by [`ValidationErrors::message`] with the endpoint's frame where the HTTP layer knows the endpoint
+    /// (`http::extract::read_whole_body`).
+    #[error("{0}")]
+    Pydantic(ValidationErrors),
     /// A FastAPI `HTTPException`: `{"object":"error","message":...,"type":"<status>","param":null,"code":<status>}`.
     #[error("HTTP {status}: {message}")]
     Http { status: u16, message: String },
@@ -52,7 +59,7 @@ impl From<RequestError> for ApiError {
     fn from(err: RequestError) -> ApiError {
         match err {
             RequestError::Value(message) => ApiError::Value(message),
-            RequestError::Validation(message) => ApiError::Validation(message),
+            RequestError::Validation(errors) => ApiError::Pydantic(errors),
             RequestError::Contract(message) => ApiError::Contract(message),
             RequestError::Internal(detail) => ApiError::Internal(detail),
         }
@@ -77,6 +84,7 @@ impl ApiError {
         match self {
             ApiError::Value(_)
             | ApiError::Validation(_)
+            | ApiError::Pydantic(_)
             | ApiError::OpenAiBadRequest(_)
             | ApiError::Contract(_) => 400,
             ApiError::Http { status, .. } | ApiError::OpenAi { status, .. } => *status,
@@ -85,9 +93,25 @@ impl ApiError {
         }
     }
 
+    /// The JSON body of FastAPI's validation error with the endpoint's `frame` (`None`: FastAPI knows no
+    /// endpoint).
+    pub fn pydantic_body(errors: &ValidationErrors, frame: Option<&str>) -> Vec<u8> {
+        let message = errors.message(frame);
+        // Serialising a struct of strings and integers cannot fail.
+        serde_json::to_vec(&ErrorResponse {
+            object: "error",
+            message: &message,
+            r#type: "Bad Request",
+            param: None,
+            code: 400,
+        })
+        .unwrap_or_default()
+    }
+
     /// The JSON body of the error, or `None` for the plain-text 500.
     pub fn json_body(&self) -> Option<Vec<u8>> {
         let body = match self {
+            ApiError::Pydantic(errors) => return Some(ApiError::pydantic_body(errors, None)),
             ApiError::Value(message) => serde_json::to_vec(&ValueErrorBody {
                 error: MessageOnly { message },
             }),
@@ -133,19 +157,22 @@ impl ApiError {
 
     /// The error event a stream carries instead of a 4xx, in the release's shape ([`wire::error_event`]).
     pub fn stream_event_json(&self, version: SglangVersion) -> Vec<u8> {
-        wire::error_event(self.client_message(), version)
+        wire::error_event(&self.client_message(), version)
     }
 
     /// The message a client is shown: an internal error's detail stays in the log.
-    pub fn client_message(&self) -> &str {
+    pub fn client_message(&self) -> Cow<'_, str> {
         match self {
             ApiError::Value(m)
             | ApiError::Validation(m)
             | ApiError::OpenAiBadRequest(m)
-            | ApiError::Contract(m) => m.as_str(),
-            ApiError::Http { message, .. } | ApiError::OpenAi { message, .. } => message.as_str(),
-            ApiError::Internal(_) => "Internal Server Error",
-            ApiError::Unauthorized => "Unauthorized",
+            | ApiError::Contract(m) => m.as_str().into(),
+            ApiError::Pydantic(errors) => errors.message(None).into(),
+            ApiError::Http { message, .. } | ApiError::OpenAi { message, .. } => {
+                message.as_str().into()
+            }
+            ApiError::Internal(_) => "Internal Server Error".into(),
+            ApiError::Unauthorized => "Unauthorized".into(),
         }
     }
 }

@@ -426,6 +426,7 @@ async fn flush_cache_refuses_while_requests_run() {
 async fn control_and_admin_endpoints_need_the_api_key() {
     let server = InProcess::new(ServerConfig {
         api_key: Some("k".to_owned()),
+        enable_metrics: true,
         ..ServerConfig::default()
     });
     for path in [
@@ -449,6 +450,13 @@ async fn control_and_admin_endpoints_need_the_api_key() {
     assert_eq!(authorized.status, 200);
     // SGLang's middleware lets /metrics through, as it does /health.
     assert_eq!(server.get("/metrics").await.status, 200);
+    // Without `--enable-metrics` SGLang mounts no /metrics: a 404, as the running releases answer.
+    let bare = InProcess::new(ServerConfig::default());
+    let reply = bare.get("/metrics").await;
+    assert_eq!(
+        (reply.status.as_u16(), reply.text()),
+        (404, r#"{"detail":"Not Found"}"#.to_owned())
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -121,6 +121,7 @@ async fn jitter_is_capped_and_seeded() {
 #[tokio::test]
 async fn metrics_use_sglangs_names_and_count_tokens_and_faults() {
     let server = InProcess::new(ServerConfig {
+        enable_metrics: true,
         model_path: "org/model".to_owned(),
         ..ServerConfig::default()
     });
@@ -177,6 +178,7 @@ async fn metrics_use_sglangs_names_and_count_tokens_and_faults() {
 #[tokio::test(start_paused = true)]
 async fn metrics_have_the_scheduler_gauges_sglangs_tests_read() {
     let server = InProcess::new(ServerConfig {
+        enable_metrics: true,
         model_path: "org/model".to_owned(),
         ..crate::common::slow()
     });

@@ -941,9 +941,23 @@ async fn every_body_fault_lands_on_its_openai_field() {
             json!({"weight_version": "default"}),
             "{api}: the spans go, the version stays"
         );
-        // An answer without tokens has one empty span, which neither a gap nor an overlap can leave a span.
+        // An answer without tokens has one empty span, which neither a gap nor an overlap can leave a span. Only
+        // chat can ask for one: `CompletionRequest` refuses `max_tokens` 0 with Pydantic's error (a field validator,
+        // `validate_max_tokens_positive`).
         let mut empty = request.clone();
         empty["max_tokens"] = json!(0);
+        if api == "completions" {
+            let reply = post(&server, path, &empty).await;
+            assert_eq!(reply.status, 400, "{api}");
+            assert!(
+                reply.text().contains(
+                    "{'type': 'value_error', 'loc': ('body', 'max_tokens'), 'msg': 'Value error, max_tokens must be positive', 'input': 0, 'ctx': {'error': ValueError('max_tokens must be positive')}}"
+                ),
+                "{}",
+                reply.text()
+            );
+            continue;
+        }
         for fault in ["spans-gap", "spans-overlap"] {
             let body = post_with_fault(&server, path, &empty, fault).await.json();
             assert_eq!(

@@ -100,6 +100,8 @@ async fn each_release_serves_the_routes_its_http_server_declares() {
     for version in SglangVersion::all() {
         let live = Live::start(ServerConfig {
             sglang_version: version,
+            // SGLang mounts /metrics with `--enable-metrics`; the route table lists it.
+            enable_metrics: true,
             ..ServerConfig::default()
         })
         .await;
@@ -134,6 +136,7 @@ async fn each_release_guards_its_routes_with_its_api_key_rules() {
             sglang_version: version,
             api_key: Some("user-key".to_owned()),
             admin_api_key: admin.clone(),
+            enable_metrics: true,
             ..ServerConfig::default()
         })
         .await;

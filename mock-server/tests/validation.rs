@@ -307,7 +307,7 @@ async fn unknown_and_null_fields_are_ignored() {
         .generate(&json!({
             "text": "hello", "sampling_params": {"max_new_tokens": 3, "temperature": null, "top_p": null, "stop": null},
             "rid": "r", "model": null, "log_metrics": false, "background": true, "no_logs": true,
-            "return_logprob": null, "stream": null, "bootstrap_host": null, "priority": 3,
+            "return_logprob": null, "stream": false, "bootstrap_host": null, "priority": 3,
             "routing_key": "k", "custom_labels": {"a": "b"}, "extra": [1, {"x": null}]
         }))
         .await;

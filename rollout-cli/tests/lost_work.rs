@@ -35,6 +35,8 @@ async fn mock(latency: LatencyConfig) -> Server {
     Server::start(ServerConfig {
         port: 0,
         latency,
+        // The SIGTERM test reads the abort counter.
+        enable_metrics: true,
         ..ServerConfig::default()
     })
     .await

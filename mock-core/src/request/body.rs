@@ -9,7 +9,8 @@ use super::lax::{
     HiddenStatesMode, Ids, IgnoredPresent, KeyStr, LaxIds, NullableStr, OneOrMany, PyBool, PyInt,
     SamplingInput,
 };
-use crate::error::RequestError;
+use super::pydantic::{PyError, Ty, validate_model};
+use crate::error::{RequestError, ValidationErrors};
 use crate::pyfmt::str_repr;
 
 /// The fields of `GenerateReqInput` the mock acts on. Every field is optional; `null` equals absent;
@@ -62,18 +63,54 @@ struct FieldError {
 /// Parse a `/generate` body. Syntax and type errors are Pydantic validation errors (HTTP 400 in the
 /// `{"object":"error",...}` shape); nothing is validated semantically here.
 pub fn parse_generate(body: &[u8]) -> Result<GenerateReqInput, RequestError> {
+    parse(body, &[])
+}
+
+/// [`parse_generate`] as the release's FastAPI admits a body: a body its model refuses (a field of the wrong
+/// type, a `null` where the field takes none, a field the server otherwise ignores) gets Pydantic's errors for the
+/// whole body, field by field (`request::pydantic`).
+pub fn parse_generate_as(
+    body: &[u8],
+    model: &'static [(&'static str, &'static str)],
+) -> Result<GenerateReqInput, RequestError> {
+    parse(body, model)
+}
+
+fn parse(
+    body: &[u8],
+    model: &'static [(&'static str, &'static str)],
+) -> Result<GenerateReqInput, RequestError> {
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Err(validation_error("missing", "()", "Field required"));
+        return Err(RequestError::Validation(ValidationErrors(vec![
+            "{'type': 'missing', 'loc': ('body',), 'msg': 'Field required', 'input': None}"
+                .to_owned(),
+        ])));
     }
     let mut field_error = None;
+    let mut suspect = false;
     let mut de = serde_json::Deserializer::from_slice(body);
     let parsed = BodySeed {
         field_error: &mut field_error,
+        model,
+        suspect: &mut suspect,
     }
     .deserialize(&mut de)
     .and_then(|req| de.end().map(|()| req));
     match parsed {
+        // The fast parse admits what the model may not: check the whole body against it.
+        Ok(req) if suspect || matches!(req.sampling_params, Some(SamplingInput::Other)) => {
+            match model_errors(body, model) {
+                Some(errors) => Err(errors),
+                None => Ok(req),
+            }
+        }
         Ok(req) => Ok(req),
+        Err(err)
+            if err.is_data()
+                && let Some(errors) = model_errors(body, model) =>
+        {
+            Err(errors)
+        }
         Err(err) => Err(match field_error {
             // A syntax error inside a field's value is still a JSON decode error.
             Some(fe) if err.is_data() => {
@@ -86,9 +123,27 @@ pub fn parse_generate(body: &[u8]) -> Result<GenerateReqInput, RequestError> {
                     "Input should be a valid dictionary or object to extract fields from ({err})"
                 ),
             ),
-            _ => RequestError::Validation(json_decode_message(&err)),
+            _ => RequestError::Validation(json_decode_error(&err)),
         }),
     }
+}
+
+/// Pydantic's errors for `body` under `model`, or `None` when the model admits it (or it is not JSON).
+fn model_errors(body: &[u8], model: &[(&str, &str)]) -> Option<RequestError> {
+    if model.is_empty() {
+        return None;
+    }
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let model: Vec<(&str, Ty)> = model
+        .iter()
+        .filter_map(|&(field, ty)| Some((field, Ty::parse(ty)?)))
+        .collect();
+    let errors = validate_model(&value, &model);
+    (!errors.is_empty()).then(|| {
+        RequestError::Validation(ValidationErrors(
+            errors.iter().map(PyError::render).collect(),
+        ))
+    })
 }
 
 pub fn validation_error(kind: &str, field_loc: &str, msg: &str) -> RequestError {
@@ -101,21 +156,25 @@ pub fn validation_error(kind: &str, field_loc: &str, msg: &str) -> RequestError 
         "{{'type': '{kind}', 'loc': {loc}, 'msg': {}}}",
         str_repr(msg)
     );
-    RequestError::Validation(format!("1 validation error:\n  {err}\n [{err}]"))
+    RequestError::Validation(ValidationErrors(vec![err]))
 }
 
-pub fn json_decode_message(err: &serde_json::Error) -> String {
+/// The error of a body that is not JSON.
+pub fn json_decode_error(err: &serde_json::Error) -> ValidationErrors {
     let err_text = format!("{err}");
-    let e = format!(
+    ValidationErrors(vec![format!(
         "{{'type': 'json_invalid', 'loc': ('body', {}), 'msg': 'JSON decode error', 'input': {{}}, 'ctx': {{'error': {}}}}}",
         err.column(),
         str_repr(&err_text)
-    );
-    format!("1 validation error:\n  {e}\n [{e}]")
+    )])
 }
 
 struct BodySeed<'a> {
     field_error: &'a mut Option<FieldError>,
+    /// The release's model (empty: none), for the fields the fast parse skips.
+    model: &'static [(&'static str, &'static str)],
+    /// Set when the body holds what the model may refuse and the fast parse admitted.
+    suspect: &'a mut bool,
 }
 
 impl<'de> DeserializeSeed<'de> for BodySeed<'_> {
@@ -157,7 +216,9 @@ impl<'de> Visitor<'de> for BodySeed<'_> {
                 "input_ids" => req.input_ids = field!("input_ids", Option<Ids>, "list_type"),
                 "input_embeds" => {
                     req.has_input_embeds =
-                        field!("input_embeds", Option<IgnoredPresent>, "list_type").is_some()
+                        field!("input_embeds", Option<IgnoredPresent>, "list_type").is_some();
+                    // The server reads no embeddings; the model still types them.
+                    *self.suspect |= req.has_input_embeds;
                 }
                 "sampling_params" => {
                     req.sampling_params =
@@ -183,13 +244,16 @@ impl<'de> Visitor<'de> for BodySeed<'_> {
                     req.token_ids_logprob =
                         field!("token_ids_logprob", Option<LaxIds>, "list_type").map(|ids| ids.0)
                 }
+                // These take no `null` in the model (`bool` with a default).
                 "return_text_in_logprobs" => {
-                    req.return_text_in_logprobs =
-                        field!("return_text_in_logprobs", Option<PyBool>, "bool_type")
-                            .is_some_and(|b| b.0)
+                    let flag = field!("return_text_in_logprobs", Option<PyBool>, "bool_type");
+                    *self.suspect |= flag.is_none();
+                    req.return_text_in_logprobs = flag.is_some_and(|b| b.0)
                 }
                 "stream" => {
-                    req.stream = field!("stream", Option<PyBool>, "bool_type").is_some_and(|b| b.0)
+                    let flag = field!("stream", Option<PyBool>, "bool_type");
+                    *self.suspect |= flag.is_none();
+                    req.stream = flag.is_some_and(|b| b.0)
                 }
                 "return_hidden_states" => {
                     let modes = match field!(
@@ -197,7 +261,10 @@ impl<'de> Visitor<'de> for BodySeed<'_> {
                         Option<OneOrMany<HiddenStatesMode>>,
                         "bool_type"
                     ) {
-                        None => Vec::new(),
+                        None => {
+                            *self.suspect = true;
+                            Vec::new()
+                        }
                         Some(OneOrMany::One(mode)) => vec![mode],
                         Some(OneOrMany::Many(modes)) => modes,
                     };
@@ -206,7 +273,8 @@ impl<'de> Visitor<'de> for BodySeed<'_> {
                 }
                 "lora_path" => {
                     req.has_lora_path =
-                        field!("lora_path", Option<IgnoredPresent>, "string_type").is_some()
+                        field!("lora_path", Option<IgnoredPresent>, "string_type").is_some();
+                    *self.suspect |= req.has_lora_path;
                 }
                 "custom_logit_processor" => {
                     req.custom_logit_processor = field!(
@@ -224,14 +292,14 @@ impl<'de> Visitor<'de> for BodySeed<'_> {
                         field!("data_parallel_rank", Option<PyInt>, "int_type").map(|i| i.0)
                 }
                 "return_routed_experts" => {
-                    req.return_routed_experts =
-                        field!("return_routed_experts", Option<PyBool>, "bool_type")
-                            .is_some_and(|b| b.0)
+                    let flag = field!("return_routed_experts", Option<PyBool>, "bool_type");
+                    *self.suspect |= flag.is_none();
+                    req.return_routed_experts = flag.is_some_and(|b| b.0)
                 }
                 "routed_experts_start_len" => {
-                    req.routed_experts_start_len =
-                        field!("routed_experts_start_len", Option<PyInt>, "int_type")
-                            .map_or(0, |i| i.0)
+                    let start = field!("routed_experts_start_len", Option<PyInt>, "int_type");
+                    *self.suspect |= start.is_none();
+                    req.routed_experts_start_len = start.map_or(0, |i| i.0)
                 }
                 "return_sampling_mask" => {
                     req.return_sampling_mask = field!(
@@ -247,14 +315,18 @@ impl<'de> Visitor<'de> for BodySeed<'_> {
                         Option<OneOrMany<NullableStr>>,
                         "literal_error"
                     )
-                    .map(|v| v.map(|s| s.0))
+                    .map(|v| v.map(|s| s.0));
+                    // A literal: the model names the values it takes.
+                    *self.suspect |= req.sampling_logprobs_mode.is_some();
                 }
                 "routed_dp_rank" => {
                     req.routed_dp_rank =
                         field!("routed_dp_rank", Option<PyInt>, "int_type").map(|i| i.0)
                 }
-                _ => {
+                other => {
                     map.next_value::<IgnoredAny>()?;
+                    // A field of the model the server does not read: the model still types it.
+                    *self.suspect |= self.model.iter().any(|(field, _)| *field == other);
                 }
             }
         }

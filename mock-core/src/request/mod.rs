@@ -17,11 +17,14 @@ mod body;
 mod contract;
 mod lax;
 mod plan;
+mod pydantic;
+
+pub use pydantic::{control_errors, py_repr};
 mod sampling;
 mod script;
 
-pub use body::{CustomLogitProcessor, GenerateReqInput, parse_generate};
-pub use body::{json_decode_message, validation_error};
+pub use body::{CustomLogitProcessor, GenerateReqInput, parse_generate, parse_generate_as};
+pub use body::{json_decode_error, validation_error};
 pub use contract::generate_contract_error;
 
 use crate::config::SglangVersion;
@@ -33,7 +36,7 @@ pub fn admit_generate(
     body: &[u8],
     version: SglangVersion,
 ) -> Result<GenerateReqInput, RequestError> {
-    let parsed = parse_generate(body)?;
+    let parsed = parse_generate_as(body, version.generate_model)?;
     if parsed.return_hidden_states_last && !version.hidden_states_last {
         return Err(validation_error(
             "bool_type",

@@ -43,7 +43,7 @@ impl StreamEncoder {
             let index = plan.is_batch.then_some(i);
             // The buffer is allocated only for an event that is due.
             let json = match due {
-                Due::Failed(err) => super::error_event(err.client_message(), ctx.version),
+                Due::Failed(err) => super::error_event(&err.client_message(), ctx.version),
                 Due::Rejected(refusal) => {
                     let mut json = Vec::with_capacity(512);
                     encode_aborted(&mut json, ctx, item, refusal, finished(i), index);

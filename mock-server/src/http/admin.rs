@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::extract::{JsonBody, RawBody, parse_body};
+use super::extract::{JsonBody, RawBody, control_body, parse_body};
 use super::metrics::Gauges;
 use super::respond::{json_value, ordered};
 use super::state::AppState;
@@ -79,7 +79,7 @@ pub(crate) async fn pause_generation(
     RawBody(body): RawBody,
 ) -> Response {
     let (mode_name, blocks) = if state.config().sglang_version.pause_modes {
-        match parse_body::<PauseReq>(&body) {
+        match control_body::<PauseReq>(&state, &body, "/pause_generation") {
             Ok(req) => (req.mode.unwrap_or_else(|| "abort".to_owned()), true),
             Err(err) => return err.into_response(),
         }

@@ -5,15 +5,16 @@
 use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
 use super::conn::ConnHandle;
+use super::error::PendingFrame;
 use super::state::AppState;
 use crate::error::ApiError;
-use mock_core::request::json_decode_message;
+use mock_core::request::{control_errors, json_decode_error};
 
 /// The whole request body, refused beyond `--max-body-bytes` with a 413 in SGLang's HTTPException shape.
 #[derive(Debug)]
@@ -53,14 +54,64 @@ pub(crate) async fn read_whole_body(
     next: Next,
 ) -> Response {
     let (parts, body) = req.into_parts();
-    match read_limited(body, state.config().max_body_bytes).await {
+    // Cheap to keep: the method is a small value and the URI shares its bytes.
+    let (method, uri) = (parts.method.clone(), parts.uri.clone());
+    let mut response = match read_limited(body, state.config().max_body_bytes).await {
         Ok(bytes) => {
             next.run(Request::from_parts(parts, Body::from(bytes)))
                 .await
         }
         Err(err) => err.into_response(),
+    };
+    if let Some(PendingFrame(errors)) = response.extensions_mut().remove::<PendingFrame>()
+        && let Some(frame) = endpoint_frame(&state, &method, uri.path())
+    {
+        *response.body_mut() = Body::from(ApiError::pydantic_body(&errors, Some(&frame)));
     }
+    response
 }
+
+/// The frame FastAPI adds to a validation error (`_extract_endpoint_context`): the handler's source file and the
+/// line of its first decorator, its name, and the request's method with the route; `None` for a route whose
+/// errors the server does not write as FastAPI's.
+pub(crate) fn endpoint_frame(state: &AppState, method: &Method, path: &str) -> Option<String> {
+    let (route, function, line) = state
+        .config()
+        .sglang_version
+        .validation_endpoints
+        .iter()
+        .find(|(route, _, _)| *route == path)?;
+    Some(format!(
+        "\n  File \"{ENDPOINT_FILE}\", line {line}, in {function}\n    {method} {route}"
+    ))
+}
+
+/// The response of a generating route's error (those routes run without [`read_whole_body`]): a validation
+/// error with the endpoint's frame, any other as it is.
+pub(crate) fn error_response(
+    err: ApiError,
+    state: &AppState,
+    method: &Method,
+    path: &str,
+) -> Response {
+    let ApiError::Pydantic(errors) = err else {
+        return err.into_response();
+    };
+    let frame = endpoint_frame(state, method, path);
+    let body = ApiError::pydantic_body(&errors, frame.as_deref());
+    (
+        axum::http::StatusCode::BAD_REQUEST,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}
+
+/// Where the releases' handlers live in SGLang's Docker images (`lmsysorg/sglang`, an editable install under
+/// `/sgl-workspace/sglang`): the file a validation error's frame names. A pip install names its site-packages
+/// instead; `conform` compares frames without the directory.
+pub(crate) const ENDPOINT_FILE: &str =
+    "/sgl-workspace/sglang/python/sglang/srt/entrypoints/http_server.py";
 
 /// Whether a body error is `to_bytes`' limit being reached (rather than the connection failing).
 fn is_length_limit(err: &axum::Error) -> bool {
@@ -75,7 +126,8 @@ fn is_length_limit(err: &axum::Error) -> bool {
 }
 
 /// A JSON body read into `T` as FastAPI reads a Pydantic model: an empty body is `{}`, and the wrong shape
-/// is a 400 `RequestValidationError`.
+/// is a 400 `RequestValidationError`, with Pydantic's errors where the release's model of the route is known
+/// ([`control_body`]).
 #[derive(Debug)]
 pub(crate) struct JsonBody<T>(pub T);
 
@@ -83,9 +135,23 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let route = req.uri().path().to_owned();
         let RawBody(body) = RawBody::from_request(req, state).await?;
-        parse_body(&body).map(JsonBody)
+        control_body(state, &body, &route).map(JsonBody)
     }
+}
+
+/// A control route's body: FastAPI's validation against the release's model of the route first (Pydantic's
+/// errors, `request::control_errors`), then `T` as the server reads it.
+pub(crate) fn control_body<T: DeserializeOwned>(
+    state: &AppState,
+    body: &[u8],
+    route: &str,
+) -> Result<T, ApiError> {
+    if let Some(errors) = control_errors(body, state.config().sglang_version, route) {
+        return Err(ApiError::Pydantic(errors));
+    }
+    parse_body(body)
 }
 
 /// A body read as [`JsonBody`] reads it, for a handler that decides first whether to read it at all.
@@ -111,7 +177,7 @@ impl FromRequest<AppState> for OpenAiJson {
         let RawBody(body) = RawBody::from_request(req, state).await?;
         serde_json::from_slice(&body)
             .map(OpenAiJson)
-            .map_err(|err| ApiError::Validation(json_decode_message(&err)))
+            .map_err(|err| ApiError::Pydantic(json_decode_error(&err)))
     }
 }
 

@@ -8,14 +8,14 @@ use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::Stream;
 use futures_util::future::Either;
 
 use super::drive::{self, RunCtx, unix_now};
-use super::extract::{Conn, RawBody};
+use super::extract::{Conn, RawBody, error_response};
 use super::faults::{decide_fault, http_fault};
 use super::respond::{json_response, sse_response};
 use super::state::AppState;
@@ -58,7 +58,21 @@ impl RidSource for UuidRids {
 
 /// `/generate` (POST or PUT): parse, decide the fault, plan, [`execute`], then encode what it hands back
 /// as SGLang's native answer.
+/// `POST`/`PUT /generate`: [`generate`], its errors answered as SGLang's, a validation error with FastAPI's frame.
 pub(crate) async fn generate_handler(
+    State(state): State<AppState>,
+    method: Method,
+    conn: Conn,
+    headers: HeaderMap,
+    body: RawBody,
+) -> Response {
+    match generate(State(state.clone()), conn, headers, body).await {
+        Ok(response) => response,
+        Err(err) => error_response(err, &state, &method, "/generate"),
+    }
+}
+
+async fn generate(
     State(state): State<AppState>,
     Conn(conn): Conn,
     headers: HeaderMap,
@@ -155,11 +169,11 @@ pub(crate) async fn generate_handler(
 /// event and no `[DONE]`. Any other error is answered before the stream, as it is.
 fn streamed_refusal(state: &AppState, err: ApiError) -> Result<Response, ApiError> {
     match err {
-        ApiError::Value(_) | ApiError::Validation(_) => {
+        ApiError::Value(_) | ApiError::Validation(_) | ApiError::Pydantic(_) => {
             tracing::info!(error = %err, "refused streamed /generate request");
             let version = state.config().sglang_version;
             Ok(sse_response(Body::from(wire::error_stream_body(
-                err.client_message(),
+                &err.client_message(),
                 version,
             ))))
         }

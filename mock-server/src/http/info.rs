@@ -115,7 +115,7 @@ pub(crate) async fn server_info(State(state): State<AppState>) -> Response {
         "ep_size": 1,
         "nnodes": 1,
         "node_rank": 0,
-        "enable_metrics": false,
+        "enable_metrics": c.enable_metrics,
         "log_level": "info",
     };
     let features = ordered! {

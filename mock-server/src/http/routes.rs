@@ -30,12 +30,15 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/chat/completions", post(openai::chat_completions))
         // An audit's batch can be far larger than a request body: it reads its own, under its own bound.
         .route("/admin/audit", post(witness::audit_samples));
-    let unfaulted = Router::new()
+    let mut unfaulted = Router::new()
         .route("/admin/faults", on(get_or_post, admin::faults))
         .route("/admin/stats", get(admin::stats))
         .route("/admin/reset", post(admin::reset))
-        .route("/admin/ledger", get(witness::ledger))
-        .route("/metrics", get(admin::metrics));
+        .route("/admin/ledger", get(witness::ledger));
+    // SGLang mounts its Prometheus endpoint only with `--enable-metrics`.
+    if state.config().enable_metrics {
+        unfaulted = unfaulted.route("/metrics", get(admin::metrics));
+    }
     // The generating handlers read their bodies themselves; every other route and the 404 read them first
     // (`read_whole_body`), so that no answer leaves a body unread.
     let whole_body = || middleware::from_fn_with_state(state.clone(), extract::read_whole_body);

@@ -136,8 +136,12 @@ pub fn compare(target: &Observed, mock: &Observed, clock: bool) -> Vec<Differenc
     let error = status >= 400;
     match (Body::of(target), Body::of(mock)) {
         (Body::Json(a), Body::Json(b)) if error => {
-            // Compared as written: a JSON object's equality ignores its key order.
-            let (a, b) = (a.to_string(), b.to_string());
+            // Compared as written: a JSON object's equality ignores its key order. The directory SGLang is
+            // installed in (in a validation error's frame) is the machine's, not the release's.
+            let (a, b) = (
+                without_install_dir(&a.to_string()),
+                without_install_dir(&b.to_string()),
+            );
             if a != b {
                 out.push(diff("error", "", short(&a), short(&b)));
             }
@@ -310,6 +314,24 @@ fn compare_events(target: &[Value], mock: &[Value], clock: bool, out: &mut Vec<D
             shape("last event", None, a, b, last_mode, out);
         }
     }
+}
+
+/// `text` with every path that ends in SGLang's package (`.../sglang/srt/...`) cut to start there: FastAPI's
+/// validation errors name the handler's source file, which lives wherever the release was installed.
+fn without_install_dir(text: &str) -> String {
+    const PACKAGE: &str = "/sglang/srt/";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(PACKAGE) {
+        // The path starts after the quote (escaped in JSON) that opens it.
+        let start = rest[..at].rfind('"').map_or(0, |q| q + 1);
+        out.push_str(&rest[..start]);
+        out.push_str("...");
+        out.push_str(PACKAGE);
+        rest = &rest[at + PACKAGE.len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The last event of each item (by its `index`, 0 where events have none), in index order; an error event
@@ -775,6 +797,23 @@ mod tests {
 
     #[test]
     fn errors_are_compared_whole_and_statuses_first() {
+        // A validation error's frame names the install directory, which is the machine's.
+        let frame = |dir: &str| {
+            json_answer(
+                400,
+                json!({"message": format!("1 validation error:\n  e\n\n  File \"{dir}/sglang/srt/entrypoints/http_server.py\", line 5, in f\n    POST /generate [e]")}),
+            )
+        };
+        let (home, image) = (
+            frame("/home/u/venv/lib/python3.11/site-packages"),
+            frame("/sgl-workspace/sglang/python"),
+        );
+        assert!(compare(&home, &image, false).is_empty());
+        let elsewhere = json_answer(
+            400,
+            json!({"message": "1 validation error:\n  e\n\n  File \"/x/sglang/srt/entrypoints/http_server.py\", line 6, in f\n    POST /generate [e]"}),
+        );
+        assert_eq!(kinds(&compare(&home, &elsewhere, false)), [("error", "")]);
         let a = json_answer(400, json!({"error": {"message": "bad", "code": 400}}));
         let b = json_answer(400, json!({"error": {"message": "Bad", "code": 400}}));
         assert_eq!(kinds(&compare(&a, &b, false)), [("error", "")]);

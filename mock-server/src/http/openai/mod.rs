@@ -20,14 +20,14 @@ use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use serde_json::Value;
 
 use super::conn::ConnHandle;
 use super::drive::{self, Events};
-use super::extract::{Conn, OpenAiJson};
+use super::extract::{Conn, OpenAiJson, error_response};
 use super::faults::{decide_fault, http_fault};
 use super::generate::{Answered, Outcome, UuidRids, execute};
 use super::info::unix_seconds;
@@ -53,21 +53,33 @@ use response::{Answer, ChunkTranslator, ErrorEvent, Finish, ItemView, Span, Tran
 /// `POST /v1/completions`.
 pub(crate) async fn completions(
     State(state): State<AppState>,
+    method: Method,
     Conn(conn): Conn,
     headers: HeaderMap,
-    OpenAiJson(body): OpenAiJson,
-) -> Result<Response, ApiError> {
-    handle(state, conn, &headers, &body, Api::Completions).await
+    body: Result<OpenAiJson, ApiError>,
+) -> Response {
+    let answer = match body {
+        Ok(OpenAiJson(body)) => {
+            handle(state.clone(), conn, &headers, &body, Api::Completions).await
+        }
+        Err(err) => Err(err),
+    };
+    answer.unwrap_or_else(|err| error_response(err, &state, &method, "/v1/completions"))
 }
 
 /// `POST /v1/chat/completions`.
 pub(crate) async fn chat_completions(
     State(state): State<AppState>,
+    method: Method,
     Conn(conn): Conn,
     headers: HeaderMap,
-    OpenAiJson(body): OpenAiJson,
-) -> Result<Response, ApiError> {
-    handle(state, conn, &headers, &body, Api::Chat).await
+    body: Result<OpenAiJson, ApiError>,
+) -> Response {
+    let answer = match body {
+        Ok(OpenAiJson(body)) => handle(state.clone(), conn, &headers, &body, Api::Chat).await,
+        Err(err) => Err(err),
+    };
+    answer.unwrap_or_else(|err| error_response(err, &state, &method, "/v1/chat/completions"))
 }
 
 async fn handle(
@@ -330,7 +342,7 @@ impl Events for OpenAiEvents {
                 }
                 Due::Failed(err) => {
                     let err = ApiError::from(err.clone());
-                    let error = ErrorEvent::abort(err.client_message(), err.status());
+                    let error = ErrorEvent::abort(&err.client_message(), err.status());
                     self.close(&error, out);
                 }
             }

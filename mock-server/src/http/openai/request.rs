@@ -183,12 +183,23 @@ fn completions_prompt(
 ) -> Result<PromptParts, ApiError> {
     let prompt = obj
         .get("prompt")
-        .ok_or_else(|| validation_error("missing", "'prompt'", "Field required"))?;
+        .ok_or_else(|| missing_field("prompt", obj))?;
+    let max_tokens = int_field(obj, "max_tokens")?;
+    // `CompletionRequest.validate_max_tokens_positive`, a field validator: Pydantic's error, before the
+    // serving layer reads the prompt.
+    if let Some(v) = max_tokens.filter(|&v| v <= 0) {
+        let message = "max_tokens must be positive";
+        return Err(ApiError::Pydantic(mock_core::ValidationErrors(vec![
+            format!(
+                "{{'type': 'value_error', 'loc': ('body', 'max_tokens'), 'msg': 'Value error, {message}', 'input': {v}, 'ctx': {{'error': ValueError('{message}')}}}}"
+            ),
+        ])));
+    }
     let prompts = Prompts::parse(prompt)?;
     if prompts.is_empty() {
         return Err(ApiError::openai_bad_request("Prompt cannot be empty"));
     }
-    let max_tokens = int_field(obj, "max_tokens")?.unwrap_or(16);
+    let max_tokens = max_tokens.unwrap_or(16);
     sampling.insert("max_new_tokens".to_owned(), json!(max_tokens));
     let logprobs = match int_field(obj, "logprobs")? {
         None => None,
@@ -298,7 +309,20 @@ fn chat_prompt(
 ) -> Result<PromptParts, ApiError> {
     let messages = obj
         .get("messages")
-        .ok_or_else(|| validation_error("missing", "'messages'", "Field required"))?
+        .ok_or_else(|| {
+            // `set_tool_choice_default`, a validator that runs before the fields are read, has already filled
+            // `tool_choice` in the input the error shows.
+            let mut input = obj.clone();
+            if input.get("tool_choice").is_none_or(Value::is_null) {
+                let choice = if input.get("tools").is_none_or(Value::is_null) {
+                    "none"
+                } else {
+                    "auto"
+                };
+                input.insert("tool_choice".to_owned(), Value::from(choice));
+            }
+            missing_field("messages", &input)
+        })?
         .as_array()
         .ok_or_else(|| type_error("messages", "list_type", "a valid list"))?;
     let prompt = render_chat(config.sglang_version, tokenizer, obj, messages, true)?;
@@ -761,6 +785,14 @@ pub(crate) fn validation_error(kind: &str, loc: &str, msg: &str) -> ApiError {
     request::validation_error(kind, loc, msg).into()
 }
 
+/// Pydantic's error for a required field the body lacks: the input is the whole body, as the model saw it.
+fn missing_field(field: &str, input: &Map<String, Value>) -> ApiError {
+    let input = request::py_repr(&Value::Object(input.clone()));
+    ApiError::Pydantic(mock_core::ValidationErrors(vec![format!(
+        "{{'type': 'missing', 'loc': ('body', '{field}'), 'msg': 'Field required', 'input': {input}}}"
+    )]))
+}
+
 pub(crate) fn type_error(field: &str, kind: &str, what: &str) -> ApiError {
     validation_error(
         kind,
@@ -1037,7 +1069,7 @@ mod tests {
             &tokenizer(),
         )
         .unwrap_err();
-        assert!(matches!(err, ApiError::Validation(_)), "{err:?}");
+        assert!(matches!(err, ApiError::Pydantic(_)), "{err:?}");
     }
 
     #[test]
