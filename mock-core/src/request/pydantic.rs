@@ -751,6 +751,73 @@ mod tests {
         );
     }
 
+    /// A control body under each shape, against what the releases' Pydantic printed for
+    /// `UpdateWeightVersionReqInput` and `{"rid": 1}` (0.5.3: a dataclass, `rid` last; 0.5.15: a struct, `rid`
+    /// first) and for `PauseGenerationReqInput` and `{"mode": "nap"}`.
+    #[test]
+    fn control_bodies_are_refused_in_each_releases_shape() {
+        use crate::config::SglangVersion;
+        let errors = |version, route, body: &str| {
+            control_errors(body.as_bytes(), version, route).map(|e| e.0)
+        };
+        assert_eq!(
+            errors(
+                SglangVersion::V0_5_3,
+                "/update_weight_version",
+                r#"{"rid": 1}"#
+            )
+            .unwrap(),
+            [
+                "{'type': 'missing', 'loc': ('body', 'new_version'), 'msg': 'Field required', 'input': {'rid': 1}}",
+                "{'type': 'string_type', 'loc': ('body', 'rid', 'str'), 'msg': 'Input should be a valid string', 'input': 1}",
+                "{'type': 'list_type', 'loc': ('body', 'rid', 'list[str]'), 'msg': 'Input should be a valid list', 'input': 1}",
+            ]
+        );
+        assert_eq!(
+            errors(
+                SglangVersion::V0_5_15,
+                "/update_weight_version",
+                r#"{"rid": 1}"#
+            )
+            .unwrap(),
+            [
+                "{'type': 'is_instance_of', 'loc': ('body', 'is-instance[UpdateWeightVersionReqInput]'), 'msg': 'Input should be an instance of UpdateWeightVersionReqInput', 'input': {'rid': 1}, 'ctx': {'class': 'UpdateWeightVersionReqInput'}}",
+                "{'type': 'string_type', 'loc': ('body', 'function-after[build_struct(), UpdateWeightVersionReqInput]', 'rid'), 'msg': 'Input should be a valid string', 'input': 1}",
+                "{'type': 'missing', 'loc': ('body', 'function-after[build_struct(), UpdateWeightVersionReqInput]', 'new_version'), 'msg': 'Field required', 'input': {'rid': 1}}",
+            ]
+        );
+        assert_eq!(
+            errors(
+                SglangVersion::V0_5_23,
+                "/pause_generation",
+                r#"{"mode": "nap"}"#
+            )
+            .unwrap()[1],
+            "{'type': 'literal_error', 'loc': ('body', 'function-after[build_struct(), PauseGenerationReqInput]', 'mode'), 'msg': \"Input should be 'abort', 'retract' or 'in_place'\", 'input': 'nap', 'ctx': {'expected': \"'abort', 'retract' or 'in_place'\"}}"
+        );
+        assert_eq!(
+            errors(SglangVersion::V0_5_15, "/abort_request", "[1]").unwrap()[1],
+            "{'type': 'dict_type', 'loc': ('body', 'function-after[build_struct(), AbortReq]'), 'msg': 'Input should be a valid dictionary', 'input': [1]}"
+        );
+        assert_eq!(
+            errors(
+                SglangVersion::V0_5_15,
+                "/update_weight_version",
+                r#"{"new_version": "v"}"#
+            ),
+            None
+        );
+        assert_eq!(
+            errors(
+                SglangVersion::V0_5_3,
+                "/pause_generation",
+                r#"{"mode": "nap"}"#
+            ),
+            None
+        );
+        assert_eq!(errors(SglangVersion::V0_5_23, "/flush_cache", "{}"), None);
+    }
+
     /// What lax mode admits, from the same Pydantic: strings of ints and floats, bools as numbers, Pydantic's
     /// words for booleans, `0`/`1` and `0.0`/`1.0` as booleans, and a union that any member admits.
     #[test]
