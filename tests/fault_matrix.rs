@@ -406,6 +406,31 @@ fn every_fault_kind_meets_every_rollout_kind() {
     assert!(cases >= FaultKind::ALL.len() * SHAPES.len() * 4);
 }
 
+/// A client of `mock` that sends `fault` with every request and never retries.
+fn faulted_client(mock: &Mock, fault: &str) -> rollout_client::ClientBuilder {
+    Client::builder(&mock.url)
+        .header("X-Mock-Fault", fault)
+        .retry(RetryPolicy {
+            max_retries: 0,
+            ..RetryPolicy::default()
+        })
+}
+
+/// The samples of a rollout that must succeed, `None` for one that must fail with a typed error and did; a
+/// rollout that did the other fails the test.
+fn expected_outcome(
+    outcome: Result<Vec<Checked>, RolloutError>,
+    breaks: bool,
+    case: &str,
+) -> Option<Vec<Checked>> {
+    match (outcome, breaks) {
+        (Err(_), true) => None,
+        (Err(e), false) => panic!("{case}: the rollout failed: {e:?}"),
+        (Ok(_), true) => panic!("{case}: a broken channel became samples"),
+        (Ok(samples), false) => Some(samples),
+    }
+}
+
 /// What a channel's fault does to a rollout that asks for every channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ChannelEffect {
@@ -448,15 +473,6 @@ fn every_channel_fault_meets_every_channel_rollout() {
         for shape in [Shape::Single, Shape::MultiTurn, Shape::Group] {
             for stream in [false, true] {
                 let case = format!("{fault}, {shape:?}, stream {stream}");
-                let client = Client::builder(&mock.url)
-                    .moe_shape(2, 2)
-                    .header("X-Mock-Fault", fault)
-                    .retry(RetryPolicy {
-                        max_retries: 0,
-                        ..RetryPolicy::default()
-                    })
-                    .build()
-                    .expect("client");
                 let config = RolloutConfig {
                     sampling_params: params.clone(),
                     stream,
@@ -464,12 +480,11 @@ fn every_channel_fault_meets_every_channel_rollout() {
                     return_sampling_mask: true,
                     ..RolloutConfig::default()
                 };
-                let outcome = rt.block_on(run_with(shape, &client, &config));
-                let samples = match (outcome, effect) {
-                    (Err(_), Breaks) => continue,
-                    (Err(e), _) => panic!("{case}: the rollout failed: {e:?}"),
-                    (Ok(_), Breaks) => panic!("{case}: a broken channel became samples"),
-                    (Ok(samples), _) => samples,
+                let client = faulted_client(&mock, fault).moe_shape(2, 2);
+                let outcome =
+                    rt.block_on(run_with(shape, &client.build().expect("client"), &config));
+                let Some(samples) = expected_outcome(outcome, effect == Breaks, &case) else {
+                    continue;
                 };
                 for c in &samples {
                     assert_aligned(&c.sample);
@@ -524,25 +539,15 @@ fn top_p_channel_faults_meet_top_p_rollouts() {
         for shape in [Shape::Single, Shape::MultiTurn, Shape::Group] {
             for stream in [false, true] {
                 let case = format!("{fault}, {shape:?}, stream {stream}");
-                let client = Client::builder(&mock.url)
-                    .header("X-Mock-Fault", fault)
-                    .retry(RetryPolicy {
-                        max_retries: 0,
-                        ..RetryPolicy::default()
-                    })
-                    .build()
-                    .expect("client");
                 let config = RolloutConfig {
                     sampling_params: params.clone(),
                     stream,
                     ..RolloutConfig::default()
                 };
+                let client = faulted_client(&mock, fault).build().expect("client");
                 let outcome = rt.block_on(run_with(shape, &client, &config));
-                let samples = match (outcome, breaks) {
-                    (Err(_), true) => continue,
-                    (Err(e), false) => panic!("{case}: the rollout failed: {e:?}"),
-                    (Ok(_), true) => panic!("{case}: rows dropped became samples"),
-                    (Ok(samples), false) => samples,
+                let Some(samples) = expected_outcome(outcome, breaks, &case) else {
+                    continue;
                 };
                 for c in &samples {
                     assert_aligned(&c.sample);
