@@ -30,6 +30,10 @@ pub struct ServerConfig {
     /// Model path reported by /model_info and /server_info.
     #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_MODEL_PATH", default_value_t = ServerConfig::default().model_path))]
     pub model_path: String,
+    /// SGLang's `--load-format`: how the weights would be loaded (`dummy` for random weights), reported by
+    /// `/model_info` and `/server_info`; the toy model has no weights to load.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_LOAD_FORMAT", default_value_t = ServerConfig::default().load_format))]
+    pub load_format: String,
     /// Name reported by /v1/models (defaults to the model path, as in SGLang).
     #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_SERVED_MODEL_NAME"))]
     pub served_model_name: Option<String>,
@@ -151,6 +155,7 @@ impl Default for ServerConfig {
             port: 30000,
             seed: 0,
             model_path: DEFAULT_MODEL_PATH.to_owned(),
+            load_format: "auto".to_owned(),
             served_model_name: None,
             vocab_size: None,
             tokenizer: None,

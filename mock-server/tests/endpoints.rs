@@ -64,6 +64,60 @@ async fn server_info_has_what_routers_read_under_both_paths() {
     assert!(info.get("api_key").is_none(), "the key must not leak");
 }
 
+/// What the model directory and the flags say reaches `/model_info` and `/server_info`: a Qwen3 directory loaded
+/// with `--load-format dummy` is reported as the running release reports it (`model_type` and `architectures`
+/// from its `config.json`, `load_format` the flag), as the CPU set-up of `scripts/real_sglang.py` showed; a path
+/// without a `config.json` is the toy model's own Qwen2.
+#[tokio::test]
+async fn model_info_reports_the_model_directory_and_the_load_format() {
+    let dir = std::env::temp_dir().join(format!("sglang-mock-model-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("config.json"),
+        r#"{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64}"#,
+    )
+    .unwrap();
+    let server = InProcess::new(ServerConfig {
+        model_path: dir.to_string_lossy().into_owned(),
+        load_format: "dummy".to_owned(),
+        ..ServerConfig::default()
+    });
+    let info = server.get("/model_info").await.json();
+    assert_eq!(
+        (
+            &info["model_type"],
+            &info["architectures"],
+            &info["load_format"]
+        ),
+        (
+            &json!("qwen3"),
+            &json!(["Qwen3ForCausalLM"]),
+            &json!("dummy")
+        )
+    );
+    assert_eq!(
+        server.get("/server_info").await.json()["load_format"],
+        "dummy"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+    let toy = InProcess::new(ServerConfig::default())
+        .get("/model_info")
+        .await
+        .json();
+    assert_eq!(
+        (
+            &toy["model_type"],
+            &toy["architectures"],
+            &toy["load_format"]
+        ),
+        (
+            &json!("qwen2"),
+            &json!(["Qwen2ForCausalLM"]),
+            &json!("auto")
+        )
+    );
+}
+
 #[tokio::test]
 async fn model_info_differs_by_release_and_is_served_under_both_paths() {
     // The keys of `model_info` in each release's `srt/entrypoints/http_server.py`.

@@ -30,6 +30,32 @@ struct Inner {
     ledger: Option<Arc<Ledger>>,
     /// `true` once the server has begun to shut down: a `hang` ends then instead of holding the shutdown.
     shutting_down: tokio::sync::watch::Sender<bool>,
+    /// What `/model_info` says the model is: `model_type` and `architectures`.
+    model_card: (String, Vec<String>),
+}
+
+/// `model_type` and `architectures` of the model directory's `config.json`, as SGLang's `ModelConfig` reads
+/// them; the toy model's own (`qwen2`, `Qwen2ForCausalLM`: ChatML and Qwen's vocabulary) when the model path holds
+/// none.
+fn model_card(model_path: &str) -> (String, Vec<String>) {
+    let config = std::fs::read(std::path::Path::new(model_path).join("config.json"))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok());
+    let model_type = config
+        .as_ref()
+        .and_then(|c| c["model_type"].as_str())
+        .unwrap_or("qwen2")
+        .to_owned();
+    let architectures = config
+        .as_ref()
+        .and_then(|c| c["architectures"].as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_else(|| vec!["Qwen2ForCausalLM".to_owned()]);
+    (model_type, architectures)
 }
 
 impl AppState {
@@ -60,8 +86,10 @@ impl AppState {
             let max_bytes = usize::try_from(config.ledger_max_mib.saturating_mul(1 << 20));
             Arc::new(Ledger::new(max_bytes.unwrap_or(usize::MAX), router))
         });
+        let model_card = model_card(&config.model_path);
         AppState {
             inner: Arc::new(Inner {
+                model_card,
                 config: Arc::new(config),
                 model,
                 running_requests: AtomicUsize::new(0),
@@ -73,6 +101,12 @@ impl AppState {
                 shutting_down: tokio::sync::watch::Sender::new(false),
             }),
         }
+    }
+
+    /// `model_type` and `architectures`, from the model directory's `config.json` when it has one.
+    pub(crate) fn model_card(&self) -> (&str, &[String]) {
+        let (model_type, architectures) = &self.inner.model_card;
+        (model_type, architectures)
     }
 
     /// Marks the server as shutting down (the graceful shutdown of [`crate::run`] calls it).
