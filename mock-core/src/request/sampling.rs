@@ -88,17 +88,10 @@ fn num_value(key: SamplingKey, v: &Value) -> Result<PyNum, RequestError> {
     }
 }
 
-#[expect(
-    clippy::wildcard_enum_match_arm,
-    reason = "a JSON value's type check: any other JSON type is the refusal"
-)]
-fn bool_value(key: SamplingKey, v: &Value) -> Result<bool, RequestError> {
-    match v {
-        Value::Bool(b) => Ok(*b),
-        // Python truthiness of an int.
-        Value::Number(num) => Ok(num.as_f64().is_some_and(|f| f != 0.0)),
-        _ => Err(type_error(key, "a bool", v)),
-    }
+/// A flag as `SamplingParams` uses it, in an `if`: Python's truthiness of whatever was sent (`"true"`, `[]`; the
+/// running 0.5.15 answers both).
+fn bool_value(_: SamplingKey, v: &Value) -> Result<bool, RequestError> {
+    Ok(truthy(v))
 }
 
 fn opt<T>(
@@ -679,38 +672,69 @@ fn literal_mod_2_64(literal: &str) -> u64 {
     }
 }
 
-/// `stop`: a string or a list of strings.
-#[expect(
-    clippy::wildcard_enum_match_arm,
-    reason = "a JSON value's type check: any other JSON type is the refusal"
-)]
+/// What the Hugging Face tokenizer raises for a stop "string" that is not one: `SamplingParams.normalize` encodes
+/// each stop string (the running 0.5.15 answers `"stop": [1]` with it, a 400).
+const NOT_TEXT: &str = "text input must be of type `str` (single example), `list[str]` (batch or single \
+pretokenized example) or `list[list[str]]` (batch of pretokenized examples) or `list[tuple[list[str], list[str]]]` \
+(batch of pretokenized sequence pairs).";
+
+/// `stop` as `SamplingParams` iterates it: a string is one stop string; a list's strings are stop strings (a
+/// list of strings, a pretokenized input to the tokenizer, can match no text); a dict's keys are; any other
+/// element is the tokenizer's `ValueError`; a number or a bool is not iterable (`TypeError`, a 500).
 fn str_or_str_list(key: SamplingKey, v: &Value) -> Result<Vec<String>, RequestError> {
+    let not_iterable = |kind: &str| {
+        RequestError::internal(format!(
+            "TypeError: '{kind}' object is not iterable (sampling_params.{})",
+            key.name()
+        ))
+    };
     match v {
         Value::String(s) => Ok(vec![s.clone()]),
-        Value::Array(items) => items
-            .iter()
-            .map(|item| match item {
-                Value::String(s) => Ok(s.clone()),
-                _ => Err(type_error(key, "a str or a list of str", v)),
-            })
-            .collect(),
-        _ => Err(type_error(key, "a str or a list of str", v)),
+        Value::Object(map) => Ok(map.keys().cloned().collect()),
+        Value::Array(items) => {
+            let mut stop = Vec::with_capacity(items.len());
+            for item in items {
+                match item {
+                    Value::String(s) => stop.push(s.clone()),
+                    Value::Array(words) if words.iter().all(Value::is_string) => {}
+                    Value::Null
+                    | Value::Bool(_)
+                    | Value::Number(_)
+                    | Value::Array(_)
+                    | Value::Object(_) => return Err(RequestError::value(NOT_TEXT)),
+                }
+            }
+            Ok(stop)
+        }
+        Value::Bool(_) => Err(not_iterable("bool")),
+        Value::Number(n) if n.is_f64() => Err(not_iterable("float")),
+        Value::Number(_) => Err(not_iterable("int")),
+        Value::Null => Ok(Vec::new()),
     }
 }
 
-/// `stop_token_ids`: a list of ints, `None` entries skipped.
-#[expect(
-    clippy::wildcard_enum_match_arm,
-    reason = "a JSON value's type check: any other JSON type is the refusal"
-)]
+/// `stop_token_ids` as `set(stop_token_ids)` holds it: the ids a token can equal (an int, a bool, a float
+/// that holds an integer: `1 == 1.0` in Python); anything else (a string, `None`, a list) is kept by Python and
+/// never equals a token, so it stops nothing (the running 0.5.15 answers `"1"` and `[1.5]`). A string is its
+/// characters and a dict its keys: none is an id. A number or a bool is not iterable (`TypeError`, a 500).
 fn int_list(key: SamplingKey, v: &Value) -> Result<Vec<i64>, RequestError> {
+    let id = |item: &Value| match item {
+        Value::Bool(b) => Some(i64::from(*b)),
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => Some(i),
+            (None, Some(f)) if f.fract() == 0.0 && f.abs() < 9.0e15 => Some(f as i64),
+            _ => None,
+        },
+        Value::Null | Value::String(_) | Value::Array(_) | Value::Object(_) => None,
+    };
     match v {
-        Value::Array(items) => items
-            .iter()
-            .filter(|item| !item.is_null())
-            .map(|item| int_value(key, item))
-            .collect(),
-        _ => Err(type_error(key, "a list of int", v)),
+        Value::Array(items) => Ok(items.iter().filter_map(id).collect()),
+        Value::String(_) | Value::Object(_) | Value::Null => Ok(Vec::new()),
+        Value::Bool(_) | Value::Number(_) => Err(RequestError::internal(format!(
+            "TypeError: '{}' object is not iterable (sampling_params.{})",
+            if v.is_boolean() { "bool" } else { "int" },
+            key.name()
+        ))),
     }
 }
 
