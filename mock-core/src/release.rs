@@ -109,6 +109,12 @@ pub struct Release {
     pub control_models: &'static [ControlModel],
     /// How a control body's model reports its errors.
     pub control_bodies: ControlBodies,
+    /// The JSON decoder FastAPI reads bodies with: a body that is not JSON is refused in its words.
+    pub json_decoder: JsonDecoder,
+    /// The roles of `ChatCompletionMessageGenericParam` (case-insensitive, lowercased; `user` is the other
+    /// member's, exactly), its validator's message for any other, and the two members' labels in a union error
+    /// (`OP: ChatCompletionMessageParam`).
+    pub chat_roles: ChatRoles,
     /// `--admin-api-key` exists, and the key middleware decides by each route's `auth_level`
     /// (`srt/utils/auth.py: decide_request_auth`); without it `--api-key` is checked on every route.
     pub admin_api_key: bool,
@@ -344,6 +350,26 @@ pub type ControlModel = (
     &'static [(&'static str, &'static str)],
 );
 
+/// A chat message's role as the release's message union validates it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ChatRoles {
+    pub generic: &'static [&'static str],
+    /// `_normalize_role`'s `ValueError` for a role that is neither a generic one nor `user`.
+    pub error: &'static str,
+    /// The union's label of the generic member and of the user member.
+    pub labels: (&'static str, &'static str),
+}
+
+/// The decoder a release's FastAPI reads a JSON body with (`request::json_error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JsonDecoder {
+    /// Starlette's `json.loads`.
+    Stdlib,
+    /// `ORJSONRequest` (`orjson.loads`).
+    Orjson,
+}
+
 /// How Pydantic reports a control body's errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -551,6 +577,15 @@ pub const V0_5_3: Release = Release {
         ),
     ],
     control_bodies: ControlBodies::Dataclass,
+    json_decoder: JsonDecoder::Stdlib,
+    chat_roles: ChatRoles {
+        generic: &["system", "assistant", "tool", "function"],
+        error: "'role' must be one of 'system', 'assistant', 'tool', or 'function' (case-insensitive).",
+        labels: (
+            "ChatCompletionMessageGenericParam",
+            "ChatCompletionMessageUserParam",
+        ),
+    },
     admin_api_key: false,
     admin_routes: &[],
     keyless_prefixes: &["/health", "/metrics"],
@@ -800,6 +835,23 @@ pub const V0_5_15: Release = Release {
         ),
     ],
     control_bodies: ControlBodies::Struct,
+    json_decoder: JsonDecoder::Stdlib,
+    chat_roles: ChatRoles {
+        generic: &[
+            "system",
+            "assistant",
+            "tool",
+            "function",
+            "developer",
+            "latest_reminder",
+        ],
+        error: "'role' must be one of 'system', 'assistant', 'tool', 'function', 'developer', 'latest_reminder' \
+                (case-insensitive).",
+        labels: (
+            "ChatCompletionMessageGenericParam",
+            "ChatCompletionMessageUserParam",
+        ),
+    },
     admin_api_key: true,
     admin_routes: &[ADMIN_OPTIONAL],
     bearer: Bearer::AnyCaseScheme,
@@ -1053,6 +1105,24 @@ pub const V0_5_23: Release = Release {
         ),
     ],
     control_bodies: ControlBodies::Struct,
+    json_decoder: JsonDecoder::Orjson,
+    chat_roles: ChatRoles {
+        generic: &[
+            "system",
+            "assistant",
+            "tool",
+            "function",
+            "developer",
+            "latest_reminder",
+            "root",
+        ],
+        error: "'role' must be one of 'system', 'assistant', 'tool', 'function', 'developer', 'latest_reminder', \
+                'root' (case-insensitive).",
+        labels: (
+            "function-after[validate_thinking_parts_role(), ChatCompletionMessageGenericParam]",
+            "function-after[validate_thinking_parts_role(), ChatCompletionMessageUserParam]",
+        ),
+    },
     admin_routes: &[
         ADMIN_OPTIONAL,
         &["/begin_weight_update", "/end_weight_update"],

@@ -1437,3 +1437,58 @@ async fn a_greedy_chat_without_max_tokens_ends_its_turn() {
         assert!((1..=211).contains(&tokens), "{version}: {tokens} tokens");
     }
 }
+
+/// A message's role as each release's message union takes it: a generic role in any case, lowercased for the
+/// template (`_normalize_role`); `user` exactly; anything else the union's two errors. 0.5.3's generic roles
+/// have no `developer`, 0.5.15's do.
+#[tokio::test]
+async fn chat_roles_are_the_releases_own() {
+    let chat = |role: &str| json!({"model": "toy", "max_tokens": 2, "messages": [{"role": role, "content": "Hi"}]});
+    for (version, role, ok) in [
+        (SglangVersion::V0_5_3, "System", true),
+        (SglangVersion::V0_5_3, "developer", false),
+        (SglangVersion::V0_5_3, "User", false),
+        (SglangVersion::V0_5_15, "developer", true),
+        (SglangVersion::V0_5_15, "root", false),
+        (SglangVersion::V0_5_23, "ROOT", true),
+    ] {
+        let server = InProcess::new(ServerConfig {
+            sglang_version: version,
+            ..ServerConfig::default()
+        });
+        let reply = post(&server, "/v1/chat/completions", &chat(role)).await;
+        assert_eq!(
+            reply.status == 200,
+            ok,
+            "{version} {role}: {}",
+            reply.text()
+        );
+        if !ok {
+            let message = reply.json()["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            assert!(
+                message.starts_with(
+                    "2 validation errors:\n  {'type': 'value_error', 'loc': ('body', 'messages', 0, "
+                ),
+                "{message}"
+            );
+            assert!(
+                message.contains("'msg': \"Input should be 'user'\""),
+                "{message}"
+            );
+        }
+    }
+    // The template sees the lowercased role: the prompt is that of the lowercase request.
+    let server = InProcess::new(ServerConfig::default());
+    let mut counts = Vec::new();
+    for role in ["SYSTEM", "system"] {
+        let body = json!({"model": "toy", "max_tokens": 1,
+                          "messages": [{"role": role, "content": "Hi"}, {"role": "user", "content": "Yo"}]});
+        let reply = post(&server, "/v1/chat/completions", &body).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        counts.push(reply.json()["usage"]["prompt_tokens"].clone());
+    }
+    assert_eq!(counts[0], counts[1]);
+}

@@ -10,8 +10,10 @@ use super::lax::{
     SamplingInput,
 };
 use super::pydantic::{PyError, Ty, validate_model};
+use crate::config::SglangVersion;
 use crate::error::{RequestError, ValidationErrors};
 use crate::pyfmt::str_repr;
+use crate::release::JsonDecoder;
 
 /// The fields of `GenerateReqInput` the mock acts on. Every field is optional; `null` equals absent;
 /// unknown keys are skipped without being materialised.
@@ -63,7 +65,7 @@ struct FieldError {
 /// Parse a `/generate` body. Syntax and type errors are Pydantic validation errors (HTTP 400 in the
 /// `{"object":"error",...}` shape); nothing is validated semantically here.
 pub fn parse_generate(body: &[u8]) -> Result<GenerateReqInput, RequestError> {
-    parse(body, &[])
+    parse(body, &[], None)
 }
 
 /// [`parse_generate`] as the release's FastAPI admits a body: a body its model refuses (a field of the wrong
@@ -71,14 +73,15 @@ pub fn parse_generate(body: &[u8]) -> Result<GenerateReqInput, RequestError> {
 /// whole body, field by field (`request::pydantic`).
 pub fn parse_generate_as(
     body: &[u8],
-    model: &'static [(&'static str, &'static str)],
+    version: SglangVersion,
 ) -> Result<GenerateReqInput, RequestError> {
-    parse(body, model)
+    parse(body, version.generate_model, Some(version.json_decoder))
 }
 
 fn parse(
     body: &[u8],
     model: &'static [(&'static str, &'static str)],
+    decoder: Option<JsonDecoder>,
 ) -> Result<GenerateReqInput, RequestError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(RequestError::Validation(ValidationErrors(vec![
@@ -123,7 +126,10 @@ fn parse(
                     "Input should be a valid dictionary or object to extract fields from ({err})"
                 ),
             ),
-            _ => RequestError::Validation(json_decode_error(&err)),
+            _ => RequestError::Validation(match decoder {
+                Some(decoder) => json_decode_error(body, &err, decoder),
+                None => serde_decode_error(&err),
+            }),
         }),
     }
 }
@@ -159,13 +165,30 @@ pub fn validation_error(kind: &str, field_loc: &str, msg: &str) -> RequestError 
     RequestError::Validation(ValidationErrors(vec![err]))
 }
 
-/// The error of a body that is not JSON.
-pub fn json_decode_error(err: &serde_json::Error) -> ValidationErrors {
-    let err_text = format!("{err}");
+/// serde_json's account of a body that is not JSON, where no release's decoder is known.
+fn serde_decode_error(err: &serde_json::Error) -> ValidationErrors {
     ValidationErrors(vec![format!(
         "{{'type': 'json_invalid', 'loc': ('body', {}), 'msg': 'JSON decode error', 'input': {{}}, 'ctx': {{'error': {}}}}}",
         err.column(),
-        str_repr(&err_text)
+        str_repr(&err.to_string())
+    )])
+}
+
+/// FastAPI's error for a body that is not JSON: where and why the release's decoder stops
+/// (`request::json_error`), or serde_json's account where that decoder would have read it (a bare `NaN`, which
+/// Python's `json` takes and the server does not).
+pub fn json_decode_error(
+    body: &[u8],
+    err: &serde_json::Error,
+    decoder: JsonDecoder,
+) -> ValidationErrors {
+    let (message, position) = match super::json_error::decode_error(body, decoder) {
+        Some((message, position)) => (message.to_owned(), position),
+        None => (err.to_string(), err.column()),
+    };
+    ValidationErrors(vec![format!(
+        "{{'type': 'json_invalid', 'loc': ('body', {position}), 'msg': 'JSON decode error', 'input': {{}}, 'ctx': {{'error': {}}}}}",
+        str_repr(&message)
     )])
 }
 

@@ -15,6 +15,7 @@
 
 mod body;
 mod contract;
+mod json_error;
 mod lax;
 mod plan;
 mod pydantic;
@@ -36,7 +37,7 @@ pub fn admit_generate(
     body: &[u8],
     version: SglangVersion,
 ) -> Result<GenerateReqInput, RequestError> {
-    let parsed = parse_generate_as(body, version.generate_model)?;
+    let parsed = parse_generate_as(body, version)?;
     if parsed.return_hidden_states_last && !version.hidden_states_last {
         return Err(validation_error(
             "bool_type",

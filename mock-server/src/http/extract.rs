@@ -148,8 +148,23 @@ pub(crate) fn control_body<T: DeserializeOwned>(
     body: &[u8],
     route: &str,
 ) -> Result<T, ApiError> {
-    if let Some(errors) = control_errors(body, state.config().sglang_version, route) {
+    let version = state.config().sglang_version;
+    if let Some(errors) = control_errors(body, version, route) {
         return Err(ApiError::Pydantic(errors));
+    }
+    // A body that is not JSON, on a route whose model FastAPI reads: its decoder's words.
+    if version
+        .control_models
+        .iter()
+        .any(|(path, _, _)| *path == route)
+        && !body.iter().all(u8::is_ascii_whitespace)
+        && let Err(err) = serde_json::from_slice::<serde::de::IgnoredAny>(body)
+    {
+        return Err(ApiError::Pydantic(json_decode_error(
+            body,
+            &err,
+            version.json_decoder,
+        )));
     }
     parse_body(body)
 }
@@ -177,7 +192,10 @@ impl FromRequest<AppState> for OpenAiJson {
         let RawBody(body) = RawBody::from_request(req, state).await?;
         serde_json::from_slice(&body)
             .map(OpenAiJson)
-            .map_err(|err| ApiError::Pydantic(json_decode_error(&err)))
+            .map_err(|err| {
+                let decoder = state.config().sglang_version.json_decoder;
+                ApiError::Pydantic(json_decode_error(&body, &err, decoder))
+            })
     }
 }
 

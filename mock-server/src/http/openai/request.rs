@@ -390,7 +390,11 @@ pub(crate) struct ChatMessage {
 impl ChatMessage {
     /// `{"role", "content"}` where content is a string, `null`, or a list of `{"type": "text", "text"}` parts
     /// (joined with spaces, as SGLang flattens parts for string templates).
-    pub(crate) fn parse(i: usize, message: &Value) -> Result<ChatMessage, ApiError> {
+    pub(crate) fn parse(
+        release: SglangVersion,
+        i: usize,
+        message: &Value,
+    ) -> Result<ChatMessage, ApiError> {
         let loc = |field: &str| format!("'messages', {i}, '{field}'");
         let obj = message.as_object().ok_or_else(|| {
             validation_error(
@@ -399,27 +403,35 @@ impl ChatMessage {
                 "Input should be a valid dictionary or object to extract fields from",
             )
         })?;
+        let roles = release.chat_roles;
         let role = match obj.get("role") {
-            Some(Value::String(role)) => role.clone(),
-            Some(_) => {
-                return Err(validation_error(
-                    "string_type",
-                    &loc("role"),
-                    "Input should be a valid string",
-                ));
+            Some(Value::String(role)) if roles.generic.contains(&role.to_lowercase().as_str()) => {
+                role.to_lowercase()
+            }
+            Some(Value::String(role)) if role == "user" => role.clone(),
+            Some(role) => {
+                // Each member of the message union refuses the role: the generic one's validator, the user
+                // one's literal.
+                let message = if role.is_string() {
+                    roles.error
+                } else {
+                    "'role' must be a string"
+                };
+                let input = request::py_repr(role);
+                let (generic, user) = roles.labels;
+                return Err(ApiError::Pydantic(mock_core::ValidationErrors(vec![
+                    format!(
+                        "{{'type': 'value_error', 'loc': ('body', 'messages', {i}, '{generic}', 'role'), 'msg': {}, 'input': {input}, 'ctx': {{'error': ValueError({})}}}}",
+                        request::py_repr(&Value::from(format!("Value error, {message}"))),
+                        request::py_repr(&Value::from(message))
+                    ),
+                    format!(
+                        "{{'type': 'literal_error', 'loc': ('body', 'messages', {i}, '{user}', 'role'), 'msg': \"Input should be 'user'\", 'input': {input}, 'ctx': {{'expected': \"'user'\"}}}}"
+                    ),
+                ])));
             }
             None => return Err(validation_error("missing", &loc("role"), "Field required")),
         };
-        if !matches!(
-            role.as_str(),
-            "system" | "developer" | "user" | "assistant" | "tool"
-        ) {
-            return Err(validation_error(
-                "literal_error",
-                &loc("role"),
-                "Input should be 'system', 'developer', 'user', 'assistant' or 'tool'",
-            ));
-        }
         let content = match obj.get("content") {
             None | Some(Value::Null) => String::new(),
             Some(Value::String(s)) => s.clone(),
@@ -487,14 +499,14 @@ pub(crate) fn render_chat(
     messages: &[Value],
     add_generation_prompt: bool,
 ) -> Result<String, ApiError> {
-    let parsed = chat_messages(messages)?;
+    let parsed = chat_messages(release, messages)?;
     let Some(template) = tokenizer.chat_template() else {
         return Ok(render_chatml(&parsed, add_generation_prompt));
     };
     let processed = messages
         .iter()
         .zip(parsed)
-        .map(|(raw, message)| template_message(raw, message.content))
+        .map(|(raw, message)| template_message(raw, message))
         .collect::<Result<Vec<Value>, ApiError>>()?;
     let messages = Value::Array(processed);
     // `tool_choice` "none" leaves the tools out; a named function keeps only that tool (`serving_chat.py`).
@@ -627,7 +639,7 @@ fn tool_dump(release: SglangVersion, tool: &Value) -> Value {
 
 /// One message as the chat template sees it: its fields without the `null` ones, its `content` as parsed,
 /// and an assistant's string tool-call arguments parsed (`normalize_assistant_tool_call_arguments`, strict).
-fn template_message(raw: &Value, content: String) -> Result<Value, ApiError> {
+fn template_message(raw: &Value, parsed: ChatMessage) -> Result<Value, ApiError> {
     let mut message: Map<String, Value> = raw
         .as_object()
         .map(|obj| {
@@ -637,7 +649,9 @@ fn template_message(raw: &Value, content: String) -> Result<Value, ApiError> {
                 .collect()
         })
         .unwrap_or_default();
-    message.insert("content".into(), Value::String(content));
+    // The model's values: the role lowercased by its validator, the content flattened.
+    message.insert("role".into(), Value::String(parsed.role));
+    message.insert("content".into(), Value::String(parsed.content));
     if message.get("role").and_then(Value::as_str) == Some("assistant")
         && let Some(Value::Array(calls)) = message.get_mut("tool_calls")
     {
@@ -667,11 +681,14 @@ fn template_message(raw: &Value, content: String) -> Result<Value, ApiError> {
 }
 
 /// A chat request's `messages`, each parsed, refused when there are none (`_validate_request`).
-pub(crate) fn chat_messages(messages: &[Value]) -> Result<Vec<ChatMessage>, ApiError> {
+pub(crate) fn chat_messages(
+    release: SglangVersion,
+    messages: &[Value],
+) -> Result<Vec<ChatMessage>, ApiError> {
     let rendered = messages
         .iter()
         .enumerate()
-        .map(|(i, message)| ChatMessage::parse(i, message))
+        .map(|(i, message)| ChatMessage::parse(release, i, message))
         .collect::<Result<Vec<_>, _>>()?;
     if rendered.is_empty() {
         return Err(ApiError::openai_bad_request("Messages cannot be empty."));
