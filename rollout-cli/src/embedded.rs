@@ -19,7 +19,7 @@ pub struct EmbeddedMock {
 impl EmbeddedMock {
     /// Binds a free port and serves the mock configured with the scripted answers for `prompts`, returning
     /// routed experts when `routed_experts`, over `tokenizer`'s vocabulary when one is given, and as slime's
-    /// patched 0.5.15 (which serves top-p replay) when `slime_top_p`.
+    /// patched release (which serves top-p replay) when `slime_top_p`.
     pub async fn start(
         prompts: &[LabeledPrompt],
         routed_experts: bool,
@@ -32,8 +32,11 @@ impl EmbeddedMock {
             port: 0,
             enable_return_routed_experts: routed_experts,
             tokenizer,
+            // The release slime's patches apply to.
             sglang_version: match slime_top_p {
-                true => SglangVersion::V0_5_15,
+                true => SglangVersion::all()
+                    .find(|release| release.slime_patches)
+                    .unwrap_or(base.sglang_version),
                 false => base.sglang_version,
             },
             slime_patches: slime_top_p,
