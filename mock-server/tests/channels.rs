@@ -1018,3 +1018,28 @@ async fn top_p_rows_come_where_and_when_the_patch_writes_them() {
     assert!(meta.get("top_p_token_ids").is_none() && meta.get("top_p_token_offsets").is_none());
     assert!(meta.get("output_token_logprobs").is_some());
 }
+
+/// A hot nucleus keeps most of the vocabulary at every token (T = 3 with `top_p` 0.999: the tail holds most of the
+/// mass); past `MAX_TOP_P_IDS` kept ids the answer ends as a 400 abort that says why, without the rows, rather
+/// than growing without bound.
+#[tokio::test]
+async fn top_p_rows_past_the_bound_end_the_answer() {
+    let body = json!({"input_ids": [5, 6, 7], "return_logprob": true,
+                      "sampling_params": {"max_new_tokens": 1000, "temperature": 3.0, "top_p": 0.999,
+                                          "ignore_eos": true,
+                                          "custom_params": {"return_top_p_token_ids": true}}});
+    let answer = generate_ok(&slime_server(true), &body).await;
+    let meta = &answer["meta_info"];
+    assert_eq!(meta["finish_reason"]["type"], "abort");
+    assert_eq!(meta["finish_reason"]["status_code"], 400);
+    let message = meta["finish_reason"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains(&mock_server::engine::MAX_TOP_P_IDS.to_string()),
+        "{message}"
+    );
+    let tokens = meta["completion_tokens"].as_u64().unwrap_or(0);
+    assert!((1..1000).contains(&tokens), "{tokens}");
+    assert!(meta.get("top_p_token_ids").is_none());
+}

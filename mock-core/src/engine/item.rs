@@ -124,6 +124,11 @@ impl MaskRows {
         self.logprobs.extend(logprobs.iter().map(|&lp| lp as f32));
     }
 
+    /// The number of ids in every row.
+    pub fn total_ids(&self) -> usize {
+        self.ids.len()
+    }
+
     /// The number of rows: output tokens with a mask.
     pub fn len(&self) -> usize {
         self.ends.len()

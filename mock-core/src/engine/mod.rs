@@ -12,7 +12,7 @@ mod item;
 mod plan;
 mod step;
 
-pub use generation::{Generation, generate};
+pub use generation::{Generation, MAX_TOP_P_IDS, generate};
 pub use item::{
     FinishReason, GREEDY_TEMPERATURE, ItemRequest, LogprobEntry, MaskRows, Rows,
     SamplingLogprobsMode, SamplingParams, chunk_due,

@@ -29,6 +29,10 @@ const RESERVED_TOKENS: usize = 256;
 /// Text bytes per output token to make room for: a word piece is a space and up to three syllables.
 const BYTES_PER_TOKEN: usize = 6;
 
+/// The most kept ids slime's top-p replay reports for one answer (a mock-only bound, as
+/// `request::MAX_LOGPROB_ENTRIES`): 80 MB of rows.
+pub const MAX_TOP_P_IDS: usize = 20_000_000;
+
 /// The state of one sample being generated.
 #[derive(Clone, Debug)]
 pub struct Generation {
@@ -301,6 +305,22 @@ impl Generation {
             let before = (self.decoded.len(), self.pending.clone());
             self.push_text(id);
             self.check_finished(id, before);
+        }
+        // A hot nucleus (a temperature above 1 with `top_p` near 1) can keep most of the vocabulary at every
+        // token; past the bound the item ends, without the rows, rather than the server's memory.
+        if let Some(rows) = self
+            .top_p_rows
+            .as_mut()
+            .filter(|rows| rows.total_ids() > MAX_TOP_P_IDS)
+        {
+            *rows = MaskRows::default();
+            self.abort(
+                &format!(
+                    "top-p replay rows of more than {MAX_TOP_P_IDS} ids in one answer; the mock stops there"
+                ),
+                Some(400),
+                Some("BadRequestError"),
+            );
         }
         self.finish.is_some()
     }
