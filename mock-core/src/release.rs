@@ -111,6 +111,10 @@ pub struct Release {
     pub control_bodies: ControlBodies,
     /// The JSON decoder FastAPI reads bodies with: a body that is not JSON is refused in its words.
     pub json_decoder: JsonDecoder,
+    /// What `SamplingParams.normalize` raises for a stop "string" that is not one, when it encodes it: the
+    /// tokenizer's `ValueError` (a 400), or, with the `transformers` the release installs, an uncaught error (a
+    /// 500).
+    pub non_text_stop: NonTextStop,
     /// The roles of `ChatCompletionMessageGenericParam` (case-insensitive, lowercased; `user` is the other
     /// member's, exactly), its validator's message for any other, and the two members' labels in a union error
     /// (`OP: ChatCompletionMessageParam`).
@@ -360,6 +364,16 @@ pub struct ChatRoles {
     pub labels: (&'static str, &'static str),
 }
 
+/// What encoding a stop "string" that is not one raises (`SamplingParams.normalize`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NonTextStop {
+    /// An uncaught exception: HTTP 500.
+    Uncaught,
+    /// The tokenizer's `ValueError`: HTTP 400 with its message.
+    ValueError,
+}
+
 /// The decoder a release's FastAPI reads a JSON body with (`request::json_error`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -578,6 +592,7 @@ pub const V0_5_3: Release = Release {
     ],
     control_bodies: ControlBodies::Dataclass,
     json_decoder: JsonDecoder::Stdlib,
+    non_text_stop: NonTextStop::Uncaught,
     chat_roles: ChatRoles {
         generic: &["system", "assistant", "tool", "function"],
         error: "'role' must be one of 'system', 'assistant', 'tool', or 'function' (case-insensitive).",
@@ -836,6 +851,7 @@ pub const V0_5_15: Release = Release {
     ],
     control_bodies: ControlBodies::Struct,
     json_decoder: JsonDecoder::Stdlib,
+    non_text_stop: NonTextStop::ValueError,
     chat_roles: ChatRoles {
         generic: &[
             "system",
@@ -1106,6 +1122,7 @@ pub const V0_5_23: Release = Release {
     ],
     control_bodies: ControlBodies::Struct,
     json_decoder: JsonDecoder::Orjson,
+    non_text_stop: NonTextStop::ValueError,
     chat_roles: ChatRoles {
         generic: &[
             "system",

@@ -8,7 +8,7 @@ use crate::config::{ServerConfig, SglangVersion};
 use crate::engine::SamplingParams;
 use crate::error::RequestError;
 use crate::pyfmt::{PyNum, str_repr};
-use crate::release::{NullSamplingValues, SeedRule, Verify};
+use crate::release::{NonTextStop, NullSamplingValues, SeedRule, Verify};
 
 /// `temperature` below this is greedy sampling (`_SAMPLING_EPS` in `sampling_params.py`).
 const SAMPLING_EPS: f64 = 1e-6;
@@ -239,7 +239,8 @@ impl Typed {
         let no_stop_trim = flag(raw, K::NoStopTrim, version, false)?;
         let stream_interval = opt(raw, K::StreamInterval, int_value)?;
         let sampling_seed = Seed::read(raw);
-        let stop = opt(raw, K::Stop, str_or_str_list)?.unwrap_or_default();
+        let stop =
+            opt(raw, K::Stop, |key, v| str_or_str_list(key, v, version))?.unwrap_or_default();
         opt(raw, K::StopRegex, |key, v| match v {
             Value::String(_) | Value::Array(_) => Ok(()),
             _ => Err(type_error(key, "a str or a list of str", v)),
@@ -681,7 +682,11 @@ pretokenized example) or `list[list[str]]` (batch of pretokenized examples) or `
 /// `stop` as `SamplingParams` iterates it: a string is one stop string; a list's strings are stop strings (a
 /// list of strings, a pretokenized input to the tokenizer, can match no text); a dict's keys are; any other
 /// element is the tokenizer's `ValueError`; a number or a bool is not iterable (`TypeError`, a 500).
-fn str_or_str_list(key: SamplingKey, v: &Value) -> Result<Vec<String>, RequestError> {
+fn str_or_str_list(
+    key: SamplingKey,
+    v: &Value,
+    version: SglangVersion,
+) -> Result<Vec<String>, RequestError> {
     let not_iterable = |kind: &str| {
         RequestError::internal(format!(
             "TypeError: '{kind}' object is not iterable (sampling_params.{})",
@@ -701,7 +706,12 @@ fn str_or_str_list(key: SamplingKey, v: &Value) -> Result<Vec<String>, RequestEr
                     | Value::Bool(_)
                     | Value::Number(_)
                     | Value::Array(_)
-                    | Value::Object(_) => return Err(RequestError::value(NOT_TEXT)),
+                    | Value::Object(_) => {
+                        return Err(match version.non_text_stop {
+                            NonTextStop::ValueError => RequestError::value(NOT_TEXT),
+                            NonTextStop::Uncaught => RequestError::internal(NOT_TEXT),
+                        });
+                    }
                 }
             }
             Ok(stop)
