@@ -19,6 +19,14 @@ cases = [
  "\"abc", "\"a\\qb\"", "\"a\\u12g4\"", "\"a\nb\"", "\"a\\", "'a'", "{'a':1}", "{\"a\":tru}", "{\"a\":[1,2}", "[{\"a\":1]",
  "{\"text\":\"hi\",}", "{\"text\": \"héllo\" x}", "\"\u00e9\" x", "123456789012345678901234567890", "1e400", "[1,2", "{\"a\":1,\"a\"",
  "\t{\"a\" :\n 1 ,\n}", "\ufeff{}",
+ # Valid constructs inside a document, then junk: where each scanner resumes after them.
+ "[false, true, null] x", "[NaN, 1] x", "[Infinity] x", "[-Infinity] x", "[1.5e3, -0.25E-2, 10, 0] x",
+ "[\"a\\n\\u00e9\\\"b\\/\", \"c d\"] x", "\" \" x", "[\"\\u12\"]", "[\"\\u00e9x\"] x",
+ "{\"a\": {\"b\": [1, {\"c\": null}]}} x", "[1e5x]", "[1.5.]", "[-]", "[tru]", "[fals]", "[nulx]",
+ "[1, 2, 3,] ", "{\"a\":1 , \"b\" : [ ] } x", "[1.25]x", "[12e+3]x", "\"\\t\\r\\b\\f\" x",
+ "\"\u001f\"", "[\"ab\u0000\"]", "{\"a\"\n:\n1}x",
+ "[Nan]", "[Inf]", "[-Inf]", "[\"abcde\\uzzzz\"]", "[\"abcdef\\u12\"]", "[1ex]", "[1e+x]", "[{}, {}] x",
+ "[\"abcdefgh\\u00e9\"] x",
 ]
 out = []
 for c in cases:

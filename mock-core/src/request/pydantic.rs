@@ -68,9 +68,8 @@ impl Ty {
             ("bool", Ty::Bool),
             ("ids", Ty::IdLists),
         ] {
-            if let Some(rest) = text.strip_prefix(name)
-                && !rest.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '[')
-            {
+            // A longer name (`integer`) leaves a rest that no caller takes.
+            if let Some(rest) = text.strip_prefix(name) {
                 return Some((ty, rest));
             }
         }
@@ -575,7 +574,9 @@ fn lax_int_str(s: &str) -> bool {
     let s = s.trim();
     let s = s.strip_prefix(['+', '-']).unwrap_or(s);
     match s.split_once('.') {
-        Some((whole, fraction)) => digits(whole) && fraction.chars().all(|c| c == '0'),
+        Some((whole, fraction)) => {
+            digits(whole) && !fraction.is_empty() && fraction.chars().all(|c| c == '0')
+        }
         None => digits(s),
     }
 }
@@ -818,6 +819,47 @@ mod tests {
         assert_eq!(errors(SglangVersion::V0_5_23, "/flush_cache", "{}"), None);
     }
 
+    /// The parts of the errors the other tests leave out, each against Pydantic 2.14.4's own text: a dict's
+    /// `repr` with several keys, a one-value literal, the type names of the `ids` validator (a float, a list)
+    /// and an int past int64, which Python's int holds.
+    #[test]
+    fn reprs_literals_and_type_names_are_pythons() {
+        assert_eq!(
+            py_repr(&json!({"a": 1, "b": [1.5, "x", null, true]})),
+            "{'a': 1, 'b': [1.5, 'x', None, True]}"
+        );
+        assert_eq!(py_repr(&json!(1e20)), "1e+20");
+        assert_eq!(
+            [json!(1e-5), json!(1e16), json!(123456789.0)].map(|v| py_repr(&v)),
+            ["1e-05", "1e+16", "123456789.0"]
+        );
+        assert_eq!(
+            errors("literal['last']", json!("x")),
+            [
+                "{'type': 'literal_error', 'loc': ('body', 'f'), 'msg': \"Input should be 'last'\", 'input': 'x', 'ctx': {'expected': \"'last'\"}}"
+            ]
+        );
+        assert_eq!(
+            errors("ids", json!(1.5)),
+            [
+                "{'type': 'value_error', 'loc': ('body', 'f'), 'msg': 'Value error, must be list or null; got float', 'input': 1.5, 'ctx': {'error': ValueError('must be list or null; got float')}}"
+            ]
+        );
+        assert_eq!(
+            errors("ids", json!([[1], 2])),
+            [
+                "{'type': 'value_error', 'loc': ('body', 'f'), 'msg': 'Value error, row 1: must be list; got int', 'input': [[1], 2], 'ctx': {'error': ValueError('row 1: must be list; got int')}}"
+            ]
+        );
+        assert_eq!(
+            errors("ids", json!([1.5])),
+            [
+                "{'type': 'value_error', 'loc': ('body', 'f'), 'msg': 'Value error, elements must be int or list; got float', 'input': [1.5], 'ctx': {'error': ValueError('elements must be int or list; got float')}}"
+            ]
+        );
+        assert!(errors("int", json!(u64::MAX)).is_empty());
+    }
+
     /// What lax mode admits, from the same Pydantic: strings of ints and floats, bools as numbers, Pydantic's
     /// words for booleans, `0`/`1` and `0.0`/`1.0` as booleans, and a union that any member admits.
     #[test]
@@ -839,6 +881,10 @@ mod tests {
             json!("0x10"),
             json!(""),
             json!("1e3"),
+            json!("3.5"),
+            json!("x.0"),
+            json!(".0"),
+            json!("3."),
             json!(2.5),
             json!(9.3e18),
             json!(null),
