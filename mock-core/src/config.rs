@@ -137,6 +137,21 @@ pub struct ServerConfig {
     /// Most requests waiting at once; more get a 503 (SGLang's --max-queued-requests).
     #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_MAX_QUEUED_REQUESTS"))]
     pub max_queued_requests: Option<usize>,
+    /// SGLang's `--disable-radix-cache`: keep no prefix cache, so every `cached_tokens` is 0.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_DISABLE_RADIX_CACHE"))]
+    pub disable_radix_cache: bool,
+    /// SGLang's `--page-size`: the prefix cache matches and keeps whole pages of this many tokens.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_PAGE_SIZE", default_value_t = ServerConfig::default().page_size, value_parser = clap::value_parser!(u32).range(1..)))]
+    pub page_size: u32,
+    /// SGLang's `--max-total-tokens`: the KV pool's size in tokens, which bounds the prefix cache (past it the
+    /// least recently used leaves are evicted). SGLang sizes it from the GPU's free memory; the default is a
+    /// few times a large GPU's (2^20).
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_MAX_TOTAL_TOKENS", default_value_t = ServerConfig::default().max_total_tokens, value_parser = clap::value_parser!(u64).range(1..)))]
+    pub max_total_tokens: u64,
+    /// SGLang's `--enable-cache-report`: OpenAI answers report the prefix-cache hits in
+    /// `usage.prompt_tokens_details.cached_tokens`.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_ENABLE_CACHE_REPORT"))]
+    pub enable_cache_report: bool,
     /// Keep a ledger of every item served, for `/admin/ledger` and `/admin/audit` (mock-server/WITNESS.md).
     #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_LEDGER"))]
     pub ledger: bool,
@@ -181,6 +196,10 @@ impl Default for ServerConfig {
             latency: LatencyConfig::default(),
             max_running_requests: None,
             max_queued_requests: None,
+            disable_radix_cache: false,
+            page_size: 1,
+            max_total_tokens: DEFAULT_MAX_TOTAL_TOKENS,
+            enable_cache_report: false,
             weight_update_ms: 0,
             ledger: false,
             ledger_max_mib: DEFAULT_LEDGER_MAX_MIB,
@@ -195,6 +214,10 @@ pub(crate) const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 /// The ledger's default bound, in MiB: about 18,000 samples of 4,096 tokens in four turns (58 KiB each, each
 /// turn's prompt repeating the context before it; `bench/audit.py`).
 pub(crate) const DEFAULT_LEDGER_MAX_MIB: u64 = 1024;
+/// The KV pool's default size in tokens, 2^20. SGLang sizes its pool from the GPU's free memory: for an 8B
+/// model of 32 layers and 8 KV heads of 128 dimensions in bf16 a token takes 128 KiB, so an 80 GB GPU that
+/// keeps about 54 GB for the KV cache holds about 400,000 tokens.
+pub(crate) const DEFAULT_MAX_TOTAL_TOKENS: u64 = 1 << 20;
 /// SGLang's default `weight_version`.
 pub(crate) const DEFAULT_WEIGHT_VERSION: &str = "default";
 

@@ -6,10 +6,10 @@
 //! `abort-running` fault). [`Interventions`] say it, in ticks, and [`Oracle::expect_with`] and
 //! [`Oracle::expect_stream_with`] then predict the aborted or retracted answer too.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 use crate::config::{ServerConfig, StateError};
-use crate::engine::{FinishReason, GeneratePlan, Interventions, RidSource, Run};
+use crate::engine::{self, FinishReason, GeneratePlan, Interventions, RidSource, Run, SharedCache};
 use crate::error::RequestError;
 use crate::model::Model;
 use crate::request;
@@ -43,10 +43,15 @@ pub struct ExpectedItem {
 }
 
 /// Computes expected answers for one server configuration.
+///
+/// Like the server, an oracle keeps a prefix cache (unless the configuration disables it): each answer it
+/// predicts leaves its tokens there, so the `cached_tokens` it predicts are the server's for the same
+/// requests in the same order. A clone shares its history; [`Oracle::flush_cache`] is `/flush_cache`.
 #[derive(Debug, Clone)]
 pub struct Oracle {
     config: Arc<ServerConfig>,
     model: Arc<Model>,
+    cache: Option<SharedCache>,
 }
 
 struct PlaceholderRids;
@@ -65,9 +70,27 @@ impl Oracle {
 
     /// An oracle around an already built model (a server's, so that both share it).
     pub fn with_model(config: ServerConfig, model: Arc<Model>) -> Oracle {
+        let cache = engine::server_cache(&config);
         Oracle {
             config: Arc::new(config),
             model,
+            cache,
+        }
+    }
+
+    /// Empties the prefix cache, as `/flush_cache` does on an idle server.
+    pub fn flush_cache(&self) {
+        if let Some(cache) = &self.cache {
+            cache.lock().unwrap_or_else(PoisonError::into_inner).flush();
+        }
+    }
+
+    /// A run of `plan`, with the prefix cache when the oracle keeps one.
+    fn start(&self, plan: &GeneratePlan, abort_after: Option<usize>) -> Run {
+        let run = Run::new(&self.model, plan, abort_after);
+        match &self.cache {
+            Some(cache) => run.with_cache(cache, self.config.sglang_version.cache_inserts, plan),
+            None => run,
         }
     }
 
@@ -91,7 +114,7 @@ impl Oracle {
     }
 
     fn run(&self, plan: &GeneratePlan, interventions: &Interventions) -> Run {
-        let mut run = Run::new(&self.model, plan, interventions.abort_after);
+        let mut run = self.start(plan, interventions.abort_after);
         run.run_to_end(interventions);
         run
     }
@@ -177,7 +200,7 @@ impl Oracle {
         for item in &mut plan.items {
             item.request.stream_interval = Some(item.stream_interval);
         }
-        let mut run = Run::new(&self.model, &plan, interventions.abort_after);
+        let mut run = self.start(&plan, interventions.abort_after);
         let mut encoder = StreamEncoder::new(wire::stream_mode(&self.config), plan.items.len());
         let ctx = self.encode_ctx(&plan);
         let mut events = Vec::new();

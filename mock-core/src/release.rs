@@ -156,6 +156,41 @@ pub struct Release {
     /// `/tokenize` with `messages` renders with the request's `add_generation_prompt`
     /// (`serving_tokenize.py`); without it, always as for a chat completion.
     pub tokenize_add_generation_prompt: bool,
+
+    // The prefix cache.
+    /// What a request leaves in the radix prefix cache, after its prefill and at its end
+    /// (`mock-server/conform/cache/`: observed on the running release).
+    pub cache_inserts: CacheInserts,
+    /// How `--enable-cache-report` sums an OpenAI answer's `usage.prompt_tokens_details`
+    /// (`srt/entrypoints/openai/usage_processor.py`).
+    pub cache_report: CacheReport,
+}
+
+/// The tokens a request leaves in the radix prefix cache: its prompt after the prefill (a request still
+/// decoding is matched by its prompt alone), then its prompt and output at its end, each with or without the
+/// last output token, whose KV the last step never computed. A request of no new tokens leaves its whole
+/// prompt. Observed on the running releases (`scripts/cache_probe.py`, `mock-server/conform/cache/`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct CacheInserts {
+    /// After the prefill the first output token is inserted with the prompt (0.5.15 keys the token its
+    /// prefill sampled, `cache_unfinished_req` over `fill_ids`).
+    pub prefill_first_token: bool,
+    /// A finished request leaves its last output token too.
+    pub finish_last_token: bool,
+    /// An aborted request leaves its last output token too.
+    pub abort_last_token: bool,
+}
+
+/// Which answers `usage.prompt_tokens_details` sums, and when it is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheReport {
+    /// `{"cached_tokens": N}` only when N > 0, N summed over every choice (0.5.3's `_details_if_cached`).
+    EveryChoice,
+    /// `{"cached_tokens": N}` only when N > 0, N summed over the first choice of each prompt.
+    FirstChoiceIfAny,
+    /// `PromptTokensDetails(cached_tokens=N)` always, N summed over the first choice of each prompt.
+    FirstChoiceAlways,
 }
 
 /// How a chat request's tools reach the chat template: Pydantic's `model_dump` of the request's models.
@@ -615,6 +650,12 @@ pub const V0_5_3: Release = Release {
     chat_tool_dump: ToolDump::FunctionOnly,
     flush_refused: FlushRefused::FlushedText,
     tokenize_add_generation_prompt: false,
+    cache_inserts: CacheInserts {
+        prefill_first_token: false,
+        finish_last_token: false,
+        abort_last_token: false,
+    },
+    cache_report: CacheReport::EveryChoice,
 };
 
 /// The control routes 0.5.15 marks `ADMIN_OPTIONAL`, and the mock's own `/admin/*`.
@@ -878,6 +919,12 @@ pub const V0_5_15: Release = Release {
     model_card_parent: true,
     chat_tool_dump: ToolDump::WithDefaults,
     flush_refused: FlushRefused::Failed,
+    cache_inserts: CacheInserts {
+        prefill_first_token: true,
+        finish_last_token: true,
+        abort_last_token: true,
+    },
+    cache_report: CacheReport::FirstChoiceIfAny,
     ..V0_5_3
 };
 
@@ -1146,6 +1193,12 @@ pub const V0_5_23: Release = Release {
     ],
     keyless_prefixes: &["/health", "/metrics", "/ready"],
     tokenize_add_generation_prompt: true,
+    cache_inserts: CacheInserts {
+        prefill_first_token: false,
+        finish_last_token: false,
+        abort_last_token: true,
+    },
+    cache_report: CacheReport::FirstChoiceAlways,
     usage_completion_tokens_details: true,
     chat_message_null_tool_calls: false,
     chat_tool_dump: ToolDump::ClientOrder,

@@ -294,7 +294,11 @@ async fn body_faults_apply_to_every_stream_chunk() {
 
 #[tokio::test]
 async fn stream_faults_change_the_framing_as_named() {
-    let server = InProcess::new(ServerConfig::default());
+    // Every run sends the same prompt: without a prefix cache each answers as the first did.
+    let server = InProcess::new(ServerConfig {
+        disable_radix_cache: true,
+        ..ServerConfig::default()
+    });
     // Each run stamps its first chunk's `response_sent_to_client_ts`: compared as 0.
     let normal = zero_sent_ts(&server.post("/generate", stream_body()).await.body);
     let normal_events = read_sse(&normal).unwrap();

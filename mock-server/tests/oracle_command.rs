@@ -33,6 +33,8 @@ fn run_oracle(flags: &[String], body: &Value) -> (Vec<u8>, bool) {
 
 /// The live server's answer, normalised as the oracle prints it.
 async fn live_answer(live: &Live, body: &Value) -> (Value, bool) {
+    // The oracle command answers as a fresh server: the live one forgets its prefix cache first.
+    live.post_json("/flush_cache", &json!({})).await;
     let reply = live.post_json("/generate", body).await;
     let bytes = serde_json::to_vec(body).expect("serialisable");
     let plan = live.oracle.plan(&bytes);

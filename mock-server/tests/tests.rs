@@ -36,6 +36,9 @@ mod openai;
 mod oracle;
 /// `sglang-mock oracle` prints what the live server answers.
 mod oracle_command;
+/// The radix prefix cache: `cached_tokens` as the running releases reported them, pages, eviction, the
+/// oracle's history, the OpenAI cache report.
+mod prefix_cache;
 /// Property tests of logprob invariants against a live server.
 mod properties;
 /// A Python client reading logprobs the way slime does, against the live server.

@@ -303,6 +303,8 @@ async fn unknown_and_null_fields_are_ignored() {
     let plain = server
         .generate(&json!({"text": "hello", "sampling_params": {"max_new_tokens": 3}, "rid": "r"}))
         .await;
+    // The same prompt again would hit the prefix cache.
+    server.post("/flush_cache", "{}").await;
     let noisy = server
         .generate(&json!({
             "text": "hello", "sampling_params": {"max_new_tokens": 3, "temperature": null, "top_p": null, "stop": null},

@@ -4,14 +4,18 @@
 //! - `item`: [`ItemRequest`], what one sample asks for, and how it ends ([`FinishReason`]);
 //! - `generation`: [`Generation`], one sample with SGLang's finish rules, stop trimming and logprobs;
 //! - `plan`: [`GeneratePlan`], what a validated request asks the engine to run;
+//! - `cache`: [`PrefixCache`], SGLang's radix prefix cache over token ids, and the rules by which a run's items
+//!   match and fill it;
 //! - `step`: [`Run`], the one loop that advances a plan's items tick by tick, used by the oracle and by the
 //!   server's non-stream and stream drivers.
 
+mod cache;
 mod generation;
 mod item;
 mod plan;
 mod step;
 
+pub use cache::{Hold, PrefixCache, SharedCache, match_limit, server_cache};
 pub use generation::{Generation, MAX_TOP_P_IDS, generate};
 pub use item::{
     FinishReason, GREEDY_TEMPERATURE, ItemRequest, LogprobEntry, MaskRows, Rows,

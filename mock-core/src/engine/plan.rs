@@ -41,6 +41,8 @@ pub struct GeneratePlan {
     pub return_text_in_logprobs: bool,
     /// Prompt-major: `[p0s0, p0s1, ..., p1s0, ...]`.
     pub items: Vec<PlannedItem>,
+    /// `n`: samples per prompt (`sampling_params.n`, `parallel_sample_num`).
+    pub parallel_sample_num: usize,
 }
 
 /// Where fresh request ids come from: uuid4 hex on the server, something reproducible in the oracle.

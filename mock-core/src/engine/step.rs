@@ -12,10 +12,13 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
+use super::cache::{CacheLink, SharedCache};
 use super::generation::Generation;
+use super::item::FinishReason;
 use super::plan::GeneratePlan;
 use crate::error::RequestError;
 use crate::model::Model;
+use crate::release::CacheInserts;
 
 /// The message of an abort from outside, as SGLang's scheduler writes it in every release: `FINISH_ABORT`'s
 /// `message or "Aborted"` (`srt/managers/schedule_batch.py`).
@@ -93,6 +96,8 @@ pub struct Run {
     /// The `abort-running` fault: every item stops once it has this many output tokens.
     abort_after: Option<usize>,
     open: usize,
+    /// The server's prefix cache, when it keeps one ([`Run::with_cache`]).
+    cache: Option<Box<CacheLink>>,
 }
 
 impl Run {
@@ -127,7 +132,29 @@ impl Run {
             tick: 0,
             abort_after,
             open: n,
+            cache: None,
         }
+    }
+
+    /// The run with a prefix cache: its items are matched now (before the first tick, as one prefill batch),
+    /// each keys its prompt once its first token is made and its prompt and output when it ends, as
+    /// `rules` (its release's) say; [`Run::cached_tokens`] then reports the hits.
+    pub fn with_cache(
+        mut self,
+        cache: &SharedCache,
+        rules: CacheInserts,
+        plan: &GeneratePlan,
+    ) -> Run {
+        let items = &self.items;
+        let running = |i: usize| matches!(items[i], Item::Generating { .. });
+        self.cache = Some(Box::new(CacheLink::start(cache, rules, plan, running)));
+        self
+    }
+
+    /// Item `i`'s `cached_tokens`: how much of its prompt the prefix cache held when it started (0 without
+    /// a cache).
+    pub fn cached_tokens(&self, i: usize) -> usize {
+        self.cache.as_ref().map_or(0, |link| link.cached(i))
     }
 
     /// Advances every item by one step; [`Run::progress`] then says what happened to each.
@@ -163,6 +190,9 @@ impl Run {
             };
             if !matches!(progress, Progress::Idle | Progress::Stepped) {
                 self.open -= 1;
+            }
+            if let Some(link) = &mut self.cache {
+                keep(link, i, item, progress, tick == 0);
             }
             self.progress[i] = progress;
         }
@@ -242,6 +272,9 @@ impl Run {
         let progress = settle(&mut self.items[0], outcome);
         if progress != Progress::Stepped {
             self.open -= 1;
+        }
+        if let Some(link) = &mut self.cache {
+            keep(link, 0, &self.items[0], progress, start == 0);
         }
         self.progress[0] = progress;
         Some(ran)
@@ -333,6 +366,22 @@ fn advance(
     generation.step()
 }
 
+/// What the prefix cache keeps of item `i` after its tick: its prompt after the first tick (its prefill),
+/// its prompt and output at its end; a failed item gives back its hold.
+fn keep(link: &mut CacheLink, i: usize, item: &Item, progress: Progress, first_tick: bool) {
+    match (progress, item) {
+        (Progress::Stepped, Item::Generating { generation, .. }) if first_tick => {
+            link.prefilled(i, generation.tokens(), generation.prompt_tokens());
+        }
+        (Progress::Finished, Item::Generating { generation, .. }) => {
+            let aborted = matches!(generation.finish_reason(), Some(FinishReason::Abort { .. }));
+            link.ended(i, generation.tokens(), generation.prompt_tokens(), aborted);
+        }
+        (Progress::Failed, _) => link.release(i),
+        _ => {}
+    }
+}
+
 /// What a generating item's step outcome makes of it: still stepping, ended (reported now), or failed
 /// (reported now).
 fn settle(item: &mut Item, outcome: Result<bool, RequestError>) -> Progress {
@@ -403,6 +452,7 @@ mod tests {
             stream: false,
             return_text_in_logprobs: false,
             items,
+            parallel_sample_num: 1,
         }
     }
 

@@ -68,6 +68,7 @@ pub fn plan_generate(
         stream: req.stream,
         return_text_in_logprobs: req.return_text_in_logprobs,
         items,
+        parallel_sample_num: shape.n,
     })
 }
 

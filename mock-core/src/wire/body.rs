@@ -67,6 +67,7 @@ pub fn encode_body(
             }),
             index: None,
             num_retractions: run.retractions(i),
+            cached_tokens: run.cached_tokens(i),
             sent_ts: Some(ts),
             version_events: ctx.item_version_events(i),
         };

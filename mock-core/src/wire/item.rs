@@ -92,6 +92,8 @@ pub struct Chunk<'a> {
     /// How often `/pause_generation` with `mode: "retract"` sent the item back to the queue (where the
     /// release's keys have `num_retractions`).
     pub num_retractions: u32,
+    /// How much of the prompt the prefix cache held when the item started (`cached_tokens`).
+    pub cached_tokens: usize,
     /// `response_sent_to_client_ts` (0.5.15 and later): on the first object of an item, stream or not.
     pub sent_ts: Option<f64>,
     /// The weight updates while the item was live, for its final object's `weight_versions` (0.5.23).
@@ -116,6 +118,7 @@ pub fn encode_item(
         finished,
         index,
         num_retractions,
+        cached_tokens,
         sent_ts,
         version_events,
     } = chunk;
@@ -174,7 +177,7 @@ pub fn encode_item(
             num_retractions,
             logprobs,
             completion_tokens: ids.len(),
-            cached_tokens: 0,
+            cached_tokens,
             weight_versions: spans.as_deref(),
             // Written with the finish reason (`meta_info.get("finish_reason") is not None`), whole.
             top_p_token_ids: finished.and_then(|_| generation.top_p_token_ids()),

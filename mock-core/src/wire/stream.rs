@@ -58,6 +58,7 @@ impl StreamEncoder {
                         finished: timing.filter(|_| done),
                         index,
                         num_retractions: run.retractions(i),
+                        cached_tokens: run.cached_tokens(i),
                         sent_ts: timing
                             .filter(|_| first)
                             .map(|t| t.response_sent_to_client_ts),

@@ -1,6 +1,7 @@
 //! The RL control plane and admin endpoints: `/abort_request`, `/pause_generation`, `/continue_generation`,
 //! the weight-update family, `/flush_cache`, `/admin/faults`, `/admin/stats`, `/admin/reset` and `/metrics`.
 
+use std::sync::PoisonError;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -16,7 +17,7 @@ use super::state::AppState;
 use crate::control::PauseMode;
 use crate::error::ApiError;
 use crate::faults::FaultConfig;
-use mock_core::release::FlushRefused;
+use mock_core::release::{FlushRefused, MetaKey};
 
 /// `AbortReq` as the HTTP handler reads it; the other fields SGLang accepts are ignored, as its handler does.
 #[derive(Deserialize)]
@@ -406,13 +407,16 @@ pub(crate) async fn memory_occupation() -> Response {
     json_value(&serde_json::Value::Null)
 }
 
-/// `/flush_cache`: the release's text, without a content type (a Starlette `Response` without a media type);
-/// refused with a 400 while requests are running or waiting.
+/// `/flush_cache`: empties the prefix cache and answers the release's text, without a content type (a
+/// Starlette `Response` without a media type); refused with a 400 while requests are running or waiting.
 pub(crate) async fn flush_cache(State(state): State<AppState>) -> Response {
     const FLUSHED: &str = "Cache flushed.\nPlease check backend logs for more details. (When there are running \
                            or waiting requests, the operation will not be performed.)\n";
     let control = state.control();
     let refused = control.running() + control.waiting() > 0;
+    if let (false, Some(cache)) = (refused, state.prefix_cache()) {
+        cache.lock().unwrap_or_else(PoisonError::into_inner).flush();
+    }
     let (status, text) = match (refused, state.config().sglang_version.flush_refused) {
         (false, _) => (StatusCode::OK, FLUSHED),
         (true, FlushRefused::FlushedText) => (StatusCode::BAD_REQUEST, FLUSHED),
@@ -494,6 +498,15 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
             queued: control.waiting(),
             used_tokens,
             max_total_tokens: crate::http::info::max_total_num_tokens(state.config()),
+            cache_source: match state
+                .config()
+                .sglang_version
+                .meta_generated
+                .contains(&MetaKey::CachedTokensDetails)
+            {
+                true => "device",
+                false => "total",
+            },
         },
         &faults,
     );

@@ -17,7 +17,7 @@ use crate::control::{Admission, Control, CtlHandle, QUEUE_FULL_MESSAGE, RequestC
 use crate::error::ApiError;
 use mock_core::LatencyConfig;
 use mock_core::ServerConfig;
-use mock_core::engine::{GeneratePlan, Outside, PlannedItem, Progress, Run};
+use mock_core::engine::{GeneratePlan, Outside, PlannedItem, Progress, Run, SharedCache};
 use mock_core::model::{Model, mix};
 use mock_core::wire::{
     self, DONE_EVENT, EncodeCtx, Finished, NeverRan, StreamEncoder, VersionEvent, WaitingAbort,
@@ -52,6 +52,8 @@ pub(crate) struct RunCtx {
     pub metrics: Arc<Metrics>,
     /// Where a stream's items are recorded as they end, with the server's ledger on.
     pub witness: Option<Witness>,
+    /// The server's prefix cache, unless `--disable-radix-cache`.
+    pub cache: Option<SharedCache>,
 }
 
 /// The weight versions of a run: the version now, and for each item the version changes while it was live
@@ -180,7 +182,16 @@ impl RunCtx {
     }
 
     fn start(&self, plan: &GeneratePlan) -> Run {
-        Run::new(&self.model, plan, self.abort_after)
+        let run = Run::new(&self.model, plan, self.abort_after);
+        let Some(cache) = &self.cache else {
+            return run;
+        };
+        let run = run.with_cache(cache, self.config.sglang_version.cache_inserts, plan);
+        let running = || (0..plan.items.len()).filter_map(|i| Some((i, run.generation(i)?)));
+        let hits = running().map(|(i, _)| run.cached_tokens(i)).sum();
+        let prompts = running().map(|(_, g)| g.prompt_tokens()).sum();
+        self.metrics.record_prefill(hits, prompts);
+        run
     }
 
     /// What happens between ticks: wait while paused (a `retract` pause counts against every unfinished
@@ -247,6 +258,7 @@ impl RunCtx {
             self.metrics.record_sample(
                 generation.prompt_tokens(),
                 generation.output_ids().len(),
+                run.cached_tokens(i),
                 ttft,
                 e2e,
             );

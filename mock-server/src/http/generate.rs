@@ -311,6 +311,7 @@ pub(crate) async fn execute<E: drive::Events>(
         versions: drive::VersionLog::new(&control),
         metrics: Arc::clone(state.metrics()),
         witness,
+        cache: state.prefix_cache().cloned(),
     };
     if plan.stream {
         span.in_scope(|| tracing::debug!("streaming"));

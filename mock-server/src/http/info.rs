@@ -72,9 +72,9 @@ pub(crate) async fn ping() -> Response {
     empty_ok()
 }
 
-/// The KV pool's size the mock reports: sixteen full contexts.
+/// The KV pool's size: `--max-total-tokens`.
 pub(crate) fn max_total_num_tokens(config: &ServerConfig) -> usize {
-    config.context_length as usize * 16
+    usize::try_from(config.max_total_tokens).unwrap_or(usize::MAX)
 }
 
 /// `/server_info` and `/get_server_info`: ServerArgs fields, scheduler info, `internal_states`, `version`.
@@ -105,7 +105,7 @@ pub(crate) async fn server_info(State(state): State<AppState>) -> Response {
         "stream_output": c.incremental_streaming_output,
         "incremental_streaming_output": c.incremental_streaming_output,
         "max_running_requests": 4096,
-        "max_total_tokens": serde_json::Value::Null,
+        "max_total_tokens": c.max_total_tokens,
         "chunked_prefill_size": 8192,
         "max_prefill_tokens": 16384,
         "schedule_policy": "fcfs",
@@ -119,7 +119,9 @@ pub(crate) async fn server_info(State(state): State<AppState>) -> Response {
         "log_level": "info",
     };
     let features = ordered! {
-        "disable_radix_cache": false,
+        "disable_radix_cache": c.disable_radix_cache,
+        "page_size": c.page_size,
+        "enable_cache_report": c.enable_cache_report,
         "enable_return_hidden_states": false,
         "enable_custom_logit_processor": false,
         "allow_auto_truncate": false,

@@ -109,6 +109,10 @@ pub(crate) struct Metrics {
     pub generation_tokens: AtomicU64,
     pub requests: AtomicU64,
     pub aborted_requests: AtomicU64,
+    /// Prompt tokens the prefix cache held for finished requests.
+    pub cached_tokens: AtomicU64,
+    /// The last prefill's hit rate (its items' cached tokens over their prompt tokens), as `f64` bits.
+    cache_hit_rate: AtomicU64,
     pub ttft: Histogram,
     pub itl: Histogram,
     pub e2e: Histogram,
@@ -123,6 +127,8 @@ impl Default for Metrics {
             generation_tokens: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             aborted_requests: AtomicU64::new(0),
+            cached_tokens: AtomicU64::new(0),
+            cache_hit_rate: AtomicU64::new(0f64.to_bits()),
             ttft: Histogram::new(TTFT_BUCKETS),
             itl: Histogram::new(ITL_BUCKETS),
             e2e: Histogram::new(E2E_BUCKETS),
@@ -139,18 +145,33 @@ pub(crate) struct Gauges {
     pub used_tokens: usize,
     /// The KV pool's size, `max_total_num_tokens`: `token_usage` is `used_tokens` over it.
     pub max_total_tokens: usize,
+    /// `cached_tokens_total`'s `cache_source`: `device` where items report `cached_tokens_details`, else the
+    /// collector's fallback `total`.
+    pub cache_source: &'static str,
 }
 
 impl Metrics {
+    /// A prefill: `cache_hit_rate` becomes its hit tokens over its prompt tokens (the scheduler's
+    /// `log_hit_tokens / (log_input_tokens + log_hit_tokens)` of its last prefill batch).
+    pub(crate) fn record_prefill(&self, hit_tokens: usize, prompt_tokens: usize) {
+        if prompt_tokens > 0 {
+            let rate = hit_tokens as f64 / prompt_tokens as f64;
+            self.cache_hit_rate.store(rate.to_bits(), Ordering::Relaxed);
+        }
+    }
+
     /// Record a finished sample: its token counts, and its latencies (seconds).
     pub(crate) fn record_sample(
         &self,
         prompt_tokens: usize,
         output_tokens: usize,
+        cached_tokens: usize,
         ttft: f64,
         e2e: f64,
     ) {
         self.requests.fetch_add(1, Ordering::Relaxed);
+        self.cached_tokens
+            .fetch_add(cached_tokens as u64, Ordering::Relaxed);
         self.prompt_tokens
             .fetch_add(prompt_tokens as u64, Ordering::Relaxed);
         self.generation_tokens
@@ -285,7 +306,7 @@ impl Metrics {
             "The generation throughput (token/s).",
             self.throughput_since_last_scrape(),
         );
-        // The toy model has no grammar backend, no prefix cache and no speculative decoding.
+        // The toy model has no grammar backend and no speculative decoding.
         gauge(
             &mut out,
             "sglang:num_grammar_queue_reqs",
@@ -296,7 +317,7 @@ impl Metrics {
             &mut out,
             "sglang:cache_hit_rate",
             "The prefix cache hit rate.",
-            0.0,
+            f64::from_bits(self.cache_hit_rate.load(Ordering::Relaxed)),
         );
         float_gauge(
             &mut out,
@@ -304,14 +325,21 @@ impl Metrics {
             "Mean acceptance length of speculative decoding (accepted drafts + bonus token per forward).",
             0.0,
         );
-        // Labelled by `cache_source`, and never incremented without a prefix cache: `prometheus_client` then
-        // writes the metric's header and no sample.
+        // Labelled by `cache_source`: until a hit, `prometheus_client` writes the metric's header and no sample.
         let name = "sglang:cached_tokens_total";
         let _ = writeln!(
             out,
             "# HELP {name} Number of cached prompt tokens by source (device/host/storage)."
         );
         let _ = writeln!(out, "# TYPE {name} counter");
+        let cached = self.cached_tokens.load(Ordering::Relaxed);
+        if cached > 0 {
+            let source = gauges.cache_source;
+            let _ = writeln!(
+                out,
+                "{name}{{cache_source=\"{source}\",{labels}}} {cached}.0"
+            );
+        }
         let name = "sglang_mock:faults_injected_total";
         let _ = writeln!(out, "# HELP {name} Faults injected by the mock, by kind.");
         let _ = writeln!(out, "# TYPE {name} counter");

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::metrics::Metrics;
 use crate::control::Control;
 use crate::faults::Faults;
+use mock_core::engine::SharedCache;
 use mock_core::model::Model;
 use mock_core::oracle::Oracle;
 use mock_core::witness::{Ledger, Router};
@@ -32,6 +33,8 @@ struct Inner {
     shutting_down: tokio::sync::watch::Sender<bool>,
     /// What `/model_info` says the model is: `model_type` and `architectures`.
     model_card: (String, Vec<String>),
+    /// The radix prefix cache, unless `--disable-radix-cache`.
+    prefix_cache: Option<SharedCache>,
 }
 
 /// `model_type` and `architectures` of the model directory's `config.json`, as SGLang's `ModelConfig` reads
@@ -87,9 +90,11 @@ impl AppState {
             Arc::new(Ledger::new(max_bytes.unwrap_or(usize::MAX), router))
         });
         let model_card = model_card(&config.model_path);
+        let prefix_cache = mock_core::engine::server_cache(&config);
         AppState {
             inner: Arc::new(Inner {
                 model_card,
+                prefix_cache,
                 config: Arc::new(config),
                 model,
                 running_requests: AtomicUsize::new(0),
@@ -134,6 +139,11 @@ impl AppState {
         self.control()
             .updated_model_path()
             .unwrap_or_else(|| Arc::from(self.config().served_model_name()))
+    }
+
+    /// The radix prefix cache, unless the server keeps none.
+    pub(crate) fn prefix_cache(&self) -> Option<&SharedCache> {
+        self.inner.prefix_cache.as_ref()
     }
 
     pub(crate) fn control(&self) -> &Arc<Control> {

@@ -463,6 +463,11 @@ impl Generation {
         &self.context[self.prompt_len..]
     }
 
+    /// The prompt and the generated ids after it, as one sequence (what a prefix cache keys).
+    pub fn tokens(&self) -> &[u32] {
+        &self.context
+    }
+
     /// The text to report now: once finished, the final trimmed text; before that, the prefix that is safe to
     /// stream. Each value extends the one before.
     pub fn text(&self) -> &str {

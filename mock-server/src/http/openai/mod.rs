@@ -216,6 +216,7 @@ fn finished_views(
             });
             let weight_version = wire::reported_version(spans.as_deref(), current);
             let mut view = ItemView::generated(item, generation, tok, weight_version, 0);
+            view.cached_tokens = ran.run.cached_tokens(i) as u64;
             view.weight_versions = spans.map(|spans| spans.iter().map(Span::of).collect());
             Some(view)
         })
@@ -334,7 +335,9 @@ impl Events for OpenAiEvents {
                 Due::Chunk { generation, .. } => {
                     let from = self.translator.logprobs_sent(i);
                     let item = &plan.items[i];
-                    let view = ItemView::generated(item, generation, tok, ctx.weight_version, from);
+                    let mut view =
+                        ItemView::generated(item, generation, tok, ctx.weight_version, from);
+                    view.cached_tokens = run.cached_tokens(i) as u64;
                     self.view(i, &view, out);
                 }
                 Due::Rejected(refusal) => {

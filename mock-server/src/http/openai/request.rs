@@ -53,6 +53,8 @@ pub(crate) struct OpenAiRequest {
     pub native: Value,
     /// The release answering: chat stream chunks differ.
     pub sglang_version: SglangVersion,
+    /// `--enable-cache-report`: `usage.prompt_tokens_details` carries the prefix-cache hits.
+    pub cache_report: bool,
     /// A chat request's `return_meta_info` (0.5.15 and later): each choice carries its native `meta_info`.
     pub return_meta_info: bool,
 }
@@ -168,6 +170,7 @@ pub(crate) fn translate(
         return_routed_experts,
         native: Value::Object(native),
         sglang_version: config.sglang_version,
+        cache_report: config.enable_cache_report,
         return_meta_info,
     })
 }

@@ -15,7 +15,7 @@ use super::json::{self, Bare, Json, Null, Omit, object};
 use super::request::{Api, OpenAiRequest};
 use mock_core::engine::{FinishReason, Generation, LogprobEntry, PlannedItem};
 use mock_core::model::Tokenizer;
-use mock_core::release::{OpenAiEncoding, SglangVersion};
+use mock_core::release::{CacheReport, OpenAiEncoding, SglangVersion};
 use mock_core::wire::VersionSpan;
 
 /// How an item ended, as the OpenAI layer reads `meta_info.finish_reason`.
@@ -174,6 +174,8 @@ pub(crate) struct ItemView {
     pub(crate) finish: Finish,
     pub(crate) prompt_tokens: u64,
     pub(crate) completion_tokens: u64,
+    /// `meta_info.cached_tokens`: the prompt's prefix-cache hit.
+    pub(crate) cached_tokens: u64,
     /// `None` for a shape without `weight_version` (0.5.3's abort before prefill).
     pub(crate) weight_version: Option<String>,
     /// `meta_info.weight_versions` of a finished item (0.5.23): the answer's `metadata` repeats it.
@@ -340,6 +342,7 @@ impl ItemView {
             finish: Finish::of(generation.finish_reason()),
             prompt_tokens: generation.prompt_tokens() as u64,
             completion_tokens: generation.output_ids().len() as u64,
+            cached_tokens: 0,
             weight_version: Some(weight_version.to_owned()),
             weight_versions: None,
             // Only a finished item's object has them, as on `/generate`.
@@ -365,6 +368,7 @@ impl ItemView {
             finish,
             prompt_tokens,
             completion_tokens: 0,
+            cached_tokens: 0,
             weight_version: weight_version.map(str::to_owned),
             weight_versions: None,
             routed_experts: None,
@@ -588,14 +592,18 @@ impl Json for Choice {
 }
 
 /// Token counts summed as `UsageProcessor` does: completion tokens of every choice, prompt tokens once per
-/// prompt (every `n`-th choice). The mock keeps no prefix cache (`cached_tokens` is always 0), so
-/// `prompt_tokens_details` is `null`, as SGLang reports a zero cached sum; the toy model does not reason, so
-/// `reasoning_tokens` is 0 and (0.5.23) `completion_tokens_details` `null`, as SGLang sets it only when there
-/// are some.
+/// prompt (every `n`-th choice), and with `--enable-cache-report` the prefix-cache hits as the release sums
+/// and writes them ([`CacheReport`]), else `prompt_tokens_details` is `null`; the toy model does not reason,
+/// so `reasoning_tokens` is 0 and (0.5.23) `completion_tokens_details` `null`, as SGLang sets it only when
+/// there are some.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Usage {
     prompt: u64,
     completion: u64,
+    /// The cached tokens summed as the release sums them.
+    cached: u64,
+    /// `--enable-cache-report` under the release's rule.
+    report: Option<CacheReport>,
     /// The release's `UsageInfo` ends with `completion_tokens_details`.
     details: bool,
     /// Written with Pydantic's `exclude_none=True`, as the completions route writes its last stream chunk
@@ -604,18 +612,50 @@ pub(crate) struct Usage {
 }
 
 impl Usage {
-    fn of(release: SglangVersion) -> Usage {
+    fn of(release: SglangVersion, cache_report: bool) -> Usage {
         Usage {
             details: release.usage_completion_tokens_details,
+            report: cache_report.then_some(release.cache_report),
             ..Usage::default()
         }
     }
 
     fn add(&mut self, idx: usize, item: &ItemView, n: usize) {
         self.completion += item.completion_tokens;
-        if idx.is_multiple_of(n.max(1)) {
+        let first_of_prompt = idx.is_multiple_of(n.max(1));
+        if first_of_prompt {
             self.prompt += item.prompt_tokens;
         }
+        let counted = match self.report {
+            Some(CacheReport::EveryChoice) => true,
+            Some(CacheReport::FirstChoiceIfAny | CacheReport::FirstChoiceAlways) => first_of_prompt,
+            None => false,
+        };
+        if counted {
+            self.cached += item.cached_tokens;
+        }
+    }
+
+    /// A stream's last usage: choice `index`'s own counts (its [`Usage::add`] alone), summed as
+    /// `calculate_streaming_usage` sums them.
+    fn add_choice(&mut self, index: usize, n: usize, choice: &Usage) {
+        self.completion += choice.completion;
+        let first_of_prompt = index.is_multiple_of(n.max(1));
+        if first_of_prompt {
+            self.prompt += choice.prompt;
+        }
+        if first_of_prompt || self.report == Some(CacheReport::EveryChoice) {
+            self.cached += choice.cached;
+        }
+    }
+
+    /// `prompt_tokens_details`: `{"cached_tokens": N}` when the release writes it, else `null`.
+    fn prompt_details(&self) -> Option<CachedDetails> {
+        let written = match self.report? {
+            CacheReport::EveryChoice | CacheReport::FirstChoiceIfAny => self.cached > 0,
+            CacheReport::FirstChoiceAlways => true,
+        };
+        written.then_some(CachedDetails(self.cached))
     }
 }
 
@@ -624,7 +664,11 @@ impl Usage {
 impl Json for Usage {
     fn write(&self, out: &mut Vec<u8>) {
         let details = Omit::null_when(self.details && !self.exclude_none);
-        let prompt_details = Omit::null_when(!self.exclude_none);
+        let prompt_details = match self.prompt_details() {
+            Some(cached) => Omit::Present(Some(cached)),
+            None if self.exclude_none => Omit::Absent,
+            None => Omit::Present(None),
+        };
         object(
             out,
             &[
@@ -636,6 +680,17 @@ impl Json for Usage {
                 ("completion_tokens_details", &details),
             ],
         );
+    }
+}
+
+/// `prompt_tokens_details` with the prefix-cache hits: `{"cached_tokens": N}` in every release (0.5.3's dict;
+/// later `PromptTokensDetails`, whose serializer drops its unset multimodal counts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CachedDetails(u64);
+
+impl Json for CachedDetails {
+    fn write(&self, out: &mut Vec<u8>) {
+        object(out, &[("cached_tokens", &self.0)]);
     }
 }
 
@@ -756,7 +811,7 @@ pub(crate) fn body(req: &OpenAiRequest, items: &[ItemView], created: u64) -> Ans
         })
         .collect();
     let first = items.first();
-    let mut usage = Usage::of(req.sglang_version);
+    let mut usage = Usage::of(req.sglang_version, req.cache_report);
     for (idx, item) in items.iter().enumerate() {
         usage.add(idx, item, req.n);
     }
@@ -949,7 +1004,7 @@ impl ChunkTranslator {
         state.text_sent = item.text.len();
         let first = !state.started;
         state.started = true;
-        state.usage = Usage::of(req.sglang_version);
+        state.usage = Usage::of(req.sglang_version, req.cache_report);
         state.usage.add(0, item, 1);
         let logprobs = req
             .logprobs
@@ -1031,13 +1086,10 @@ impl ChunkTranslator {
             chunks.push(chunk);
         }
         if self.req.include_usage {
-            let mut usage = Usage::of(self.req.sglang_version);
+            let mut usage = Usage::of(self.req.sglang_version, self.req.cache_report);
             usage.exclude_none = self.req.api == Api::Completions;
             for (index, state) in &self.choices {
-                usage.completion += state.usage.completion;
-                if index.is_multiple_of(self.req.n.max(1)) {
-                    usage.prompt += state.usage.prompt;
-                }
+                usage.add_choice(*index, self.req.n, &state.usage);
             }
             chunks.push(self.chunk(Vec::new(), Omit::Present(Some(usage))));
         }

@@ -1,0 +1,626 @@
+//! The radix prefix cache: the token sequences whose KV SGLang keeps after a request, and how much of a new
+//! prompt they cover (`meta_info.cached_tokens`). A port of the rules of SGLang's `RadixCache`
+//! (`srt/mem_cache/radix_cache.py`), checked against the running releases (`mock-server/conform/cache/`):
+//!
+//! - keys are token ids cut to whole pages (`--page-size`), matched and inserted page by page;
+//! - a match may cover at most `limit` tokens (the scheduler's `_compute_max_prefix_len`: all but the prompt's
+//!   last token, and no further than `logprob_start_len` when logprobs are asked for), and splits the node
+//!   it ends inside, as SGLang's `_split_node` does;
+//! - the tree holds at most `capacity` tokens; an insert past it evicts the least recently used leaves that no
+//!   running request holds, whole, as `evict` does (a match or an insert stamps every node it walks);
+//! - `flush` empties it.
+//!
+//! Time is a counter, not a clock: two runs of the same requests evict the same leaves. What a request inserts
+//! and when (after its prefill, at its end) is the step core's, by release; this module is the tree alone.
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use super::item::ItemRequest;
+use super::plan::GeneratePlan;
+use crate::config::ServerConfig;
+use crate::release::CacheInserts;
+
+/// Where a node sits in the arena; the root is [`ROOT`].
+type NodeId = usize;
+
+const ROOT: NodeId = 0;
+
+#[derive(Debug, Clone)]
+struct Node {
+    /// The tokens from the parent to this node, a whole number of pages (empty for the root).
+    key: Vec<u32>,
+    parent: NodeId,
+    /// By the first page of the child's key.
+    children: HashMap<Vec<u32>, NodeId, BuildHasherDefault<FxHasher>>,
+    /// The stamp of the last match or insert that walked this node.
+    last_access: u64,
+    /// Running requests whose prefix runs through this node; a held node is not evicted.
+    holds: u32,
+    /// Whether the node is in the eviction order (an unheld leaf), so that only members are looked up there.
+    listed: bool,
+}
+
+impl Node {
+    fn new(key: Vec<u32>, parent: NodeId, stamp: u64) -> Node {
+        Node {
+            key,
+            parent,
+            children: HashMap::default(),
+            last_access: stamp,
+            holds: 0,
+            listed: false,
+        }
+    }
+}
+
+/// What a running request holds in the tree: the node its match or insert ended at. Give it back with
+/// [`PrefixCache::release`]; a flush makes every hold void.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hold {
+    node: NodeId,
+    /// The flush generation the hold was taken in.
+    epoch: u64,
+}
+
+/// SGLang's radix prefix cache over token ids. See the module documentation for its rules.
+#[derive(Debug, Clone)]
+pub struct PrefixCache {
+    page: usize,
+    capacity: usize,
+    /// The arena; freed slots are reused from `free`.
+    nodes: Vec<Node>,
+    free: Vec<NodeId>,
+    /// Tokens held by the tree.
+    size: usize,
+    stamp: u64,
+    epoch: u64,
+    /// The leaves no request holds, by last access: the eviction order.
+    evictable: BTreeSet<(u64, NodeId)>,
+}
+
+impl PrefixCache {
+    /// An empty tree of pages of `page` tokens (at least 1) holding at most `capacity` tokens.
+    pub fn new(page: usize, capacity: usize) -> PrefixCache {
+        PrefixCache {
+            page: page.max(1),
+            capacity,
+            nodes: vec![Node::new(Vec::new(), ROOT, 0)],
+            free: Vec::new(),
+            size: 0,
+            stamp: 0,
+            epoch: 0,
+            evictable: BTreeSet::new(),
+        }
+    }
+
+    /// The page size.
+    pub fn page_size(&self) -> usize {
+        self.page
+    }
+
+    /// Tokens the tree holds now.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The most tokens the tree holds.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Empties the tree (`/flush_cache`); holds taken before it are void.
+    pub fn flush(&mut self) {
+        *self = PrefixCache {
+            epoch: self.epoch + 1,
+            stamp: self.stamp,
+            ..PrefixCache::new(self.page, self.capacity)
+        };
+    }
+
+    /// How many leading tokens of `tokens[..limit]` the tree holds, in whole pages, and a hold on them that
+    /// keeps them from eviction until [`PrefixCache::release`].
+    pub fn match_prefix(&mut self, tokens: &[u32], limit: usize) -> (usize, Hold) {
+        let stamp = self.tick();
+        let key = self.aligned(&tokens[..limit.min(tokens.len())]);
+        let (matched, node) = self.walk(key, stamp, false);
+        (matched, self.hold(node))
+    }
+
+    /// Inserts `tokens` (cut to whole pages), evicting what the capacity asks for, and returns a hold on
+    /// them. The new tokens are held while the hold lasts, so an insert never evicts itself.
+    pub fn insert(&mut self, tokens: &[u32]) -> Hold {
+        let stamp = self.tick();
+        let key = self.aligned(tokens);
+        let (_, node) = self.walk(key, stamp, true);
+        let hold = self.hold(node);
+        if self.size > self.capacity {
+            self.evict(self.size - self.capacity);
+        }
+        hold
+    }
+
+    /// Gives back a hold from [`PrefixCache::match_prefix`] or [`PrefixCache::insert`]: its nodes can be
+    /// evicted again. A hold from before a flush is void and ignored.
+    pub fn release(&mut self, hold: Hold) {
+        if hold.epoch != self.epoch {
+            return;
+        }
+        let mut node = hold.node;
+        while node != ROOT {
+            self.nodes[node].holds -= 1;
+            self.relist(node);
+            node = self.nodes[node].parent;
+        }
+    }
+
+    /// Puts `node` in the eviction order or takes it out, as it is now an unheld leaf or not.
+    fn relist(&mut self, node: NodeId) {
+        let n = &mut self.nodes[node];
+        let evictable = node != ROOT && n.holds == 0 && n.children.is_empty();
+        if evictable != n.listed {
+            n.listed = evictable;
+            if evictable {
+                self.evictable.insert((n.last_access, node));
+            } else {
+                self.evictable.remove(&(n.last_access, node));
+            }
+        }
+    }
+
+    fn tick(&mut self) -> u64 {
+        self.stamp += 1;
+        self.stamp
+    }
+
+    fn aligned<'t>(&self, tokens: &'t [u32]) -> &'t [u32] {
+        &tokens[..tokens.len() / self.page * self.page]
+    }
+
+    fn hold(&mut self, node: NodeId) -> Hold {
+        let mut at = node;
+        while at != ROOT {
+            self.nodes[at].holds += 1;
+            self.relist(at);
+            at = self.nodes[at].parent;
+        }
+        Hold {
+            node,
+            epoch: self.epoch,
+        }
+    }
+
+    /// Walks `key` (whole pages) from the root, stamping every node on the way and splitting the one the
+    /// key leaves inside; with `insert`, the rest of the key becomes a new leaf. Returns the tokens walked
+    /// and the last node.
+    fn walk(&mut self, key: &[u32], stamp: u64, insert: bool) -> (usize, NodeId) {
+        let page = self.page;
+        let mut node = ROOT;
+        let mut pos = 0;
+        self.nodes[ROOT].last_access = stamp;
+        while pos < key.len() {
+            let Some(&child) = self.nodes[node].children.get(&key[pos..pos + page]) else {
+                break;
+            };
+            self.stamp_node(child, stamp);
+            let shared = common_pages(&self.nodes[child].key, &key[pos..], page);
+            if shared < self.nodes[child].key.len() {
+                node = self.split(child, shared);
+                pos += shared;
+                break;
+            }
+            node = child;
+            pos += shared;
+        }
+        if insert && pos < key.len() {
+            node = self.add_leaf(node, key[pos..].to_vec(), stamp);
+            pos = key.len();
+        }
+        (pos, node)
+    }
+
+    fn stamp_node(&mut self, node: NodeId, stamp: u64) {
+        let n = &mut self.nodes[node];
+        if n.listed {
+            self.evictable.remove(&(n.last_access, node));
+            self.evictable.insert((stamp, node));
+        }
+        n.last_access = stamp;
+    }
+
+    /// Splits `child` after its first `at` tokens (a whole number of pages, less than its key): a new node
+    /// takes those tokens and `child` hangs under it with the rest. Returns the new node.
+    fn split(&mut self, child: NodeId, at: usize) -> NodeId {
+        let page = self.page;
+        let (parent, last_access, holds) = {
+            let c = &self.nodes[child];
+            (c.parent, c.last_access, c.holds)
+        };
+        let rest = self.nodes[child].key.split_off(at);
+        let head = std::mem::replace(&mut self.nodes[child].key, rest);
+        let first = head[..page].to_vec();
+        let mut upper = Node::new(head, parent, last_access);
+        upper.holds = holds;
+        let upper_id = self.alloc(upper);
+        let child_first = self.nodes[child].key[..page].to_vec();
+        self.nodes[upper_id].children.insert(child_first, child);
+        self.nodes[child].parent = upper_id;
+        self.nodes[parent].children.insert(first, upper_id);
+        upper_id
+    }
+
+    /// A new leaf under `parent`, not yet in the eviction order: [`PrefixCache::insert`] holds it at once, and
+    /// its release lists it.
+    fn add_leaf(&mut self, parent: NodeId, key: Vec<u32>, stamp: u64) -> NodeId {
+        let first = key[..self.page].to_vec();
+        self.size += key.len();
+        let leaf = self.alloc(Node::new(key, parent, stamp));
+        self.nodes[parent].children.insert(first, leaf);
+        self.relist(parent);
+        leaf
+    }
+
+    fn alloc(&mut self, node: Node) -> NodeId {
+        match self.free.pop() {
+            Some(id) => {
+                self.nodes[id] = node;
+                id
+            }
+            None => {
+                self.nodes.push(node);
+                self.nodes.len() - 1
+            }
+        }
+    }
+
+    /// Evicts whole leaves, least recently used first, until `tokens` tokens are gone or nothing is
+    /// evictable (SGLang's `evict`): a parent left without children joins the candidates.
+    fn evict(&mut self, tokens: usize) {
+        let mut evicted = 0;
+        while evicted < tokens {
+            let Some((_, leaf)) = self.evictable.pop_first() else {
+                break;
+            };
+            self.nodes[leaf].listed = false;
+            let parent = self.nodes[leaf].parent;
+            let key = std::mem::take(&mut self.nodes[leaf].key);
+            evicted += key.len();
+            self.size -= key.len();
+            self.nodes[parent].children.remove(&key[..self.page]);
+            self.free.push(leaf);
+            self.relist(parent);
+        }
+    }
+}
+
+/// A server's prefix cache, shared by every request it runs (and by an oracle's history).
+pub type SharedCache = Arc<Mutex<PrefixCache>>;
+
+/// A server's prefix cache as its configuration asks (`--page-size`, bounded by `--max-total-tokens`), empty;
+/// none with `--disable-radix-cache`.
+pub fn server_cache(config: &ServerConfig) -> Option<SharedCache> {
+    (!config.disable_radix_cache).then(|| {
+        let capacity = usize::try_from(config.max_total_tokens).unwrap_or(usize::MAX);
+        Arc::new(Mutex::new(PrefixCache::new(
+            config.page_size as usize,
+            capacity,
+        )))
+    })
+}
+
+/// Locks a shared cache; a request whose engine code panicked while holding it leaves a tree that is still
+/// whole (no method of [`PrefixCache`] panics half-way), so the lock is taken back.
+fn lock(cache: &SharedCache) -> MutexGuard<'_, PrefixCache> {
+    cache.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One request's use of the cache, by its release's rules ([`CacheInserts`]): the matches of its items
+/// when it starts, each item's prompt after its prefill, its prompt and output when it ends, and the holds
+/// that keep a running item's prefix from eviction.
+#[derive(Debug)]
+pub(crate) struct CacheLink {
+    cache: SharedCache,
+    rules: CacheInserts,
+    holds: Vec<Option<Hold>>,
+    /// Each item's `cached_tokens`.
+    cached: Vec<usize>,
+}
+
+/// The longest hit an item may have (the scheduler's `_compute_max_prefix_len`): all but its prompt's last
+/// token, so that one is computed and gives the first output's logits, and no further than the first
+/// position whose input logprob it asked for.
+pub fn match_limit(request: &ItemRequest) -> usize {
+    let all_but_last = request.input_ids.len().saturating_sub(1);
+    match request.return_logprob {
+        true => all_but_last.min(request.logprob_start),
+        false => all_but_last,
+    }
+}
+
+impl CacheLink {
+    /// Matches the items of `plan` that will run (`running[i]`) against the cache, in item order, as they
+    /// enter one prefill batch: none sees another's prompt. With `n > 1` SGLang's tokenizer manager first
+    /// sends each prompt alone with no new tokens (`_handle_parallel_sampling`), which leaves it whole in the
+    /// cache, so every sample then hits all but its last token.
+    pub(crate) fn start(
+        cache: &SharedCache,
+        rules: CacheInserts,
+        plan: &GeneratePlan,
+        running: impl Fn(usize) -> bool,
+    ) -> CacheLink {
+        let n = plan.items.len();
+        let mut tree = lock(cache);
+        if plan.parallel_sample_num > 1 {
+            for group in plan.items.chunks(plan.parallel_sample_num) {
+                let request = &group[0].request;
+                let (_, hold) = tree.match_prefix(&request.input_ids, match_limit(request));
+                let whole = tree.insert(&request.input_ids);
+                tree.release(hold);
+                tree.release(whole);
+            }
+        }
+        let mut holds = Vec::with_capacity(n);
+        let mut cached = Vec::with_capacity(n);
+        for (i, item) in plan.items.iter().enumerate() {
+            if !running(i) {
+                holds.push(None);
+                cached.push(0);
+                continue;
+            }
+            let (hit, hold) =
+                tree.match_prefix(&item.request.input_ids, match_limit(&item.request));
+            holds.push(Some(hold));
+            cached.push(hit);
+        }
+        drop(tree);
+        CacheLink {
+            cache: Arc::clone(cache),
+            rules,
+            holds,
+            cached,
+        }
+    }
+
+    /// Item `i`'s `cached_tokens`.
+    pub(crate) fn cached(&self, i: usize) -> usize {
+        self.cached[i]
+    }
+
+    /// Item `i` has made its first token: its prefill is done and the cache keys its prompt (and, where
+    /// the release says so, that token). `tokens` is its prompt and output so far.
+    pub(crate) fn prefilled(&mut self, i: usize, tokens: &[u32], prompt_len: usize) {
+        let keep = prompt_len + usize::from(self.rules.prefill_first_token);
+        self.replace_hold(i, &tokens[..keep.min(tokens.len())]);
+    }
+
+    /// Item `i` has ended: the cache keeps its prompt and output, without the last output token unless the
+    /// release keeps it; an item aborted before its first token was never prefilled and leaves nothing.
+    pub(crate) fn ended(&mut self, i: usize, tokens: &[u32], prompt_len: usize, aborted: bool) {
+        let outputs = tokens.len() - prompt_len;
+        let keeps_last = match aborted {
+            true => self.rules.abort_last_token,
+            false => self.rules.finish_last_token,
+        };
+        if aborted && outputs == 0 {
+            self.release(i);
+            return;
+        }
+        let drop_last = usize::from(outputs > 0 && !keeps_last);
+        self.replace_hold(i, &tokens[..tokens.len() - drop_last]);
+        self.release(i);
+    }
+
+    fn replace_hold(&mut self, i: usize, tokens: &[u32]) {
+        let mut tree = lock(&self.cache);
+        let hold = tree.insert(tokens);
+        if let Some(old) = self.holds[i].replace(hold) {
+            tree.release(old);
+        }
+    }
+
+    pub(crate) fn release(&mut self, i: usize) {
+        if let Some(hold) = self.holds[i].take() {
+            lock(&self.cache).release(hold);
+        }
+    }
+}
+
+impl Drop for CacheLink {
+    /// A request dropped before its items ended (its client went away) gives back what they held.
+    fn drop(&mut self) {
+        if self.holds.iter().all(Option::is_none) {
+            return;
+        }
+        let mut tree = lock(&self.cache);
+        for hold in self.holds.iter_mut().filter_map(Option::take) {
+            tree.release(hold);
+        }
+    }
+}
+
+/// Hashes a child's first page: token ids need no protection from chosen collisions (a client can only slow
+/// its own server), so the multiply-rotate hash of rustc's `FxHasher` replaces SipHash on the hot path.
+#[derive(Debug, Default, Clone, Copy)]
+struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// How many leading tokens `a` and `b` share, in whole pages.
+fn common_pages(a: &[u32], b: &[u32], page: usize) -> usize {
+    let same = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    same / page * page
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(start: u32, n: u32) -> Vec<u32> {
+        (start..start + n).collect()
+    }
+
+    /// The tokens the tree holds, as the set of root-to-leaf sequences (a second reading of the tree).
+    fn sequences(cache: &PrefixCache) -> Vec<Vec<u32>> {
+        fn visit(
+            cache: &PrefixCache,
+            node: NodeId,
+            prefix: &mut Vec<u32>,
+            out: &mut Vec<Vec<u32>>,
+        ) {
+            let n = &cache.nodes[node];
+            let len = prefix.len();
+            prefix.extend_from_slice(&n.key);
+            if n.children.is_empty() && node != ROOT {
+                out.push(prefix.clone());
+            }
+            for &child in n.children.values() {
+                visit(cache, child, prefix, out);
+            }
+            prefix.truncate(len);
+        }
+        let mut out = Vec::new();
+        visit(cache, ROOT, &mut Vec::new(), &mut out);
+        out.sort();
+        out
+    }
+
+    /// A match that gives its hold straight back, as a request that finished at once would.
+    fn hit(cache: &mut PrefixCache, tokens: &[u32], limit: usize) -> usize {
+        let (n, hold) = cache.match_prefix(tokens, limit);
+        cache.release(hold);
+        n
+    }
+
+    fn put(cache: &mut PrefixCache, tokens: &[u32]) {
+        let hold = cache.insert(tokens);
+        cache.release(hold);
+    }
+
+    #[test]
+    fn a_repeated_prompt_hits_up_to_its_limit() {
+        let mut cache = PrefixCache::new(1, 1 << 20);
+        let p = ids(1000, 64);
+        assert_eq!(hit(&mut cache, &p, 63), 0);
+        put(&mut cache, &p);
+        assert_eq!(hit(&mut cache, &p, 63), 63);
+        assert_eq!(hit(&mut cache, &p, 10), 10);
+        let mut shared = p[..40].to_vec();
+        shared.extend(ids(2000, 24));
+        assert_eq!(hit(&mut cache, &shared, 63), 40);
+        assert_eq!(cache.size(), 64);
+    }
+
+    #[test]
+    fn a_match_that_ends_inside_a_node_splits_it_and_keeps_every_token() {
+        let mut cache = PrefixCache::new(1, 1 << 20);
+        put(&mut cache, &ids(0, 10));
+        assert_eq!(hit(&mut cache, &ids(0, 10), 4), 4);
+        assert_eq!(cache.nodes[ROOT].children.len(), 1);
+        assert_eq!(sequences(&cache), vec![ids(0, 10)]);
+        let mut branch = ids(0, 4);
+        branch.extend([77, 78]);
+        put(&mut cache, &branch);
+        assert_eq!(sequences(&cache), vec![ids(0, 10), branch.clone()]);
+        assert_eq!(cache.size(), 12);
+        assert_eq!(hit(&mut cache, &branch, 6), 6);
+    }
+
+    #[test]
+    fn pages_cut_keys_and_matches_to_whole_pages() {
+        let mut cache = PrefixCache::new(16, 1 << 20);
+        let p = ids(0, 64);
+        put(&mut cache, &p[..60]);
+        assert_eq!(cache.size(), 48);
+        assert_eq!(hit(&mut cache, &p, 63), 48);
+        // Differing inside the second page: only the first page is shared.
+        let mut q = p.clone();
+        q[20] = 9999;
+        assert_eq!(hit(&mut cache, &q, 63), 16);
+        put(&mut cache, &q);
+        assert_eq!(cache.size(), 48 + 48);
+        assert_eq!(hit(&mut cache, &q, 63), 48);
+    }
+
+    #[test]
+    fn eviction_takes_the_least_recently_used_leaves_first() {
+        let mut cache = PrefixCache::new(1, 30);
+        let (a, b, c) = (ids(0, 10), ids(100, 10), ids(200, 10));
+        put(&mut cache, &a);
+        put(&mut cache, &b);
+        put(&mut cache, &c);
+        // Touch a, so that b is now the least recently used.
+        assert_eq!(hit(&mut cache, &a, 9), 9);
+        put(&mut cache, &ids(300, 5));
+        assert_eq!(cache.size(), 25);
+        assert_eq!(hit(&mut cache, &b, 9), 0);
+        assert_eq!(hit(&mut cache, &a, 9), 9);
+        assert_eq!(hit(&mut cache, &c, 9), 9);
+    }
+
+    #[test]
+    fn a_parent_left_without_children_becomes_evictable() {
+        let mut cache = PrefixCache::new(1, 1 << 20);
+        let mut x = ids(0, 5);
+        x.extend(ids(50, 5));
+        let mut y = ids(0, 5);
+        y.extend(ids(60, 5));
+        put(&mut cache, &x);
+        put(&mut cache, &y);
+        assert_eq!(cache.size(), 15);
+        cache.capacity = 0;
+        cache.evict(15);
+        assert_eq!(cache.size(), 0);
+        assert_eq!(sequences(&cache), Vec::<Vec<u32>>::new());
+    }
+
+    #[test]
+    fn held_nodes_are_not_evicted_until_released() {
+        let mut cache = PrefixCache::new(1, 20);
+        let a = ids(0, 10);
+        let held = cache.insert(&a);
+        let _other = cache.insert(&ids(100, 15));
+        // Over capacity, but both are held.
+        assert_eq!(cache.size(), 25);
+        cache.release(held);
+        put(&mut cache, &ids(200, 1));
+        assert_eq!(hit(&mut cache, &a, 9), 0);
+        assert_eq!(cache.size(), 16);
+    }
+
+    #[test]
+    fn flush_empties_the_tree_and_voids_old_holds() {
+        let mut cache = PrefixCache::new(1, 1 << 20);
+        let held = cache.insert(&ids(0, 8));
+        cache.flush();
+        assert_eq!(cache.size(), 0);
+        assert_eq!(hit(&mut cache, &ids(0, 8), 7), 0);
+        put(&mut cache, &ids(0, 8));
+        cache.release(held);
+        assert_eq!(hit(&mut cache, &ids(0, 8), 7), 7);
+    }
+}
