@@ -62,13 +62,14 @@ def cluster():
 
 
 def normalized(answer):
-    """Drop what differs between two runs of one request: ids, timings, creation times."""
+    """Drop what differs between two runs of one request: ids, timings, creation times, and the prefix-cache
+    hits, which the requests a worker answered before decide (every case is sent to both workers first)."""
     answer = copy.deepcopy(answer)
     for item in answer if isinstance(answer, list) else [answer]:
         item.pop("id", None)
         item.pop("created", None)
         meta = item.get("meta_info", {})
-        for key in ("id", "e2e_latency", "response_sent_to_client_ts"):
+        for key in ("id", "e2e_latency", "response_sent_to_client_ts", "cached_tokens", "cached_tokens_details"):
             meta.pop(key, None)
     return answer
 

@@ -456,8 +456,120 @@ mod tests {
         }
     }
 
+    /// One item of `prompt` generating `max_new_tokens`, ignoring EOS.
+    fn plan_of(prompt: &[u32], max_new_tokens: u32) -> GeneratePlan {
+        let mut plan = plan(&[max_new_tokens], None);
+        plan.items[0].request.input_ids = prompt.to_vec();
+        plan
+    }
+
     fn model() -> Arc<Model> {
         Arc::new(Model::new(ModelConfig::default()).expect("the default model builds"))
+    }
+
+    /// How much of `tokens` the cache holds (a match with no limit but the sequence's length).
+    fn held(cache: &SharedCache, tokens: &[u32]) -> usize {
+        let mut tree = cache.lock().unwrap();
+        let (n, hold) = tree.match_prefix(tokens, tokens.len());
+        tree.release(hold);
+        n
+    }
+
+    fn rules(
+        prefill_first_token: bool,
+        finish_last_token: bool,
+        abort_last_token: bool,
+    ) -> CacheInserts {
+        CacheInserts {
+            prefill_first_token,
+            finish_last_token,
+            abort_last_token,
+        }
+    }
+
+    fn empty_cache() -> SharedCache {
+        Arc::new(std::sync::Mutex::new(super::super::PrefixCache::new(
+            1,
+            1 << 20,
+        )))
+    }
+
+    #[test]
+    fn a_run_leaves_its_prompt_after_prefill_and_its_output_at_its_end_as_the_release_says() {
+        for (first, last) in [(false, false), (true, true)] {
+            let cache = empty_cache();
+            let plan = plan(&[4], None);
+            let mut run =
+                Run::new(&model(), &plan, None).with_cache(&cache, rules(first, last, last), &plan);
+            assert_eq!(run.cached_tokens(0), 0);
+            run.tick(&Interventions::default());
+            let tokens = run.generation(0).unwrap().tokens().to_vec();
+            assert_eq!(
+                held(&cache, &tokens),
+                3 + usize::from(first),
+                "after the prefill"
+            );
+            run.run_to_end(&Interventions::default());
+            let tokens = run.generation(0).unwrap().tokens().to_vec();
+            assert_eq!(tokens.len(), 7);
+            assert_eq!(held(&cache, &tokens), 7 - usize::from(!last), "at the end");
+            // The same prompt again hits all but its last token.
+            let mut again =
+                Run::new(&model(), &plan, None).with_cache(&cache, rules(first, last, last), &plan);
+            assert_eq!(again.cached_tokens(0), 2);
+            again.run_to_end(&Interventions::default());
+        }
+    }
+
+    #[test]
+    fn an_aborted_item_leaves_what_it_computed_and_one_never_prefilled_leaves_nothing() {
+        for (abort_last, finish_last) in [(true, false), (false, false), (false, true)] {
+            let cache = empty_cache();
+            let plan = plan(&[6, 6], None);
+            let mut run = Run::new(&model(), &plan, None).with_cache(
+                &cache,
+                rules(false, finish_last, abort_last),
+                &plan,
+            );
+            let interventions = Interventions {
+                aborts: vec![(0, 0), (1, 2)],
+                ..Interventions::default()
+            };
+            run.run_to_end(&interventions);
+            let never = run.generation(0).unwrap().tokens().to_vec();
+            assert_eq!(never.len(), 3, "aborted before its first token");
+            let aborted = run.generation(1).unwrap().tokens().to_vec();
+            assert_eq!(aborted.len(), 5, "two tokens, then the abort");
+            assert_eq!(held(&cache, &aborted), 5 - usize::from(!abort_last));
+            // Item 0's prompt is item 1's: only item 1 left anything.
+            let cache = empty_cache();
+            let plan = plan_of(&[1, 2, 3, 4], 6);
+            let mut run = Run::new(&model(), &plan, None).with_cache(
+                &cache,
+                rules(false, finish_last, abort_last),
+                &plan,
+            );
+            run.run_to_end(&Interventions {
+                aborts: vec![(0, 0)],
+                ..Interventions::default()
+            });
+            assert_eq!(held(&cache, &[1, 2, 3, 4]), 0, "never prefilled");
+        }
+    }
+
+    #[test]
+    fn samples_of_one_prompt_hit_all_but_its_last_token_and_a_batch_does_not_hit_itself() {
+        let cache = empty_cache();
+        let mut batch = plan(&[2, 2], None);
+        let run =
+            Run::new(&model(), &batch, None).with_cache(&cache, rules(false, false, false), &batch);
+        assert_eq!((run.cached_tokens(0), run.cached_tokens(1)), (0, 0));
+        drop(run);
+        let cache = empty_cache();
+        batch.parallel_sample_num = 2;
+        let run =
+            Run::new(&model(), &batch, None).with_cache(&cache, rules(false, false, false), &batch);
+        assert_eq!((run.cached_tokens(0), run.cached_tokens(1)), (2, 2));
     }
 
     #[test]

@@ -456,11 +456,15 @@ pub(crate) async fn faults(
 /// with its rule counters afresh, the request and fault counters of `/admin/stats` are zero, a pause is
 /// lifted and the weight version is the configured one. Requests in flight are left to finish, and the
 /// Prometheus counters of `/metrics` keep counting, as a scraper expects of them. The ledger, if the server
-/// keeps one, is emptied. Answers as `/admin/stats`.
+/// keeps one, is emptied, and so is the prefix cache (a request in flight then leaves what it ends with, as a
+/// request does after `/flush_cache`). Answers as `/admin/stats`.
 pub(crate) async fn reset(State(state): State<AppState>) -> Response {
     state.faults().reset(state.config().faults.clone());
     if let Some(ledger) = state.ledger() {
         ledger.clear();
+    }
+    if let Some(cache) = state.prefix_cache() {
+        cache.lock().unwrap_or_else(PoisonError::into_inner).flush();
     }
     let control = state.control();
     control.resume();
