@@ -13,7 +13,8 @@
 //! Time is a counter, not a clock: two runs of the same requests evict the same leaves. What a request inserts
 //! and when (after its prefill, at its end) is the step core's, by release; this module is the tree alone.
 
-use std::collections::{BTreeSet, HashMap};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -33,13 +34,16 @@ struct Node {
     key: Vec<u32>,
     parent: NodeId,
     /// By the first page of the child's key.
-    children: HashMap<Vec<u32>, NodeId, BuildHasherDefault<FxHasher>>,
+    children: Children,
     /// The stamp of the last match or insert that walked this node.
     last_access: u64,
     /// Running requests whose prefix runs through this node; a held node is not evicted.
     holds: u32,
-    /// Whether the node is in the eviction order (an unheld leaf), so that only members are looked up there.
+    /// Whether the node is in the eviction order (an unheld leaf): of its entries in the heap, the one with its
+    /// `last_access` and `generation` is its place; any other is stale.
     listed: bool,
+    /// How many nodes had this slot of the arena before it, so that an entry of an evicted node is stale.
+    generation: u32,
 }
 
 impl Node {
@@ -47,10 +51,11 @@ impl Node {
         Node {
             key,
             parent,
-            children: HashMap::default(),
+            children: Children::default(),
             last_access: stamp,
             holds: 0,
             listed: false,
+            generation: 0,
         }
     }
 }
@@ -76,8 +81,12 @@ pub struct PrefixCache {
     size: usize,
     stamp: u64,
     epoch: u64,
-    /// The leaves no request holds, by last access: the eviction order.
-    evictable: BTreeSet<(u64, NodeId)>,
+    /// The leaves no request holds, by last access: the eviction order, a min-heap whose stale entries
+    /// (a node since held, stamped again or evicted) are skipped when they come up, and dropped by a rebuild
+    /// when they outnumber the listed nodes.
+    evictable: BinaryHeap<Reverse<(u64, NodeId, u32)>>,
+    /// The listed nodes.
+    listed: usize,
 }
 
 impl PrefixCache {
@@ -91,7 +100,8 @@ impl PrefixCache {
             size: 0,
             stamp: 0,
             epoch: 0,
-            evictable: BTreeSet::new(),
+            evictable: BinaryHeap::new(),
+            listed: 0,
         }
     }
 
@@ -153,6 +163,7 @@ impl PrefixCache {
             self.relist(node);
             node = self.nodes[node].parent;
         }
+        self.compact();
     }
 
     /// Puts `node` in the eviction order or takes it out, as it is now an unheld leaf or not.
@@ -162,11 +173,41 @@ impl PrefixCache {
         if evictable != n.listed {
             n.listed = evictable;
             if evictable {
-                self.evictable.insert((n.last_access, node));
+                self.listed += 1;
+                self.evictable
+                    .push(Reverse((n.last_access, node, n.generation)));
             } else {
-                self.evictable.remove(&(n.last_access, node));
+                self.listed -= 1;
             }
         }
+    }
+
+    /// The least recently used listed node, taken out of the order; stale entries on the way are dropped.
+    fn pop_evictable(&mut self) -> Option<NodeId> {
+        while let Some(Reverse((stamp, node, generation))) = self.evictable.pop() {
+            let n = &mut self.nodes[node];
+            if n.listed && n.last_access == stamp && n.generation == generation {
+                n.listed = false;
+                self.listed -= 1;
+                return Some(node);
+            }
+        }
+        None
+    }
+
+    /// Rebuilds the heap from the listed nodes once stale entries outnumber them, so that it stays within
+    /// twice the leaves.
+    fn compact(&mut self) {
+        if self.evictable.len() <= 2 * self.listed + 1024 {
+            return;
+        }
+        let live = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.listed)
+            .map(|(id, n)| Reverse((n.last_access, id, n.generation)));
+        self.evictable = live.collect();
     }
 
     fn tick(&mut self) -> u64 {
@@ -200,7 +241,7 @@ impl PrefixCache {
         let mut pos = 0;
         self.nodes[ROOT].last_access = stamp;
         while pos < key.len() {
-            let Some(&child) = self.nodes[node].children.get(&key[pos..pos + page]) else {
+            let Some(child) = self.nodes[node].children.get(&key[pos..pos + page]) else {
                 break;
             };
             self.stamp_node(child, stamp);
@@ -222,11 +263,10 @@ impl PrefixCache {
 
     fn stamp_node(&mut self, node: NodeId, stamp: u64) {
         let n = &mut self.nodes[node];
-        if n.listed {
-            self.evictable.remove(&(n.last_access, node));
-            self.evictable.insert((stamp, node));
-        }
         n.last_access = stamp;
+        if n.listed {
+            self.evictable.push(Reverse((stamp, node, n.generation)));
+        }
     }
 
     /// Splits `child` after its first `at` tokens (a whole number of pages, less than its key): a new node
@@ -239,24 +279,24 @@ impl PrefixCache {
         };
         let rest = self.nodes[child].key.split_off(at);
         let head = std::mem::replace(&mut self.nodes[child].key, rest);
-        let first = head[..page].to_vec();
-        let mut upper = Node::new(head, parent, last_access);
+        let mut upper = Node::new(Vec::new(), parent, last_access);
         upper.holds = holds;
         let upper_id = self.alloc(upper);
         let child_first = self.nodes[child].key[..page].to_vec();
-        self.nodes[upper_id].children.insert(child_first, child);
+        self.nodes[upper_id].children.insert(&child_first, child);
         self.nodes[child].parent = upper_id;
-        self.nodes[parent].children.insert(first, upper_id);
+        self.nodes[parent].children.insert(&head[..page], upper_id);
+        self.nodes[upper_id].key = head;
         upper_id
     }
 
     /// A new leaf under `parent`, not yet in the eviction order: [`PrefixCache::insert`] holds it at once, and
     /// its release lists it.
     fn add_leaf(&mut self, parent: NodeId, key: Vec<u32>, stamp: u64) -> NodeId {
-        let first = key[..self.page].to_vec();
         self.size += key.len();
-        let leaf = self.alloc(Node::new(key, parent, stamp));
-        self.nodes[parent].children.insert(first, leaf);
+        let leaf = self.alloc(Node::new(Vec::new(), parent, stamp));
+        self.nodes[parent].children.insert(&key[..self.page], leaf);
+        self.nodes[leaf].key = key;
         self.relist(parent);
         leaf
     }
@@ -264,7 +304,8 @@ impl PrefixCache {
     fn alloc(&mut self, node: Node) -> NodeId {
         match self.free.pop() {
             Some(id) => {
-                self.nodes[id] = node;
+                let generation = self.nodes[id].generation.wrapping_add(1);
+                self.nodes[id] = Node { generation, ..node };
                 id
             }
             None => {
@@ -279,10 +320,9 @@ impl PrefixCache {
     fn evict(&mut self, tokens: usize) {
         let mut evicted = 0;
         while evicted < tokens {
-            let Some((_, leaf)) = self.evictable.pop_first() else {
+            let Some(leaf) = self.pop_evictable() else {
                 break;
             };
-            self.nodes[leaf].listed = false;
             let parent = self.nodes[leaf].parent;
             let key = std::mem::take(&mut self.nodes[leaf].key);
             evicted += key.len();
@@ -322,9 +362,8 @@ fn lock(cache: &SharedCache) -> MutexGuard<'_, PrefixCache> {
 pub(crate) struct CacheLink {
     cache: SharedCache,
     rules: CacheInserts,
-    holds: Vec<Option<Hold>>,
-    /// Each item's `cached_tokens`.
-    cached: Vec<usize>,
+    /// Each item's hold, while it runs, and its `cached_tokens`.
+    items: Vec<(Option<Hold>, usize)>,
 }
 
 /// The longest hit an item may have (the scheduler's `_compute_max_prefix_len`): all but its prompt's last
@@ -360,31 +399,27 @@ impl CacheLink {
                 tree.release(whole);
             }
         }
-        let mut holds = Vec::with_capacity(n);
-        let mut cached = Vec::with_capacity(n);
+        let mut items = Vec::with_capacity(n);
         for (i, item) in plan.items.iter().enumerate() {
             if !running(i) {
-                holds.push(None);
-                cached.push(0);
+                items.push((None, 0));
                 continue;
             }
             let (hit, hold) =
                 tree.match_prefix(&item.request.input_ids, match_limit(&item.request));
-            holds.push(Some(hold));
-            cached.push(hit);
+            items.push((Some(hold), hit));
         }
         drop(tree);
         CacheLink {
             cache: Arc::clone(cache),
             rules,
-            holds,
-            cached,
+            items,
         }
     }
 
     /// Item `i`'s `cached_tokens`.
     pub(crate) fn cached(&self, i: usize) -> usize {
-        self.cached[i]
+        self.items[i].1
     }
 
     /// Item `i` has made its first token: its prefill is done and the cache keys its prompt (and, where
@@ -407,20 +442,24 @@ impl CacheLink {
             return;
         }
         let drop_last = usize::from(outputs > 0 && !keeps_last);
-        self.replace_hold(i, &tokens[..tokens.len() - drop_last]);
-        self.release(i);
+        let mut tree = lock(&self.cache);
+        let hold = tree.insert(&tokens[..tokens.len() - drop_last]);
+        tree.release(hold);
+        if let Some(old) = self.items[i].0.take() {
+            tree.release(old);
+        }
     }
 
     fn replace_hold(&mut self, i: usize, tokens: &[u32]) {
         let mut tree = lock(&self.cache);
         let hold = tree.insert(tokens);
-        if let Some(old) = self.holds[i].replace(hold) {
+        if let Some(old) = self.items[i].0.replace(hold) {
             tree.release(old);
         }
     }
 
     pub(crate) fn release(&mut self, i: usize) {
-        if let Some(hold) = self.holds[i].take() {
+        if let Some(hold) = self.items[i].0.take() {
             lock(&self.cache).release(hold);
         }
     }
@@ -429,12 +468,73 @@ impl CacheLink {
 impl Drop for CacheLink {
     /// A request dropped before its items ended (its client went away) gives back what they held.
     fn drop(&mut self) {
-        if self.holds.iter().all(Option::is_none) {
+        if self.items.iter().all(|(hold, _)| hold.is_none()) {
             return;
         }
         let mut tree = lock(&self.cache);
-        for hold in self.holds.iter_mut().filter_map(Option::take) {
+        for hold in self.items.iter_mut().filter_map(|(hold, _)| hold.take()) {
             tree.release(hold);
+        }
+    }
+}
+
+/// A node's children by the first page of their keys: by the token itself when pages are one token (no key
+/// to allocate), else by the page's tokens.
+#[derive(Debug, Clone)]
+enum Children {
+    Token(HashMap<u32, NodeId, BuildHasherDefault<FxHasher>>),
+    Page(HashMap<Vec<u32>, NodeId, BuildHasherDefault<FxHasher>>),
+}
+
+impl Default for Children {
+    fn default() -> Self {
+        Children::Token(HashMap::default())
+    }
+}
+
+impl Children {
+    fn get(&self, page: &[u32]) -> Option<NodeId> {
+        match self {
+            Children::Token(map) => map.get(&page[0]).copied(),
+            Children::Page(map) => map.get(page).copied(),
+        }
+    }
+
+    /// Adds a child; the first child of a tree of pages longer than a token turns the map into pages.
+    fn insert(&mut self, page: &[u32], child: NodeId) {
+        if let (Children::Token(map), true) = (&*self, page.len() > 1) {
+            debug_assert!(map.is_empty(), "one tree has one page size");
+            *self = Children::Page(HashMap::default());
+        }
+        match self {
+            Children::Token(map) => map.insert(page[0], child),
+            Children::Page(map) => map.insert(page.to_vec(), child),
+        };
+    }
+
+    fn remove(&mut self, page: &[u32]) {
+        match self {
+            Children::Token(map) => map.remove(&page[0]),
+            Children::Page(map) => map.remove(page),
+        };
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Children::Token(map) => map.len(),
+            Children::Page(map) => map.len(),
+        }
+    }
+
+    #[cfg(test)]
+    fn values(&self) -> Vec<NodeId> {
+        match self {
+            Children::Token(map) => map.values().copied().collect(),
+            Children::Page(map) => map.values().copied().collect(),
         }
     }
 }
@@ -498,7 +598,7 @@ mod tests {
             if n.children.is_empty() && node != ROOT {
                 out.push(prefix.clone());
             }
-            for &child in n.children.values() {
+            for child in n.children.values() {
                 visit(cache, child, prefix, out);
             }
             prefix.truncate(len);
