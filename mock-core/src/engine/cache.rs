@@ -40,10 +40,10 @@ struct Node {
     /// Running requests whose prefix runs through this node; a held node is not evicted.
     holds: u32,
     /// Whether the node is in the eviction order (an unheld leaf): of its entries in the heap, the one with its
-    /// `last_access` and `generation` is its place; any other is stale.
+    /// `last_access` is its place; any other is stale. An entry of an evicted node whose slot was given to a
+    /// new node is stale too: the new node was made by a later walk, whose stamp is newer than every entry the
+    /// old one left.
     listed: bool,
-    /// How many nodes had this slot of the arena before it, so that an entry of an evicted node is stale.
-    generation: u32,
 }
 
 impl Node {
@@ -55,7 +55,6 @@ impl Node {
             last_access: stamp,
             holds: 0,
             listed: false,
-            generation: 0,
         }
     }
 }
@@ -84,7 +83,7 @@ pub struct PrefixCache {
     /// The leaves no request holds, by last access: the eviction order, a min-heap whose stale entries
     /// (a node since held, stamped again or evicted) are skipped when they come up, and dropped by a rebuild
     /// when they outnumber the listed nodes.
-    evictable: BinaryHeap<Reverse<(u64, NodeId, u32)>>,
+    evictable: BinaryHeap<Reverse<(u64, NodeId)>>,
     /// The listed nodes.
     listed: usize,
 }
@@ -105,26 +104,15 @@ impl PrefixCache {
         }
     }
 
-    /// The page size.
-    pub fn page_size(&self) -> usize {
-        self.page
-    }
-
     /// Tokens the tree holds now.
     pub fn size(&self) -> usize {
         self.size
-    }
-
-    /// The most tokens the tree holds.
-    pub fn capacity(&self) -> usize {
-        self.capacity
     }
 
     /// Empties the tree (`/flush_cache`); holds taken before it are void.
     pub fn flush(&mut self) {
         *self = PrefixCache {
             epoch: self.epoch + 1,
-            stamp: self.stamp,
             ..PrefixCache::new(self.page, self.capacity)
         };
     }
@@ -145,9 +133,7 @@ impl PrefixCache {
         let key = self.aligned(tokens);
         let (_, node) = self.walk(key, stamp, true);
         let hold = self.hold(node);
-        if self.size > self.capacity {
-            self.evict(self.size - self.capacity);
-        }
+        self.evict(self.size.saturating_sub(self.capacity));
         hold
     }
 
@@ -174,8 +160,7 @@ impl PrefixCache {
             n.listed = evictable;
             if evictable {
                 self.listed += 1;
-                self.evictable
-                    .push(Reverse((n.last_access, node, n.generation)));
+                self.evictable.push(Reverse((n.last_access, node)));
             } else {
                 self.listed -= 1;
             }
@@ -184,9 +169,9 @@ impl PrefixCache {
 
     /// The least recently used listed node, taken out of the order; stale entries on the way are dropped.
     fn pop_evictable(&mut self) -> Option<NodeId> {
-        while let Some(Reverse((stamp, node, generation))) = self.evictable.pop() {
+        while let Some(Reverse((stamp, node))) = self.evictable.pop() {
             let n = &mut self.nodes[node];
-            if n.listed && n.last_access == stamp && n.generation == generation {
+            if n.listed && n.last_access == stamp {
                 n.listed = false;
                 self.listed -= 1;
                 return Some(node);
@@ -206,7 +191,7 @@ impl PrefixCache {
             .iter()
             .enumerate()
             .filter(|(_, n)| n.listed)
-            .map(|(id, n)| Reverse((n.last_access, id, n.generation)));
+            .map(|(id, n)| Reverse((n.last_access, id)));
         self.evictable = live.collect();
     }
 
@@ -265,7 +250,7 @@ impl PrefixCache {
         let n = &mut self.nodes[node];
         n.last_access = stamp;
         if n.listed {
-            self.evictable.push(Reverse((stamp, node, n.generation)));
+            self.evictable.push(Reverse((stamp, node)));
         }
     }
 
@@ -304,8 +289,7 @@ impl PrefixCache {
     fn alloc(&mut self, node: Node) -> NodeId {
         match self.free.pop() {
             Some(id) => {
-                let generation = self.nodes[id].generation.wrapping_add(1);
-                self.nodes[id] = Node { generation, ..node };
+                self.nodes[id] = node;
                 id
             }
             None => {
@@ -561,10 +545,6 @@ impl Hasher for FxHasher {
         self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
     }
 
-    fn write_usize(&mut self, n: usize) {
-        self.write_u64(n as u64);
-    }
-
     fn finish(&self) -> u64 {
         self.0
     }
@@ -680,6 +660,73 @@ mod tests {
         assert_eq!(hit(&mut cache, &b, 9), 0);
         assert_eq!(hit(&mut cache, &a, 9), 9);
         assert_eq!(hit(&mut cache, &c, 9), 9);
+    }
+
+    #[test]
+    fn an_insert_past_the_bound_evicts_as_many_leaves_as_it_must() {
+        let mut cache = PrefixCache::new(1, 30);
+        for start in [0, 100, 200] {
+            put(&mut cache, &ids(start, 10));
+        }
+        put(&mut cache, &ids(300, 25));
+        // 55 tokens for 30: the three older leaves go, oldest first, until 25 remain.
+        assert_eq!(cache.size(), 25);
+        assert_eq!(sequences(&cache), vec![ids(300, 25)]);
+    }
+
+    /// Every node is listed exactly when it is an unheld leaf, and the count of listed nodes says so.
+    fn check_listing(cache: &PrefixCache) {
+        let mut listed = 0;
+        for (id, node) in cache.nodes.iter().enumerate() {
+            let alive = id == ROOT || !node.key.is_empty();
+            let leaf = id != ROOT && node.children.is_empty();
+            assert_eq!(node.listed, alive && leaf && node.holds == 0, "node {id}");
+            listed += usize::from(node.listed);
+        }
+        assert_eq!(cache.listed, listed);
+    }
+
+    #[test]
+    fn the_eviction_order_is_rebuilt_once_stale_entries_outnumber_the_leaves() {
+        let mut cache = PrefixCache::new(1, 1 << 20);
+        let leaves: Vec<Vec<u32>> = (0..100).map(|i| ids(1000 * i, 5)).collect();
+        for leaf in &leaves {
+            put(&mut cache, leaf);
+        }
+        check_listing(&cache);
+        assert_eq!(cache.listed, 100);
+        // Each match of a listed leaf stamps it again (a new entry) and holds it; its release lists it anew
+        // (another): the heap grows by two a match, and is rebuilt to its 100 live entries just past 2 * 100 +
+        // 1,024.
+        let mut lengths = Vec::new();
+        for round in 0..12 {
+            for leaf in &leaves {
+                hit(&mut cache, leaf, 5);
+            }
+            check_listing(&cache);
+            lengths.push(cache.evictable.len());
+            assert!(cache.evictable.len() <= 2 * 100 + 1024, "round {round}");
+        }
+        // 100 entries, then 200 more per round until the release of the 63rd leaf of round 6 finds 1,226 and
+        // rebuilds to 100; the other 37 leaves add 74.
+        assert_eq!(lengths[..6], [300, 500, 700, 900, 1100, 174]);
+        // Eviction still takes the least recently used first: the leaf matched last stays.
+        cache.evict(cache.size - 5);
+        assert_eq!(sequences(&cache), vec![leaves[99].clone()]);
+        check_listing(&cache);
+    }
+
+    #[test]
+    fn the_child_hash_tells_tokens_and_pages_apart() {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        let hasher = BuildHasherDefault::<FxHasher>::default();
+        let tokens: std::collections::HashSet<u64> =
+            (0..10_000u32).map(|t| hasher.hash_one(t)).collect();
+        assert_eq!(tokens.len(), 10_000);
+        let pages: std::collections::HashSet<u64> = (0..10_000u32)
+            .map(|t| hasher.hash_one(vec![t / 100, t % 100, 7, 7]))
+            .collect();
+        assert_eq!(pages.len(), 10_000);
     }
 
     #[test]

@@ -558,6 +558,64 @@ mod tests {
     }
 
     #[test]
+    fn an_item_of_no_new_tokens_leaves_its_whole_prompt() {
+        let cache = empty_cache();
+        let plan = plan(&[0], None);
+        let mut run =
+            Run::new(&model(), &plan, None).with_cache(&cache, rules(false, false, false), &plan);
+        run.run_to_end(&Interventions::default());
+        assert_eq!(held(&cache, &[7, 8, 9, 10]), 3);
+    }
+
+    /// What an item held is given back whether it failed or its request was dropped: past the bound, its
+    /// prefix can be evicted again.
+    #[test]
+    fn a_failed_item_and_a_dropped_run_give_back_what_they_held() {
+        let bounded = || Arc::new(std::sync::Mutex::new(super::super::PrefixCache::new(1, 3)));
+        let fill = |cache: &SharedCache, tokens: &[u32]| {
+            let mut tree = cache.lock().unwrap();
+            let hold = tree.insert(tokens);
+            tree.release(hold);
+        };
+        // A generation that panics in its first tick (the top-logprob list cannot be held).
+        let cache = bounded();
+        fill(&cache, &[7, 8, 9]);
+        let mut failing = plan(&[3], None);
+        failing.items[0].request.top_logprobs_num = usize::MAX;
+        failing.items[0].request.return_logprob = true;
+        // No input logprobs (they would fail before the run starts): the first step's top-logprob list does.
+        failing.items[0].request.logprob_start = 3;
+        let mut run = Run::new(&model(), &failing, None).with_cache(
+            &cache,
+            rules(false, false, false),
+            &failing,
+        );
+        assert_eq!(run.cached_tokens(0), 2);
+        run.tick(&Interventions::default());
+        assert_eq!(run.progress(), [Progress::Failed]);
+        fill(&cache, &[50, 51, 52]);
+        assert_eq!(
+            held(&cache, &[7, 8, 9]),
+            0,
+            "the failed item's prefix was evicted"
+        );
+        // A run dropped after its prefill, as a request whose client went away.
+        let cache = bounded();
+        let plan = plan(&[5], None);
+        let mut run =
+            Run::new(&model(), &plan, None).with_cache(&cache, rules(false, false, false), &plan);
+        run.tick(&Interventions::default());
+        assert_eq!(held(&cache, &[7, 8, 9]), 3);
+        drop(run);
+        fill(&cache, &[50, 51, 52]);
+        assert_eq!(
+            held(&cache, &[7, 8, 9]),
+            0,
+            "the dropped run's prompt was evicted"
+        );
+    }
+
+    #[test]
     fn samples_of_one_prompt_hit_all_but_its_last_token_and_a_batch_does_not_hit_itself() {
         let cache = empty_cache();
         let mut batch = plan(&[2, 2], None);
