@@ -144,8 +144,8 @@ pub struct ServerConfig {
     #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_PAGE_SIZE", default_value_t = ServerConfig::default().page_size, value_parser = clap::value_parser!(u32).range(1..)))]
     pub page_size: u32,
     /// SGLang's `--max-total-tokens`: the KV pool's size in tokens, which bounds the prefix cache (past it the
-    /// least recently used leaves are evicted). SGLang sizes it from the GPU's free memory; the default is a
-    /// few times a large GPU's (2^20).
+    /// least recently used leaves are evicted). SGLang sizes it from the GPU's free memory; the default, 2^20,
+    /// is more than an 80 GB GPU holds for an 8B model (about 400,000).
     #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_MAX_TOTAL_TOKENS", default_value_t = ServerConfig::default().max_total_tokens, value_parser = clap::value_parser!(u64).range(1..)))]
     pub max_total_tokens: u64,
     /// SGLang's `--enable-cache-report`: OpenAI answers report the prefix-cache hits in
