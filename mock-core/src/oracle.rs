@@ -6,7 +6,7 @@
 //! `abort-running` fault). [`Interventions`] say it, in ticks, and [`Oracle::expect_with`] and
 //! [`Oracle::expect_stream_with`] then predict the aborted or retracted answer too.
 
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 
 use crate::config::{ServerConfig, StateError};
 use crate::engine::{self, FinishReason, GeneratePlan, Interventions, RidSource, Run, SharedCache};
@@ -81,17 +81,14 @@ impl Oracle {
     /// Empties the prefix cache, as `/flush_cache` does on an idle server.
     pub fn flush_cache(&self) {
         if let Some(cache) = &self.cache {
-            cache.lock().unwrap_or_else(PoisonError::into_inner).flush();
+            engine::flush_shared(cache);
         }
     }
 
     /// A run of `plan`, with the prefix cache when the oracle keeps one.
     fn start(&self, plan: &GeneratePlan, abort_after: Option<usize>) -> Run {
-        let run = Run::new(&self.model, plan, abort_after);
-        match &self.cache {
-            Some(cache) => run.with_cache(cache, self.config.sglang_version.cache_inserts, plan),
-            None => run,
-        }
+        let rules = self.config.sglang_version.cache_inserts;
+        Run::new(&self.model, plan, abort_after).with_cache(self.cache.as_ref(), rules, plan)
     }
 
     pub fn config(&self) -> &ServerConfig {

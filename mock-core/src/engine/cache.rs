@@ -224,7 +224,6 @@ impl PrefixCache {
         let page = self.page;
         let mut node = ROOT;
         let mut pos = 0;
-        self.nodes[ROOT].last_access = stamp;
         while pos < key.len() {
             let Some(child) = self.nodes[node].children.get(&key[pos..pos + page]) else {
                 break;
@@ -331,6 +330,11 @@ pub fn server_cache(config: &ServerConfig) -> Option<SharedCache> {
             capacity,
         )))
     })
+}
+
+/// Empties a shared cache, as `/flush_cache` does.
+pub fn flush_shared(cache: &SharedCache) {
+    lock(cache).flush();
 }
 
 /// Locks a shared cache; a request whose engine code panicked while holding it leaves a tree that is still

@@ -15,7 +15,7 @@ mod item;
 mod plan;
 mod step;
 
-pub use cache::{Hold, PrefixCache, SharedCache, match_limit, server_cache};
+pub use cache::{Hold, PrefixCache, SharedCache, flush_shared, match_limit, server_cache};
 pub use generation::{Generation, MAX_TOP_P_IDS, generate};
 pub use item::{
     FinishReason, GREEDY_TEMPERATURE, ItemRequest, LogprobEntry, MaskRows, Rows,

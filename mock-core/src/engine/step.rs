@@ -136,15 +136,18 @@ impl Run {
         }
     }
 
-    /// The run with a prefix cache: its items are matched now (before the first tick, as one prefill batch),
-    /// each keys its prompt once its first token is made and its prompt and output when it ends, as
-    /// `rules` (its release's) say; [`Run::cached_tokens`] then reports the hits.
+    /// The run with a prefix cache, when the server keeps one: its items are matched now (before the first
+    /// tick, as one prefill batch), each keys its prompt once its first token is made and its prompt and
+    /// output when it ends, as `rules` (its release's) say; [`Run::cached_tokens`] then reports the hits.
     pub fn with_cache(
         mut self,
-        cache: &SharedCache,
+        cache: Option<&SharedCache>,
         rules: CacheInserts,
         plan: &GeneratePlan,
     ) -> Run {
+        let Some(cache) = cache else {
+            return self;
+        };
         let items = &self.items;
         let running = |i: usize| matches!(items[i], Item::Generating { .. });
         self.cache = Some(Box::new(CacheLink::start(cache, rules, plan, running)));
@@ -499,8 +502,11 @@ mod tests {
         for (first, last) in [(false, false), (true, true)] {
             let cache = empty_cache();
             let plan = plan(&[4], None);
-            let mut run =
-                Run::new(&model(), &plan, None).with_cache(&cache, rules(first, last, last), &plan);
+            let mut run = Run::new(&model(), &plan, None).with_cache(
+                Some(&cache),
+                rules(first, last, last),
+                &plan,
+            );
             assert_eq!(run.cached_tokens(0), 0);
             run.tick(&Interventions::default());
             let tokens = run.generation(0).unwrap().tokens().to_vec();
@@ -514,8 +520,11 @@ mod tests {
             assert_eq!(tokens.len(), 7);
             assert_eq!(held(&cache, &tokens), 7 - usize::from(!last), "at the end");
             // The same prompt again hits all but its last token.
-            let mut again =
-                Run::new(&model(), &plan, None).with_cache(&cache, rules(first, last, last), &plan);
+            let mut again = Run::new(&model(), &plan, None).with_cache(
+                Some(&cache),
+                rules(first, last, last),
+                &plan,
+            );
             assert_eq!(again.cached_tokens(0), 2);
             again.run_to_end(&Interventions::default());
         }
@@ -527,7 +536,7 @@ mod tests {
             let cache = empty_cache();
             let plan = plan(&[6, 6], None);
             let mut run = Run::new(&model(), &plan, None).with_cache(
-                &cache,
+                Some(&cache),
                 rules(false, finish_last, abort_last),
                 &plan,
             );
@@ -545,7 +554,7 @@ mod tests {
             let cache = empty_cache();
             let plan = plan_of(&[1, 2, 3, 4], 6);
             let mut run = Run::new(&model(), &plan, None).with_cache(
-                &cache,
+                Some(&cache),
                 rules(false, finish_last, abort_last),
                 &plan,
             );
@@ -561,8 +570,11 @@ mod tests {
     fn an_item_of_no_new_tokens_leaves_its_whole_prompt() {
         let cache = empty_cache();
         let plan = plan(&[0], None);
-        let mut run =
-            Run::new(&model(), &plan, None).with_cache(&cache, rules(false, false, false), &plan);
+        let mut run = Run::new(&model(), &plan, None).with_cache(
+            Some(&cache),
+            rules(false, false, false),
+            &plan,
+        );
         run.run_to_end(&Interventions::default());
         assert_eq!(held(&cache, &[7, 8, 9, 10]), 3);
     }
@@ -586,7 +598,7 @@ mod tests {
         // No input logprobs (they would fail before the run starts): the first step's top-logprob list does.
         failing.items[0].request.logprob_start = 3;
         let mut run = Run::new(&model(), &failing, None).with_cache(
-            &cache,
+            Some(&cache),
             rules(false, false, false),
             &failing,
         );
@@ -602,8 +614,11 @@ mod tests {
         // A run dropped after its prefill, as a request whose client went away.
         let cache = bounded();
         let plan = plan(&[5], None);
-        let mut run =
-            Run::new(&model(), &plan, None).with_cache(&cache, rules(false, false, false), &plan);
+        let mut run = Run::new(&model(), &plan, None).with_cache(
+            Some(&cache),
+            rules(false, false, false),
+            &plan,
+        );
         run.tick(&Interventions::default());
         assert_eq!(held(&cache, &[7, 8, 9]), 3);
         drop(run);
@@ -619,14 +634,20 @@ mod tests {
     fn samples_of_one_prompt_hit_all_but_its_last_token_and_a_batch_does_not_hit_itself() {
         let cache = empty_cache();
         let mut batch = plan(&[2, 2], None);
-        let run =
-            Run::new(&model(), &batch, None).with_cache(&cache, rules(false, false, false), &batch);
+        let run = Run::new(&model(), &batch, None).with_cache(
+            Some(&cache),
+            rules(false, false, false),
+            &batch,
+        );
         assert_eq!((run.cached_tokens(0), run.cached_tokens(1)), (0, 0));
         drop(run);
         let cache = empty_cache();
         batch.parallel_sample_num = 2;
-        let run =
-            Run::new(&model(), &batch, None).with_cache(&cache, rules(false, false, false), &batch);
+        let run = Run::new(&model(), &batch, None).with_cache(
+            Some(&cache),
+            rules(false, false, false),
+            &batch,
+        );
         assert_eq!((run.cached_tokens(0), run.cached_tokens(1)), (2, 2));
     }
 

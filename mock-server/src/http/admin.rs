@@ -1,7 +1,6 @@
 //! The RL control plane and admin endpoints: `/abort_request`, `/pause_generation`, `/continue_generation`,
 //! the weight-update family, `/flush_cache`, `/admin/faults`, `/admin/stats`, `/admin/reset` and `/metrics`.
 
-use std::sync::PoisonError;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -415,7 +414,7 @@ pub(crate) async fn flush_cache(State(state): State<AppState>) -> Response {
     let control = state.control();
     let refused = control.running() + control.waiting() > 0;
     if let (false, Some(cache)) = (refused, state.prefix_cache()) {
-        cache.lock().unwrap_or_else(PoisonError::into_inner).flush();
+        mock_core::engine::flush_shared(cache);
     }
     let (status, text) = match (refused, state.config().sglang_version.flush_refused) {
         (false, _) => (StatusCode::OK, FLUSHED),
@@ -464,7 +463,7 @@ pub(crate) async fn reset(State(state): State<AppState>) -> Response {
         ledger.clear();
     }
     if let Some(cache) = state.prefix_cache() {
-        cache.lock().unwrap_or_else(PoisonError::into_inner).flush();
+        mock_core::engine::flush_shared(cache);
     }
     let control = state.control();
     control.resume();

@@ -186,7 +186,7 @@ impl RunCtx {
         let Some(cache) = &self.cache else {
             return run;
         };
-        let run = run.with_cache(cache, self.config.sglang_version.cache_inserts, plan);
+        let run = run.with_cache(Some(cache), self.config.sglang_version.cache_inserts, plan);
         let running = || (0..plan.items.len()).filter_map(|i| Some((i, run.generation(i)?)));
         let hits = running().map(|(i, _)| run.cached_tokens(i)).sum();
         let prompts = running().map(|(_, g)| g.prompt_tokens()).sum();

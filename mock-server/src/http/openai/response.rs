@@ -621,23 +621,18 @@ impl Usage {
     }
 
     fn add(&mut self, idx: usize, item: &ItemView, n: usize) {
-        self.completion += item.completion_tokens;
-        let first_of_prompt = idx.is_multiple_of(n.max(1));
-        if first_of_prompt {
-            self.prompt += item.prompt_tokens;
-        }
-        let counted = match self.report {
-            Some(CacheReport::EveryChoice) => true,
-            Some(CacheReport::FirstChoiceIfAny | CacheReport::FirstChoiceAlways) => first_of_prompt,
-            None => false,
+        let counts = Usage {
+            prompt: item.prompt_tokens,
+            completion: item.completion_tokens,
+            cached: item.cached_tokens,
+            ..Usage::default()
         };
-        if counted {
-            self.cached += item.cached_tokens;
-        }
+        self.add_choice(idx, n, &counts);
     }
 
-    /// A stream's last usage: choice `index`'s own counts (its [`Usage::add`] alone), summed as
-    /// `calculate_streaming_usage` sums them.
+    /// Choice `index`'s counts (a stream's: its own [`Usage::add`] alone), summed as `UsageProcessor`
+    /// sums them: completion tokens of every choice, prompt tokens and (but for 0.5.3's report) cached tokens
+    /// of the first choice of each prompt. Without `--enable-cache-report` the cached sum is never written.
     fn add_choice(&mut self, index: usize, n: usize, choice: &Usage) {
         self.completion += choice.completion;
         let first_of_prompt = index.is_multiple_of(n.max(1));
