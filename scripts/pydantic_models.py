@@ -97,14 +97,19 @@ import os  # noqa: E402
 
 import sglang  # noqa: E402
 
-source = os.path.join(os.path.dirname(sglang.__file__), "srt", "entrypoints", "http_server.py")
+entrypoints = os.path.join(os.path.dirname(sglang.__file__), "srt", "entrypoints")
 print("validation_endpoints")
-for node in ast.parse(open(source, encoding="utf-8").read()).body:
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not node.decorator_list:
+# `http_server.py`'s `app` routes, then `/v1/loads`, whose `router` has a module of its own (0.5.15 and later).
+for name, owner in (("http_server.py", "app"), ("v1_loads.py", "router")):
+    source = os.path.join(entrypoints, name)
+    if not os.path.exists(source):
         continue
-    for decorator in node.decorator_list:
-        if (isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Attribute)
-                and isinstance(decorator.func.value, ast.Name) and decorator.func.value.id == "app"
-                and decorator.args and isinstance(decorator.args[0], ast.Constant)):
-            line = node.decorator_list[0].lineno
-            print(f'        ("{decorator.args[0].value}", "{node.name}", {line}),')
+    for node in ast.parse(open(source, encoding="utf-8").read()).body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not node.decorator_list:
+            continue
+        for decorator in node.decorator_list:
+            if (isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Attribute)
+                    and isinstance(decorator.func.value, ast.Name) and decorator.func.value.id == owner
+                    and decorator.args and isinstance(decorator.args[0], ast.Constant)):
+                line = node.decorator_list[0].lineno
+                print(f'        ("{decorator.args[0].value}", "{node.name}", {line}),')

@@ -164,6 +164,30 @@ pub struct Release {
     /// How `--enable-cache-report` sums an OpenAI answer's `usage.prompt_tokens_details`
     /// (`srt/entrypoints/openai/usage_processor.py`).
     pub cache_report: CacheReport,
+
+    // The load reports.
+    /// What `/get_load` and `/v1/loads` answer (which of the two the release serves is [`Self::routes`]').
+    pub load_report: LoadReport,
+}
+
+/// The shape of a release's load reports (`/get_load`, `/v1/loads`): read from each release's
+/// `srt/entrypoints/v1_loads.py`, `srt/managers/load_snapshot.py` and `http_server.py`'s `get_load`, and
+/// checked against the running releases (`mock-server/conform/golden/`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadReport {
+    /// 0.5.3: `/get_load` asks the scheduler (`Scheduler.get_load`): `[{"rid": null, "dp_rank": null,
+    /// "num_reqs", "num_waiting_reqs", "num_tokens"}]`, the tokens being the used ones plus the waiting
+    /// requests' prompts. No `/v1/loads`.
+    Scheduler,
+    /// 0.5.15: `/v1/loads` reads the scheduler's published `LoadSnapshot` (`{"timestamp", "version",
+    /// "loads"}`; a load's core keys, then its `memory`, `disaggregation` and `queues` sections), and
+    /// `/get_load` is a shim over it that adds `num_pending_tokens` and a `perf_counter` `ts_tic`.
+    Snapshot,
+    /// 0.5.23: the snapshot adds the accelerator's name and count, a load's own `timestamp`,
+    /// `num_active_tokens`, `num_prealloc_ready_tokens`, the prefill totals, `decode_moments` and the
+    /// `prealloc_ready` queue. No `/get_load`.
+    SnapshotTotals,
 }
 
 /// The tokens a request leaves in the radix prefix cache: its prompt after the prefill (a request still
@@ -656,6 +680,7 @@ pub const V0_5_3: Release = Release {
         abort_last_token: false,
     },
     cache_report: CacheReport::EveryChoice,
+    load_report: LoadReport::Scheduler,
 };
 
 /// The control routes 0.5.15 marks `ADMIN_OPTIONAL`, and the mock's own `/admin/*`.
@@ -831,6 +856,7 @@ pub const V0_5_15: Release = Release {
         ("/pause_generation", "pause_generation", 1577),
         ("/v1/completions", "openai_v1_completions", 1606),
         ("/v1/chat/completions", "openai_v1_chat_completions", 1614),
+        ("/v1/loads", "get_loads", 72),
         ("/v1/tokenize", "openai_v1_tokenize", 1648),
         ("/tokenize", "openai_v1_tokenize", 1648),
         ("/v1/detokenize", "openai_v1_detokenize", 1666),
@@ -925,6 +951,7 @@ pub const V0_5_15: Release = Release {
         abort_last_token: true,
     },
     cache_report: CacheReport::FirstChoiceIfAny,
+    load_report: LoadReport::Snapshot,
     ..V0_5_3
 };
 
@@ -1107,6 +1134,7 @@ pub const V0_5_23: Release = Release {
         ("/pause_generation", "pause_generation", 1831),
         ("/v1/completions", "openai_v1_completions", 1860),
         ("/v1/chat/completions", "openai_v1_chat_completions", 1870),
+        ("/v1/loads", "get_loads", 96),
         ("/v1/tokenize", "openai_v1_tokenize", 1906),
         ("/tokenize", "openai_v1_tokenize", 1906),
         ("/v1/detokenize", "openai_v1_detokenize", 1924),
@@ -1199,6 +1227,7 @@ pub const V0_5_23: Release = Release {
         abort_last_token: true,
     },
     cache_report: CacheReport::FirstChoiceAlways,
+    load_report: LoadReport::SnapshotTotals,
     usage_completion_tokens_details: true,
     chat_message_null_tool_calls: false,
     chat_tool_dump: ToolDump::ClientOrder,

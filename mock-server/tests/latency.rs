@@ -174,7 +174,8 @@ async fn metrics_use_sglangs_names_and_count_tokens_and_faults() {
 /// `token_usage`, `gen_throughput`, `num_grammar_queue_reqs`, `cache_hit_rate` and `spec_accept_length` gauges
 /// and the tokenizer's `cached_tokens_total` counter (`srt/observability/metrics_collector.py`; the mock lacked
 /// all six). `token_usage` is `num_used_tokens` over the pool of `max_total_num_tokens` that `/server_info`
-/// reports, and throughput over a stretch without generation is 0.
+/// reports (the KV of the running requests' prompts and outputs so far), and throughput over a stretch without
+/// generation is 0.
 #[tokio::test(start_paused = true)]
 async fn metrics_have_the_scheduler_gauges_sglangs_tests_read() {
     let server = InProcess::new(ServerConfig {
@@ -211,7 +212,12 @@ async fn metrics_have_the_scheduler_gauges_sglangs_tests_read() {
         .as_f64()
         .expect("max_total_num_tokens");
     let used = value(&text, "sglang:num_used_tokens");
-    assert_eq!(used, 13.0, "the running request's prompt and completion");
+    // A token a second, the first at once: 10 ms in, the request holds its 5 prompt tokens and 1 output token.
+    assert_eq!(
+        used,
+        5.0 + 1.0,
+        "the running request's prompt and output so far"
+    );
     assert_eq!(value(&text, "sglang:token_usage"), used / pool);
     assert_eq!(value(&text, "sglang:num_grammar_queue_reqs"), 0.0);
     crate::common::advance_ms(20_000).await;

@@ -28,6 +28,9 @@ mod interventions;
 mod judge;
 /// The latency model on tokio's paused clock, and `/metrics`.
 mod latency;
+/// `/v1/loads` and `/get_load`: what the running releases report idle and with a request waiting, in each
+/// release's shape.
+mod loads;
 /// The model's documented properties on the wire, and the exact requests of the defects found by the reference.
 mod model;
 /// The OpenAI-compatible routes: logprobs equal `/generate`'s, streams, errors, faults, the control plane.

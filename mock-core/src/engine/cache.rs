@@ -64,8 +64,21 @@ impl Node {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hold {
     node: NodeId,
+    /// The tokens from the root to `node`.
+    len: usize,
     /// The flush generation the hold was taken in.
     epoch: u64,
+}
+
+/// The tree's part in the KV pool's use (SGLang's `protected_size` against what requests hold): see
+/// [`PrefixCache::in_use`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct InUse {
+    /// Tokens in nodes some running request holds: not evictable, so counted as used.
+    pub protected: usize,
+    /// The sum over live holds of the tokens each covers: the part of running requests' own tokens that the
+    /// tree already counts in `protected`.
+    pub held: usize,
 }
 
 /// SGLang's radix prefix cache over token ids. See the module documentation for its rules.
@@ -86,6 +99,7 @@ pub struct PrefixCache {
     evictable: BinaryHeap<Reverse<(u64, NodeId)>>,
     /// The listed nodes.
     listed: usize,
+    in_use: InUse,
 }
 
 impl PrefixCache {
@@ -101,12 +115,21 @@ impl PrefixCache {
             epoch: 0,
             evictable: BinaryHeap::new(),
             listed: 0,
+            in_use: InUse::default(),
         }
     }
 
     /// Tokens the tree holds now.
     pub fn size(&self) -> usize {
         self.size
+    }
+
+    /// What of the tree running requests hold. The KV pool's used tokens are `protected` plus the running
+    /// requests' tokens less `held` (each request's tokens that are its held prefix): a prefix that several
+    /// requests share counts once, and a flush, which voids every hold, leaves each request owning all of its
+    /// tokens.
+    pub fn in_use(&self) -> InUse {
+        self.in_use
     }
 
     /// Empties the tree (`/flush_cache`); holds taken before it are void.
@@ -123,7 +146,7 @@ impl PrefixCache {
         let stamp = self.tick();
         let key = self.aligned(&tokens[..limit.min(tokens.len())]);
         let (matched, node) = self.walk(key, stamp, false);
-        (matched, self.hold(node))
+        (matched, self.hold(node, matched))
     }
 
     /// Inserts `tokens` (cut to whole pages), evicting what the capacity asks for, and returns a hold on
@@ -131,8 +154,8 @@ impl PrefixCache {
     pub fn insert(&mut self, tokens: &[u32]) -> Hold {
         let stamp = self.tick();
         let key = self.aligned(tokens);
-        let (_, node) = self.walk(key, stamp, true);
-        let hold = self.hold(node);
+        let (len, node) = self.walk(key, stamp, true);
+        let hold = self.hold(node, len);
         self.evict(self.size.saturating_sub(self.capacity));
         hold
     }
@@ -143,9 +166,14 @@ impl PrefixCache {
         if hold.epoch != self.epoch {
             return;
         }
+        self.in_use.held -= hold.len;
         let mut node = hold.node;
         while node != ROOT {
-            self.nodes[node].holds -= 1;
+            let n = &mut self.nodes[node];
+            n.holds -= 1;
+            if n.holds == 0 {
+                self.in_use.protected -= n.key.len();
+            }
             self.relist(node);
             node = self.nodes[node].parent;
         }
@@ -204,15 +232,22 @@ impl PrefixCache {
         &tokens[..tokens.len() / self.page * self.page]
     }
 
-    fn hold(&mut self, node: NodeId) -> Hold {
+    /// A hold on `node`, `len` tokens from the root.
+    fn hold(&mut self, node: NodeId, len: usize) -> Hold {
+        self.in_use.held += len;
         let mut at = node;
         while at != ROOT {
-            self.nodes[at].holds += 1;
+            let n = &mut self.nodes[at];
+            n.holds += 1;
+            if n.holds == 1 {
+                self.in_use.protected += n.key.len();
+            }
             self.relist(at);
             at = self.nodes[at].parent;
         }
         Hold {
             node,
+            len,
             epoch: self.epoch,
         }
     }
@@ -339,7 +374,7 @@ pub fn flush_shared(cache: &SharedCache) {
 
 /// Locks a shared cache; a request whose engine code panicked while holding it leaves a tree that is still
 /// whole (no method of [`PrefixCache`] panics half-way), so the lock is taken back.
-fn lock(cache: &SharedCache) -> MutexGuard<'_, PrefixCache> {
+pub(crate) fn lock(cache: &SharedCache) -> MutexGuard<'_, PrefixCache> {
     cache.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -773,5 +808,74 @@ mod tests {
         put(&mut cache, &ids(0, 8));
         cache.release(held);
         assert_eq!(hit(&mut cache, &ids(0, 8), 7), 7);
+    }
+
+    #[test]
+    fn the_tree_counts_held_tokens_once_and_each_hold_s_length() {
+        let mut cache = PrefixCache::new(1, 1 << 20);
+        let a = cache.insert(&ids(0, 10));
+        assert_eq!(
+            cache.in_use(),
+            InUse {
+                protected: 10,
+                held: 10
+            }
+        );
+        // A second request holding 6 of them: still 10 protected; 16 held between the two.
+        let (hit, b) = cache.match_prefix(&ids(0, 10), 6);
+        assert_eq!(hit, 6);
+        assert_eq!(
+            cache.in_use(),
+            InUse {
+                protected: 10,
+                held: 16
+            }
+        );
+        // A branch after the first 6 tokens, held by a third: 4 more protected.
+        let mut branch = ids(0, 6);
+        branch.extend(ids(50, 4));
+        let c = cache.insert(&branch);
+        assert_eq!(
+            cache.in_use(),
+            InUse {
+                protected: 14,
+                held: 26
+            }
+        );
+        cache.release(a);
+        assert_eq!(
+            cache.in_use(),
+            InUse {
+                protected: 10,
+                held: 16
+            },
+            "the first's tail is evictable"
+        );
+        cache.release(b);
+        cache.release(c);
+        assert_eq!(cache.in_use(), InUse::default());
+        assert_eq!(cache.size(), 14, "released, not evicted");
+    }
+
+    #[test]
+    fn a_flush_voids_what_holds_counted() {
+        let mut cache = PrefixCache::new(4, 1 << 20);
+        let hold = cache.insert(&ids(0, 10));
+        assert_eq!(
+            cache.in_use(),
+            InUse {
+                protected: 8,
+                held: 8
+            },
+            "whole pages"
+        );
+        cache.flush();
+        assert_eq!(cache.in_use(), InUse::default());
+        cache.release(hold);
+        assert_eq!(
+            cache.in_use(),
+            InUse::default(),
+            "a void hold gives nothing back"
+        );
     }
 }

@@ -6,20 +6,23 @@
 //! - `plan`: [`GeneratePlan`], what a validated request asks the engine to run;
 //! - `cache`: [`PrefixCache`], SGLang's radix prefix cache over token ids, and the rules by which a run's items
 //!   match and fill it;
+//! - `load`: [`Occupancy`], what a server runs and queues now, item by item, for its load reports;
 //! - `step`: [`Run`], the one loop that advances a plan's items tick by tick, used by the oracle and by the
 //!   server's non-stream and stream drivers.
 
 mod cache;
 mod generation;
 mod item;
+mod load;
 mod plan;
 mod step;
 
-pub use cache::{Hold, PrefixCache, SharedCache, flush_shared, match_limit, server_cache};
+pub use cache::{Hold, InUse, PrefixCache, SharedCache, flush_shared, match_limit, server_cache};
 pub use generation::{Generation, MAX_TOP_P_IDS, generate};
 pub use item::{
     FinishReason, GREEDY_TEMPERATURE, ItemRequest, LogprobEntry, MaskRows, Rows,
     SamplingLogprobsMode, SamplingParams, chunk_due,
 };
+pub use load::{Load, Occupancy, WaitingItems, used_tokens};
 pub use plan::{GeneratePlan, PlannedItem, Refusal, RidSource};
 pub use step::{ABORT_MESSAGE, Interventions, Outside, Progress, Run};

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use super::cache::{CacheLink, SharedCache};
 use super::generation::Generation;
 use super::item::FinishReason;
+use super::load::{Count, Occupancy, Place};
 use super::plan::GeneratePlan;
 use crate::error::RequestError;
 use crate::model::Model;
@@ -98,6 +99,16 @@ pub struct Run {
     open: usize,
     /// The server's prefix cache, when it keeps one ([`Run::with_cache`]).
     cache: Option<Box<CacheLink>>,
+    /// The server's occupancy board, when the run reports to one ([`Run::with_occupancy`]).
+    board: Option<Box<Board>>,
+}
+
+/// What a run has put on the server's [`Occupancy`], and where.
+#[derive(Debug)]
+struct Board {
+    occupancy: Arc<Occupancy>,
+    place: Place,
+    count: Count,
 }
 
 impl Run {
@@ -133,6 +144,7 @@ impl Run {
             abort_after,
             open: n,
             cache: None,
+            board: None,
         }
     }
 
@@ -152,6 +164,51 @@ impl Run {
         let running = |i: usize| matches!(items[i], Item::Generating { .. });
         self.cache = Some(Box::new(CacheLink::start(cache, rules, plan, running)));
         self
+    }
+
+    /// The run counted on the server's occupancy board from now until its items end (or it is dropped): its
+    /// generating items as running with their tokens, and the prompt tokens the cache did not hold as
+    /// prefilled. Attach it after [`Run::with_cache`], whose hits it counts.
+    pub fn with_occupancy(mut self, occupancy: Option<&Arc<Occupancy>>) -> Run {
+        let Some(occupancy) = occupancy else {
+            return self;
+        };
+        let uncached = (0..self.items.len())
+            .filter_map(|i| Some(self.generation(i)?.prompt_tokens() - self.cached_tokens(i)))
+            .sum();
+        occupancy.prefilled(uncached);
+        self.board = Some(Box::new(Board {
+            occupancy: Arc::clone(occupancy),
+            place: Place::Running,
+            count: Count::default(),
+        }));
+        self.sync_board();
+        self
+    }
+
+    /// A `retract` pause sent the run's unfinished items back to the queue (`true`), or they run again.
+    pub fn set_retracted(&mut self, retracted: bool) {
+        let place = match retracted {
+            true => Place::Retracted,
+            false => Place::Running,
+        };
+        if let Some(board) = &mut self.board {
+            let live = live(&self.items);
+            board.occupancy.shift(board.place, board.count, place, live);
+            board.place = place;
+            board.count = live;
+        }
+    }
+
+    /// Puts the run's unfinished items and their tokens on the board in place of what it last put there.
+    fn sync_board(&mut self) {
+        if let Some(board) = &mut self.board {
+            let live = live(&self.items);
+            board
+                .occupancy
+                .shift(board.place, board.count, board.place, live);
+            board.count = live;
+        }
     }
 
     /// Item `i`'s `cached_tokens`: how much of its prompt the prefix cache held when it started (0 without
@@ -200,6 +257,7 @@ impl Run {
             self.progress[i] = progress;
         }
         self.tick += 1;
+        self.sync_board();
     }
 
     /// Up to `max` ticks in a row, each exactly a [`Run::tick`], for a driver with nothing to do between
@@ -280,6 +338,7 @@ impl Run {
             keep(link, 0, &self.items[0], progress, start == 0);
         }
         self.progress[0] = progress;
+        self.sync_board();
         Some(ran)
     }
 
@@ -348,6 +407,31 @@ impl Run {
     pub fn first_failure(&self) -> Option<&RequestError> {
         (0..self.items.len()).find_map(|i| self.failure(i))
     }
+}
+
+impl Drop for Run {
+    /// A run dropped before its items ended (its client went away) leaves the board.
+    fn drop(&mut self) {
+        if let Some(board) = &self.board {
+            board.occupancy.leave(board.place, board.count);
+        }
+    }
+}
+
+/// The items still generating and their tokens (prompt and output so far).
+fn live(items: &[Item]) -> Count {
+    let mut count = Count::default();
+    for item in items {
+        if let Item::Generating {
+            generation,
+            ended: false,
+        } = item
+        {
+            count.items += 1;
+            count.tokens += generation.tokens().len();
+        }
+    }
+    count
 }
 
 /// One item's step: the abort checks first, then one token. Returns whether the generation has ended.
@@ -858,5 +942,91 @@ mod tests {
             run.generation(1).and_then(|g| g.finish_reason()),
             Some(FinishReason::Length { .. })
         ));
+    }
+
+    /// The board: `(running items, their tokens, waiting items, their tokens)`.
+    fn board(occupancy: &Occupancy) -> (usize, usize, usize, usize) {
+        let l = occupancy.snapshot();
+        (l.running, l.running_tokens, l.waiting, l.waiting_tokens)
+    }
+
+    #[test]
+    fn a_run_counts_its_generating_items_and_their_tokens_on_the_board_until_they_end() {
+        let occupancy = Arc::new(Occupancy::new());
+        // Three prompts of 3 tokens: one of 2 new tokens, one of 4, one refused.
+        let plan = plan(&[2, 4, 3], Some(2));
+        let mut run = Run::new(&model(), &plan, None).with_occupancy(Some(&occupancy));
+        assert_eq!(board(&occupancy), (2, 6, 0, 0), "admitted: two prompts");
+        assert_eq!(occupancy.snapshot().prefill_uncached, 6);
+        run.tick(&Interventions::default());
+        assert_eq!(board(&occupancy), (2, 8, 0, 0), "a token each");
+        run.tick(&Interventions::default());
+        assert_eq!(
+            board(&occupancy),
+            (1, 5, 0, 0),
+            "the first has its 2 tokens and ends"
+        );
+        run.set_retracted(true);
+        assert_eq!(board(&occupancy), (0, 0, 1, 5), "back in the queue");
+        run.set_retracted(false);
+        run.run_to_end(&Interventions::default());
+        assert_eq!(board(&occupancy), (0, 0, 0, 0), "over");
+        drop(run);
+        assert_eq!(board(&occupancy), (0, 0, 0, 0), "nothing left to give back");
+    }
+
+    #[test]
+    fn a_dropped_run_leaves_the_board_and_waiting_items_leave_with_their_guard() {
+        let occupancy = Arc::new(Occupancy::new());
+        let plan = plan(&[5], None);
+        let mut run = Run::new(&model(), &plan, None).with_occupancy(Some(&occupancy));
+        run.tick(&Interventions::default());
+        run.set_retracted(true);
+        let waiting = occupancy.enter_waiting(2, 40);
+        assert_eq!(board(&occupancy), (0, 0, 3, 44));
+        drop(run);
+        assert_eq!(board(&occupancy), (0, 0, 2, 40));
+        drop(waiting);
+        assert_eq!(board(&occupancy), (0, 0, 0, 0));
+    }
+
+    #[test]
+    fn only_what_the_cache_did_not_hold_counts_as_prefilled_and_a_shared_prefix_is_used_once() {
+        let cache = empty_cache();
+        let occupancy = Arc::new(Occupancy::new());
+        let plan = plan_of(&(100..164).collect::<Vec<u32>>(), 8);
+        let start = || {
+            Run::new(&model(), &plan, None)
+                .with_cache(Some(&cache), rules(false, false, false), &plan)
+                .with_occupancy(Some(&occupancy))
+        };
+        let mut first = start();
+        first.tick(&Interventions::default());
+        // 64 prompt tokens in the tree, held, and one output token of its own.
+        assert_eq!(
+            super::super::used_tokens(&occupancy.snapshot(), Some(&cache)),
+            65
+        );
+        let mut second = start();
+        assert_eq!(second.cached_tokens(0), 63);
+        assert_eq!(occupancy.snapshot().prefill_uncached, 64 + 1);
+        // Its prefill computes the one prompt token it missed.
+        assert_eq!(
+            super::super::used_tokens(&occupancy.snapshot(), Some(&cache)),
+            65 + 1
+        );
+        second.tick(&Interventions::default());
+        // Its prefill keyed a prompt the tree already had: of its tokens only its output is its own.
+        assert_eq!(
+            super::super::used_tokens(&occupancy.snapshot(), Some(&cache)),
+            65 + 1
+        );
+        first.run_to_end(&Interventions::default());
+        second.run_to_end(&Interventions::default());
+        assert_eq!(
+            super::super::used_tokens(&occupancy.snapshot(), Some(&cache)),
+            0,
+            "all evictable"
+        );
     }
 }

@@ -559,6 +559,22 @@ fn int_error(value: &Value) -> Option<PyError> {
     }
 }
 
+/// A query parameter FastAPI reads as an `int` (`dp_rank: Optional[int]`): Pydantic's lax reading of a string
+/// (`" 1"`, `"+1"`, `"1_0"`, `"1.0"`), or its error located at `('query', name)`. `Ok(None)` for an int
+/// beyond `i64`, which Python reads and no rank equals.
+pub fn query_int(name: &str, raw: &str) -> Result<Option<i64>, ValidationErrors> {
+    let value = Value::String(raw.to_owned());
+    if let Some(mut error) = int_error(&value) {
+        error.loc = vec![Loc::Key("query".to_owned()), Loc::Key(name.to_owned())];
+        return Err(ValidationErrors(vec![error.render()]));
+    }
+    let text = raw.trim().replace('_', "");
+    let whole = text
+        .split_once('.')
+        .map_or(text.as_str(), |(whole, _)| whole);
+    Ok(whole.parse().ok())
+}
+
 /// Digits with single underscores between them.
 fn digits(s: &str) -> bool {
     !s.is_empty()

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use mock_core::engine::Occupancy;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 
 /// The message of SGLang's `--max-queued-requests` refusal.
@@ -87,10 +88,13 @@ pub(crate) struct Control {
     weight_update_session: AtomicBool,
     /// A held request's rids are known to `/abort_request` (registered before the pause gate).
     held_rids_known: bool,
+    /// The server's occupancy board: a request waiting for its turn counts its items there.
+    occupancy: Arc<Occupancy>,
 }
 
 impl Control {
     pub(crate) fn new(
+        occupancy: Arc<Occupancy>,
         weight_version: &str,
         max_running: Option<usize>,
         max_queued: Option<usize>,
@@ -113,6 +117,7 @@ impl Control {
             next_id: AtomicU64::new(0),
             weight_update_session: AtomicBool::new(false),
             held_rids_known,
+            occupancy,
         })
     }
 
@@ -179,12 +184,18 @@ impl Control {
         self.paused.load(Ordering::Relaxed)
     }
 
-    /// Register a request's rids so that `/abort_request` can reach it; unregistered when the handle drops.
-    /// With `unique`, a rid that a live request holds already is refused: `Err` names it, and nothing is
+    /// Whether generation is paused in `retract` mode (running requests are back in the queue).
+    pub(crate) fn is_retracting(&self) -> bool {
+        self.is_paused() && self.retract.load(Ordering::Relaxed)
+    }
+
+    /// Register a request's rids (one per item; `prompt_tokens` over them all) so that `/abort_request` can
+    /// reach it; unregistered when the handle drops. With `unique`, a rid that a live request holds already is refused: `Err` names it, and nothing is
     /// registered.
     pub(crate) fn register(
         self: &Arc<Self>,
         rids: Vec<String>,
+        prompt_tokens: usize,
         unique: bool,
     ) -> Result<CtlHandle, String> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -201,6 +212,7 @@ impl Control {
         let ctl = Arc::new(RequestCtl {
             aborted: rids.iter().map(|_| AtomicBool::new(false)).collect(),
             held: AtomicBool::new(true),
+            prompt_tokens,
             rids,
             any: AtomicBool::new(false),
             notify: Notify::new(),
@@ -340,8 +352,11 @@ impl Control {
         }
         // A guard, so that a client that disconnects while waiting (dropping this future) is no longer counted.
         let waiting = Waiting::enter(self);
+        let items = self
+            .occupancy
+            .enter_waiting(handle.ctl.rids.len(), handle.ctl.prompt_tokens);
         let outcome = self.wait_for_turn(handle).await;
-        drop(waiting);
+        drop((waiting, items));
         match outcome {
             Some(permit) => Admission::Run(self.ticket(permit)),
             None => Admission::AbortedWaiting,
@@ -468,6 +483,8 @@ impl Drop for UpdateGuard {
 #[derive(Debug)]
 pub(crate) struct RequestCtl {
     rids: Vec<String>,
+    /// The prompt tokens of all its items, counted while it waits for a turn.
+    prompt_tokens: usize,
     /// Held at the tokenizer manager's gates (a pause, a weight update): the scheduler has not seen the
     /// request, so no abort reaches it (`TM: generate_request` waits there before sending it on).
     held: AtomicBool,

@@ -490,15 +490,14 @@ pub(crate) async fn stats(State(state): State<AppState>) -> Response {
 
 /// `GET /metrics`: Prometheus text format.
 pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
-    let control = state.control();
-    let (_, used_tokens) = state.load();
+    let (load, used_tokens) = state.load();
     let injected = state.faults().injected();
     let faults: Vec<(&'static str, u64)> = injected.iter().map(|(k, v)| (k.name(), *v)).collect();
     let body = state.metrics().render(
         state.config().served_model_name(),
         Gauges {
-            running: control.running(),
-            queued: control.waiting(),
+            running: load.running,
+            queued: load.waiting,
             used_tokens,
             max_total_tokens: crate::http::info::max_total_num_tokens(state.config()),
             cache_source: match state

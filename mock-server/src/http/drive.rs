@@ -17,7 +17,9 @@ use crate::control::{Admission, Control, CtlHandle, QUEUE_FULL_MESSAGE, RequestC
 use crate::error::ApiError;
 use mock_core::LatencyConfig;
 use mock_core::ServerConfig;
-use mock_core::engine::{GeneratePlan, Outside, PlannedItem, Progress, Run, SharedCache};
+use mock_core::engine::{
+    GeneratePlan, Occupancy, Outside, PlannedItem, Progress, Run, SharedCache,
+};
 use mock_core::model::{Model, mix};
 use mock_core::wire::{
     self, DONE_EVENT, EncodeCtx, Finished, NeverRan, StreamEncoder, VersionEvent, WaitingAbort,
@@ -54,6 +56,8 @@ pub(crate) struct RunCtx {
     pub witness: Option<Witness>,
     /// The server's prefix cache, unless `--disable-radix-cache`.
     pub cache: Option<SharedCache>,
+    /// The server's occupancy board, which the run reports to.
+    pub occupancy: Arc<Occupancy>,
 }
 
 /// The weight versions of a run: the version now, and for each item the version changes while it was live
@@ -184,9 +188,11 @@ impl RunCtx {
     fn start(&self, plan: &GeneratePlan) -> Run {
         let run = Run::new(&self.model, plan, self.abort_after);
         let Some(cache) = &self.cache else {
-            return run;
+            return run.with_occupancy(Some(&self.occupancy));
         };
-        let run = run.with_cache(Some(cache), self.config.sglang_version.cache_inserts, plan);
+        let run = run
+            .with_cache(Some(cache), self.config.sglang_version.cache_inserts, plan)
+            .with_occupancy(Some(&self.occupancy));
         let running = || (0..plan.items.len()).filter_map(|i| Some((i, run.generation(i)?)));
         let hits = running().map(|(i, _)| run.cached_tokens(i)).sum();
         let prompts = running().map(|(_, g)| g.prompt_tokens()).sum();
@@ -197,8 +203,13 @@ impl RunCtx {
     /// What happens between ticks: wait while paused (a `retract` pause counts against every unfinished
     /// item), then the latency model's delay before the tick (time to first token, then inter-token).
     async fn before_tick(&mut self, run: &mut Run, plan: &GeneratePlan) {
-        if self.control.is_paused() && self.control.wait_unpaused(&self.ctl).await {
-            run.retract();
+        if self.control.is_paused() {
+            // A `retract` pause sends the unfinished items back to the queue while it lasts.
+            run.set_retracted(self.control.is_retracting());
+            if self.control.wait_unpaused(&self.ctl).await {
+                run.retract();
+            }
+            run.set_retracted(false);
         }
         self.versions.observe(&self.control, run);
         if self.latency.is_active() {
@@ -458,7 +469,7 @@ enum Admit {
 }
 
 /// The state of one streamed request: its run (once admitted), and the events already due but not yet sent.
-struct StreamRun<E, G> {
+struct StreamRun<E> {
     ctx: RunCtx,
     plan: GeneratePlan,
     /// Started on admission, so that a request waiting in the queue holds no generation.
@@ -471,8 +482,6 @@ struct StreamRun<E, G> {
     ended: bool,
     /// Which items have reported their end (and are in the ledger, if there is one).
     items_ended: Vec<bool>,
-    /// Held for the life of the stream (the server's load accounting).
-    _guard: G,
 }
 
 /// A lazily generated SSE body: each poll runs ticks until some item has a chunk due and sends the due
@@ -482,11 +491,10 @@ struct StreamRun<E, G> {
 /// The stream first waits for the control plane's permission to run (the HTTP headers are already out, as
 /// with SGLang's `StreamingResponse`); an abort or a full queue then ends it with the waiting-queue abort
 /// chunk of every item.
-pub(crate) fn sse_stream<E: Events, G: Send + 'static>(
+pub(crate) fn sse_stream<E: Events>(
     ctx: RunCtx,
     plan: GeneratePlan,
     handle: CtlHandle,
-    guard: G,
     events: E,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
     let state = StreamRun {
@@ -499,7 +507,6 @@ pub(crate) fn sse_stream<E: Events, G: Send + 'static>(
         items_ended: vec![false; plan.items.len()],
         ctx,
         plan,
-        _guard: guard,
     };
     futures_util::stream::unfold(state, |mut state| async move {
         if let Admit::Pending(_) = state.admit {
@@ -530,7 +537,7 @@ pub(crate) fn never_ran_stream<E: Events>(
     futures_util::stream::iter(queue.into_iter().map(Ok))
 }
 
-impl<E: Events, G> StreamRun<E, G> {
+impl<E: Events> StreamRun<E> {
     async fn admit_now(&mut self) {
         let Admit::Pending(handle) =
             std::mem::replace(&mut self.admit, Admit::Running { _held: None })
@@ -596,7 +603,7 @@ impl<E: Events, G> StreamRun<E, G> {
 
 /// A stream dropped before its items ended (a client that went away, a stream fault that stopped reading)
 /// leaves them in the ledger as far as they got.
-impl<E, G> Drop for StreamRun<E, G> {
+impl<E> Drop for StreamRun<E> {
     fn drop(&mut self) {
         let (Some(witness), Some(run)) = (&self.ctx.witness, &self.run) else {
             return;

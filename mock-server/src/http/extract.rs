@@ -81,8 +81,13 @@ pub(crate) fn endpoint_frame(state: &AppState, method: &Method, path: &str) -> O
         .validation_endpoints
         .iter()
         .find(|(route, _, _)| *route == path)?;
+    // `/v1/loads` is the one route of these releases whose handler has a module of its own.
+    let file = match *route {
+        "/v1/loads" => "v1_loads.py",
+        _ => "http_server.py",
+    };
     Some(format!(
-        "\n  File \"{ENDPOINT_FILE}\", line {line}, in {function}\n    {method} {route}"
+        "\n  File \"{ENDPOINT_DIR}{file}\", line {line}, in {function}\n    {method} {route}"
     ))
 }
 
@@ -108,10 +113,9 @@ pub(crate) fn error_response(
 }
 
 /// Where the releases' handlers live in SGLang's Docker images (`lmsysorg/sglang`, an editable install under
-/// `/sgl-workspace/sglang`): the file a validation error's frame names. A pip install names its site-packages
-/// instead; `conform` compares frames without the directory.
-pub(crate) const ENDPOINT_FILE: &str =
-    "/sgl-workspace/sglang/python/sglang/srt/entrypoints/http_server.py";
+/// `/sgl-workspace/sglang`): the directory of the file a validation error's frame names. A pip install names
+/// its site-packages instead; `conform` compares frames without the directory.
+pub(crate) const ENDPOINT_DIR: &str = "/sgl-workspace/sglang/python/sglang/srt/entrypoints/";
 
 /// Whether a body error is `to_bytes`' limit being reached (rather than the connection failing).
 fn is_length_limit(err: &axum::Error) -> bool {

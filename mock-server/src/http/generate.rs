@@ -288,17 +288,12 @@ pub(crate) async fn execute<E: drive::Events>(
         }
         return Ok(Outcome::Stream(Either::Left(stream)));
     }
-    let tokens: usize = plan
-        .items
-        .iter()
-        .map(|i| i.request.input_ids.len() + i.request.params.max_new_tokens as usize)
-        .sum();
-    let guard = state.load_guard(tokens);
     let control = Arc::clone(state.control());
     let rids = plan.items.iter().map(|i| i.rid.clone()).collect();
     let unique = state.config().sglang_version.duplicate_rids_refused;
+    let prompts = plan.items.iter().map(|i| i.request.input_ids.len()).sum();
     let handle = control
-        .register(rids, unique)
+        .register(rids, prompts, unique)
         .map_err(|rid| ApiError::value(format!("Duplicate request ID detected: {rid}")))?;
     let ctx = RunCtx {
         config: Arc::clone(state.shared_config()),
@@ -312,11 +307,12 @@ pub(crate) async fn execute<E: drive::Events>(
         metrics: Arc::clone(state.metrics()),
         witness,
         cache: state.prefix_cache().cloned(),
+        occupancy: Arc::clone(state.occupancy()),
     };
     if plan.stream {
         span.in_scope(|| tracing::debug!("streaming"));
         let events = events(&plan);
-        let stream = drive::sse_stream(ctx, plan, handle, guard, events);
+        let stream = drive::sse_stream(ctx, plan, handle, events);
         return Ok(Outcome::Stream(Either::Right(stream)));
     }
     let outcome = match control.admit(&handle).await {
@@ -342,7 +338,6 @@ pub(crate) async fn execute<E: drive::Events>(
         }
     };
     drop(handle);
-    drop(guard);
     match &outcome {
         Ok(_) => {
             tracing::debug!(parent: &span, latency_ms = started.elapsed().as_millis() as u64, "done");

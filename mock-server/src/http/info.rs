@@ -260,40 +260,8 @@ pub(crate) async fn retrieve_model(
     json_response(StatusCode::NOT_FOUND, body.into_bytes())
 }
 
-/// `/get_load`: one entry per DP rank (the mock has one).
-pub(crate) async fn get_load(State(state): State<AppState>) -> Response {
-    let (reqs, tokens) = state.load();
-    json_value(&[ordered! {
-        "dp_rank": 0,
-        "num_reqs": reqs,
-        "num_waiting_reqs": state.control().waiting(),
-        "num_tokens": tokens,
-        "num_pending_tokens": 0,
-        "ts_tic": unix_now(),
-    }])
-}
-
-/// `/v1/loads` (0.5.15 and later): what slime polls to wait until the server is idle.
-pub(crate) async fn v1_loads(State(state): State<AppState>) -> Response {
-    let (reqs, tokens) = state.load();
-    let max_total = u64::from(state.config().context_length) * 16;
-    json_value(&ordered! {
-        "timestamp": iso8601_utc(unix_now()),
-        "version": state.config().sglang_version.as_str(),
-        "accelerator": "cpu",
-        "num_accelerators": 1,
-        "loads": json!([{
-            "dp_rank": 0,
-            "num_running_reqs": reqs,
-            "num_waiting_reqs": state.control().waiting(),
-            "num_total_tokens": max_total,
-            "num_used_tokens": tokens,
-        }]),
-    })
-}
-
 /// `datetime.fromtimestamp(t, timezone.utc).isoformat()`: `2026-11-29T20:30:00.123456+00:00`.
-fn iso8601_utc(unix: f64) -> String {
+pub(crate) fn iso8601_utc(unix: f64) -> String {
     // Only a clock past the year 9999 is out of range.
     let ts = jiff::Timestamp::from_microsecond((unix * 1e6).round() as i64)
         .unwrap_or(jiff::Timestamp::MAX);

@@ -160,6 +160,11 @@ impl Metrics {
         }
     }
 
+    /// The last prefill's hit rate ([`Metrics::record_prefill`]).
+    pub(crate) fn cache_hit_rate(&self) -> f64 {
+        f64::from_bits(self.cache_hit_rate.load(Ordering::Relaxed))
+    }
+
     /// Record a finished sample: its token counts, and its latencies (seconds).
     pub(crate) fn record_sample(
         &self,

@@ -20,6 +20,7 @@ mod extract;
 mod faults;
 mod generate;
 mod info;
+mod loads;
 mod metrics;
 mod openai;
 mod respond;

@@ -9,7 +9,7 @@ use axum::routing::{MethodFilter, get, on, post};
 
 use super::respond::json_response;
 use super::state::AppState;
-use super::{admin, extract, faults, generate, info, openai, witness};
+use super::{admin, extract, faults, generate, info, loads, openai, witness};
 use crate::error::ApiError;
 use mock_core::ServerConfig;
 use mock_core::release::{Bearer, RouteGroup, WeightVersionRoute};
@@ -81,12 +81,12 @@ fn worker_routes(config: &ServerConfig, get_or_post: MethodFilter) -> Router<App
                 .route("/v1/detokenize", post(openai::tokenize::detokenize))
                 .route("/server_info", get(info::server_info))
                 .route("/model_info", get(info::model_info))
-                .route("/v1/loads", get(info::v1_loads))
+                .route("/v1/loads", get(loads::v1_loads))
                 .route(
                     "/update_weights_from_ipc",
                     post(admin::update_weights_from_ipc),
                 ),
-            RouteGroup::GetLoad => Router::new().route("/get_load", get(info::get_load)),
+            RouteGroup::GetLoad => Router::new().route("/get_load", get(loads::get_load)),
             RouteGroup::Ready => Router::new().route("/ready", get(info::ready)),
             RouteGroup::WeightUpdateSession => Router::new()
                 .route("/begin_weight_update", post(admin::begin_weight_update))

@@ -1,12 +1,11 @@
 //! The state every handler shares: configuration, model, control plane, faults, metrics and load counters.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::metrics::Metrics;
 use crate::control::Control;
 use crate::faults::Faults;
-use mock_core::engine::SharedCache;
+use mock_core::engine::{Load, Occupancy, SharedCache, used_tokens};
 use mock_core::model::Model;
 use mock_core::oracle::Oracle;
 use mock_core::witness::{Ledger, Router};
@@ -22,8 +21,8 @@ pub struct AppState {
 struct Inner {
     config: Arc<ServerConfig>,
     model: Arc<Model>,
-    running_requests: AtomicUsize,
-    running_tokens: AtomicUsize,
+    /// What the server runs and queues now, item by item (`/v1/loads`, `/get_load`, `/metrics`).
+    occupancy: Arc<Occupancy>,
     control: Arc<Control>,
     faults: Faults,
     metrics: Arc<Metrics>,
@@ -74,7 +73,9 @@ impl AppState {
 
     /// A state around an already built model (the oracle and tests share one).
     pub(crate) fn with_model(config: ServerConfig, model: Arc<Model>) -> AppState {
+        let occupancy = Arc::new(Occupancy::new());
         let control = Control::new(
+            Arc::clone(&occupancy),
             &config.weight_version,
             config.max_running_requests,
             config.max_queued_requests,
@@ -97,8 +98,7 @@ impl AppState {
                 prefix_cache,
                 config: Arc::new(config),
                 model,
-                running_requests: AtomicUsize::new(0),
-                running_tokens: AtomicUsize::new(0),
+                occupancy,
                 control,
                 faults,
                 metrics: Arc::new(Metrics::default()),
@@ -164,12 +164,16 @@ impl AppState {
         &self.inner.metrics
     }
 
-    /// Requests counted by `/get_load` (running plus waiting) and their token budget.
-    pub(crate) fn load(&self) -> (usize, usize) {
-        (
-            self.inner.running_requests.load(Ordering::Relaxed),
-            self.inner.running_tokens.load(Ordering::Relaxed),
-        )
+    /// The server's occupancy board, which runs report to.
+    pub(crate) fn occupancy(&self) -> &Arc<Occupancy> {
+        &self.inner.occupancy
+    }
+
+    /// What the server runs and queues now, and the KV pool's used tokens.
+    pub(crate) fn load(&self) -> (Load, usize) {
+        let load = self.inner.occupancy.snapshot();
+        let used = used_tokens(&load, self.prefix_cache());
+        (load, used)
     }
 
     pub(crate) fn shared_config(&self) -> &Arc<ServerConfig> {
@@ -182,36 +186,5 @@ impl AppState {
 
     pub fn model(&self) -> &Arc<Model> {
         &self.inner.model
-    }
-
-    pub(crate) fn load_guard(&self, tokens: usize) -> LoadGuard {
-        self.inner.running_requests.fetch_add(1, Ordering::Relaxed);
-        self.inner
-            .running_tokens
-            .fetch_add(tokens, Ordering::Relaxed);
-        LoadGuard {
-            state: self.clone(),
-            tokens,
-        }
-    }
-}
-
-/// Counts a request as running for `/get_load` until dropped (for streams: until the body is dropped).
-#[derive(Debug)]
-pub(crate) struct LoadGuard {
-    state: AppState,
-    tokens: usize,
-}
-
-impl Drop for LoadGuard {
-    fn drop(&mut self) {
-        self.state
-            .inner
-            .running_requests
-            .fetch_sub(1, Ordering::Relaxed);
-        self.state
-            .inner
-            .running_tokens
-            .fetch_sub(self.tokens, Ordering::Relaxed);
     }
 }
