@@ -141,8 +141,8 @@ async fn the_oracle_predicts_an_abort_request_from_the_position_it_landed_at() {
         };
         assert_eq!(
             positions,
-            [4, 4],
-            "one token at once, then one per second for 3.5 s"
+            [5, 5],
+            "one token at once, one per second for 3.5 s, then the step SGLang runs after an abort"
         );
         let landed = Interventions {
             aborts: vec![(0, 4), (1, 4)],

@@ -42,7 +42,7 @@ pub enum Progress {
 
 /// Aborts from outside the engine, asked before every step of an item.
 pub trait Outside {
-    /// Whether item `item` must stop before its step in tick `tick`.
+    /// Whether item `item` was aborted before its step in tick `tick`, which is then its last.
     fn aborted(&self, item: usize, tick: usize) -> bool;
 
     /// Whether [`Run::tick_many`] must hand back to its driver before its next tick (the driver has
@@ -53,11 +53,13 @@ pub trait Outside {
 }
 
 /// A record of what the outside world did to a request while it ran, in ticks, for the oracle to replay.
-/// Tick `t` is the step that produces an item's token `t + 1`, so an item aborted before tick `t` keeps
-/// `t` output tokens (if it had not finished earlier).
+/// Tick `t` is the step that produces an item's token `t + 1`; an item aborted before tick `t` still makes
+/// that token and ends aborted with `t + 1` output tokens (if it had not finished earlier), as SGLang runs an
+/// aborted request one more decode step.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Interventions {
-    /// `(item, tick)`: the item was aborted (`/abort_request`, a pause in `abort` mode) before that tick.
+    /// `(item, tick)`: the item was aborted (`/abort_request`, a pause in `abort` mode) before that tick, whose
+    /// step is its last.
     pub aborts: Vec<(usize, usize)>,
     /// Ticks before which a `retract` pause sent every unfinished item back to the queue.
     pub retractions: Vec<usize>,
@@ -434,8 +436,10 @@ fn live(items: &[Item]) -> Count {
     count
 }
 
-/// One item's step: the abort checks first, then one token. Returns whether the generation has ended.
-/// A generation that was finished from the start ends here without a step.
+/// One item's step: the `abort-running` fault's count first, then one token, which ends the generation
+/// aborted when an abort from outside reached it before the step (SGLang's scheduler reads an abort at its next
+/// iteration and runs the request one more decode step; [`Generation::abort_after_step`]). Returns whether
+/// the generation has ended. A generation that was finished from the start ends here without a step.
 #[inline(always)]
 fn advance(
     generation: &mut Generation,
@@ -446,8 +450,12 @@ fn advance(
     if generation.is_finished() {
         return true;
     }
-    if aborted || abort_after.is_some_and(|after| generation.output_ids().len() >= after) {
+    if abort_after.is_some_and(|after| generation.output_ids().len() >= after) {
         generation.abort(message, None, None);
+        return true;
+    }
+    if aborted {
+        generation.abort_after_step(message);
         return true;
     }
     generation.step()
@@ -625,27 +633,24 @@ mod tests {
                 &plan,
             );
             let interventions = Interventions {
-                aborts: vec![(0, 0), (1, 2)],
+                aborts: vec![(1, 2)],
                 ..Interventions::default()
             };
             run.run_to_end(&interventions);
-            let never = run.generation(0).unwrap().tokens().to_vec();
-            assert_eq!(never.len(), 3, "aborted before its first token");
             let aborted = run.generation(1).unwrap().tokens().to_vec();
-            assert_eq!(aborted.len(), 5, "two tokens, then the abort");
-            assert_eq!(held(&cache, &aborted), 5 - usize::from(!abort_last));
-            // Item 0's prompt is item 1's: only item 1 left anything.
+            assert_eq!(aborted.len(), 6, "two tokens, then the abort's last step");
+            assert_eq!(held(&cache, &aborted), 6 - usize::from(!abort_last));
+            // Stopped before its first token (the `abort-running` fault at 0): never prefilled, it leaves
+            // nothing.
             let cache = empty_cache();
             let plan = plan_of(&[1, 2, 3, 4], 6);
-            let mut run = Run::new(&model(), &plan, None).with_cache(
+            let mut run = Run::new(&model(), &plan, Some(0)).with_cache(
                 Some(&cache),
                 rules(false, finish_last, abort_last),
                 &plan,
             );
-            run.run_to_end(&Interventions {
-                aborts: vec![(0, 0)],
-                ..Interventions::default()
-            });
+            run.run_to_end(&Interventions::default());
+            assert_eq!(run.generation(0).unwrap().output_ids().len(), 0);
             assert_eq!(held(&cache, &[1, 2, 3, 4]), 0, "never prefilled");
         }
     }
@@ -912,18 +917,31 @@ mod tests {
         assert_eq!(run.generation(1).map(|g| g.output_ids().len()), Some(2));
     }
 
+    /// SGLang runs an aborted request one more decode step ("The request will still run one decode forward
+    /// pass", `Scheduler.abort_request`) and its finish check reads the abort before the length rule.
     #[test]
-    fn an_abort_before_tick_t_keeps_t_tokens_with_the_releases_message() {
+    fn an_abort_before_tick_t_keeps_t_plus_one_tokens_with_the_releases_message() {
         let interventions = Interventions {
-            aborts: vec![(0, 2)],
+            aborts: vec![(0, 2), (2, 2)],
             ..Interventions::default()
         };
-        let mut run = Run::new(&model(), &plan(&[6, 6], None), None);
+        let mut run = Run::new(&model(), &plan(&[6, 6, 3], None), None);
         run.run_to_end(&interventions);
         let first = run.generation(0).expect("a generation");
-        assert_eq!(first.output_ids().len(), 2);
+        assert_eq!(
+            first.output_ids().len(),
+            3,
+            "two tokens, then the step the abort lets run"
+        );
         assert!(
             matches!(first.finish_reason(), Some(FinishReason::Abort { message, .. }) if message == "Aborted")
+        );
+        let last = run.generation(2).expect("a generation");
+        assert_eq!(last.output_ids().len(), 3, "its last token");
+        assert!(
+            matches!(last.finish_reason(), Some(FinishReason::Abort { .. })),
+            "the abort, not the length: {:?}",
+            last.finish_reason()
         );
         assert_eq!(
             run.generation(1).expect("a generation").output_ids().len(),

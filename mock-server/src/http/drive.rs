@@ -127,8 +127,8 @@ impl Outside for ControlAborts<'_> {
     fn aborted(&self, item: usize, _tick: usize) -> bool {
         // An abort that came with a new weight version (`/update_weight_version` with `abort_all_requests` sets
         // the version, then aborts) lands on the next tick, which reports that version: whichever way the two
-        // race the tick, the aborted answer ends on the new version (as SGLang's, whose scheduler reads the
-        // abort one step later).
+        // race the tick, the step the abort lets run makes its token under the new version (as SGLang's, whose
+        // scheduler reads the abort one step later).
         self.ctl.any_aborted()
             && self.ctl.is_aborted(item)
             && self.control.version_epoch() == self.epoch

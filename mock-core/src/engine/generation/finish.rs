@@ -7,10 +7,13 @@ use super::detok::{FORCE_STREAM_INTERVAL, holds_stop_prefix, matched_stop};
 use crate::engine::item::{FinishReason, chunk_due};
 
 impl Generation {
-    /// SGLang's finish checks, in its order: length, then stop tokens (unless `ignore_eos`), then stop strings.
+    /// SGLang's finish checks, in its order: an abort marked before the step (`to_finish`), then length, then
+    /// stop tokens (unless `ignore_eos`), then stop strings.
     pub(super) fn check_finished(&mut self, id: u32, before: (usize, Vec<u8>)) {
         let out_len = (self.context.len() - self.prompt_len) as u32;
-        if out_len >= self.params.max_new_tokens {
+        if let Some(reason) = self.to_finish.as_ref() {
+            self.finish(reason.clone(), None);
+        } else if out_len >= self.params.max_new_tokens {
             self.finish(
                 FinishReason::Length {
                     length: self.params.max_new_tokens,
@@ -36,7 +39,9 @@ impl Generation {
         };
         loaded.detok.push(id);
         let output = &self.context[self.prompt_len..];
-        let reason = if output.len() >= self.params.max_new_tokens as usize {
+        let reason = if let Some(reason) = &self.to_finish {
+            Some(reason.clone())
+        } else if output.len() >= self.params.max_new_tokens as usize {
             Some(FinishReason::Length {
                 length: self.params.max_new_tokens,
             })

@@ -87,6 +87,9 @@ pub struct Generation {
     /// The final text, set when the generation finishes.
     final_text: Option<String>,
     finish: Option<FinishReason>,
+    /// How the next step ends the generation whatever its token (SGLang's `Req.to_finish`, which the finish
+    /// check reads first): an abort from outside ([`Generation::abort_after_step`]).
+    to_finish: Option<FinishReason>,
     /// With a loaded tokenizer, the text comes from SGLang's detokenizer instead of `decoded` and `pending`.
     loaded: Option<Box<LoadedText>>,
 }
@@ -226,6 +229,7 @@ impl Generation {
             stable_len: 0,
             final_text: None,
             finish: None,
+            to_finish: None,
             loaded,
         };
         if return_logprob {
@@ -411,6 +415,21 @@ impl Generation {
     /// Generates until the generation finishes.
     pub fn run_to_end(&mut self) {
         while !self.step() {}
+    }
+
+    /// Makes one more step, whose token is kept, and ends the generation with an abort whatever that token
+    /// is: an abort from outside, which SGLang's scheduler reads at its next iteration and marks `to_finish`
+    /// ("The request will still run one decode forward pass", `Scheduler.abort_request`), and which its finish
+    /// check reads before the length, stop and EOS rules (`update_finish_state`). Does nothing once finished.
+    pub fn abort_after_step(&mut self, message: &str) {
+        if self.finish.is_none() {
+            self.to_finish = Some(FinishReason::Abort {
+                message: message.to_owned(),
+                status_code: None,
+                err_type: None,
+            });
+            self.step();
+        }
     }
 
     /// Ends a running generation with an abort reason, keeping its partial output. Does nothing once finished.
