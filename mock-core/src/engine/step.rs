@@ -194,21 +194,22 @@ impl Run {
             true => Place::Retracted,
             false => Place::Running,
         };
-        if let Some(board) = &mut self.board {
-            let live = live(&self.items);
-            board.occupancy.shift(board.place, board.count, place, live);
-            board.place = place;
-            board.count = live;
-        }
+        self.put_on_board(Some(place));
     }
 
     /// Puts the run's unfinished items and their tokens on the board in place of what it last put there.
     fn sync_board(&mut self) {
+        self.put_on_board(None);
+    }
+
+    /// Replaces what the run last put on the board with its unfinished items and their tokens, at `place`
+    /// (`None`: where they were).
+    fn put_on_board(&mut self, place: Option<Place>) {
         if let Some(board) = &mut self.board {
             let live = live(&self.items);
-            board
-                .occupancy
-                .shift(board.place, board.count, board.place, live);
+            let place = place.unwrap_or(board.place);
+            board.occupancy.shift(board.place, board.count, place, live);
+            board.place = place;
             board.count = live;
         }
     }
@@ -620,6 +621,34 @@ mod tests {
             assert_eq!(again.cached_tokens(0), 2);
             again.run_to_end(&Interventions::default());
         }
+    }
+
+    /// The same rules when a lone item runs through `tick_many`'s fast loop: its first tick is its prefill.
+    #[test]
+    fn a_lone_item_run_tick_by_many_leaves_its_prompt_after_its_first_tick() {
+        let cache = empty_cache();
+        let plan = plan(&[6], None);
+        let mut run = Run::new(&model(), &plan, None).with_cache(
+            Some(&cache),
+            rules(true, false, false),
+            &plan,
+        );
+        assert_eq!(
+            run.tick_many(&Interventions::default(), 16),
+            1,
+            "the first tick alone"
+        );
+        let tokens = run.generation(0).unwrap().tokens().to_vec();
+        assert_eq!(held(&cache, &tokens), 4, "the prompt and the first token");
+        while !run.is_done() {
+            run.tick_many(&Interventions::default(), 2);
+        }
+        let tokens = run.generation(0).unwrap().tokens().to_vec();
+        assert_eq!(
+            held(&cache, &tokens),
+            tokens.len() - 1,
+            "all but the last output token"
+        );
     }
 
     #[test]

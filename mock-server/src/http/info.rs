@@ -104,7 +104,7 @@ pub(crate) async fn server_info(State(state): State<AppState>) -> Response {
         "stream_interval": c.stream_interval,
         "stream_output": c.incremental_streaming_output,
         "incremental_streaming_output": c.incremental_streaming_output,
-        "max_running_requests": 4096,
+        "max_running_requests": c.max_running_requests,
         "max_total_tokens": c.max_total_tokens,
         "chunked_prefill_size": 8192,
         "max_prefill_tokens": 16384,

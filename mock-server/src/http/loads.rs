@@ -27,7 +27,8 @@ use mock_core::engine::Load;
 use mock_core::release::LoadReport;
 use mock_core::request::{py_repr, query_int};
 
-/// SGLang's cap on running requests when `--max-running-requests` is not given.
+/// The running-request cap the releases report when `--max-running-requests` is not given (with a pool of
+/// 65,536 tokens: `mock-server/conform/golden/`).
 const DEFAULT_MAX_RUNNING_REQUESTS: usize = 4096;
 
 /// The sections `include` may name (`LoadSnapshot.VALID_SECTIONS`).
