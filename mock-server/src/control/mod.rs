@@ -190,8 +190,8 @@ impl Control {
     }
 
     /// Register a request's rids (one per item; `prompt_tokens` over them all) so that `/abort_request` can
-    /// reach it; unregistered when the handle drops. With `unique`, a rid that a live request holds already is refused: `Err` names it, and nothing is
-    /// registered.
+    /// reach it; unregistered when the handle drops. With `unique`, a rid that a live request holds already is
+    /// refused: `Err` names it, and nothing is registered.
     pub(crate) fn register(
         self: &Arc<Self>,
         rids: Vec<String>,

@@ -186,13 +186,13 @@ impl RunCtx {
     }
 
     fn start(&self, plan: &GeneratePlan) -> Run {
-        let run = Run::new(&self.model, plan, self.abort_after);
-        let Some(cache) = &self.cache else {
-            return run.with_occupancy(Some(&self.occupancy));
-        };
-        let run = run
-            .with_cache(Some(cache), self.config.sglang_version.cache_inserts, plan)
+        let rules = self.config.sglang_version.cache_inserts;
+        let run = Run::new(&self.model, plan, self.abort_after)
+            .with_cache(self.cache.as_ref(), rules, plan)
             .with_occupancy(Some(&self.occupancy));
+        if self.cache.is_none() {
+            return run;
+        }
         let running = || (0..plan.items.len()).filter_map(|i| Some((i, run.generation(i)?)));
         let hits = running().map(|(i, _)| run.cached_tokens(i)).sum();
         let prompts = running().map(|(_, g)| g.prompt_tokens()).sum();
