@@ -42,8 +42,8 @@ pub struct Load {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Place {
     Running,
-    /// Back in the waiting queue by a `retract` pause.
-    Retracted,
+    /// In the waiting queue: waiting for a turn, or sent back by a `retract` pause.
+    Waiting,
 }
 
 /// Items and tokens, as one party (a run, a waiting request) has put them on the board.
@@ -70,12 +70,9 @@ impl Occupancy {
 
     /// Counts `items` items of `tokens` prompt tokens as waiting for a turn until the guard drops.
     pub fn enter_waiting(&self, items: usize, tokens: usize) -> WaitingItems<'_> {
-        self.waiting.fetch_add(items, Ordering::Relaxed);
-        self.waiting_tokens.fetch_add(tokens, Ordering::Relaxed);
-        WaitingItems {
-            board: self,
-            count: Count { items, tokens },
-        }
+        let count = Count { items, tokens };
+        self.apply(Place::Waiting, count, true);
+        WaitingItems { board: self, count }
     }
 
     pub(crate) fn prefilled(&self, uncached: usize) {
@@ -103,7 +100,7 @@ impl Occupancy {
                 change(&self.running, count.items);
                 change(&self.running_tokens, count.tokens);
             }
-            Place::Retracted => {
+            Place::Waiting => {
                 change(&self.waiting, count.items);
                 change(&self.waiting_tokens, count.tokens);
             }
@@ -125,11 +122,7 @@ pub struct WaitingItems<'a> {
 
 impl Drop for WaitingItems<'_> {
     fn drop(&mut self) {
-        let board = self.board;
-        board.waiting.fetch_sub(self.count.items, Ordering::Relaxed);
-        board
-            .waiting_tokens
-            .fetch_sub(self.count.tokens, Ordering::Relaxed);
+        self.board.apply(Place::Waiting, self.count, false);
     }
 }
 

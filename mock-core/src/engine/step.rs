@@ -191,7 +191,7 @@ impl Run {
     /// A `retract` pause sent the run's unfinished items back to the queue (`true`), or they run again.
     pub fn set_retracted(&mut self, retracted: bool) {
         let place = match retracted {
-            true => Place::Retracted,
+            true => Place::Waiting,
             false => Place::Running,
         };
         self.put_on_board(Some(place));
@@ -583,6 +583,11 @@ mod tests {
         }
     }
 
+    /// A run of `plan` against `cache` under `rules`.
+    fn cached_run(plan: &GeneratePlan, cache: &SharedCache, rules: CacheInserts) -> Run {
+        Run::new(&model(), plan, None).with_cache(Some(cache), rules, plan)
+    }
+
     fn empty_cache() -> SharedCache {
         Arc::new(std::sync::Mutex::new(super::super::PrefixCache::new(
             1,
@@ -595,11 +600,7 @@ mod tests {
         for (first, last) in [(false, false), (true, true)] {
             let cache = empty_cache();
             let plan = plan(&[4], None);
-            let mut run = Run::new(&model(), &plan, None).with_cache(
-                Some(&cache),
-                rules(first, last, last),
-                &plan,
-            );
+            let mut run = cached_run(&plan, &cache, rules(first, last, last));
             assert_eq!(run.cached_tokens(0), 0);
             run.tick(&Interventions::default());
             let tokens = run.generation(0).unwrap().tokens().to_vec();
@@ -613,11 +614,7 @@ mod tests {
             assert_eq!(tokens.len(), 7);
             assert_eq!(held(&cache, &tokens), 7 - usize::from(!last), "at the end");
             // The same prompt again hits all but its last token.
-            let mut again = Run::new(&model(), &plan, None).with_cache(
-                Some(&cache),
-                rules(first, last, last),
-                &plan,
-            );
+            let mut again = cached_run(&plan, &cache, rules(first, last, last));
             assert_eq!(again.cached_tokens(0), 2);
             again.run_to_end(&Interventions::default());
         }
@@ -628,11 +625,7 @@ mod tests {
     fn a_lone_item_run_tick_by_many_leaves_its_prompt_after_its_first_tick() {
         let cache = empty_cache();
         let plan = plan(&[6], None);
-        let mut run = Run::new(&model(), &plan, None).with_cache(
-            Some(&cache),
-            rules(true, false, false),
-            &plan,
-        );
+        let mut run = cached_run(&plan, &cache, rules(true, false, false));
         assert_eq!(
             run.tick_many(&Interventions::default(), 16),
             1,
@@ -656,11 +649,7 @@ mod tests {
         for (abort_last, finish_last) in [(true, false), (false, false), (false, true)] {
             let cache = empty_cache();
             let plan = plan(&[6, 6], None);
-            let mut run = Run::new(&model(), &plan, None).with_cache(
-                Some(&cache),
-                rules(false, finish_last, abort_last),
-                &plan,
-            );
+            let mut run = cached_run(&plan, &cache, rules(false, finish_last, abort_last));
             let interventions = Interventions {
                 aborts: vec![(1, 2)],
                 ..Interventions::default()
@@ -688,11 +677,7 @@ mod tests {
     fn an_item_of_no_new_tokens_leaves_its_whole_prompt() {
         let cache = empty_cache();
         let plan = plan(&[0], None);
-        let mut run = Run::new(&model(), &plan, None).with_cache(
-            Some(&cache),
-            rules(false, false, false),
-            &plan,
-        );
+        let mut run = cached_run(&plan, &cache, rules(false, false, false));
         run.run_to_end(&Interventions::default());
         assert_eq!(held(&cache, &[7, 8, 9, 10]), 3);
     }
@@ -715,11 +700,7 @@ mod tests {
         failing.items[0].request.return_logprob = true;
         // No input logprobs (they would fail before the run starts): the first step's top-logprob list does.
         failing.items[0].request.logprob_start = 3;
-        let mut run = Run::new(&model(), &failing, None).with_cache(
-            Some(&cache),
-            rules(false, false, false),
-            &failing,
-        );
+        let mut run = cached_run(&failing, &cache, rules(false, false, false));
         assert_eq!(run.cached_tokens(0), 2);
         run.tick(&Interventions::default());
         assert_eq!(run.progress(), [Progress::Failed]);
@@ -732,11 +713,7 @@ mod tests {
         // A run dropped after its prefill, as a request whose client went away.
         let cache = bounded();
         let plan = plan(&[5], None);
-        let mut run = Run::new(&model(), &plan, None).with_cache(
-            Some(&cache),
-            rules(false, false, false),
-            &plan,
-        );
+        let mut run = cached_run(&plan, &cache, rules(false, false, false));
         run.tick(&Interventions::default());
         assert_eq!(held(&cache, &[7, 8, 9]), 3);
         drop(run);
@@ -752,20 +729,12 @@ mod tests {
     fn samples_of_one_prompt_hit_all_but_its_last_token_and_a_batch_does_not_hit_itself() {
         let cache = empty_cache();
         let mut batch = plan(&[2, 2], None);
-        let run = Run::new(&model(), &batch, None).with_cache(
-            Some(&cache),
-            rules(false, false, false),
-            &batch,
-        );
+        let run = cached_run(&batch, &cache, rules(false, false, false));
         assert_eq!((run.cached_tokens(0), run.cached_tokens(1)), (0, 0));
         drop(run);
         let cache = empty_cache();
         batch.parallel_sample_num = 2;
-        let run = Run::new(&model(), &batch, None).with_cache(
-            Some(&cache),
-            rules(false, false, false),
-            &batch,
-        );
+        let run = cached_run(&batch, &cache, rules(false, false, false));
         assert_eq!((run.cached_tokens(0), run.cached_tokens(1)), (2, 2));
     }
 
@@ -1043,9 +1012,7 @@ mod tests {
         let occupancy = Arc::new(Occupancy::new());
         let plan = plan_of(&(100..164).collect::<Vec<u32>>(), 8);
         let start = || {
-            Run::new(&model(), &plan, None)
-                .with_cache(Some(&cache), rules(false, false, false), &plan)
-                .with_occupancy(Some(&occupancy))
+            cached_run(&plan, &cache, rules(false, false, false)).with_occupancy(Some(&occupancy))
         };
         let mut first = start();
         first.tick(&Interventions::default());
