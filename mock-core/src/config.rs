@@ -143,11 +143,28 @@ pub struct ServerConfig {
     /// SGLang's `--page-size`: the prefix cache matches and keeps whole pages of this many tokens.
     #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_PAGE_SIZE", default_value_t = ServerConfig::default().page_size, value_parser = clap::value_parser!(u32).range(1..)))]
     pub page_size: u32,
-    /// SGLang's `--max-total-tokens`: the KV pool's size in tokens, which bounds the prefix cache (past it the
-    /// least recently used leaves are evicted). SGLang sizes it from the GPU's free memory; the default, 2^20,
-    /// is more than an 80 GB GPU holds for an 8B model (about 400,000).
-    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_MAX_TOTAL_TOKENS", default_value_t = ServerConfig::default().max_total_tokens, value_parser = clap::value_parser!(u64).range(1..)))]
-    pub max_total_tokens: u64,
+    /// SGLang's `--max-total-tokens`: the KV pool's size in tokens. Given, the server schedules as SGLang does
+    /// (`mock_core::engine::Scheduler`): samples wait while the pool or `--max-running-requests` is full,
+    /// and are retracted when decoding outgrows it. Without it the pool is 2^20 tokens (more than an 80 GB GPU
+    /// holds for an 8B model, about 400,000), which bounds only the prefix cache, and every request runs at once.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_MAX_TOTAL_TOKENS", value_parser = clap::value_parser!(u64).range(1..)))]
+    pub max_total_tokens: Option<u64>,
+    /// SGLang's `--chunked-prefill-size`: most prompt tokens one prefill step computes, a longer prompt being
+    /// split over several steps; -1 does not split. Applies with `--max-total-tokens`.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_CHUNKED_PREFILL_SIZE", default_value_t = ServerConfig::default().chunked_prefill_size, allow_negative_numbers = true))]
+    pub chunked_prefill_size: i64,
+    /// SGLang's `--max-prefill-tokens`: most prompt tokens one prefill step admits (its first sample is always
+    /// admitted). Applies with `--max-total-tokens`.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_MAX_PREFILL_TOKENS", default_value_t = ServerConfig::default().max_prefill_tokens))]
+    pub max_prefill_tokens: usize,
+    /// SGLang's `--schedule-policy`: `fcfs` admits waiting samples in arrival order, `lpm` the longest cached
+    /// prefix first. Applies with `--max-total-tokens`.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_SCHEDULE_POLICY", default_value = "fcfs", value_parser = ["fcfs", "lpm"]))]
+    pub schedule_policy: String,
+    /// SGLang's `--schedule-conservativeness`: scales the share of its remaining `max_new_tokens` a running
+    /// sample is assumed to use. Applies with `--max-total-tokens`.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_SCHEDULE_CONSERVATIVENESS", default_value_t = ServerConfig::default().schedule_conservativeness))]
+    pub schedule_conservativeness: f64,
     /// SGLang's `--enable-cache-report`: OpenAI answers report the prefix-cache hits in
     /// `usage.prompt_tokens_details.cached_tokens`.
     #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_ENABLE_CACHE_REPORT"))]
@@ -198,7 +215,11 @@ impl Default for ServerConfig {
             max_queued_requests: None,
             disable_radix_cache: false,
             page_size: 1,
-            max_total_tokens: DEFAULT_MAX_TOTAL_TOKENS,
+            max_total_tokens: None,
+            chunked_prefill_size: 8192,
+            max_prefill_tokens: 16_384,
+            schedule_policy: "fcfs".to_owned(),
+            schedule_conservativeness: 1.0,
             enable_cache_report: false,
             weight_update_ms: 0,
             ledger: false,
@@ -222,6 +243,11 @@ pub(crate) const DEFAULT_MAX_TOTAL_TOKENS: u64 = 1 << 20;
 pub(crate) const DEFAULT_WEIGHT_VERSION: &str = "default";
 
 impl ServerConfig {
+    /// The KV pool's size in tokens: `--max-total-tokens`, or 2^20.
+    pub fn kv_pool_tokens(&self) -> u64 {
+        self.max_total_tokens.unwrap_or(DEFAULT_MAX_TOTAL_TOKENS)
+    }
+
     /// `/get_weight_version` answers the version (0.5.3, and 0.5.15 with slime's patches) rather than a
     /// deprecation 404 (0.5.15) or no route (0.5.23).
     pub fn serves_weight_version(&self) -> bool {

@@ -168,6 +168,44 @@ pub struct Release {
     // The load reports.
     /// What `/get_load` and `/v1/loads` answer (which of the two the release serves is [`Self::routes`]').
     pub load_report: LoadReport,
+
+    // The scheduler.
+    /// What a sample reserves of the KV pool for the tokens it may still make, when it is admitted and while it
+    /// runs (`PrefillAdder` in `srt/managers/schedule_policy.py`; `mock-server/conform/sched/`).
+    pub reservations: Reservations,
+    /// When a running sample's next token takes its KV slot from the pool (`mock-server/conform/sched/`).
+    pub decode_slot: DecodeSlot,
+}
+
+/// When a decoding sample's next token takes its slot in the KV pool, which decides at which output length a
+/// full pool retracts: observed on the running releases (`scripts/sched_probe.py`: eight samples of 20 prompt
+/// tokens in a pool of 600 run three at a time and one is retracted at 180 output tokens on 0.5.15 and 0.5.23,
+/// at 181 on 0.5.3, the new-token ratio it then sets, `(Σ out + 20 n) / (Σ max_new + 1)`, telling which).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecodeSlot {
+    /// 0.5.3: the step that computes a token's KV allocates its slot, so a sample holds its prompt and all
+    /// but its last output token.
+    OnStep,
+    /// 0.5.15 and 0.5.23: the slot is allocated a step ahead (the overlap scheduler), so a sample holds its
+    /// prompt and every output token.
+    Ahead,
+}
+
+/// How a release's scheduler reserves KV for the tokens a sample may still make (`PrefillAdder.add_one_req`
+/// and `_get_running_request_total_token_offset`, `srt/managers/schedule_policy.py`). A running sample's
+/// reservation is its remaining `max_new_tokens` (at most 4,096) scaled by the new-token ratio, unless noted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reservations {
+    /// 0.5.3: a sample is admitted when its extend and its whole `max_new_tokens` fit (a retracted sample
+    /// counts all of them again).
+    WholeMaxNew,
+    /// 0.5.15: a sample is admitted when its extend, its remaining new tokens and one page fit.
+    RemainingAndPage,
+    /// 0.5.23: as 0.5.15, and a running sample with `ignore_eos` reserves all its remaining tokens ("Fixed-length
+    /// requests cannot benefit from the early-EOS estimate").
+    IgnoreEosWhole,
 }
 
 /// The shape of a release's load reports (`/get_load`, `/v1/loads`): read from each release's
@@ -681,6 +719,8 @@ pub const V0_5_3: Release = Release {
     },
     cache_report: CacheReport::EveryChoice,
     load_report: LoadReport::Scheduler,
+    reservations: Reservations::WholeMaxNew,
+    decode_slot: DecodeSlot::OnStep,
 };
 
 /// The control routes 0.5.15 marks `ADMIN_OPTIONAL`, and the mock's own `/admin/*`.
@@ -952,6 +992,8 @@ pub const V0_5_15: Release = Release {
     },
     cache_report: CacheReport::FirstChoiceIfAny,
     load_report: LoadReport::Snapshot,
+    reservations: Reservations::RemainingAndPage,
+    decode_slot: DecodeSlot::Ahead,
     ..V0_5_3
 };
 
@@ -1228,6 +1270,7 @@ pub const V0_5_23: Release = Release {
     },
     cache_report: CacheReport::FirstChoiceAlways,
     load_report: LoadReport::SnapshotTotals,
+    reservations: Reservations::IgnoreEosWhole,
     usage_completion_tokens_details: true,
     chat_message_null_tool_calls: false,
     chat_tool_dump: ToolDump::ClientOrder,

@@ -13,6 +13,7 @@
 //! it private: the application of faults, the control plane (aborts, pauses, the queue, weight versions) and
 //! the HTTP layer, which answers the core's [`RequestError`] as an [`ApiError`] in SGLang's shape.
 
+mod batch;
 #[cfg(feature = "cli")]
 pub mod cli;
 mod control;

@@ -252,7 +252,7 @@ async fn a_hit_is_whole_pages() {
 #[tokio::test]
 async fn past_the_pool_the_least_recently_used_prompt_is_evicted() {
     let server = InProcess::new(ServerConfig {
-        max_total_tokens: 150,
+        max_total_tokens: Some(150),
         ..ServerConfig::default()
     });
     let (a, b, c) = (ids(1000, 64), ids(2000, 64), ids(3000, 64));

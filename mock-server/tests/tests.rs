@@ -53,6 +53,9 @@ mod qwen_tokenizer;
 mod reference;
 /// The releases read from their wheels: 0.5.23's contract decoder and each release's route table.
 mod releases;
+/// The batch scheduler of a bounded KV pool: the real server's queueing and retractions replayed, and the
+/// loop under the control plane.
+mod sched;
 /// Scripted answers: chosen text with true logprobs, matched on decoded prompts, followed by the oracle.
 mod scripted;
 /// SSE framing byte by byte, stream_interval, index on batch and n chunks, deltas.

@@ -359,7 +359,7 @@ pub type SharedCache = Arc<Mutex<PrefixCache>>;
 /// none with `--disable-radix-cache`.
 pub fn server_cache(config: &ServerConfig) -> Option<SharedCache> {
     (!config.disable_radix_cache).then(|| {
-        let capacity = usize::try_from(config.max_total_tokens).unwrap_or(usize::MAX);
+        let capacity = usize::try_from(config.kv_pool_tokens()).unwrap_or(usize::MAX);
         Arc::new(Mutex::new(PrefixCache::new(
             config.page_size as usize,
             capacity,

@@ -10,6 +10,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use super::cache::{InUse, SharedCache, lock};
+use super::sched::SchedLoad;
 
 /// The server-wide counts, updated with relaxed atomics (a report reads each count once; one may run a tick
 /// ahead of another, as two reads of SGLang's scheduler state a step apart would).
@@ -75,12 +76,26 @@ impl Occupancy {
         WaitingItems { board: self, count }
     }
 
-    pub(crate) fn prefilled(&self, uncached: usize) {
+    pub fn prefilled(&self, uncached: usize) {
         self.prefill_uncached
             .fetch_add(uncached as u64, Ordering::Relaxed);
     }
 
     /// Moves a run's count from `old` at `from` to `new` at `to`.
+    /// Replaces what a batch scheduler last put on the board (`old`) with what it runs and queues now.
+    pub fn show_schedule(&self, old: &SchedLoad, new: &SchedLoad) {
+        let running = |l: &SchedLoad| Count {
+            items: l.running,
+            tokens: l.running_tokens,
+        };
+        let waiting = |l: &SchedLoad| Count {
+            items: l.waiting,
+            tokens: l.waiting_tokens,
+        };
+        self.shift(Place::Running, running(old), Place::Running, running(new));
+        self.shift(Place::Waiting, waiting(old), Place::Waiting, waiting(new));
+    }
+
     pub(crate) fn shift(&self, from: Place, old: Count, to: Place, new: Count) {
         if from == to && old == new {
             return;

@@ -15,6 +15,7 @@ mod generation;
 mod item;
 mod load;
 mod plan;
+mod sched;
 mod step;
 
 pub use cache::{Hold, InUse, PrefixCache, SharedCache, flush_shared, match_limit, server_cache};
@@ -25,4 +26,8 @@ pub use item::{
 };
 pub use load::{Load, Occupancy, WaitingItems, used_tokens};
 pub use plan::{GeneratePlan, PlannedItem, Refusal, RidSource};
-pub use step::{ABORT_MESSAGE, Interventions, Outside, Progress, Run};
+pub use sched::{
+    CLIP_MAX_NEW_TOKENS, SchedConfig, SchedLoad, SchedulePolicy, Scheduler, SeqId, SeqSpec, Step,
+    StepKind,
+};
+pub use step::{ABORT_MESSAGE, Interventions, Outside, Progress, Run, Turn};

@@ -50,6 +50,25 @@ pub trait Outside {
     fn holds(&self) -> bool {
         false
     }
+
+    /// What item `item`, still generating, does in this tick: a batch scheduler steps only the samples it
+    /// runs ([`Turn`]). Every item steps unless told otherwise.
+    #[inline]
+    fn turn(&self, _item: usize) -> Turn {
+        Turn::Step
+    }
+}
+
+/// What a generating item does in a tick, as the batch scheduler decides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turn {
+    /// It makes its next token.
+    Step,
+    /// It waits (in the queue, or with its prompt prefilled in chunks): no token, and it reports
+    /// [`Progress::Idle`].
+    Wait,
+    /// It was aborted in the waiting queue: it ends now, aborted, with the output it has.
+    AbortWaiting,
 }
 
 /// A record of what the outside world did to a request while it ran, in ticks, for the oracle to replay.
@@ -228,12 +247,22 @@ impl Run {
                 Item::Generating {
                     generation,
                     ended: false,
-                } => {
-                    let aborted = outside.aborted(i, tick);
-                    let (after, message) = (self.abort_after, ABORT_MESSAGE);
-                    let outcome = guarded(|| advance(generation, aborted, after, message));
-                    settle(item, outcome)
-                }
+                } => match outside.turn(i) {
+                    Turn::Step => {
+                        let aborted = outside.aborted(i, tick);
+                        let (after, message) = (self.abort_after, ABORT_MESSAGE);
+                        let outcome = guarded(|| advance(generation, aborted, after, message));
+                        settle(item, outcome)
+                    }
+                    Turn::Wait => Progress::Idle,
+                    Turn::AbortWaiting => {
+                        let outcome = guarded(|| {
+                            generation.abort(ABORT_MESSAGE, None, None);
+                            true
+                        });
+                        settle(item, outcome)
+                    }
+                },
                 Item::Rejected {
                     reported: reported @ false,
                 } => {
@@ -255,7 +284,7 @@ impl Run {
                 self.open -= 1;
             }
             if let Some(link) = &mut self.cache {
-                keep(link, i, item, progress, tick == 0);
+                keep(link, i, item, progress);
             }
             self.progress[i] = progress;
         }
@@ -338,7 +367,7 @@ impl Run {
             self.open -= 1;
         }
         if let Some(link) = &mut self.cache {
-            keep(link, 0, &self.items[0], progress, start == 0);
+            keep(link, 0, &self.items[0], progress);
         }
         self.progress[0] = progress;
         self.sync_board();
@@ -355,6 +384,19 @@ impl Run {
         for (item, count) in self.items.iter().zip(&mut self.retractions) {
             if matches!(item, Item::Generating { ended: false, .. }) {
                 *count += 1;
+            }
+        }
+    }
+
+    /// The batch scheduler sent items `items` back to the queue (for want of KV, or a `retract` pause): each
+    /// still generating counts one more retraction.
+    pub fn retract_items(&mut self, items: &[usize]) {
+        for &i in items {
+            if matches!(
+                self.items.get(i),
+                Some(Item::Generating { ended: false, .. })
+            ) {
+                self.retractions[i] += 1;
             }
         }
     }
@@ -462,11 +504,13 @@ fn advance(
     generation.step()
 }
 
-/// What the prefix cache keeps of item `i` after its tick: its prompt after the first tick (its prefill),
-/// its prompt and output at its end; a failed item gives back its hold.
-fn keep(link: &mut CacheLink, i: usize, item: &Item, progress: Progress, first_tick: bool) {
+/// What the prefix cache keeps of item `i` after its tick: its prompt after the step that made its first
+/// token (its prefill), its prompt and output at its end; a failed item gives back its hold.
+fn keep(link: &mut CacheLink, i: usize, item: &Item, progress: Progress) {
     match (progress, item) {
-        (Progress::Stepped, Item::Generating { generation, .. }) if first_tick => {
+        (Progress::Stepped, Item::Generating { generation, .. })
+            if generation.output_ids().len() == 1 =>
+        {
             link.prefilled(i, generation.tokens(), generation.prompt_tokens());
         }
         (Progress::Finished, Item::Generating { generation, .. }) => {

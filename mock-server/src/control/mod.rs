@@ -90,6 +90,8 @@ pub(crate) struct Control {
     held_rids_known: bool,
     /// The server's occupancy board: a request waiting for its turn counts its items there.
     occupancy: Arc<Occupancy>,
+    /// Woken by every abort, pause and resume, for the batch loop, which waits on no request's own flags.
+    stirred: Notify,
 }
 
 impl Control {
@@ -118,6 +120,7 @@ impl Control {
             weight_update_session: AtomicBool::new(false),
             held_rids_known,
             occupancy,
+            stirred: Notify::new(),
         })
     }
 
@@ -268,7 +271,15 @@ impl Control {
                 ctl.notify.notify_one();
             }
         }
+        if hit > 0 {
+            self.stirred.notify_waiters();
+        }
         hit
+    }
+
+    /// Woken by every abort that hits, every pause and every resume.
+    pub(crate) fn stirred(&self) -> &Notify {
+        &self.stirred
     }
 
     /// `/pause_generation`: close the gate; with [`PauseMode::Abort`] also abort everything in flight.
@@ -280,12 +291,14 @@ impl Control {
         if mode == PauseMode::Abort {
             self.abort("", true);
         }
+        self.stirred.notify_waiters();
     }
 
     /// `/continue_generation`: open the gate; waiting and frozen requests go on.
     pub(crate) fn resume(&self) {
         self.paused.store(false, Ordering::Release);
         self.paused_tx.send_replace(false);
+        self.stirred.notify_waiters();
     }
 
     /// Mark a weight update as in progress until the guard drops: new requests wait for it.

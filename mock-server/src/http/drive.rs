@@ -13,12 +13,13 @@ use futures_util::Stream;
 
 use super::metrics::Metrics;
 use super::witness::Witness;
+use crate::batch::{Batcher, Grant, Lane};
 use crate::control::{Admission, Control, CtlHandle, QUEUE_FULL_MESSAGE, RequestCtl, RunTicket};
 use crate::error::ApiError;
 use mock_core::LatencyConfig;
 use mock_core::ServerConfig;
 use mock_core::engine::{
-    GeneratePlan, Occupancy, Outside, PlannedItem, Progress, Run, SharedCache,
+    GeneratePlan, Occupancy, Outside, PlannedItem, Progress, Run, SeqSpec, SharedCache, Turn,
 };
 use mock_core::model::{Model, mix};
 use mock_core::wire::{
@@ -56,8 +57,11 @@ pub(crate) struct RunCtx {
     pub witness: Option<Witness>,
     /// The server's prefix cache, unless `--disable-radix-cache`.
     pub cache: Option<SharedCache>,
-    /// The server's occupancy board, which the run reports to.
+    /// The server's occupancy board, which the run reports to (through the batch loop, when there is one).
     pub occupancy: Arc<Occupancy>,
+    /// The batch loop, when the server's KV pool is bounded (`--max-total-tokens`): it decides when each
+    /// item steps.
+    pub batcher: Option<Arc<Batcher>>,
 }
 
 /// The weight versions of a run: the version now, and for each item the version changes while it was live
@@ -120,6 +124,8 @@ struct ControlAborts<'a> {
     control: &'a Control,
     /// The version epoch the tick's output reports ([`VersionLog`]).
     epoch: u64,
+    /// What the batch loop's grant says each item does in this tick (every item steps without one).
+    turns: Option<&'a [Turn]>,
 }
 
 impl Outside for ControlAborts<'_> {
@@ -137,6 +143,13 @@ impl Outside for ControlAborts<'_> {
     #[inline]
     fn holds(&self) -> bool {
         self.control.is_paused()
+    }
+
+    #[inline]
+    fn turn(&self, item: usize) -> Turn {
+        self.turns
+            .and_then(|turns| turns.get(item).copied())
+            .unwrap_or(Turn::Step)
     }
 }
 
@@ -185,11 +198,20 @@ impl RunCtx {
         .with_version_events(&self.versions.events)
     }
 
-    fn start(&self, plan: &GeneratePlan) -> Run {
+    /// Starts the run of `plan`, and joins the batch loop's queue with it when the server has one.
+    fn start(&self, plan: &GeneratePlan) -> (Run, Option<Lane>) {
+        let run = self.start_run(plan);
+        let lane = self.join(&run, plan);
+        (run, lane)
+    }
+
+    fn start_run(&self, plan: &GeneratePlan) -> Run {
         let rules = self.config.sglang_version.cache_inserts;
+        // With a batch loop, the loop puts the run's items on the board as it schedules them.
+        let board = self.batcher.is_none().then_some(&self.occupancy);
         let run = Run::new(&self.model, plan, self.abort_after)
             .with_cache(self.cache.as_ref(), rules, plan)
-            .with_occupancy(Some(&self.occupancy));
+            .with_occupancy(board);
         if self.cache.is_none() {
             return run;
         }
@@ -198,6 +220,56 @@ impl RunCtx {
         let prompts = running().map(|(_, g)| g.prompt_tokens()).sum();
         self.metrics.record_prefill(hits, prompts);
         run
+    }
+
+    /// The run's place in the batch loop: every generating item a sample of the scheduler's (`None` without a
+    /// loop, or when no item generates).
+    fn join(&self, run: &Run, plan: &GeneratePlan) -> Option<Lane> {
+        let batcher = self.batcher.as_ref()?;
+        let specs: Vec<Option<SeqSpec>> = (0..plan.items.len())
+            .map(|i| {
+                let generation = run.generation(i)?;
+                let params = &plan.items[i].request.params;
+                Some(SeqSpec {
+                    prompt: generation.prompt_tokens(),
+                    cached: run.cached_tokens(i),
+                    max_new: params.max_new_tokens as usize,
+                    ignore_eos: params.ignore_eos,
+                })
+            })
+            .collect();
+        if specs.iter().all(Option::is_none) {
+            return None;
+        }
+        let uncached = specs.iter().flatten().map(|s| s.prompt - s.cached).sum();
+        self.occupancy.prefilled(uncached);
+        let keys = plan
+            .items
+            .iter()
+            .map(|item| (latency_key(item), item.request.input_ids.len()))
+            .collect();
+        Some(batcher.join(Arc::clone(&self.ctl), specs, keys))
+    }
+
+    /// One tick as the batch loop grants it: its retractions first, then the items it lets step; the grant is
+    /// answered with the items the tick ended.
+    fn granted_tick(&mut self, run: &mut Run, timings: &mut Timings, grant: Grant) {
+        self.versions.observe(&self.control, run);
+        run.retract_items(&grant.retracted);
+        let outside = ControlAborts {
+            turns: Some(&grant.turns),
+            ..self.outside()
+        };
+        run.tick(&outside);
+        timings.observe(run, self.started);
+        let ended = run
+            .progress()
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| !matches!(p, Progress::Idle | Progress::Stepped))
+            .map(|(i, _)| i)
+            .collect();
+        grant.done(ended);
     }
 
     /// What happens between ticks: wait while paused (a `retract` pause counts against every unfinished
@@ -234,6 +306,7 @@ impl RunCtx {
             ctl: &self.ctl,
             control: &self.control,
             epoch: self.versions.epoch,
+            turns: None,
         }
     }
 
@@ -342,18 +415,37 @@ impl Ran {
 }
 
 /// Runs a non-stream request to its end. A scheduler rejection of any item fails the whole request with that
-/// item's 400, as `_wait_one_response` raises it; an engine panic is a 500.
-pub(crate) async fn run_to_end(mut ctx: RunCtx, plan: &GeneratePlan) -> Result<Ran, ApiError> {
+/// item's 400, as `_wait_one_response` raises it; an engine panic is a 500. `None`: every item was aborted in
+/// the batch loop's waiting queue before any ran.
+pub(crate) async fn run_to_end(
+    mut ctx: RunCtx,
+    plan: &GeneratePlan,
+) -> Result<Option<Ran>, ApiError> {
     if let Some(message) = plan.rejection() {
         return Err(ApiError::value(message));
     }
     // Admitted now: the version a request held at the gate runs under.
     ctx.versions = VersionLog::new(&ctx.control);
-    let mut run = ctx.start(plan);
+    let (mut run, mut lane) = ctx.start(plan);
     let mut timings = Timings::new(plan.items.len());
     let mut yielder = Yielder::default();
     let timed = ctx.latency.is_active();
     while !run.is_done() {
+        if let Some(scheduled) = lane.as_mut() {
+            match scheduled.next().await {
+                Some(grant) if grant.never_ran => {
+                    grant.done((0..plan.items.len()).collect());
+                    return Ok(None);
+                }
+                Some(grant) => ctx.granted_tick(&mut run, &mut timings, grant),
+                // The loop never ends while the server runs; without it the run goes on alone.
+                None => lane = None,
+            }
+            if let Some(err) = run.first_failure() {
+                return Err(err.clone().into());
+            }
+            continue;
+        }
         ctx.before_tick(&mut run, plan).await;
         if timed {
             // The latency model sleeps before every tick.
@@ -369,12 +461,12 @@ pub(crate) async fn run_to_end(mut ctx: RunCtx, plan: &GeneratePlan) -> Result<R
     for i in 0..plan.items.len() {
         ctx.record(&run, i, &timings);
     }
-    Ok(Ran {
+    Ok(Some(Ran {
         run,
         e2e: timings.e2e,
         sent_ts: unix_now(),
         versions: ctx.versions,
-    })
+    }))
 }
 
 /// How a route writes the events of a stream: the server's stream driver advances the run and asks it for
@@ -474,6 +566,8 @@ struct StreamRun<E> {
     plan: GeneratePlan,
     /// Started on admission, so that a request waiting in the queue holds no generation.
     run: Option<Run>,
+    /// Its place in the batch loop, when the server has one.
+    lane: Option<Lane>,
     events: E,
     timings: Timings,
     queue: VecDeque<Bytes>,
@@ -499,6 +593,7 @@ pub(crate) fn sse_stream<E: Events>(
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
     let state = StreamRun {
         run: None,
+        lane: None,
         events,
         timings: Timings::new(plan.items.len()),
         queue: VecDeque::new(),
@@ -521,6 +616,29 @@ pub(crate) fn sse_stream<E: Events>(
         }
         let event = state.queue.pop_front()?;
         Some((Ok(event), state))
+    })
+}
+
+/// A stream generated by a task of its own, its events buffered until the client reads them: with a batch
+/// loop, a client slow to read must not hold up the other requests' steps (SGLang's tokenizer manager buffers
+/// a request's output the same way). The task ends when the stream does or the client goes away.
+pub(crate) fn detach<S>(stream: S) -> impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static
+where
+    S: Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
+{
+    use futures_util::StreamExt;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            if tx.send(event).is_err() {
+                break;
+            }
+        }
+    });
+    futures_util::stream::unfold(rx, |mut rx| async move {
+        let event = rx.recv().await?;
+        Some((event, rx))
     })
 }
 
@@ -547,7 +665,9 @@ impl<E: Events> StreamRun<E> {
         let reason = match self.ctx.control.admit(&handle).await {
             Admission::Run(ticket) => {
                 self.ctx.versions = VersionLog::new(&self.ctx.control);
-                self.run = Some(self.ctx.start(&self.plan));
+                let (run, lane) = self.ctx.start(&self.plan);
+                self.run = Some(run);
+                self.lane = lane;
                 self.admit = Admit::Running {
                     _held: Some((ticket, handle)),
                 };
@@ -559,6 +679,11 @@ impl<E: Events> StreamRun<E> {
             },
             Admission::AbortedWaiting => WaitingAbort::Aborted,
         };
+        self.never_ran(reason);
+    }
+
+    /// Ends the stream with the waiting-queue abort objects of every item, none of which ran.
+    fn never_ran(&mut self, reason: WaitingAbort) {
         let e2e = self.ctx.started.elapsed().as_secs_f64();
         if let Some(witness) = &self.ctx.witness {
             witness.record_never_ran(&self.plan, &self.ctx.versions.current);
@@ -579,8 +704,23 @@ impl<E: Events> StreamRun<E> {
         // ticks without one (a large `stream_interval`) needs to yield.
         let mut yielder = Yielder::default();
         while self.queue.is_empty() && !run.is_done() && !self.events.closed() {
-            self.ctx.before_tick(run, &self.plan).await;
-            self.ctx.tick(run, &mut self.timings);
+            match self.lane.as_mut() {
+                Some(lane) => match lane.next().await {
+                    Some(grant) if grant.never_ran => {
+                        grant.done((0..self.plan.items.len()).collect());
+                        self.lane = None;
+                        self.run = None;
+                        self.never_ran(WaitingAbort::Aborted);
+                        return;
+                    }
+                    Some(grant) => self.ctx.granted_tick(run, &mut self.timings, grant),
+                    None => self.lane = None,
+                },
+                None => {
+                    self.ctx.before_tick(run, &self.plan).await;
+                    self.ctx.tick(run, &mut self.timings);
+                }
+            }
             record_ends(
                 &self.ctx,
                 &self.plan,

@@ -308,34 +308,45 @@ pub(crate) async fn execute<E: drive::Events>(
         witness,
         cache: state.prefix_cache().cloned(),
         occupancy: Arc::clone(state.occupancy()),
+        batcher: state.batcher().cloned(),
     };
     if plan.stream {
         span.in_scope(|| tracing::debug!("streaming"));
         let events = events(&plan);
+        let scheduled = ctx.batcher.is_some();
         let stream = drive::sse_stream(ctx, plan, handle, events);
+        let stream = match scheduled {
+            true => Either::Right(drive::detach(stream)),
+            false => Either::Left(stream),
+        };
         return Ok(Outcome::Stream(Either::Right(stream)));
     }
+    let aborted_waiting = |plan| {
+        let e2e = started.elapsed().as_secs_f64();
+        Ok(Outcome::NeverRan {
+            plan,
+            how: NeverRan::Waiting {
+                reason: WaitingAbort::Aborted,
+                e2e,
+            },
+            weight_version: control.weight_version(),
+        })
+    };
     let outcome = match control.admit(&handle).await {
         Admission::Run(ticket) => {
             let result = drive::run_to_end(ctx, &plan).await;
             drop(ticket);
-            result.map(|ran| Outcome::Ran { plan, ran })
+            match result {
+                Ok(Some(ran)) => Ok(Outcome::Ran { plan, ran }),
+                Ok(None) => aborted_waiting(plan),
+                Err(err) => Err(err),
+            }
         }
         Admission::QueueFull => Err(ApiError::Http {
             status: 503,
             message: QUEUE_FULL_MESSAGE.to_owned(),
         }),
-        Admission::AbortedWaiting => {
-            let e2e = started.elapsed().as_secs_f64();
-            Ok(Outcome::NeverRan {
-                plan,
-                how: NeverRan::Waiting {
-                    reason: WaitingAbort::Aborted,
-                    e2e,
-                },
-                weight_version: control.weight_version(),
-            })
-        }
+        Admission::AbortedWaiting => aborted_waiting(plan),
     };
     drop(handle);
     match &outcome {

@@ -74,7 +74,7 @@ pub(crate) async fn ping() -> Response {
 
 /// The KV pool's size: `--max-total-tokens`.
 pub(crate) fn max_total_num_tokens(config: &ServerConfig) -> usize {
-    usize::try_from(config.max_total_tokens).unwrap_or(usize::MAX)
+    usize::try_from(config.kv_pool_tokens()).unwrap_or(usize::MAX)
 }
 
 /// `/server_info` and `/get_server_info`: ServerArgs fields, scheduler info, `internal_states`, `version`.
@@ -105,10 +105,10 @@ pub(crate) async fn server_info(State(state): State<AppState>) -> Response {
         "stream_output": c.incremental_streaming_output,
         "incremental_streaming_output": c.incremental_streaming_output,
         "max_running_requests": c.max_running_requests,
-        "max_total_tokens": c.max_total_tokens,
-        "chunked_prefill_size": 8192,
-        "max_prefill_tokens": 16384,
-        "schedule_policy": "fcfs",
+        "max_total_tokens": c.kv_pool_tokens(),
+        "chunked_prefill_size": c.chunked_prefill_size,
+        "max_prefill_tokens": c.max_prefill_tokens,
+        "schedule_policy": c.schedule_policy,
         "tp_size": 1,
         "pp_size": 1,
         "dp_size": 1,

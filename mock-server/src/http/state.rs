@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::metrics::Metrics;
+use crate::batch::Batcher;
 use crate::control::Control;
 use crate::faults::Faults;
 use mock_core::engine::{Load, Occupancy, SharedCache, used_tokens};
@@ -34,6 +35,8 @@ struct Inner {
     model_card: (String, Vec<String>),
     /// The radix prefix cache, unless `--disable-radix-cache`.
     prefix_cache: Option<SharedCache>,
+    /// The batch loop, when the KV pool is bounded (`--max-total-tokens`).
+    batcher: Option<Arc<Batcher>>,
 }
 
 /// `model_type` and `architectures` of the model directory's `config.json`, as SGLang's `ModelConfig` reads
@@ -74,10 +77,13 @@ impl AppState {
     /// A state around an already built model (the oracle and tests share one).
     pub(crate) fn with_model(config: ServerConfig, model: Arc<Model>) -> AppState {
         let occupancy = Arc::new(Occupancy::new());
+        let sched = mock_core::engine::SchedConfig::of_server(&config);
+        // With a batch loop, its scheduler caps the running samples; without one, the control plane caps the
+        // running requests.
         let control = Control::new(
             Arc::clone(&occupancy),
             &config.weight_version,
-            config.max_running_requests,
+            config.max_running_requests.filter(|_| sched.is_none()),
             config.max_queued_requests,
             config.sglang_version.rids_before_pause_gate,
         );
@@ -92,6 +98,10 @@ impl AppState {
         });
         let model_card = model_card(&config.model_path);
         let prefix_cache = mock_core::engine::server_cache(&config);
+        let batcher = sched.map(|sched| {
+            let occupancy = Arc::clone(&occupancy);
+            Batcher::new(sched, Arc::clone(&control), occupancy, config.latency)
+        });
         AppState {
             inner: Arc::new(Inner {
                 model_card,
@@ -104,8 +114,14 @@ impl AppState {
                 metrics: Arc::new(Metrics::default()),
                 ledger,
                 shutting_down: tokio::sync::watch::Sender::new(false),
+                batcher,
             }),
         }
+    }
+
+    /// The batch loop, when the KV pool is bounded.
+    pub(crate) fn batcher(&self) -> Option<&Arc<Batcher>> {
+        self.inner.batcher.as_ref()
     }
 
     /// `model_type` and `architectures`, from the model directory's `config.json` when it has one.

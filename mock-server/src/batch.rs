@@ -1,0 +1,383 @@
+//! The batch loop of a server with a bounded KV pool (`--max-total-tokens`): one task that steps every running
+//! sample of every request together, as SGLang's scheduler does, deciding each step with the engine's
+//! [`Scheduler`] (admission on the pool and the new-token ratio, chunked prefill, retraction for want of KV).
+//!
+//! Each request's driver still owns its [`Run`](mock_core::engine::Run) and encodes its own answer; it joins the
+//! loop with a [`Lane`] and, before every tick, waits for the loop's [`Grant`]: which of its items step, which
+//! wait, which were retracted. It acknowledges the tick with the items that ended, and the loop goes on to the
+//! next step once every granted request has. Streams run in a task of their own
+//! ([`detach`](crate::http::drive)), so a client slow to read holds up no one.
+//!
+//! The loop also carries out what the control plane asks of running samples: while generation is paused it
+//! steps no one, except samples aborted by the pause (or any abort), which take the one more step an abort
+//! gets; a `retract` pause sends the whole batch back to the queue; a sample aborted in the queue ends there.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mock_core::LatencyConfig;
+use mock_core::engine::{
+    Occupancy, SchedConfig, SchedLoad, Scheduler, SeqId, SeqSpec, StepKind, Turn,
+};
+use tokio::sync::{Notify, mpsc, oneshot};
+
+use crate::control::{Control, RequestCtl};
+
+/// What a request's items do in one step of the batch.
+#[derive(Debug)]
+pub(crate) struct Grant {
+    /// Per item: step, wait, or end aborted in the queue.
+    pub(crate) turns: Vec<Turn>,
+    /// Items retracted before the step (for want of KV, or by a `retract` pause).
+    pub(crate) retracted: Vec<usize>,
+    /// Every sample of the request was aborted in the waiting queue before any of them ran: SGLang answers
+    /// such a request with its waiting-queue abort objects.
+    pub(crate) never_ran: bool,
+    /// Where the driver reports the items its tick ended.
+    ack: oneshot::Sender<Vec<usize>>,
+}
+
+impl Grant {
+    /// Reports the tick's ends: the items whose progress was an end.
+    pub(crate) fn done(self, ended: Vec<usize>) {
+        // A loop that is gone has nothing to learn.
+        let _ = self.ack.send(ended);
+    }
+}
+
+/// A request's place in the batch loop; leaving it (dropping it) takes its samples out of the scheduler.
+#[derive(Debug)]
+pub(crate) struct Lane {
+    batcher: Arc<Batcher>,
+    id: u64,
+    grants: mpsc::UnboundedReceiver<Grant>,
+}
+
+impl Lane {
+    /// The next step's grant; `None` only if the loop is gone.
+    pub(crate) async fn next(&mut self) -> Option<Grant> {
+        self.grants.recv().await
+    }
+}
+
+impl Drop for Lane {
+    fn drop(&mut self) {
+        self.batcher.leave(self.id);
+    }
+}
+
+#[derive(Debug)]
+struct LaneState {
+    grants: mpsc::UnboundedSender<Grant>,
+    ctl: Arc<RequestCtl>,
+    /// Each item's sample, while it is in the scheduler.
+    seqs: Vec<Option<SeqId>>,
+    /// Each item's latency key and prompt length, for the latency model.
+    keys: Vec<(u64, usize)>,
+    /// Whether any of its samples has been prefilled.
+    ran: bool,
+}
+
+#[derive(Debug)]
+struct Lanes {
+    sched: Scheduler,
+    lanes: HashMap<u64, LaneState>,
+    /// Which lane and item each sample is.
+    owners: HashMap<SeqId, (u64, usize)>,
+    next_lane: u64,
+    /// What the loop last put on the occupancy board.
+    shown: SchedLoad,
+}
+
+/// The batch loop's shared state.
+#[derive(Debug)]
+pub(crate) struct Batcher {
+    lanes: Mutex<Lanes>,
+    /// Woken when a request joins or leaves.
+    wake: Notify,
+    started: AtomicBool,
+    control: Arc<Control>,
+    occupancy: Arc<Occupancy>,
+    latency: LatencyConfig,
+}
+
+/// One step as the loop hands it out.
+struct Planned {
+    grants: Vec<(mpsc::UnboundedSender<Grant>, Grant)>,
+    acks: Vec<(u64, oneshot::Receiver<Vec<usize>>)>,
+    delay: Duration,
+}
+
+impl Batcher {
+    pub(crate) fn new(
+        config: SchedConfig,
+        control: Arc<Control>,
+        occupancy: Arc<Occupancy>,
+        latency: LatencyConfig,
+    ) -> Arc<Batcher> {
+        Arc::new(Batcher {
+            lanes: Mutex::new(Lanes {
+                sched: Scheduler::new(config),
+                lanes: HashMap::new(),
+                owners: HashMap::new(),
+                next_lane: 0,
+                shown: SchedLoad::default(),
+            }),
+            wake: Notify::new(),
+            started: AtomicBool::new(false),
+            control,
+            occupancy,
+            latency,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Lanes> {
+        self.lanes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A request joins the queue with its items' samples (`None` for an item that does not generate: refused
+    /// or failed at the start). `keys` are each item's latency key and prompt length.
+    pub(crate) fn join(
+        self: &Arc<Self>,
+        ctl: Arc<RequestCtl>,
+        specs: Vec<Option<SeqSpec>>,
+        keys: Vec<(u64, usize)>,
+    ) -> Lane {
+        if !self.started.swap(true, Ordering::AcqRel) {
+            tokio::spawn(Arc::clone(self).run());
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let id = {
+            let mut lanes = self.lock();
+            let id = lanes.next_lane;
+            lanes.next_lane += 1;
+            let seqs: Vec<Option<SeqId>> = specs
+                .into_iter()
+                .map(|spec| spec.map(|spec| lanes.sched.arrive(spec)))
+                .collect();
+            for (item, seq) in seqs.iter().enumerate() {
+                if let Some(seq) = seq {
+                    lanes.owners.insert(*seq, (id, item));
+                }
+            }
+            lanes.lanes.insert(
+                id,
+                LaneState {
+                    grants: tx,
+                    ctl,
+                    seqs,
+                    keys,
+                    ran: false,
+                },
+            );
+            self.show(&mut lanes);
+            id
+        };
+        self.wake.notify_one();
+        Lane {
+            batcher: Arc::clone(self),
+            id,
+            grants: rx,
+        }
+    }
+
+    fn leave(&self, id: u64) {
+        let mut lanes = self.lock();
+        if let Some(lane) = lanes.lanes.remove(&id) {
+            for seq in lane.seqs.into_iter().flatten() {
+                lanes.sched.leave(seq);
+                lanes.owners.remove(&seq);
+            }
+        }
+        self.show(&mut lanes);
+        drop(lanes);
+        self.wake.notify_one();
+    }
+
+    /// Puts the scheduler's running and waiting samples on the occupancy board.
+    fn show(&self, lanes: &mut Lanes) {
+        let now = lanes.sched.load();
+        self.occupancy.show_schedule(&lanes.shown, &now);
+        lanes.shown = now;
+    }
+
+    async fn run(self: Arc<Self>) {
+        loop {
+            let wake = self.wake.notified();
+            let stirred = self.control.stirred().notified();
+            tokio::pin!(wake, stirred);
+            wake.as_mut().enable();
+            stirred.as_mut().enable();
+            let Some(planned) = self.plan() else {
+                tokio::select! {
+                    () = wake => {}
+                    () = stirred => {}
+                }
+                continue;
+            };
+            for (tx, grant) in planned.grants {
+                // A lane whose driver is gone leaves on its own; its grant is dropped with it.
+                let _ = tx.send(grant);
+            }
+            let mut ended = Vec::new();
+            for (lane, ack) in planned.acks {
+                if let Ok(items) = ack.await {
+                    ended.extend(items.into_iter().map(|item| (lane, item)));
+                }
+            }
+            {
+                let mut lanes = self.lock();
+                for (lane, item) in ended {
+                    let seq = lanes
+                        .lanes
+                        .get_mut(&lane)
+                        .and_then(|l| l.seqs.get_mut(item))
+                        .and_then(Option::take);
+                    if let Some(seq) = seq {
+                        lanes.sched.leave(seq);
+                        lanes.owners.remove(&seq);
+                    }
+                }
+                self.show(&mut lanes);
+            }
+            if planned.delay.is_zero() {
+                tokio::task::yield_now().await;
+            } else {
+                tokio::time::sleep(planned.delay).await;
+            }
+        }
+    }
+
+    /// Decides the next step and the grants that carry it out; `None` when there is nothing to do until a
+    /// request joins or leaves, or the control plane stirs.
+    fn plan(&self) -> Option<Planned> {
+        let mut lanes = self.lock();
+        let lanes = &mut *lanes;
+        let mut grants = Grants::default();
+
+        // Samples aborted in the queue end there.
+        let mut aborted_waiting = Vec::new();
+        for (&id, lane) in &lanes.lanes {
+            if !lane.ctl.any_aborted() {
+                continue;
+            }
+            for (item, seq) in lane.seqs.iter().enumerate() {
+                if let Some(seq) = seq
+                    && lane.ctl.is_aborted(item)
+                    && !lanes.sched.is_running(*seq)
+                {
+                    aborted_waiting.push((id, item, *seq));
+                }
+            }
+        }
+        for &(lane, item, seq) in &aborted_waiting {
+            lanes.sched.leave(seq);
+            if let Some(g) = grants.of(lanes, lane) {
+                g.turns[item] = Turn::AbortWaiting;
+            }
+        }
+        for (&id, grant) in &mut grants.of_lane {
+            let lane = &lanes.lanes[&id];
+            let aborted = |item: usize| grant.turns[item] == Turn::AbortWaiting;
+            grant.never_ran = !lane.ran
+                && lane
+                    .seqs
+                    .iter()
+                    .enumerate()
+                    .all(|(item, seq)| seq.is_none() || aborted(item));
+        }
+
+        let mut stepping: Vec<SeqId> = Vec::new();
+        let mut retracted: Vec<SeqId> = Vec::new();
+        let mut kind = StepKind::Decode;
+        if self.control.is_paused() {
+            if self.control.is_retracting() {
+                retracted = lanes.sched.retract_all();
+            }
+            // Only an abort moves a sample while paused: it takes its one more step and ends.
+            for (&seq, &(lane, item)) in &lanes.owners {
+                if lanes.sched.is_running(seq) && lanes.lanes[&lane].ctl.is_aborted(item) {
+                    stepping.push(seq);
+                }
+            }
+            stepping.sort_unstable();
+        } else if let Some(step) = lanes.sched.schedule() {
+            kind = step.kind;
+            stepping = step.stepping;
+            retracted = step.retracted;
+        }
+        for &seq in &retracted {
+            if let Some(&(lane, item)) = lanes.owners.get(&seq)
+                && let Some(g) = grants.of(lanes, lane)
+            {
+                g.retracted.push(item);
+            }
+        }
+        let mut delay = Duration::ZERO;
+        for &seq in &stepping {
+            let Some(&(lane, item)) = lanes.owners.get(&seq) else {
+                continue;
+            };
+            if self.latency.is_active() {
+                let (key, prompt) = lanes.lanes[&lane].keys[item];
+                let one = match kind {
+                    StepKind::Prefill => self.latency.ttft(key, prompt),
+                    StepKind::Decode => self.latency.itl(key, lanes.sched.output(seq)),
+                };
+                delay = delay.max(one);
+            }
+            if let Some(g) = grants.of(lanes, lane) {
+                g.turns[item] = Turn::Step;
+            }
+            if let Some(state) = lanes.lanes.get_mut(&lane) {
+                state.ran = true;
+            }
+        }
+        for (lane, item, _) in aborted_waiting {
+            if let Some(state) = lanes.lanes.get_mut(&lane) {
+                state.seqs[item] = None;
+            }
+        }
+        self.show(lanes);
+        if grants.of_lane.is_empty() {
+            return None;
+        }
+        Some(Planned {
+            grants: grants
+                .of_lane
+                .into_iter()
+                .map(|(lane, grant)| (lanes.lanes[&lane].grants.clone(), grant))
+                .collect(),
+            acks: grants.acks,
+            delay,
+        })
+    }
+}
+
+/// The grants of one step as the loop builds them, one per request it moves.
+#[derive(Default)]
+struct Grants {
+    of_lane: HashMap<u64, Grant>,
+    acks: Vec<(u64, oneshot::Receiver<Vec<usize>>)>,
+}
+
+impl Grants {
+    /// The grant of lane `lane` (every item waiting until told otherwise); `None` for a lane that left.
+    fn of(&mut self, lanes: &Lanes, lane: u64) -> Option<&mut Grant> {
+        let items = lanes.lanes.get(&lane)?.seqs.len();
+        Some(self.of_lane.entry(lane).or_insert_with(|| {
+            let (ack, rx) = oneshot::channel();
+            self.acks.push((lane, rx));
+            Grant {
+                turns: vec![Turn::Wait; items],
+                retracted: Vec::new(),
+                never_ran: false,
+                ack,
+            }
+        }))
+    }
+}

@@ -1,0 +1,297 @@
+//! The batch scheduler of a server with a bounded KV pool (`--max-total-tokens`), against the running
+//! release: the batches of `scripts/sched_probe.py`, which 0.5.23 served with pools of 600 and 2,000 tokens
+//! (`mock-server/conform/sched/`), replayed on the mock: each sample is retracted as often as the real server
+//! retracted it, and its tokens and logprobs are still exactly the model's. Then what the loop does with the
+//! control plane: a `retract` pause, an abort in the waiting queue, a stream, and the load reports.
+
+use mock_server::{ServerConfig, SglangVersion};
+use serde_json::{Value, json};
+
+use crate::common::{InProcess, Mode, items, reassemble, spawn_generate, sse_json};
+
+fn pooled(max_total_tokens: u64) -> ServerConfig {
+    ServerConfig {
+        sglang_version: SglangVersion::V0_5_23,
+        max_total_tokens: Some(max_total_tokens),
+        ..ServerConfig::default()
+    }
+}
+
+fn pooled_as(release: SglangVersion, max_total_tokens: u64) -> ServerConfig {
+    ServerConfig {
+        sglang_version: release,
+        ..pooled(max_total_tokens)
+    }
+}
+
+fn recording(name: &str) -> Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("conform/sched")
+        .join(name);
+    let text = std::fs::read_to_string(&path).expect("the recording is in the repository");
+    serde_json::from_str(&text).expect("the recording is JSON")
+}
+
+/// Each item's `(completion_tokens, num_retractions)`; 0.5.3 reports no retractions (`None`).
+fn schedule_of(answer: &Value) -> Vec<(u64, Option<u64>)> {
+    items(answer)
+        .iter()
+        .map(|item| {
+            let meta = &item["meta_info"];
+            (
+                meta["completion_tokens"]
+                    .as_u64()
+                    .expect("completion_tokens"),
+                meta["num_retractions"].as_u64(),
+            )
+        })
+        .collect()
+}
+
+/// Each item's output ids and output logprobs.
+fn tokens_of(answer: &Value) -> Vec<(Value, Value)> {
+    items(answer)
+        .iter()
+        .map(|item| {
+            (
+                item["output_ids"].clone(),
+                item["meta_info"]["output_token_logprobs"].clone(),
+            )
+        })
+        .collect()
+}
+
+async fn replay(name: &str) {
+    let recording = recording(name);
+    let pool = recording["max_total_tokens"].as_u64().expect("pool");
+    let release: SglangVersion = recording["release"]
+        .as_str()
+        .expect("release")
+        .parse()
+        .expect("a release the mock answers as");
+    let server = InProcess::new(pooled_as(release, pool));
+    let free = InProcess::new(ServerConfig {
+        sglang_version: release,
+        ..ServerConfig::default()
+    });
+    let scenarios = recording["scenarios"].as_array().expect("scenarios");
+    assert!(!scenarios.is_empty());
+    let mut retracted = 0;
+    for scenario in scenarios {
+        let name = &scenario["name"];
+        let mut body = scenario["request"].clone();
+        body["return_logprob"] = json!(true);
+        let reply = server.generate(&body).await;
+        assert_eq!(reply.status, 200, "{name}: {}", reply.text());
+        let answer = reply.json();
+        let expected: Vec<(u64, Option<u64>)> = scenario["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .map(|i| {
+                (
+                    i["completion_tokens"].as_u64().expect("tokens"),
+                    i["num_retractions"].as_u64(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            schedule_of(&answer),
+            expected,
+            "{name}: (tokens, retractions) per sample"
+        );
+        retracted += expected.iter().filter_map(|(_, r)| *r).sum::<u64>();
+        // The schedule changes when tokens come, never which: the same batch on a server that runs every
+        // sample at once answers the same tokens and logprobs.
+        let alone = free.generate(&body).await.json();
+        assert_eq!(
+            tokens_of(&answer),
+            tokens_of(&alone),
+            "{name}: tokens and logprobs"
+        );
+    }
+    // Idle again: nothing left running or waiting.
+    if release == SglangVersion::V0_5_3 {
+        let load = server.get("/get_load").await.json();
+        assert_eq!(
+            (&load[0]["num_reqs"], &load[0]["num_waiting_reqs"]),
+            (&json!(0), &json!(0))
+        );
+    } else {
+        let load = server.get("/v1/loads").await.json()["loads"][0].clone();
+        assert_eq!(
+            (&load["num_running_reqs"], &load["num_waiting_reqs"]),
+            (&json!(0), &json!(0))
+        );
+    }
+    // 0.5.3 reports no retractions; its log's are checked by the scheduler's own tests (`engine::sched`).
+    assert!(
+        retracted > 0 || release == SglangVersion::V0_5_3,
+        "{name} retracts somewhere"
+    );
+}
+
+#[tokio::test]
+async fn as_0_5_15_a_pool_of_600_tokens_retracts_even_ignore_eos_samples_as_the_real_server_did() {
+    replay("0.5.15-600.json").await;
+}
+
+#[tokio::test]
+async fn as_0_5_3_a_pool_of_600_tokens_queues_as_the_real_server_did() {
+    replay("0.5.3-600.json").await;
+}
+
+#[tokio::test]
+async fn a_pool_of_600_tokens_queues_and_retracts_the_samples_the_real_server_did() {
+    replay("0.5.23-600.json").await;
+}
+
+#[tokio::test]
+async fn a_pool_of_2000_tokens_queues_and_retracts_the_samples_the_real_server_did() {
+    replay("0.5.23-2000.json").await;
+}
+
+/// Samples of 20 prompt tokens and `max_new` new ones that run to their length.
+fn batch(n: usize, max_new: u64, ignore_eos: bool) -> Value {
+    let ids: Vec<Vec<u64>> = (0..n as u64)
+        .map(|i| (0..20).map(|j| 500 + 100 * i + j).collect())
+        .collect();
+    json!({"input_ids": ids, "sampling_params": {"max_new_tokens": max_new,
+        "min_new_tokens": max_new, "ignore_eos": ignore_eos, "temperature": 0}})
+}
+
+#[tokio::test]
+async fn a_stream_under_the_batch_loop_carries_the_tokens_of_the_non_stream_answer() {
+    let server = InProcess::new(pooled(600));
+    let mut body = batch(4, 150, false);
+    body["return_logprob"] = json!(true);
+    let whole = server.generate(&body).await.json();
+    body["stream"] = json!(true);
+    let reply = server.generate(&body).await;
+    assert_eq!(reply.status, 200);
+    let chunks: Vec<Value> = sse_json(&reply.body);
+    let streamed = reassemble(&chunks, Mode::Cumulative);
+    let whole = items(&whole);
+    assert_eq!(streamed.len(), whole.len());
+    for (s, w) in streamed.iter().zip(&whole) {
+        assert_eq!(Value::Array(s.output_ids.clone()), w["output_ids"]);
+        assert_eq!(
+            Value::Array(s.output_token_logprobs.clone()),
+            w["meta_info"]["output_token_logprobs"]
+        );
+        assert_eq!(
+            s.last_meta["num_retractions"],
+            w["meta_info"]["num_retractions"]
+        );
+    }
+}
+
+/// Polls `/v1/loads` until `ready` holds of its one load, letting the loop run meanwhile.
+async fn wait_for(server: &InProcess, ready: impl Fn(&Value) -> bool) -> Value {
+    for _ in 0..100_000 {
+        let load = server.get("/v1/loads").await.json()["loads"][0].clone();
+        if ready(&load) {
+            return load;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("the server never reached the state");
+}
+
+#[tokio::test]
+async fn the_load_reports_count_the_samples_the_pool_keeps_waiting() {
+    // Two samples of 20 + 200 reserve 442 of 600 tokens; the other two wait (ignore_eos: the whole budget).
+    let server = InProcess::new(pooled(600));
+    let task = spawn_generate(&server, batch(4, 200, true));
+    let load = wait_for(&server, |l| l["num_running_reqs"] == 2).await;
+    assert_eq!(load["num_waiting_reqs"], 2);
+    assert_eq!(load["num_waiting_uncached_tokens"], 40);
+    let answer = task.await.expect("the request ends").json();
+    assert_eq!(schedule_of(&answer), vec![(200, Some(0)); 4]);
+}
+
+#[tokio::test]
+async fn a_retract_pause_sends_the_batch_back_to_the_queue_and_it_resumes_with_the_same_tokens() {
+    let server = InProcess::new(pooled(10_000));
+    let body = batch(2, 300, true);
+    let expected = server.generate(&body).await.json();
+    let task = spawn_generate(&server, body);
+    wait_for(&server, |l| l["num_running_reqs"] == 2).await;
+    let paused = server
+        .post("/pause_generation", r#"{"mode": "retract"}"#)
+        .await;
+    assert_eq!(paused.status, 200, "{}", paused.text());
+    let load = wait_for(&server, |l| l["num_waiting_reqs"] == 2).await;
+    assert_eq!(load["num_running_reqs"], 0);
+    assert_eq!(server.post("/continue_generation", "{}").await.status, 200);
+    let answer = task.await.expect("the request ends").json();
+    assert_eq!(schedule_of(&answer), vec![(300, Some(1)); 2]);
+    assert_eq!(tokens_of(&answer), tokens_of(&expected));
+}
+
+#[tokio::test]
+async fn a_sample_aborted_in_the_waiting_queue_ends_there_without_a_token() {
+    // The first request fills the pool; the second waits behind it and is aborted there.
+    let server = InProcess::new(pooled(300));
+    let single = |rid: &str| {
+        let mut body = batch(1, 250, true);
+        body["input_ids"] = body["input_ids"][0].clone();
+        body["rid"] = json!(rid);
+        body
+    };
+    let (first, second) = (single("first"), single("second"));
+    let running = spawn_generate(&server, first);
+    wait_for(&server, |l| l["num_running_reqs"] == 1).await;
+    let waiting = spawn_generate(&server, second);
+    wait_for(&server, |l| l["num_waiting_reqs"] == 1).await;
+    let aborted = server.post("/abort_request", r#"{"rid": "second"}"#).await;
+    assert_eq!(aborted.status, 200);
+    let answer = waiting.await.expect("the request ends").json();
+    // SGLang's waiting-queue abort object (`wire::aborts`): no prompt_tokens, no output.
+    let meta = &answer["meta_info"];
+    assert_eq!(
+        meta["finish_reason"],
+        json!({"type": "abort", "message": "Abort in waiting queue"})
+    );
+    assert_eq!(meta["completion_tokens"], 0);
+    assert!(meta.get("prompt_tokens").is_none(), "{meta}");
+    let answer = running.await.expect("the request ends").json();
+    assert_eq!(answer["meta_info"]["completion_tokens"], 250);
+}
+
+#[tokio::test]
+async fn an_abort_reaches_a_running_sample_through_the_loop_and_a_pause_in_abort_mode_ends_the_batch()
+ {
+    let server = InProcess::new(pooled(10_000));
+    let mut body = batch(1, 5000, true);
+    body["input_ids"] = body["input_ids"][0].clone();
+    body["rid"] = json!("long");
+    let task = spawn_generate(&server, body);
+    wait_for(&server, |l| l["num_running_reqs"] == 1).await;
+    assert_eq!(
+        server
+            .post("/abort_request", r#"{"rid": "long"}"#)
+            .await
+            .status,
+        200
+    );
+    let answer = task.await.expect("the request ends").json();
+    let meta = &answer["meta_info"];
+    assert_eq!(meta["finish_reason"]["type"], "abort");
+    assert_eq!(meta["finish_reason"]["message"], "Aborted");
+    let made = meta["completion_tokens"].as_u64().expect("tokens");
+    assert!((1..5000).contains(&made), "{made}");
+
+    // A pause in abort mode: the batch ends aborted while generation stays paused.
+    let task = spawn_generate(&server, batch(2, 5000, true));
+    wait_for(&server, |l| l["num_running_reqs"] == 2).await;
+    assert_eq!(server.post("/pause_generation", "{}").await.status, 200);
+    let answer = task.await.expect("the request ends").json();
+    for item in items(&answer) {
+        assert_eq!(
+            item["meta_info"]["finish_reason"]["type"], "abort",
+            "{item}"
+        );
+    }
+    assert_eq!(server.post("/continue_generation", "{}").await.status, 200);
+}
