@@ -219,6 +219,13 @@ impl Batcher {
                 }
                 continue;
             };
+            // The step takes its time before its tokens come out: a prefill step's the time to first token,
+            // a decode step's the inter-token latency.
+            if planned.delay.is_zero() {
+                tokio::task::yield_now().await;
+            } else {
+                tokio::time::sleep(planned.delay).await;
+            }
             for (tx, grant) in planned.grants {
                 // A lane whose driver is gone leaves on its own; its grant is dropped with it.
                 let _ = tx.send(grant);
@@ -243,11 +250,6 @@ impl Batcher {
                     }
                 }
                 self.show(&mut lanes);
-            }
-            if planned.delay.is_zero() {
-                tokio::task::yield_now().await;
-            } else {
-                tokio::time::sleep(planned.delay).await;
             }
         }
     }

@@ -59,16 +59,41 @@ async fn ttft_and_itl_add_up_exactly() {
     // Zero latency by default: no simulated time passes at all.
     let instant = InProcess::new(ServerConfig::default());
     assert_eq!(timed(&instant, &body(5, 8, false)).await, Duration::ZERO);
+    // The batch loop of a bounded pool takes the same time per step: a prefill step the time to first token,
+    // each decode step the inter-token latency.
+    let pooled = InProcess::new(ServerConfig {
+        latency: config,
+        max_total_tokens: Some(10_000),
+        ..ServerConfig::default()
+    });
+    for stream in [false, true] {
+        assert_eq!(
+            timed(&pooled, &body(5, 8, stream)).await,
+            Duration::from_millis(180),
+            "pooled, stream={stream}"
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]
 async fn streamed_chunks_arrive_one_inter_token_latency_apart() {
-    use futures_util::StreamExt;
-    let server = with_latency(LatencyConfig {
+    let latency = LatencyConfig {
         ttft_ms: 50.0,
         itl_ms: 20.0,
         ..LatencyConfig::default()
+    };
+    chunks_arrive_one_inter_token_latency_apart(with_latency(latency)).await;
+    // The batch loop of a bounded pool: a step's time passes before its tokens come out.
+    let pooled = InProcess::new(ServerConfig {
+        latency,
+        max_total_tokens: Some(10_000),
+        ..ServerConfig::default()
     });
+    chunks_arrive_one_inter_token_latency_apart(pooled).await;
+}
+
+async fn chunks_arrive_one_inter_token_latency_apart(server: InProcess) {
+    use futures_util::StreamExt;
     let request = axum::http::Request::post("/generate")
         .body(axum::body::Body::from(
             serde_json::to_vec(&body(3, 4, true)).unwrap(),
