@@ -1,5 +1,11 @@
 //! The latency model: time to first token (constant plus per prompt token) and inter-token latency with capped,
 //! seeded jitter, all multiplied by a time-scale factor. Zero by default, so tests and benchmarks stay fast.
+//!
+//! A server with a batch loop (`--max-total-tokens`, or the logical clock) times each step of the batch
+//! instead ([`LatencyConfig::step`]): a prefill step takes the time to first token of all the prompt tokens it
+//! prefills, a decode step the inter-token latency plus `itl_per_sample_ms` for each sample it decodes. On the
+//! logical clock ([`Clock::Logical`]) the reported times (`e2e_latency`, the metrics' time to first token) are
+//! the sums of these step times, the same in every run of the same requests, whatever the machine does.
 
 use std::time::Duration;
 
@@ -30,6 +36,29 @@ pub struct LatencyConfig {
     /// Multiplies every simulated delay (0.5 runs twice as fast; 0 disables latency).
     #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_TIME_SCALE", default_value_t = LatencyConfig::default().time_scale))]
     pub time_scale: f64,
+    /// A decode step's time per sample it decodes, on top of `--itl-ms` (ms; batch loop only).
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_ITL_PER_SAMPLE_MS", default_value_t = LatencyConfig::default().itl_per_sample_ms))]
+    pub itl_per_sample_ms: f64,
+    /// `wall`: times are measured; `logical`: times are the sums of the simulated step times, deterministic
+    /// (runs the batch loop).
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_CLOCK", value_enum, default_value_t = Clock::Wall))]
+    pub clock: Clock,
+    /// On the logical clock, simulated seconds per real second: the server waits each step's time divided by
+    /// it (`inf`: not at all).
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_CLOCK_SPEED", default_value_t = LatencyConfig::default().clock_speed))]
+    pub clock_speed: f64,
+}
+
+/// Which clock a server's reported times come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum Clock {
+    /// The machine's: what the steps really took, the simulated delays included.
+    #[default]
+    Wall,
+    /// The simulated one: the batch loop's steps, each as long as the latency model says.
+    Logical,
 }
 
 impl Default for LatencyConfig {
@@ -41,6 +70,9 @@ impl Default for LatencyConfig {
             jitter_ms: 0.0,
             jitter_seed: 0,
             time_scale: 1.0,
+            itl_per_sample_ms: 0.0,
+            clock: Clock::Wall,
+            clock_speed: 1.0,
         }
     }
 }
@@ -52,7 +84,18 @@ impl LatencyConfig {
             && (self.ttft_ms > 0.0
                 || self.ttft_per_token_ms > 0.0
                 || self.itl_ms > 0.0
+                || self.itl_per_sample_ms > 0.0
                 || self.jitter_ms > 0.0)
+    }
+
+    /// The time of one step of a batch loop: a prefill step of `prefill_tokens` prompt tokens (`Some`), or a
+    /// decode step of `samples` samples (`None`); `step` seeds its jitter.
+    pub fn step(&self, prefill_tokens: Option<usize>, samples: usize, step: u64) -> Duration {
+        let base = match prefill_tokens {
+            Some(tokens) => self.ttft_ms + self.ttft_per_token_ms * tokens as f64,
+            None => self.itl_ms + self.itl_per_sample_ms * samples as f64,
+        };
+        self.scaled(base + self.jitter(step, u64::MAX - 1))
     }
 
     /// The delay before the first output token of a sample whose prompt has `prompt_len` tokens.
@@ -107,6 +150,26 @@ mod tests {
         };
         assert!((0..100).all(|k| big.itl(1, k) >= Duration::ZERO));
         assert!(!LatencyConfig::default().is_active());
+    }
+
+    #[test]
+    fn a_batch_step_takes_its_prefill_tokens_or_its_samples_time() {
+        let config = LatencyConfig {
+            ttft_ms: 100.0,
+            ttft_per_token_ms: 0.5,
+            itl_ms: 10.0,
+            itl_per_sample_ms: 2.0,
+            time_scale: 2.0,
+            ..LatencyConfig::default()
+        };
+        // (100 + 0.5 × 40) × 2 and (10 + 2 × 3) × 2.
+        assert_eq!(config.step(Some(40), 2, 0), Duration::from_millis(240));
+        assert_eq!(config.step(None, 3, 1), Duration::from_millis(32));
+        let per_sample = LatencyConfig {
+            itl_per_sample_ms: 1.0,
+            ..LatencyConfig::default()
+        };
+        assert!(per_sample.is_active());
     }
 
     #[test]

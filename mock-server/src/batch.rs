@@ -8,6 +8,11 @@
 //! next step once every granted request has. Streams run in a task of their own
 //! ([`detach`](crate::http::drive)), so a client slow to read holds up no one.
 //!
+//! Each step takes the latency model's time for its batch ([`LatencyConfig::step`]) before its tokens come out.
+//! On the logical clock the loop also counts those times, and each grant says how long its request has been in
+//! the loop then, which is what the request reports as its times: the same for the same requests, whatever the
+//! machine does meanwhile.
+//!
 //! The loop also carries out what the control plane asks of running samples: while generation is paused it
 //! steps no one, except samples aborted by the pause (or any abort), which take the one more step an abort
 //! gets; a `retract` pause sends the whole batch back to the queue; a sample aborted in the queue ends there.
@@ -17,10 +22,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mock_core::LatencyConfig;
 use mock_core::engine::{
     Occupancy, SchedConfig, SchedLoad, Scheduler, SeqId, SeqSpec, StepKind, Turn,
 };
+use mock_core::{Clock, LatencyConfig};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::control::{Control, RequestCtl};
@@ -35,6 +40,8 @@ pub(crate) struct Grant {
     /// Every sample of the request was aborted in the waiting queue before any of them ran: SGLang answers
     /// such a request with its waiting-queue abort objects.
     pub(crate) never_ran: bool,
+    /// On the logical clock, the seconds since the request joined the loop when this step's tokens come out.
+    pub(crate) elapsed: Option<f64>,
     /// Where the driver reports the items its tick ended.
     ack: oneshot::Sender<Vec<usize>>,
 }
@@ -74,10 +81,10 @@ struct LaneState {
     ctl: Arc<RequestCtl>,
     /// Each item's sample, while it is in the scheduler.
     seqs: Vec<Option<SeqId>>,
-    /// Each item's latency key and prompt length, for the latency model.
-    keys: Vec<(u64, usize)>,
     /// Whether any of its samples has been prefilled.
     ran: bool,
+    /// The logical clock's time when it joined.
+    joined: Duration,
 }
 
 #[derive(Debug)]
@@ -89,6 +96,10 @@ struct Lanes {
     next_lane: u64,
     /// What the loop last put on the occupancy board.
     shown: SchedLoad,
+    /// The logical clock: the steps' times so far.
+    now: Duration,
+    /// Steps so far, which seed the latency model's jitter.
+    steps: u64,
 }
 
 /// The batch loop's shared state.
@@ -124,6 +135,8 @@ impl Batcher {
                 owners: HashMap::new(),
                 next_lane: 0,
                 shown: SchedLoad::default(),
+                now: Duration::ZERO,
+                steps: 0,
             }),
             wake: Notify::new(),
             started: AtomicBool::new(false),
@@ -140,12 +153,11 @@ impl Batcher {
     }
 
     /// A request joins the queue with its items' samples (`None` for an item that does not generate: refused
-    /// or failed at the start). `keys` are each item's latency key and prompt length.
+    /// or failed at the start).
     pub(crate) fn join(
         self: &Arc<Self>,
         ctl: Arc<RequestCtl>,
         specs: Vec<Option<SeqSpec>>,
-        keys: Vec<(u64, usize)>,
     ) -> Lane {
         if !self.started.swap(true, Ordering::AcqRel) {
             tokio::spawn(Arc::clone(self).run());
@@ -164,14 +176,15 @@ impl Batcher {
                     lanes.owners.insert(*seq, (id, item));
                 }
             }
+            let joined = lanes.now;
             lanes.lanes.insert(
                 id,
                 LaneState {
                     grants: tx,
                     ctl,
                     seqs,
-                    keys,
                     ran: false,
+                    joined,
                 },
             );
             self.show(&mut lanes);
@@ -219,12 +232,19 @@ impl Batcher {
                 }
                 continue;
             };
-            // The step takes its time before its tokens come out: a prefill step's the time to first token,
-            // a decode step's the inter-token latency.
-            if planned.delay.is_zero() {
+            // The step takes its time before its tokens come out; on the logical clock, that time divided by the
+            // clock's speed.
+            let wait = match self.latency.clock {
+                Clock::Wall => planned.delay,
+                Clock::Logical => {
+                    let seconds = planned.delay.as_secs_f64() / self.latency.clock_speed;
+                    Duration::try_from_secs_f64(seconds).unwrap_or(Duration::ZERO)
+                }
+            };
+            if wait.is_zero() {
                 tokio::task::yield_now().await;
             } else {
-                tokio::time::sleep(planned.delay).await;
+                tokio::time::sleep(wait).await;
             }
             for (tx, grant) in planned.grants {
                 // A lane whose driver is gone leaves on its own; its grant is dropped with it.
@@ -296,6 +316,7 @@ impl Batcher {
         let mut stepping: Vec<SeqId> = Vec::new();
         let mut retracted: Vec<SeqId> = Vec::new();
         let mut kind = StepKind::Decode;
+        let mut prefill_tokens = 0;
         if self.control.is_paused() {
             if self.control.is_retracting() {
                 retracted = lanes.sched.retract_all();
@@ -311,6 +332,7 @@ impl Batcher {
             kind = step.kind;
             stepping = step.stepping;
             retracted = step.retracted;
+            prefill_tokens = step.prefill_tokens;
         }
         for &seq in &retracted {
             if let Some(&(lane, item)) = lanes.owners.get(&seq)
@@ -319,19 +341,10 @@ impl Batcher {
                 g.retracted.push(item);
             }
         }
-        let mut delay = Duration::ZERO;
         for &seq in &stepping {
             let Some(&(lane, item)) = lanes.owners.get(&seq) else {
                 continue;
             };
-            if self.latency.is_active() {
-                let (key, prompt) = lanes.lanes[&lane].keys[item];
-                let one = match kind {
-                    StepKind::Prefill => self.latency.ttft(key, prompt),
-                    StepKind::Decode => self.latency.itl(key, lanes.sched.output(seq)),
-                };
-                delay = delay.max(one);
-            }
             if let Some(g) = grants.of(lanes, lane) {
                 g.turns[item] = Turn::Step;
             }
@@ -347,6 +360,20 @@ impl Batcher {
         self.show(lanes);
         if grants.of_lane.is_empty() {
             return None;
+        }
+        let delay = if self.latency.is_active() {
+            let prefill = (kind == StepKind::Prefill).then_some(prefill_tokens);
+            self.latency.step(prefill, stepping.len(), lanes.steps)
+        } else {
+            Duration::ZERO
+        };
+        lanes.steps += 1;
+        if self.latency.clock == Clock::Logical {
+            lanes.now += delay;
+            for (id, grant) in &mut grants.of_lane {
+                let joined = lanes.lanes[id].joined;
+                grant.elapsed = Some(lanes.now.saturating_sub(joined).as_secs_f64());
+            }
         }
         Some(Planned {
             grants: grants
@@ -378,6 +405,7 @@ impl Grants {
                 turns: vec![Turn::Wait; items],
                 retracted: Vec::new(),
                 never_ran: false,
+                elapsed: None,
                 ack,
             }
         }))

@@ -34,7 +34,7 @@ pub use faults::{
 };
 pub use http::{AppState, Server, StartError};
 pub use mock_core::{
-    LatencyConfig, MoeShape, Release, RequestError, ScriptError, ScriptFinish, ScriptRule,
+    Clock, LatencyConfig, MoeShape, Release, RequestError, ScriptError, ScriptFinish, ScriptRule,
     ServerConfig, SglangVersion, StateError, UnknownSglangVersion,
 };
 

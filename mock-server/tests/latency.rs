@@ -59,14 +59,15 @@ async fn ttft_and_itl_add_up_exactly() {
     // Zero latency by default: no simulated time passes at all.
     let instant = InProcess::new(ServerConfig::default());
     assert_eq!(timed(&instant, &body(5, 8, false)).await, Duration::ZERO);
-    // The batch loop of a bounded pool takes the same time per step: a prefill step the time to first token,
-    // each decode step the inter-token latency.
-    let pooled = InProcess::new(ServerConfig {
-        latency: config,
-        max_total_tokens: Some(10_000),
-        ..ServerConfig::default()
-    });
+    // The batch loop of a bounded pool takes the same time per step: a prefill step the time to first token of
+    // the prompt tokens it computes, each decode step the inter-token latency. (A fresh server each time: a
+    // prompt sent again is a prefix-cache hit, whose cached tokens the prefill step does not compute.)
     for stream in [false, true] {
+        let pooled = InProcess::new(ServerConfig {
+            latency: config,
+            max_total_tokens: Some(10_000),
+            ..ServerConfig::default()
+        });
         assert_eq!(
             timed(&pooled, &body(5, 8, stream)).await,
             Duration::from_millis(180),

@@ -295,3 +295,67 @@ async fn an_abort_reaches_a_running_sample_through_the_loop_and_a_pause_in_abort
     }
     assert_eq!(server.post("/continue_generation", "{}").await.status, 200);
 }
+
+/// A server on the logical clock that waits for nothing: its times are the sums of its steps' times.
+fn logical(max_total_tokens: Option<u64>) -> InProcess {
+    InProcess::new(ServerConfig {
+        sglang_version: SglangVersion::V0_5_23,
+        max_total_tokens,
+        latency: mock_server::LatencyConfig {
+            ttft_ms: 100.0,
+            ttft_per_token_ms: 1.0,
+            itl_ms: 10.0,
+            itl_per_sample_ms: 2.0,
+            clock: mock_server::Clock::Logical,
+            clock_speed: f64::INFINITY,
+            ..mock_server::LatencyConfig::default()
+        },
+        ..ServerConfig::default()
+    })
+}
+
+fn e2e_of(answer: &Value) -> Vec<f64> {
+    items(answer)
+        .iter()
+        .map(|item| {
+            item["meta_info"]["e2e_latency"]
+                .as_f64()
+                .expect("e2e_latency")
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn on_the_logical_clock_a_request_takes_the_sum_of_its_steps_times() {
+    // A prefill step of 20 prompt tokens (100 + 20 ms), then four decode steps of one sample (10 + 2 ms each).
+    let server = logical(None);
+    let mut body = batch(1, 5, true);
+    body["input_ids"] = body["input_ids"][0].clone();
+    let answer = server.generate(&body).await.json();
+    assert_eq!(e2e_of(&answer), [0.168]);
+    // Two samples, the first with the prompt just sent, whose first 19 tokens the prefix cache holds: one
+    // prefill step of 1 + 20 tokens (121 ms), then four decode steps of two samples (14 ms each).
+    let answer = server.generate(&batch(2, 5, true)).await.json();
+    assert_eq!(e2e_of(&answer), [0.177, 0.177]);
+}
+
+#[tokio::test]
+async fn the_logical_clock_reproduces_a_loaded_run_exactly() {
+    // Eight samples through a pool of 600 tokens: queued, three at a time, two retracted. Every run of the
+    // same batch gives the same times, retractions and tokens.
+    let body = batch(8, 200, false);
+    let first = logical(Some(600)).generate(&body).await.json();
+    let second = logical(Some(600)).generate(&body).await.json();
+    assert_eq!(schedule_of(&first), schedule_of(&second));
+    let retracted: u64 = schedule_of(&first).iter().filter_map(|(_, r)| *r).sum();
+    assert!(retracted > 0, "the pool retracts");
+    let (e2e, again) = (e2e_of(&first), e2e_of(&second));
+    assert_eq!(e2e, again);
+    // The first sample: a prefill step of two prompts (140 ms), one of the third's (120 ms), 179 decode steps
+    // of three samples (16 ms each) up to the retraction of the third at 180 tokens, 20 of two (14 ms).
+    let alone = (140.0 + 120.0 + 179.0 * 16.0 + 20.0 * 14.0) / 1000.0;
+    assert!((e2e[0] - alone).abs() < 1e-9, "{} vs {alone}", e2e[0]);
+    // A retracted sample waits for others and is prefilled again: it finishes last.
+    let last = e2e.iter().copied().fold(0.0, f64::max);
+    assert_eq!(e2e[7], last);
+}

@@ -90,9 +90,13 @@ pub struct SchedConfig {
 }
 
 impl SchedConfig {
-    /// The scheduler of a server configured as `config`, when it schedules (`--max-total-tokens` given).
-    pub fn of_server(config: &ServerConfig) -> Option<SchedConfig> {
-        let pool = config.max_total_tokens?;
+    /// The scheduler of a server configured as `config`, when it schedules: `--max-total-tokens` given, or
+    /// `always` (the logical clock, whose times are a batch loop's steps), with a pool of 2^20 tokens.
+    pub fn of_server(config: &ServerConfig, always: bool) -> Option<SchedConfig> {
+        if config.max_total_tokens.is_none() && !always {
+            return None;
+        }
+        let pool = config.kv_pool_tokens();
         Some(SchedConfig {
             max_total_tokens: usize::try_from(pool).unwrap_or(usize::MAX),
             max_running_requests: config.max_running_requests,
@@ -159,6 +163,8 @@ pub struct Step {
     pub chunked: Vec<SeqId>,
     /// Samples sent back to the queue before the step, for want of KV.
     pub retracted: Vec<SeqId>,
+    /// The prompt tokens a prefill step computes (0 for a decode step).
+    pub prefill_tokens: usize,
     /// The new-token ratio after the step's scheduling.
     pub new_token_ratio: f64,
 }
@@ -452,6 +458,7 @@ impl Scheduler {
         let mut stepping = Vec::new();
         let mut chunked = Vec::new();
         let mut admitted: Vec<SeqId> = Vec::new();
+        let mut prefill_tokens = 0;
 
         // A prompt being prefilled in chunks goes on first, whatever else fits.
         let continued = self.chunked.is_some();
@@ -460,6 +467,7 @@ impl Scheduler {
             let left = seq.admitted_extend() - seq.prefilled;
             let chunk = rem_chunk.map_or(left, |c| left.min(c.max(1) as usize));
             seq.prefilled += chunk;
+            prefill_tokens += chunk;
             let done = seq.prefilled >= seq.admitted_extend();
             rem_total -= (chunk + page) as f64;
             rem_input -= chunk as i64;
@@ -506,6 +514,7 @@ impl Scheduler {
             seq.running = true;
             seq.admit_out = seq.out;
             seq.prefilled = chunk;
+            prefill_tokens += chunk;
             admitted.push(id);
             if chunk < extend {
                 self.chunked = Some(id);
@@ -537,6 +546,7 @@ impl Scheduler {
             stepping,
             chunked,
             retracted: Vec::new(),
+            prefill_tokens,
             new_token_ratio: self.ratio.current,
         })
     }
@@ -587,6 +597,7 @@ impl Scheduler {
             stepping: self.running.clone(),
             chunked: Vec::new(),
             retracted,
+            prefill_tokens: 0,
             new_token_ratio: self.ratio.current,
         }
     }

@@ -168,10 +168,20 @@ impl Timings {
         }
     }
 
-    /// Stamps the items the last tick started or ended.
+    /// Stamps the items the last tick started or ended, with the time since `started`.
     fn observe(&mut self, run: &Run, started: Instant) {
         let mut now = None;
-        let mut now = || *now.get_or_insert_with(|| started.elapsed().as_secs_f64());
+        self.stamp(run, || {
+            *now.get_or_insert_with(|| started.elapsed().as_secs_f64())
+        });
+    }
+
+    /// Stamps the items the last tick started or ended at `seconds` (the logical clock's).
+    fn observe_at(&mut self, run: &Run, seconds: f64) {
+        self.stamp(run, || seconds);
+    }
+
+    fn stamp(&mut self, run: &Run, mut now: impl FnMut() -> f64) {
         for (i, progress) in run.progress().iter().enumerate() {
             if matches!(progress, Progress::Stepped | Progress::Finished) && self.ttft[i].is_none()
             {
@@ -243,12 +253,7 @@ impl RunCtx {
         }
         let uncached = specs.iter().flatten().map(|s| s.prompt - s.cached).sum();
         self.occupancy.prefilled(uncached);
-        let keys = plan
-            .items
-            .iter()
-            .map(|item| (latency_key(item), item.request.input_ids.len()))
-            .collect();
-        Some(batcher.join(Arc::clone(&self.ctl), specs, keys))
+        Some(batcher.join(Arc::clone(&self.ctl), specs))
     }
 
     /// One tick as the batch loop grants it: its retractions first, then the items it lets step; the grant is
@@ -261,7 +266,10 @@ impl RunCtx {
             ..self.outside()
         };
         run.tick(&outside);
-        timings.observe(run, self.started);
+        match grant.elapsed {
+            Some(seconds) => timings.observe_at(run, seconds),
+            None => timings.observe(run, self.started),
+        }
         let ended = run
             .progress()
             .iter()

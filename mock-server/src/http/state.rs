@@ -77,7 +77,8 @@ impl AppState {
     /// A state around an already built model (the oracle and tests share one).
     pub(crate) fn with_model(config: ServerConfig, model: Arc<Model>) -> AppState {
         let occupancy = Arc::new(Occupancy::new());
-        let sched = mock_core::engine::SchedConfig::of_server(&config);
+        let logical = config.latency.clock == mock_core::Clock::Logical;
+        let sched = mock_core::engine::SchedConfig::of_server(&config, logical);
         // With a batch loop, its scheduler caps the running samples; without one, the control plane caps the
         // running requests.
         let control = Control::new(
