@@ -359,3 +359,25 @@ async fn the_logical_clock_reproduces_a_loaded_run_exactly() {
     let last = e2e.iter().copied().fold(0.0, f64::max);
     assert_eq!(e2e[7], last);
 }
+
+#[tokio::test]
+async fn a_request_longer_than_the_pool_is_cut_to_fit_or_refused_and_never_waits_for_ever() {
+    // `max_req_len = min(context_len - 1, max_total_tokens - 1)` = 299: a completion is cut to
+    // 299 - 20 - 1 = 278 tokens, which an empty pool admits (20 + 278 + 1 < 300).
+    let server = InProcess::new(pooled(300));
+    let mut body = batch(1, 1000, true);
+    body["input_ids"] = body["input_ids"][0].clone();
+    body["sampling_params"]["min_new_tokens"] = json!(0);
+    let answer = server.generate(&body).await.json();
+    assert_eq!(answer["meta_info"]["completion_tokens"], 278);
+    assert_eq!(answer["meta_info"]["finish_reason"]["type"], "length");
+    // A prompt of `max_req_len - 5` tokens or more is the scheduler's 400.
+    body["input_ids"] = json!(vec![7; 294]);
+    let reply = server.generate(&body).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert_eq!(
+        reply.json()["error"]["message"],
+        "Input length (294 tokens) exceeds the maximum allowed length (294 tokens). Use a shorter input or \
+         enable --allow-auto-truncate."
+    );
+}

@@ -23,8 +23,10 @@
 //!   `init = 0.7 × --schedule-conservativeness`; an idle step resets it (`NewTokenRatioTracker`).
 //!
 //! A sample holds `extend + out` tokens of the pool while it runs (`extend`: the prompt less its cached
-//! prefix): its prompt's KV and one slot per output token, the last one allocated before the step that reads it,
-//! as the overlap scheduler of 0.5.23 allocates it. Prefixes in the prefix cache are not charged to the pool.
+//! prefix): its prompt's KV and one slot per output token, the last one allocated a step ahead as the overlap
+//! scheduler of 0.5.15 and 0.5.23 allocates it, or one fewer on 0.5.3 ([`DecodeSlot`]). Prefixes in the prefix
+//! cache are not charged to the pool. What a sample reserves is its release's ([`Reservations`]); the rules
+//! above are 0.5.23's, and each release's recorded batches are replayed in this module's tests.
 
 use std::collections::{BTreeMap, VecDeque};
 

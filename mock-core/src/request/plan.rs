@@ -286,7 +286,10 @@ fn plan_item(
     let routes_refusal = asks_routes
         .then(|| routes_start_refusal(req.routed_experts_start_len, prompt_len))
         .flatten();
-    let abort = mask_refusal.or(logprob_refusal).or(routes_refusal);
+    let abort = input_length_refusal(prompt_len, config)
+        .or(mask_refusal)
+        .or(logprob_refusal)
+        .or(routes_refusal);
     // The routes come only from a server started with `--enable-return-routed-experts`.
     let routes_from = (asks_routes && config.enable_return_routed_experts)
         .then(|| req.routed_experts_start_len.max(0) as usize);
@@ -421,6 +424,20 @@ fn routes_start_refusal(start: i64, prompt_len: usize) -> Option<Refusal> {
     };
     Some(Refusal {
         message,
+        err_type: Some("BadRequestError"),
+    })
+}
+
+/// A prompt the scheduler cannot hold: as long as `max_req_input_len = max_req_len - 5` or longer, whether the
+/// context or the KV pool (`--max-total-tokens`) bounds it (`validate_input_length`, `srt/managers/utils.py`;
+/// the same text in every release).
+fn input_length_refusal(prompt_len: usize, config: &ServerConfig) -> Option<Refusal> {
+    let max_input = super::sampling::max_req_len(config).saturating_sub(5);
+    (prompt_len as u64 >= max_input).then(|| Refusal {
+        message: format!(
+            "Input length ({prompt_len} tokens) exceeds the maximum allowed length ({max_input} tokens). \
+             Use a shorter input or enable --allow-auto-truncate."
+        ),
         err_type: Some("BadRequestError"),
     })
 }

@@ -439,9 +439,10 @@ impl Typed {
         prompt_len: usize,
         config: &ServerConfig,
     ) -> ResolvedSampling {
-        // The scheduler caps the completion at the context window: `max_req_len - len(prompt) - 1` with
-        // `max_req_len = context_len - 1`.
-        let cap = u64::from(config.context_length).saturating_sub(prompt_len as u64 + 2);
+        // The scheduler caps the completion at the context window and the KV pool: `max_req_len - len(prompt) - 1`
+        // with `max_req_len = min(context_len - 1, max_total_num_tokens - 1)` (`TpModelWorker`,
+        // `Scheduler.init_req_max_new_tokens`).
+        let cap = max_req_len(config).saturating_sub(prompt_len as u64 + 1);
         let max_new_tokens = self
             .max_new_tokens
             .map_or(u64::MAX, |max_new| max_new.as_int() as u64)
@@ -768,4 +769,11 @@ fn verify_logit_bias(keys: &[String], vocab_size: u32) -> Result<(), RequestErro
         }
     }
     Ok(())
+}
+
+/// The longest a request may be, prompt and completion: `max_req_len = min(context_len - 1,
+/// max_total_num_tokens - 1)` (`TpModelWorker`); its prompt must be shorter than `max_req_len - 5`.
+pub(crate) fn max_req_len(config: &ServerConfig) -> u64 {
+    (u64::from(config.context_length).saturating_sub(1))
+        .min(config.kv_pool_tokens().saturating_sub(1))
 }
