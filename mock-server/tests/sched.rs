@@ -371,13 +371,18 @@ async fn a_request_longer_than_the_pool_is_cut_to_fit_or_refused_and_never_waits
     let answer = server.generate(&body).await.json();
     assert_eq!(answer["meta_info"]["completion_tokens"], 278);
     assert_eq!(answer["meta_info"]["finish_reason"]["type"], "length");
-    // A prompt of `max_req_len - 5` tokens or more is the scheduler's 400.
+    // One token shorter than `max_req_len - 5`: the completion is cut to 299 - 293 - 1.
+    body["input_ids"] = json!(vec![7; 293]);
+    let answer = server.generate(&body).await.json();
+    assert_eq!(answer["meta_info"]["completion_tokens"], 5);
+    // A prompt of `max_req_len - 5` tokens or more is the scheduler's 400. All three answers are what the running
+    // 0.5.23 answered with `--max-total-tokens 300`.
     body["input_ids"] = json!(vec![7; 294]);
     let reply = server.generate(&body).await;
     assert_eq!(reply.status, 400, "{}", reply.text());
     assert_eq!(
-        reply.json()["error"]["message"],
-        "Input length (294 tokens) exceeds the maximum allowed length (294 tokens). Use a shorter input or \
-         enable --allow-auto-truncate."
+        reply.json(),
+        json!({"error": {"message": "Input length (294 tokens) exceeds the maximum allowed length (294 tokens). \
+            Use a shorter input or enable --allow-auto-truncate."}})
     );
 }
