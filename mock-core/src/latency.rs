@@ -49,6 +49,54 @@ pub struct LatencyConfig {
     pub clock_speed: f64,
 }
 
+/// A named set of the batch model's coefficients, fitted to published measurements of a model on a GPU
+/// ([`LatencyProfile::coefficients`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum LatencyProfile {
+    /// Llama-3.3-70B-Instruct in FP8 on two H100 80GB (tensor parallel 2), served by NVIDIA NIM 1.8.0: NVIDIA's
+    /// published benchmark, <https://docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance>, at concurrency 1
+    /// and 50. Time to first token 47.77 ms for 500 input tokens and 406.77 ms for 5,000, so 0.0798 ms a
+    /// prompt token over a 7.88 ms constant; inter-token latency 18.58 ms at concurrency 1 and 59.73 ms at 50
+    /// (5,000 input and 500 output tokens), so 0.840 ms a sample over a 17.74 ms constant (the fit at 50 keeps
+    /// what the other requests' prefills add to a decode).
+    #[cfg_attr(feature = "cli", value(name = "llama-3.3-70b-fp8-2xh100"))]
+    #[serde(rename = "llama-3.3-70b-fp8-2xh100")]
+    Llama33_70bFp8TwoH100,
+}
+
+impl LatencyProfile {
+    /// `(ttft_ms, ttft_per_token_ms, itl_ms, itl_per_sample_ms)`, from the measurements its documentation cites.
+    pub fn coefficients(self) -> (f64, f64, f64, f64) {
+        match self {
+            LatencyProfile::Llama33_70bFp8TwoH100 => {
+                let per_token = (406.77 - 47.77) / (5000.0 - 500.0);
+                let per_sample = (59.73 - 18.58) / (50.0 - 1.0);
+                (
+                    47.77 - 500.0 * per_token,
+                    per_token,
+                    18.58 - per_sample,
+                    per_sample,
+                )
+            }
+        }
+    }
+
+    /// `latency` with the profile's coefficients in place of those it leaves at zero (a flag given explicitly
+    /// wins).
+    pub fn apply(self, latency: LatencyConfig) -> LatencyConfig {
+        let (ttft, per_token, itl, per_sample) = self.coefficients();
+        let or = |set: f64, profile: f64| if set == 0.0 { profile } else { set };
+        LatencyConfig {
+            ttft_ms: or(latency.ttft_ms, ttft),
+            ttft_per_token_ms: or(latency.ttft_per_token_ms, per_token),
+            itl_ms: or(latency.itl_ms, itl),
+            itl_per_sample_ms: or(latency.itl_per_sample_ms, per_sample),
+            ..latency
+        }
+    }
+}
+
 /// Which clock a server's reported times come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -150,6 +198,26 @@ mod tests {
         };
         assert!((0..100).all(|k| big.itl(1, k) >= Duration::ZERO));
         assert!(!LatencyConfig::default().is_active());
+    }
+
+    #[test]
+    fn a_profile_reproduces_the_measurements_it_cites() {
+        let latency = LatencyProfile::Llama33_70bFp8TwoH100.apply(LatencyConfig::default());
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        // NIM 1.8.0, Llama-3.3-70B-Instruct FP8 on 2 x H100: time to first token alone, 500 and 5,000 input
+        // tokens; inter-token latency at concurrency 1 and 50.
+        for (prefill, published) in [(500, 47.77), (5000, 406.77)] {
+            assert!((ms(latency.step(Some(prefill), 1, 0)) - published).abs() < 1e-6);
+        }
+        for (samples, published) in [(1, 18.58), (50, 59.73)] {
+            assert!((ms(latency.step(None, samples, 0)) - published).abs() < 1e-6);
+        }
+        // An explicit value wins over the profile's.
+        let own = LatencyConfig {
+            itl_ms: 5.0,
+            ..LatencyConfig::default()
+        };
+        assert_eq!(LatencyProfile::Llama33_70bFp8TwoH100.apply(own).itl_ms, 5.0);
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub mod witness;
 
 pub use config::{ServerConfig, StateError};
 pub use error::{RequestError, ValidationErrors};
-pub use latency::{Clock, LatencyConfig};
+pub use latency::{Clock, LatencyConfig, LatencyProfile};
 pub use model::MoeShape;
 pub use release::{Release, SglangVersion, UnknownSglangVersion};
 pub use script::{ScriptError, ScriptFinish, ScriptRule};

@@ -175,6 +175,10 @@ struct AuditArgs {
 pub struct Flags {
     #[command(flatten)]
     server: ServerConfig,
+    /// The batch latency model's coefficients fitted to a model on a GPU (the latency flags given explicitly
+    /// win); takes effect with a batch loop (--max-total-tokens or --clock logical).
+    #[arg(long, env = "SGLANG_MOCK_LATENCY_PROFILE", value_enum)]
+    latency_profile: Option<mock_core::LatencyProfile>,
     /// Scripted answers: a JSON list of {"prompt_contains", "answer", "finish_reason"} rules.
     #[arg(long, env = "SGLANG_MOCK_SCRIPT")]
     script: Option<String>,
@@ -232,6 +236,9 @@ impl Flags {
     /// The configuration these flags describe, with the script and fault files read.
     pub fn into_config(self) -> anyhow::Result<ServerConfig> {
         let mut config = self.server;
+        if let Some(profile) = self.latency_profile {
+            config.latency = profile.apply(config.latency);
+        }
         if let Some(path) = &self.script {
             config.scripted = mock_core::ScriptRule::load(path)?;
         }
@@ -668,4 +675,31 @@ fn get(base: &str, path: &str, api_key: Option<&str>) -> anyhow::Result<Vec<u8>>
         );
     }
     Ok(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_latency_profile_fills_the_coefficients_not_given() {
+        let args = [
+            "sglang-mock",
+            "--latency-profile",
+            "llama-3.3-70b-fp8-2xh100",
+            "--itl-ms",
+            "5",
+        ];
+        let cli = Cli::try_parse_from(args).expect("valid flags");
+        let latency = cli.flags.into_config().expect("a valid config").latency;
+        let profile = mock_core::LatencyProfile::Llama33_70bFp8TwoH100;
+        let (ttft, per_token, _, per_sample) = profile.coefficients();
+        let got = (
+            latency.ttft_ms,
+            latency.ttft_per_token_ms,
+            latency.itl_ms,
+            latency.itl_per_sample_ms,
+        );
+        assert_eq!(got, (ttft, per_token, 5.0, per_sample));
+    }
 }

@@ -816,6 +816,70 @@ mod tests {
     }
 
     #[test]
+    fn a_retracted_sample_is_prefilled_again_in_chunks_with_its_output() {
+        let config = SchedConfig {
+            chunked_prefill_size: Some(8),
+            ..SchedConfig::default()
+        };
+        let mut sched = Scheduler::new(config);
+        let a = sched.arrive(spec(4, 20, true));
+        while sched.output(a) < 10 {
+            sched.schedule().expect("a step");
+        }
+        assert_eq!(sched.retract_all(), [a]);
+        // 4 prompt and 10 output tokens again: 8 in one step, the other 6 with the next token.
+        let step = sched.schedule().expect("a step");
+        assert_eq!((step.chunked, step.prefill_tokens), (vec![a], 8));
+        let step = sched.schedule().expect("a step");
+        assert_eq!((step.stepping, step.prefill_tokens), (vec![a], 6));
+        assert_eq!(sched.output(a), 11);
+    }
+
+    #[test]
+    fn a_server_schedules_with_a_pool_or_on_demand_with_its_flags_and_release() {
+        use crate::SglangVersion;
+        let mut config = ServerConfig::default();
+        assert_eq!(SchedConfig::of_server(&config, false), None);
+        let unbounded = SchedConfig::of_server(&config, true).expect("on demand");
+        assert_eq!(unbounded.max_total_tokens, 1 << 20);
+        config.max_total_tokens = Some(600);
+        config.chunked_prefill_size = -1;
+        config.schedule_policy = "lpm".to_owned();
+        config.max_running_requests = Some(3);
+        config.sglang_version = SglangVersion::V0_5_3;
+        let sched = SchedConfig::of_server(&config, false).expect("a pool");
+        assert_eq!(
+            (
+                sched.max_total_tokens,
+                sched.chunked_prefill_size,
+                sched.policy
+            ),
+            (600, None, SchedulePolicy::Lpm)
+        );
+        assert_eq!(sched.max_running_requests, Some(3));
+        assert_eq!(
+            (sched.reservations, sched.decode_slot),
+            (Reservations::WholeMaxNew, DecodeSlot::OnStep)
+        );
+        config.chunked_prefill_size = 0;
+        assert_eq!(
+            SchedConfig::of_server(&config, false)
+                .unwrap()
+                .chunked_prefill_size,
+            None
+        );
+        config.chunked_prefill_size = 1;
+        assert_eq!(
+            SchedConfig::of_server(&config, false)
+                .unwrap()
+                .chunked_prefill_size,
+            Some(1)
+        );
+        assert_eq!(SchedulePolicy::parse("fcfs"), Some(SchedulePolicy::Fcfs));
+        assert_eq!(SchedulePolicy::parse("dfs-weight"), None);
+    }
+
+    #[test]
     fn max_prefill_tokens_ends_a_prefill_step_after_its_first_sample() {
         let config = SchedConfig {
             max_prefill_tokens: 25,
