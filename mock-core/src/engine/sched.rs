@@ -250,8 +250,6 @@ pub struct Scheduler {
     batch_is_full: bool,
     ratio: Ratio,
     next_id: SeqId,
-    /// Retractions for want of KV so far.
-    retracted_total: u64,
 }
 
 /// What runs and waits now.
@@ -277,12 +275,7 @@ impl Scheduler {
             batch_is_full: false,
             ratio,
             next_id: 0,
-            retracted_total: 0,
         }
-    }
-
-    pub fn config(&self) -> &SchedConfig {
-        &self.config
     }
 
     /// A sample arrives at the back of the waiting queue.
@@ -339,11 +332,6 @@ impl Scheduler {
     /// Whether sample `id` is in the running batch.
     pub fn is_running(&self, id: SeqId) -> bool {
         self.seqs.get(&id).is_some_and(|s| s.running)
-    }
-
-    /// Retractions for want of KV since start-up.
-    pub fn retracted_total(&self) -> u64 {
-        self.retracted_total
     }
 
     /// The new-token ratio now.
@@ -578,7 +566,6 @@ impl Scheduler {
             for &id in &retracted {
                 self.requeue(id);
             }
-            self.retracted_total += retracted.len() as u64;
             self.batch_is_full = false;
             let (decoded, max_new) = self.running.iter().fold((0, 0), |(d, m), id| {
                 let seq = &self.seqs[id];
@@ -813,6 +800,37 @@ mod tests {
         assert_eq!(step.stepping, vec![long, short]);
         assert_eq!(sched.output(long), 1);
         assert_eq!(sched.schedule().unwrap().kind, StepKind::Decode);
+    }
+
+    #[test]
+    fn a_sample_that_leaves_frees_its_place_and_the_others_go_on() {
+        let mut sched = Scheduler::new(SchedConfig::default());
+        let ids: Vec<SeqId> = [3, 10, 10].map(|n| sched.arrive(spec(5, n, true))).to_vec();
+        while sched.output(ids[0]) < 3 {
+            sched.schedule().expect("a step");
+        }
+        sched.leave(ids[0]);
+        assert_eq!(sched.load().running, 2);
+        let step = sched.schedule().expect("a step");
+        assert_eq!(step.stepping, ids[1..]);
+        // A sample leaving while another's prompt is prefilled in chunks leaves that prefill going on.
+        let chunked = SchedConfig {
+            chunked_prefill_size: Some(8),
+            ..SchedConfig::default()
+        };
+        let mut sched = Scheduler::new(chunked);
+        let short = sched.arrive(spec(3, 2, true));
+        let long = sched.arrive(spec(20, 2, true));
+        let step = sched.schedule().expect("a step");
+        assert_eq!((step.stepping, step.chunked), (vec![short], vec![long]));
+        sched.leave(short);
+        let mut steps = 0;
+        while sched.output(long) == 0 {
+            sched.schedule().expect("the long prompt's prefill goes on");
+            steps += 1;
+        }
+        // 5 tokens with the short prompt, then 8 and 7.
+        assert_eq!(steps, 2);
     }
 
     #[test]
