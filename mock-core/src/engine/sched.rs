@@ -811,6 +811,7 @@ mod tests {
         }
         sched.leave(ids[0]);
         assert_eq!(sched.load().running, 2);
+        assert!(sched.is_running(ids[1]) && !sched.is_running(ids[0]));
         let step = sched.schedule().expect("a step");
         assert_eq!(step.stepping, ids[1..]);
         // A sample leaving while another's prompt is prefilled in chunks leaves that prefill going on.
