@@ -763,6 +763,7 @@ mod tests {
         assert_eq!(load.waiting_tokens, 200);
         // The two left hold 200 + 1 each after this step's tokens.
         assert_eq!(load.used_tokens, 2 * 201);
+        assert_eq!(load.running_tokens, 2 * (20 + 181));
     }
 
     #[test]
