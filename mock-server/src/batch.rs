@@ -317,6 +317,8 @@ impl Batcher {
         let mut retracted: Vec<SeqId> = Vec::new();
         let mut kind = StepKind::Decode;
         let mut prefill_tokens = 0;
+        // A step the scheduler took, even one that only prefills a chunk of a prompt (no grant then).
+        let mut scheduled = false;
         if self.control.is_paused() {
             if self.control.is_retracting() {
                 retracted = lanes.sched.retract_all();
@@ -329,6 +331,7 @@ impl Batcher {
             }
             stepping.sort_unstable();
         } else if let Some(step) = lanes.sched.schedule() {
+            scheduled = true;
             kind = step.kind;
             stepping = step.stepping;
             retracted = step.retracted;
@@ -358,10 +361,12 @@ impl Batcher {
             }
         }
         self.show(lanes);
-        if grants.of_lane.is_empty() {
+        if grants.of_lane.is_empty() && !scheduled {
             return None;
         }
-        let delay = if self.latency.is_active() {
+        // A step that computes nothing (it only tells of retractions or aborts in the queue) takes no time.
+        let computes = !stepping.is_empty() || prefill_tokens > 0;
+        let delay = if self.latency.is_active() && computes {
             let prefill = (kind == StepKind::Prefill).then_some(prefill_tokens);
             self.latency.step(prefill, stepping.len(), lanes.steps)
         } else {

@@ -298,7 +298,11 @@ async fn an_abort_reaches_a_running_sample_through_the_loop_and_a_pause_in_abort
 
 /// A server on the logical clock that waits for nothing: its times are the sums of its steps' times.
 fn logical(max_total_tokens: Option<u64>) -> InProcess {
-    InProcess::new(ServerConfig {
+    InProcess::new(logical_config(max_total_tokens))
+}
+
+fn logical_config(max_total_tokens: Option<u64>) -> ServerConfig {
+    ServerConfig {
         sglang_version: SglangVersion::V0_5_23,
         max_total_tokens,
         latency: mock_server::LatencyConfig {
@@ -311,7 +315,7 @@ fn logical(max_total_tokens: Option<u64>) -> InProcess {
             ..mock_server::LatencyConfig::default()
         },
         ..ServerConfig::default()
-    })
+    }
 }
 
 fn e2e_of(answer: &Value) -> Vec<f64> {
@@ -385,4 +389,26 @@ async fn a_request_longer_than_the_pool_is_cut_to_fit_or_refused_and_never_waits
         json!({"error": {"message": "Input length (294 tokens) exceeds the maximum allowed length (294 tokens). \
             Use a shorter input or enable --allow-auto-truncate."}})
     );
+}
+
+// On the paused clock, which moves only when every task waits: a loop that stopped stepping would let the
+// timeout fire at once instead of hanging the test.
+#[tokio::test(start_paused = true)]
+async fn a_prompt_prefilled_in_chunks_takes_a_step_per_chunk_and_then_runs() {
+    // `--chunked-prefill-size 8`: a 20-token prompt takes prefill steps of 8 (108 ms), 8 (108 ms) and 4 with
+    // its first token (104 ms), then four decode steps of one sample (12 ms each).
+    let server = InProcess::new(ServerConfig {
+        chunked_prefill_size: 8,
+        ..logical_config(None)
+    });
+    let mut body = batch(1, 5, true);
+    body["input_ids"] = body["input_ids"][0].clone();
+    let hour = std::time::Duration::from_secs(3600);
+    let reply = tokio::time::timeout(hour, server.generate(&body))
+        .await
+        .expect("the loop steps through every chunk");
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let answer = reply.json();
+    assert_eq!(answer["meta_info"]["completion_tokens"], 5);
+    assert_eq!(e2e_of(&answer), [0.368]);
 }
