@@ -430,7 +430,10 @@ impl Scheduler {
             return None;
         }
         let running_before = self.running.len();
-        let max_running = self.config.max_running_requests.unwrap_or(usize::MAX);
+        let max_running = self
+            .config
+            .max_running_requests
+            .map_or(usize::MAX, |n| n.max(1));
         if running_before >= max_running && self.chunked.is_none() {
             self.batch_is_full = true;
             return None;
@@ -486,7 +489,11 @@ impl Scheduler {
             let seq = &self.seqs[&id];
             let extend = seq.extend();
             let total = self.admission(seq) as f64;
-            if total >= rem_total {
+            // An empty batch always takes its first sample: the server cuts a completion to fit an empty pool,
+            // but 0.5.3's rules count a retracted sample's whole `max_new_tokens` again, which may not fit, and
+            // nothing would ever free the pool for it.
+            let alone = running_before == 0 && !continued && admitted.is_empty();
+            if total >= rem_total && !alone {
                 no_token = true;
                 break;
             }
@@ -897,6 +904,19 @@ mod tests {
         );
         assert_eq!(SchedulePolicy::parse("fcfs"), Some(SchedulePolicy::Fcfs));
         assert_eq!(SchedulePolicy::parse("dfs-weight"), None);
+    }
+
+    #[test]
+    fn an_empty_batch_takes_its_first_sample_even_one_the_pool_cannot_hold() {
+        // 10 + 1000 (+ 1) never fits a pool of 100: the sample runs alone rather than wait for ever.
+        let trace = run(pool(100), &[spec(10, 1000, true)]);
+        assert_eq!(trace.prefills, [(1, 1)]);
+        // A cap of 0 running samples is a cap of 1.
+        let config = SchedConfig {
+            max_running_requests: Some(0),
+            ..SchedConfig::default()
+        };
+        assert_eq!(run(config, &[spec(5, 3, true); 2]).peak_running, 1);
     }
 
     #[test]
