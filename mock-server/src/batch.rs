@@ -102,6 +102,25 @@ struct Lanes {
     steps: u64,
 }
 
+impl Lanes {
+    /// Takes item `item` of lane `lane` out of the scheduler: it ended, or was aborted in the queue.
+    fn forget(&mut self, lane: u64, item: usize) {
+        let seq = self
+            .lanes
+            .get_mut(&lane)
+            .and_then(|l| l.seqs.get_mut(item))
+            .and_then(Option::take);
+        if let Some(seq) = seq {
+            self.drop_seq(seq);
+        }
+    }
+
+    fn drop_seq(&mut self, seq: SeqId) {
+        self.sched.leave(seq);
+        self.owners.remove(&seq);
+    }
+}
+
 /// The batch loop's shared state.
 #[derive(Debug)]
 pub(crate) struct Batcher {
@@ -202,8 +221,7 @@ impl Batcher {
         let mut lanes = self.lock();
         if let Some(lane) = lanes.lanes.remove(&id) {
             for seq in lane.seqs.into_iter().flatten() {
-                lanes.sched.leave(seq);
-                lanes.owners.remove(&seq);
+                lanes.drop_seq(seq);
             }
         }
         self.show(&mut lanes);
@@ -259,15 +277,7 @@ impl Batcher {
             {
                 let mut lanes = self.lock();
                 for (lane, item) in ended {
-                    let seq = lanes
-                        .lanes
-                        .get_mut(&lane)
-                        .and_then(|l| l.seqs.get_mut(item))
-                        .and_then(Option::take);
-                    if let Some(seq) = seq {
-                        lanes.sched.leave(seq);
-                        lanes.owners.remove(&seq);
-                    }
+                    lanes.forget(lane, item);
                 }
                 self.show(&mut lanes);
             }
@@ -292,12 +302,12 @@ impl Batcher {
                     && lane.ctl.is_aborted(item)
                     && !lanes.sched.is_running(*seq)
                 {
-                    aborted_waiting.push((id, item, *seq));
+                    aborted_waiting.push((id, item));
                 }
             }
         }
-        for &(lane, item, seq) in &aborted_waiting {
-            lanes.sched.leave(seq);
+        for (lane, item) in aborted_waiting {
+            lanes.forget(lane, item);
             if let Some(g) = grants.of(lanes, lane) {
                 g.turns[item] = Turn::AbortWaiting;
             }
@@ -353,11 +363,6 @@ impl Batcher {
             }
             if let Some(state) = lanes.lanes.get_mut(&lane) {
                 state.ran = true;
-            }
-        }
-        for (lane, item, _) in aborted_waiting {
-            if let Some(state) = lanes.lanes.get_mut(&lane) {
-                state.seqs[item] = None;
             }
         }
         self.show(lanes);

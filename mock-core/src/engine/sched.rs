@@ -529,14 +529,13 @@ impl Scheduler {
             return None;
         }
         self.waiting.retain(|id| !admitted.contains(id));
+        // A sample joins the batch with its first token (a chunked prompt with its last chunk).
         for &id in &stepping {
             self.seqs
                 .get_mut(&id)
                 .expect("a stepping sample is known")
                 .out += 1;
-            if !self.running.contains(&id) {
-                self.running.push(id);
-            }
+            self.running.push(id);
         }
         Some(Step {
             kind: StepKind::Prefill,
@@ -550,9 +549,9 @@ impl Scheduler {
 
     fn decode(&mut self) -> Step {
         let mut retracted = Vec::new();
-        let free =
-            |s: &Scheduler, n: usize| s.config.max_total_tokens.saturating_sub(s.used()) >= n;
-        if free(self, self.running.len()) {
+        // No prompt is mid-chunk here (its prefill takes every step until it is done), so the running batch
+        // holds all of the pool's used tokens.
+        if self.fits(&self.running) {
             self.ratio.current = (self.ratio.current - self.ratio.decay).max(self.ratio.min);
         } else {
             // Most preferred to keep first: most output, then shortest prompt; the sort is stable, so among
@@ -621,6 +620,13 @@ mod tests {
 
     fn pool_of(max_total_tokens: usize) -> SchedConfig {
         pool(max_total_tokens)
+    }
+
+    fn chunked(chunked_prefill_size: usize) -> SchedConfig {
+        SchedConfig {
+            chunked_prefill_size: Some(chunked_prefill_size),
+            ..SchedConfig::default()
+        }
     }
 
     fn pool(max_total_tokens: usize) -> SchedConfig {
@@ -786,11 +792,7 @@ mod tests {
 
     #[test]
     fn a_long_prompt_is_prefilled_in_chunks_and_makes_its_first_token_with_the_last() {
-        let config = SchedConfig {
-            chunked_prefill_size: Some(8),
-            ..SchedConfig::default()
-        };
-        let mut sched = Scheduler::new(config);
+        let mut sched = Scheduler::new(chunked(8));
         let long = sched.arrive(spec(20, 4, true));
         let short = sched.arrive(spec(3, 4, true));
         // 8 + 8 of the long prompt, then its last 4 with the short prompt's 3 in one step.
@@ -823,11 +825,7 @@ mod tests {
         let step = sched.schedule().expect("a step");
         assert_eq!(step.stepping, ids[1..]);
         // A sample leaving while another's prompt is prefilled in chunks leaves that prefill going on.
-        let chunked = SchedConfig {
-            chunked_prefill_size: Some(8),
-            ..SchedConfig::default()
-        };
-        let mut sched = Scheduler::new(chunked);
+        let mut sched = Scheduler::new(chunked(8));
         let short = sched.arrive(spec(3, 2, true));
         let long = sched.arrive(spec(20, 2, true));
         let step = sched.schedule().expect("a step");
@@ -844,11 +842,7 @@ mod tests {
 
     #[test]
     fn a_retracted_sample_is_prefilled_again_in_chunks_with_its_output() {
-        let config = SchedConfig {
-            chunked_prefill_size: Some(8),
-            ..SchedConfig::default()
-        };
-        let mut sched = Scheduler::new(config);
+        let mut sched = Scheduler::new(chunked(8));
         let a = sched.arrive(spec(4, 20, true));
         while sched.output(a) < 10 {
             sched.schedule().expect("a step");
