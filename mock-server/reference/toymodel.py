@@ -156,6 +156,9 @@ class ExplicitEntries:
         t = 0
         while t < len(context) and not vocab.is_special(context[len(context) - 1 - t]):
             t += 1
+        if t == len(context):
+            # No special id: plain text, in no turn.
+            t = 0
         self.turn_length = t
         self.weights.append(math.exp(min(-6 + 0.05 * t, 5)))
 

@@ -270,17 +270,17 @@ async fn the_worked_example_of_model_md_is_what_the_server_answers() {
     assert_eq!(answer["output_ids"], json!([110106]));
     // The document's logprobs, as binary32 (the wire's shortest form of an f32 parses back to that f32).
     let want = [
-        (33, -0.7264313695585694f64),
-        (5794, -1.1918483939872635),
-        (37060, -2.1264324635948126),
-        (50244, -2.981188714686926),
-        (65720, -3.7505001379167204),
-        (93668, -4.590999543967218),
-        (110106, -5.000183680361866),
-        (126853, -6.065472112837134),
-        (151935, -14.696693429785899),
-        (0, -23.83955057264304),
-        (1, -23.83955057264304),
+        (33, -0.726431189224507f64),
+        (5794, -1.1918482136532011),
+        (37060, -2.1264322832607503),
+        (50244, -2.9811885343528632),
+        (65720, -3.750499957582658),
+        (93668, -4.590999363633156),
+        (110106, -5.000183500027804),
+        (126853, -6.065471932503072),
+        (151935, -15.268121820880406),
+        (0, -23.83955039230898),
+        (1, -23.83955039230898),
     ];
     let as_f32 = |t: &Value| {
         let lp = t[0].as_f64().expect("a logprob") as f32;
@@ -289,7 +289,7 @@ async fn the_worked_example_of_model_md_is_what_the_server_answers() {
     let meta = &answer["meta_info"];
     assert_eq!(
         as_f32(&meta["output_token_logprobs"][0]),
-        (110106, -5.000183680361866f64 as f32)
+        (110106, -5.000183500027804f64 as f32)
     );
     let top: Vec<(u64, f32)> = meta["output_top_logprobs"][0]
         .as_array()
@@ -438,7 +438,8 @@ async fn a_null_skip_special_tokens_is_false_in_0_5_3_and_the_default_after() {
         let mut told_apart = false;
         for seed in 0..40 {
             let text = |skip: Value| {
-                let body = json!({"input_ids": [5, 6, 7], "sampling_params": {
+                // `<|im_start|>` (V - 2) begins a turn, in which `<|im_end|>` is drawn now and then.
+                let body = json!({"input_ids": [151_934, 5, 6, 7], "sampling_params": {
                     "max_new_tokens": 48, "ignore_eos": true, "sampling_seed": seed,
                     "skip_special_tokens": skip}});
                 let server = &server;
@@ -462,4 +463,41 @@ async fn a_null_skip_special_tokens_is_false_in_0_5_3_and_the_default_after() {
         }
         assert!(told_apart, "{version}: no sample generated a special token");
     }
+}
+
+/// A long plain prompt is answered as a short one is (MODEL.md section 4.2): the issue's `"word " * 70` greedy
+/// request gets its 8 tokens, ended by length, and at temperature 1 prompts of 300 and 20 plain tokens run to
+/// the same `max_new_tokens`, over 40 seeds each. Before, the 211-token prompt answered `<|im_end|>` alone.
+#[tokio::test]
+async fn a_long_plain_prompt_is_answered_as_a_short_one() {
+    let server = server(0, SglangVersion::V0_5_23);
+    let answer = generate_ok(
+        &server,
+        &json!({"text": "word ".repeat(70), "sampling_params": {"temperature": 0, "max_new_tokens": 8}}),
+    )
+    .await;
+    assert_eq!(answer["meta_info"]["prompt_tokens"], 211, "{answer}");
+    assert_eq!(
+        answer["output_ids"].as_array().map(Vec::len),
+        Some(8),
+        "{answer}"
+    );
+    assert_eq!(
+        answer["meta_info"]["finish_reason"],
+        json!({"type": "length", "length": 8})
+    );
+    let mut totals = Vec::new();
+    for len in [300u32, 20] {
+        let mut total = 0;
+        for seed in 0..40u32 {
+            let prompt: Vec<u32> = (0..len)
+                .map(|i| 1_000 + (i * 7 + seed * 13) % 100_000)
+                .collect();
+            let body = json!({"input_ids": prompt, "sampling_params": {"max_new_tokens": 32, "sampling_seed": seed}});
+            let answer = generate_ok(&server, &body).await;
+            total += answer["output_ids"].as_array().map_or(0, Vec::len);
+        }
+        totals.push(total);
+    }
+    assert_eq!(totals, [40 * 32, 40 * 32], "300 plain tokens, then 20");
 }

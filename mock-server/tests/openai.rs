@@ -1492,3 +1492,59 @@ async fn chat_roles_are_the_releases_own() {
     }
     assert_eq!(counts[0], counts[1]);
 }
+
+/// The prompt of SGLang's `test_matched_stop.py` (`MANY_NEW_TOKENS_PROMPT`): plain text of some 600 characters.
+const MANY_NEW_TOKENS_PROMPT: &str = "
+Please write an extremely detailed and vivid fantasy story, set in a world full of intricate magic systems, political intrigue, and complex characters.
+Ensure that you thoroughly describe every scene, character's motivations, and the environment. Include long, engaging dialogues and elaborate on the inner thoughts of the characters.
+Each section should be as comprehensive as possible to create a rich and immersive experience for the reader.
+The story should span multiple events, challenges, and character developments over time. Aim to make the story at least 3,000 words long.
+";
+
+/// SGLang's own `test_finish_length` and `test_finish_stop_str` (`test_matched_stop.py`): a greedy completion and
+/// a greedy chat of its long plain prompt end by length at `max_tokens: 5` and on the stop string `"\n"` at
+/// `max_tokens: 1000`, with `matched_stop` null and `"\n"`. A completion's prompt holds no special token, so its
+/// end of turn stays unlikely however long it is (MODEL.md section 4.2); before that rule the completion stopped on
+/// `<|im_end|>` at its first token.
+#[tokio::test]
+async fn sglangs_matched_stop_tests_pass() {
+    for version in SglangVersion::all() {
+        let server = InProcess::new(ServerConfig {
+            sglang_version: version,
+            ..ServerConfig::default()
+        });
+        for (path, prompt) in [
+            ("/v1/completions", json!({"prompt": MANY_NEW_TOKENS_PROMPT})),
+            (
+                "/v1/chat/completions",
+                json!({"messages": [{"role": "system", "content": "You are a helpful AI assistant"},
+                                    {"role": "user", "content": MANY_NEW_TOKENS_PROMPT}]}),
+            ),
+        ] {
+            for (max_tokens, stop, finish, matched) in [
+                (5, None, "length", Value::Null),
+                (1000, Some("\n"), "stop", json!("\n")),
+            ] {
+                let mut body =
+                    json!({"model": "toy", "temperature": 0, "top_p": 1, "max_tokens": max_tokens});
+                body.as_object_mut()
+                    .unwrap()
+                    .extend(prompt.as_object().unwrap().clone());
+                if let Some(stop) = stop {
+                    body["stop"] = json!(stop);
+                }
+                let reply = post(&server, path, &body).await;
+                assert_eq!(reply.status, 200, "{version} {path}: {}", reply.text());
+                let choice = &reply.json()["choices"][0];
+                assert_eq!(
+                    choice["finish_reason"], finish,
+                    "{version} {path} {max_tokens}: {choice}"
+                );
+                assert_eq!(
+                    choice["matched_stop"], matched,
+                    "{version} {path} {max_tokens}: {choice}"
+                );
+            }
+        }
+    }
+}

@@ -127,19 +127,15 @@ pub(crate) fn context_hash(seed: u64, context: &[u32]) -> u64 {
 /// sequence while the model stays a pure function of the context (a continuation that re-sends earlier output as
 /// its prompt sees exactly the distributions the first call saw). The end-of-turn logit grows with the number of
 /// tokens since the last special token, so turns end after a few hundred tokens at temperature 1 while long
-/// prompts that end in a chat template still get full-length answers.
+/// prompts that end in a chat template still get full-length answers; a context without a special token is plain
+/// text, in no turn, and its end-of-turn logit stays at its least however long the text.
 ///
-/// `since_special` is the number of tokens at the end of `context` after its last special token (all of them if
-/// there is none); callers that extend a context token by token keep it as a running count instead of rescanning.
+/// `turn` is where `context` stands in its turn ([`Turn::of`]); callers that extend a context token by token keep
+/// it with [`Turn::then`] instead of rescanning.
 // Inlined so the arrays it returns are built in the caller's frame, not copied out.
 #[inline(always)]
-pub(crate) fn logits(
-    seed: u64,
-    tokenizer: &Tokenizer,
-    context: &[u32],
-    since_special: usize,
-) -> Logits {
-    debug_assert_eq!(since_special, count_since_special(tokenizer, context));
+pub(crate) fn logits(seed: u64, tokenizer: &Tokenizer, context: &[u32], turn: Turn) -> Logits {
+    debug_assert_eq!(turn, Turn::of(tokenizer, context));
     let h = context_hash(seed, context);
     let slots = tokenizer.slots();
 
@@ -165,7 +161,7 @@ pub(crate) fn logits(
             / f64::from(1u32 << 21);
         weight *= flatness * (0.55 + 0.45 * jitter);
     }
-    weights[CANDIDATES] = end_of_turn_weight(since_special);
+    weights[CANDIDATES] = end_of_turn_weight(turn);
     let layout = next();
     let ids = CandidateIds {
         stream: next(),
@@ -220,23 +216,45 @@ impl Logits {
     }
 }
 
-/// The weight of `<|im_end|>` after `since_special` tokens of a turn: `exp(min(-6 + 0.05 * n, 5))`, which reaches its
-/// cap at 220 tokens, above every candidate's weight (at most 90): even a greedy turn ends. The values are
-/// tabulated once, since every step needs one.
-fn end_of_turn_weight(since_special: usize) -> f64 {
+/// Where a context stands in its turn: the number of tokens after its last special token, or no turn at all when it
+/// holds no special token (a completion's prompt, raw `input_ids`, a base model's text), since the turn clock
+/// starts at a special token. A pure function of the context, as the model is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Turn(Option<usize>);
+
+impl Turn {
+    /// The turn of `context`, read from its end.
+    pub(crate) fn of(tokenizer: &Tokenizer, context: &[u32]) -> Turn {
+        let after = context
+            .iter()
+            .rev()
+            .take_while(|&&id| !tokenizer.is_special(id))
+            .count();
+        Turn((after < context.len()).then_some(after))
+    }
+
+    /// The turn of the context extended by `id`.
+    pub(crate) fn then(self, tokenizer: &Tokenizer, id: u32) -> Turn {
+        match tokenizer.is_special(id) {
+            true => Turn(Some(0)),
+            false => Turn(self.0.map(|t| t + 1)),
+        }
+    }
+
+    /// `t` of MODEL.md section 4.2: the tokens since the turn began, 0 outside any turn.
+    fn length(self) -> usize {
+        self.0.unwrap_or(0)
+    }
+}
+
+/// The weight of `<|im_end|>` `t` tokens into a turn: `exp(min(-6 + 0.05 * t, 5))`, which reaches its cap at 220
+/// tokens, above every candidate's weight (at most 90): even a greedy turn ends. Outside a turn `t` is 0. The
+/// values are tabulated once, since every step needs one.
+fn end_of_turn_weight(turn: Turn) -> f64 {
     static TABLE: std::sync::LazyLock<[f64; 221]> = std::sync::LazyLock::new(|| {
         std::array::from_fn(|n| (-6.0 + 0.05 * n as f64).min(5.0).exp())
     });
-    TABLE[since_special.min(220)]
-}
-
-/// The number of tokens at the end of `context` after its last special token.
-pub(crate) fn count_since_special(tokenizer: &Tokenizer, context: &[u32]) -> usize {
-    context
-        .iter()
-        .rev()
-        .take_while(|&&id| !tokenizer.is_special(id))
-        .count()
+    TABLE[turn.length().min(220)]
 }
 
 /// The distribution over the whole vocabulary at one context and temperature, with some ids masked out.
@@ -746,7 +764,7 @@ mod tests {
 
     fn setup(context: &[u32]) -> (Tokenizer, Logits) {
         let t = Tokenizer::new(151_936);
-        let l = logits(7, &t, context, count_since_special(&t, context));
+        let l = logits(7, &t, context, Turn::of(&t, context));
         assert_eq!(TAIL_WEIGHT, TAIL_LOGIT.exp());
         (t, l)
     }
@@ -791,11 +809,13 @@ mod tests {
                 let mut context: Vec<u32> = (0..len as u64)
                     .map(|i| (mix(h, i) % u64::from(vocab - 3)) as u32)
                     .collect();
-                if case % 3 == 0 {
-                    context.push(t.end_of_turn_id());
+                // A whole turn (the end of turn leads late in it), a turn just begun, and plain text.
+                match case % 3 {
+                    0 => context.insert(0, t.end_of_turn_id()),
+                    1 => context.push(t.end_of_turn_id()),
+                    _ => {}
                 }
-                let since = count_since_special(&t, &context);
-                let l = logits(h >> 7, &t, &context, since);
+                let l = logits(h >> 7, &t, &context, Turn::of(&t, &context));
                 let u = unit(mix(h, 99));
                 let d = Distribution::new(&l, vocab, 1.0, &[]);
                 let general = d.pick(None, 1.0, 0.0, u);
@@ -835,7 +855,7 @@ mod tests {
                 if since > 0 {
                     context.push((mix(h, since as u64) % 150_000) as u32);
                 }
-                let l = logits(h >> 3, &t, &context, since);
+                let l = logits(h >> 3, &t, &context, Turn::of(&t, &context));
                 let mut first = Vec::new();
                 Distribution::new(&l, t.vocab_size(), 1.0, &[]).top(1, &mut first);
                 let leads = first[0].0 == t.end_of_turn_id();
@@ -852,12 +872,43 @@ mod tests {
         );
     }
 
+    /// Plain text is in no turn: however long a context without a special id, `<|im_end|>` keeps the weight
+    /// `exp(-6)` it has right after a special id (MODEL.md section 4.2), so a long completion prompt is answered as
+    /// a short one is; the first special id starts the clock.
+    #[test]
+    fn plain_text_keeps_the_least_end_of_turn_weight_at_any_length() {
+        let t = Tokenizer::new(151_936);
+        let least = (-6.0f64).exp();
+        let mut context = Vec::new();
+        for len in 1..=1_000u64 {
+            context.push((mix(0x9A1, len) % 150_000) as u32);
+            assert_eq!(Turn::of(&t, &context), Turn(None));
+            let l = logits(3, &t, &context, Turn::of(&t, &context));
+            assert_eq!(l.weights[CANDIDATES], least, "at {len} plain tokens");
+        }
+        context.push(t.end_of_turn_id());
+        assert_eq!(Turn::of(&t, &context), Turn(Some(0)));
+        for n in 1..=300usize {
+            context.push((mix(0x9A2, n as u64) % 150_000) as u32);
+            let turn = Turn::of(&t, &context);
+            assert_eq!(turn, Turn(Some(n)));
+            let expected = (-6.0 + 0.05 * n as f64).min(5.0).exp();
+            assert_eq!(logits(3, &t, &context, turn).weights[CANDIDATES], expected);
+        }
+        // The running count agrees with the scan through a special id and past it.
+        let mut running = Turn::of(&t, &context[..1]);
+        for end in 2..=context.len() {
+            running = running.then(&t, context[end - 1]);
+            assert_eq!(running, Turn::of(&t, &context[..end]), "at {end}");
+        }
+    }
+
     #[test]
     fn worked_example_of_model_md() {
         let t = Tokenizer::new(151_936);
         let context = [72, 101, 108, 343, 422, 114, 108, 100];
         assert_eq!(t.encode("Hello world"), context);
-        let l = logits(0, &t, &context, count_since_special(&t, &context));
+        let l = logits(0, &t, &context, Turn::of(&t, &context));
         let weights = [
             65.3125,
             47.15271195642678,
@@ -867,7 +918,7 @@ mod tests {
             4.366604566707059,
             3.2790600939124657,
             1.555590041959089,
-            0.003697863716482932,
+            0.0024787521766663585,
         ];
         let ids = [33, 5794, 37060, 50244, 65720, 93668, 110106, 126853, 151935];
         for slot in 0..EXPLICIT {
@@ -876,15 +927,15 @@ mod tests {
         }
         let d = Distribution::new(&l, t.vocab_size(), 0.7, &[]);
         let logprobs = [
-            -0.7264313695585694,
-            -1.1918483939872635,
-            -2.1264324635948126,
-            -2.9811887146869256,
-            -3.7505001379167204,
-            -4.590999543967218,
-            -5.000183680361866,
-            -6.065472112837134,
-            -14.696693429785899,
+            -0.726431189224507,
+            -1.1918482136532011,
+            -2.1264322832607503,
+            -2.9811885343528632,
+            -3.750499957582658,
+            -4.590999363633156,
+            -5.000183500027804,
+            -6.065471932503072,
+            -15.268121820880406,
         ];
         let mut top = Vec::new();
         d.top(11, &mut top);
@@ -892,7 +943,7 @@ mod tests {
             assert_eq!((id, lp), (ids[k], logprobs[k]));
         }
         assert_eq!((top[9].0, top[10].0), (0, 1));
-        assert_eq!(d.tail_logprob(), -23.83955057264304);
+        assert_eq!(d.tail_logprob(), -23.83955039230898);
         // u_0 of the single request for this prompt, and the id it draws.
         assert_eq!(d.sample(None, 1.0, 0.0, 0.9932351963286613), 110106);
     }
@@ -908,7 +959,7 @@ mod tests {
                 let context: Vec<u32> = (0..len)
                     .map(|i| (splitmix64(seed * 1000 + i) % 151_000) as u32)
                     .collect();
-                let l = logits(seed, &t, &context, count_since_special(&t, &context));
+                let l = logits(seed, &t, &context, Turn::of(&t, &context));
                 for w in l.weights {
                     lowest = lowest.min(w.ln());
                 }

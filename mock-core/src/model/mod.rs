@@ -31,7 +31,7 @@ pub use without_hf::{ChatTemplate, HfVocab, LoadedTokenizer};
 
 use std::sync::Arc;
 
-pub(crate) use dist::{Logits, Pick, count_since_special};
+pub(crate) use dist::{Logits, Pick, Turn};
 pub use dist::{mix, unit};
 
 /// What defines the model: everything that changes its tokens or logprobs.
@@ -143,8 +143,7 @@ impl Model {
         temperature: f64,
         masked: &'m [u32],
     ) -> Distribution<'m> {
-        let since_special = count_since_special(&self.tokenizer, context);
-        let logits = self.logits(context, since_special);
+        let logits = self.logits(context, Turn::of(&self.tokenizer, context));
         Distribution::new(&logits, self.config.vocab_size, temperature, masked)
     }
 
@@ -156,8 +155,8 @@ impl Model {
 
     /// The unscaled logits after `context`, given its running count of tokens since the last special token.
     #[inline(always)]
-    pub(crate) fn logits(&self, context: &[u32], since_special: usize) -> Logits {
-        dist::logits(self.config.seed, &self.tokenizer, context, since_special)
+    pub(crate) fn logits(&self, context: &[u32], turn: Turn) -> Logits {
+        dist::logits(self.config.seed, &self.tokenizer, context, turn)
     }
 }
 

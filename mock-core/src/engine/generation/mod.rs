@@ -22,7 +22,7 @@ use crate::engine::item::{
     FinishReason, GREEDY_TEMPERATURE, ItemRequest, LogprobEntry, MaskRows, Rows,
     SamplingLogprobsMode, SamplingParams,
 };
-use crate::model::{Distribution, Logits, Model, Pick, count_since_special, mix, unit};
+use crate::model::{Distribution, Logits, Model, Pick, Turn, mix, unit};
 
 /// Output tokens a generation makes room for when it starts (at most its `max_new_tokens`).
 const RESERVED_TOKENS: usize = 256;
@@ -68,7 +68,7 @@ pub struct Generation {
     /// Prompt followed by output.
     context: Vec<u32>,
     prompt_len: usize,
-    since_special: usize,
+    turn: Turn,
 
     output_logprobs: Vec<f32>,
     output_top: Rows,
@@ -174,7 +174,7 @@ impl Generation {
         );
 
         let prompt_len = input_ids.len();
-        let since_special = count_since_special(model.tokenizer(), &input_ids);
+        let turn = Turn::of(model.tokenizer(), &input_ids);
         let loaded = model.tokenizer().hf().map(|vocab| {
             Box::new(LoadedText {
                 detok: Detokenizer::new(&input_ids, params.skip_special_tokens),
@@ -216,7 +216,7 @@ impl Generation {
             routes_from,
             context,
             prompt_len,
-            since_special,
+            turn,
             output_logprobs: Vec::with_capacity(if return_logprob { expected } else { 0 }),
             output_top: Rows::default(),
             output_ids_lp: Rows::default(),
@@ -255,9 +255,7 @@ impl Generation {
                 continue;
             }
             let context = &self.context[..p];
-            let logits = self
-                .model
-                .logits(context, count_since_special(tokenizer, context));
+            let logits = self.model.logits(context, Turn::of(tokenizer, context));
             let dist = Distribution::new(
                 &logits,
                 self.model.config().vocab_size,
@@ -279,7 +277,7 @@ impl Generation {
         let out_len = self.context.len() - self.prompt_len;
         // `min_new_tokens` masks EOS and the stop ids until that many tokens are out.
         let masking = out_len < self.params.min_new_tokens as usize;
-        let logits = self.model.logits(&self.context, self.since_special);
+        let logits = self.model.logits(&self.context, self.turn);
         let forced = self.forced_output.get(out_len).copied();
         let u = unit(mix(self.key, out_len as u64));
         let plain = match forced {
@@ -298,11 +296,7 @@ impl Generation {
         };
 
         self.context.push(id);
-        if self.model.tokenizer().is_special(id) {
-            self.since_special = 0;
-        } else {
-            self.since_special += 1;
-        }
+        self.turn = self.turn.then(self.model.tokenizer(), id);
         if self.loaded.is_some() {
             self.check_finished_loaded(id);
         } else {

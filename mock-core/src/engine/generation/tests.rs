@@ -88,11 +88,15 @@ fn max_new_tokens_zero_finishes_at_once() {
 
 #[test]
 fn eos_ends_generation_and_is_kept_in_ids_but_not_text() {
-    // Long budgets at temperature 1 end on <|im_end|> well before 2,000 tokens.
+    // A turn (a prompt that ends in a chat template) at temperature 1 ends on <|im_end|> well before 2,000
+    // tokens.
     let m = model();
     let g = generate(
         m.clone(),
-        item("Tell me", |i| i.params.max_new_tokens = 2000),
+        item(
+            "<|im_start|>user\nTell me<|im_end|>\n<|im_start|>assistant\n",
+            |i| i.params.max_new_tokens = 2000,
+        ),
     );
     let eos = m.tokenizer().end_of_turn_id();
     assert_eq!(
