@@ -9,7 +9,9 @@
 use std::sync::Arc;
 
 use crate::config::{ServerConfig, StateError};
-use crate::engine::{self, FinishReason, GeneratePlan, Interventions, RidSource, Run, SharedCache};
+use crate::engine::{
+    self, Draws, FinishReason, GeneratePlan, Interventions, RidSource, Run, SharedCache,
+};
 use crate::error::RequestError;
 use crate::model::Model;
 use crate::request;
@@ -40,18 +42,23 @@ pub struct ExpectedItem {
     /// Aligned with `output_ids` when `return_logprob`, else empty.
     pub output_logprobs: Vec<f32>,
     pub prompt_tokens: usize,
+    /// The sample's draw (MODEL.md section 8.3): what [`Oracle::expect_drawn`] takes to answer it again.
+    pub draw: u64,
 }
 
 /// Computes expected answers for one server configuration.
 ///
-/// Like the server, an oracle keeps a prefix cache (unless the configuration disables it): each answer it
-/// predicts leaves its tokens there, so the `cached_tokens` it predicts are the server's for the same
-/// requests in the same order. A clone shares its history; [`Oracle::flush_cache`] is `/flush_cache`.
+/// Like the server, an oracle keeps a prefix cache (unless the configuration disables it) and counts the draws
+/// of unseeded samples (MODEL.md section 8.3): each answer it predicts leaves its tokens in the cache and takes
+/// its draws, so the `cached_tokens` and the sampled tokens it predicts are the server's for the same requests in
+/// the same order. A clone shares its history; [`Oracle::flush_cache`] is `/flush_cache`, [`Oracle::reset`]
+/// `/admin/reset`. [`Oracle::expect_drawn`] predicts an answer at given draws, without history.
 #[derive(Debug, Clone)]
 pub struct Oracle {
     config: Arc<ServerConfig>,
     model: Arc<Model>,
     cache: Option<SharedCache>,
+    draws: Arc<Draws>,
 }
 
 struct PlaceholderRids;
@@ -75,6 +82,7 @@ impl Oracle {
             config: Arc::new(config),
             model,
             cache,
+            draws: Arc::default(),
         }
     }
 
@@ -83,6 +91,13 @@ impl Oracle {
         if let Some(cache) = &self.cache {
             engine::flush_shared(cache);
         }
+    }
+
+    /// Forgets the history, as `/admin/reset` does: the prefix cache is empty and every prompt's next unseeded
+    /// sample is its draw 0.
+    pub fn reset(&self) {
+        self.flush_cache();
+        self.draws.clear();
     }
 
     /// A run of `plan`, with the prefix cache when the oracle keeps one.
@@ -138,7 +153,29 @@ impl Oracle {
         body: &[u8],
         interventions: &Interventions,
     ) -> Result<Expected, RequestError> {
-        let plan = self.plan(body)?;
+        let mut plan = self.plan(body)?;
+        self.draws.assign(&mut plan);
+        self.expect_planned(plan, interventions)
+    }
+
+    /// What the server answered to `body` as a non-stream request when its unseeded items took `draws` (item
+    /// `i` the `i`-th, as the ledger's entries record them; missing ones draw 0), without the oracle's own count
+    /// of draws: the answer to a request that was, say, the third of identical ones.
+    pub fn expect_drawn(&self, body: &[u8], draws: &[u64]) -> Result<Expected, RequestError> {
+        let mut plan = self.plan(body)?;
+        for (item, &draw) in plan.items.iter_mut().zip(draws) {
+            if item.request.params.sampling_seed.is_none() {
+                item.request.draw = draw;
+            }
+        }
+        self.expect_planned(plan, &Interventions::default())
+    }
+
+    fn expect_planned(
+        &self,
+        plan: GeneratePlan,
+        interventions: &Interventions,
+    ) -> Result<Expected, RequestError> {
         if let Some(message) = plan.rejection() {
             return Err(RequestError::value(message));
         }
@@ -157,6 +194,7 @@ impl Oracle {
                     finish_reason: generation.finish_reason().cloned(),
                     output_logprobs: generation.output_logprobs().to_vec(),
                     prompt_tokens: generation.prompt_tokens(),
+                    draw: item.request.draw,
                 })
             })
             .collect();
@@ -193,6 +231,7 @@ impl Oracle {
             }
             Err(err) => return Err(err),
         };
+        self.draws.assign(&mut plan);
         // The flag is implied, and with it the stream's detokenizer schedule (a loaded tokenizer's text).
         for item in &mut plan.items {
             item.request.stream_interval = Some(item.stream_interval);

@@ -16,7 +16,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from toymodel import (  # noqa: E402
-    GOLDEN, TAIL_WEIGHT, ToyModel, chunk_due, find_printable_text, mix, routes, routes_base64, splitmix64, unit,
+    GOLDEN, PROMPT_HASH_START, TAIL_WEIGHT, ToyModel, chunk_due, find_printable_text, mix, routes, routes_base64, splitmix64, unit,
 )
 
 REL = 1e-12
@@ -99,6 +99,10 @@ class WorkedExampleTest(unittest.TestCase):
         cls.model = ToyModel(seed=0, vocab_size=151936)
         cls.entries = cls.model.explicit_entries(HELLO)
         cls.dist = cls.model.distribution(HELLO, 0.7)
+
+    def setUp(self):
+        # The example's request is the first of its prompt (section 8.3's draw 0) in every test.
+        self.model.reset_draws()
 
     def assertClose(self, actual, expected, rel=REL):
         self.assertTrue(math.isclose(actual, expected, rel_tol=rel, abs_tol=0.0),
@@ -327,8 +331,11 @@ class PropertyTest(unittest.TestCase):
         self.assertEqual(len(batch), 4)
         # Sample j of prompt b is at position b * n + j (section 8.1), and the key depends on the prompt and the
         # position only (section 8.3): prompt 0's samples are those of the single prompt with the same n.
+        # Each answer is a first draw (section 8.3): the history is forgotten before it.
+        self.model.reset_draws()
         single = self.model.generate({"text": "Hello", "sampling_params": params})
         self.assertEqual([s["output_ids"] for s in single], [s["output_ids"] for s in batch[:2]])
+        self.model.reset_draws()
         first = self.model.generate({"input_ids": self.model.encode("Hello"), "sampling_params": dict(params, n=1)})
         self.assertEqual(first[0]["output_ids"], batch[0]["output_ids"])
 
@@ -464,6 +471,32 @@ class RequestRulesTest(unittest.TestCase):
         [sample] = model.generate({"text": "Q", "sampling_params": dict(params, skip_special_tokens=False)})
         self.assertEqual((sample["text"], sample["finish_reason"]), ("babe", {"type": "stop", "matched": "<|im_end|>"}))
 
+    def test_unseeded_draws(self):
+        # Section 8.3: identical unseeded requests draw anew, numbered per prompt and position; a seed, or
+        # deterministic inference, draws the same every time; a reset repeats the sequence.
+        body = {"input_ids": HELLO, "sampling_params": {"temperature": 1.0, "max_new_tokens": 6}}
+        model = ToyModel()
+        first = [model.generate(body)[0]["output_ids"] for _ in range(8)]
+        self.assertEqual(len({tuple(ids) for ids in first}), 8)
+        # Another prompt in between takes its own draws and leaves this prompt's count alone.
+        model.reset_draws()
+        again = []
+        for _ in range(8):
+            model.generate({"input_ids": [5, 6], "sampling_params": body["sampling_params"]})
+            again.append(model.generate(body)[0]["output_ids"])
+        self.assertEqual(again, first)
+        # Draw 1's key by hand: seed_part = mix(DRAW_SALT, 1) in place of NO_SEED.
+        sample = model._samples(body)[0]
+        sample.draw = 1
+        prompt_hash = PROMPT_HASH_START
+        for token in HELLO:
+            prompt_hash = mix(prompt_hash, token)
+        self.assertEqual(model._sample_key(sample), mix(mix(mix(0, prompt_hash), mix(0x44524157, 1)), 0))
+        seeded = dict(body, sampling_params=dict(body["sampling_params"], sampling_seed=3))
+        self.assertEqual(len({tuple(model.generate(seeded)[0]["output_ids"]) for _ in range(4)}), 1)
+        deterministic = ToyModel(deterministic_inference=True)
+        self.assertEqual(len({tuple(deterministic.generate(body)[0]["output_ids"]) for _ in range(4)}), 1)
+
     def test_prompt_shapes(self):
         # Section 8.1: text decides the shape, input_ids supplies the ids.
         model = ToyModel()
@@ -471,6 +504,7 @@ class RequestRulesTest(unittest.TestCase):
         [alone] = model.generate({"input_ids": HELLO[:2], "sampling_params": params})
         self.assertEqual(alone["output_ids"], [132142, 59])
         for body in [{"text": "", "input_ids": HELLO[:2]}, {"text": ["ba"], "input_ids": [HELLO[:2], [-1]]}]:
+            model.reset_draws()  # a first draw, as `alone` was (section 8.3)
             self.assertEqual(model.generate(dict(body, sampling_params=params)), [alone])
         self.assertEqual(model.generate({"text": [], "input_ids": [[5]], "sampling_params": params}), [])
         for body in [{"text": ["ba", "be"], "input_ids": HELLO[:2]}, {"text": "ba", "input_ids": [HELLO[:2], [5]]},

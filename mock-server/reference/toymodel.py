@@ -57,6 +57,7 @@ GREEDY_BELOW = 1e-6  # section 8.2
 PROMPT_HASH_START = 0x50524F4D5054  # section 8.3
 SEED_SALT = 0x53454544  # section 8.3
 NO_SEED = 0xFFFFFFFFFFFFFFFF  # section 8.3
+DRAW_SALT = 0x44524157  # section 8.3
 DETERMINISTIC_SEED = 42  # section 8.3, with --enable-deterministic-inference
 # The first SGLang release of each behaviour that changes the model's answer (the server's list of releases is
 # `sglang-mock releases`; a release is any `X.Y.Z`, and a later one behaves as the newest rule says).
@@ -714,6 +715,12 @@ class ToyModel:
         self.moe_shape = (layers, experts, per_token)
         self.sampling_mask_max_tokens = _integer(sampling_mask_max_tokens, "sampling_mask_max_tokens", 1)
         self.slime_patches = bool(slime_patches)
+        # Section 8.3: the draws of unseeded samples so far, by (prompt_hash, position).
+        self.draw_counts = {}
+
+    def reset_draws(self):
+        """Section 8.3: forget every draw, as the server's /admin/reset does."""
+        self.draw_counts.clear()
 
     @staticmethod
     def _script_rule(rule):
@@ -1043,11 +1050,34 @@ class ToyModel:
         if not 1 <= top_k <= self.sampling_mask_max_tokens:
             raise ValueError(f"return_sampling_mask needs greedy sampling or top_k in 1..cap, got {top_k}")
 
+    @staticmethod
+    def _prompt_hash(prompt):
+        """Section 8.3's prompt_hash."""
+        prompt_hash = PROMPT_HASH_START
+        for token in prompt:
+            prompt_hash = mix(prompt_hash, token)
+        return prompt_hash
+
+    def _seed_of(self, sample):
+        """Section 8.3: the integer that seeds a sample, or None when it is unseeded."""
+        seed = sample.sampling_seed
+        if isinstance(seed, bool) or (isinstance(seed, float) and math.isfinite(seed) and seed == int(seed)):
+            seed = int(seed)
+        if self.deterministic_inference and not _is_int(seed):
+            seed = DETERMINISTIC_SEED
+        return seed if _is_int(seed) else None
+
+    def _assign_draw(self, sample):
+        """Section 8.3: an unseeded sample takes the next draw of its prompt at its position, and counts it."""
+        sample.draw = 0
+        if self._seed_of(sample) is None:
+            key = (self._prompt_hash(sample.prompt), sample.position)
+            sample.draw = self.draw_counts.get(key, 0)
+            self.draw_counts[key] = sample.draw + 1
+
     def _sample_key(self, sample):
         """Section 8.3: the key of a sample's randomness."""
-        prompt_hash = PROMPT_HASH_START
-        for token in sample.prompt:
-            prompt_hash = mix(prompt_hash, token)
+        prompt_hash = self._prompt_hash(sample.prompt)
         seed = sample.sampling_seed
         if isinstance(seed, bool) or (isinstance(seed, float) and math.isfinite(seed) and seed == int(seed)):
             seed = int(seed)
@@ -1058,8 +1088,10 @@ class ToyModel:
             position = 0
         if _is_int(seed):
             seed_part = mix(SEED_SALT, seed & MASK64)
-        else:
+        elif getattr(sample, "draw", 0) == 0:
             seed_part = NO_SEED
+        else:
+            seed_part = mix(DRAW_SALT, sample.draw)
         return mix(mix(mix(self.seed, prompt_hash), seed_part), position)
 
     # -- Section 9: generation and finish checks -------------------------------------------------------------
@@ -1069,7 +1101,10 @@ class ToyModel:
         if not isinstance(body, dict):
             raise ValueError("the request body must be an object")
         with_text = _flag(body.get("return_text_in_logprobs"), "return_text_in_logprobs", False)
-        return [self._generate_sample(sample, with_text) for sample in self._samples(body)]
+        samples = self._samples(body)
+        for sample in samples:
+            self._assign_draw(sample)
+        return [self._generate_sample(sample, with_text) for sample in samples]
 
     def _entry(self, token_id, logprob, with_text):
         """One reported logprob [logprob, id, text] (sections 8.5, 2.2); a logprob of None or -inf is None."""

@@ -94,7 +94,7 @@ async fn routes_have_a_row_per_position_but_the_last_and_continuations_repeat_th
         let second = generate_ok(
             &server,
             &json!({"input_ids": prompt, "return_routed_experts": true,
-                    "sampling_params": {"max_new_tokens": 3, "ignore_eos": true}}),
+                    "sampling_params": {"max_new_tokens": 3, "ignore_eos": true, "sampling_seed": 1}}),
         )
         .await;
         let second_rows = rows(&second["meta_info"]);
@@ -105,7 +105,7 @@ async fn routes_have_a_row_per_position_but_the_last_and_continuations_repeat_th
         let from_two = generate_ok(
             &server,
             &json!({"input_ids": prompt, "return_routed_experts": true, "routed_experts_start_len": 2,
-                    "sampling_params": {"max_new_tokens": 3, "ignore_eos": true}}),
+                    "sampling_params": {"max_new_tokens": 3, "ignore_eos": true, "sampling_seed": 1}}),
         )
         .await;
         assert_eq!(rows(&from_two["meta_info"]), second_rows[2..], "{version}");
@@ -114,7 +114,7 @@ async fn routes_have_a_row_per_position_but_the_last_and_continuations_repeat_th
             &server,
             &json!({"input_ids": prompt, "return_routed_experts": true,
                     "routed_experts_start_len": prompt.len(),
-                    "sampling_params": {"max_new_tokens": 3, "ignore_eos": true}}),
+                    "sampling_params": {"max_new_tokens": 3, "ignore_eos": true, "sampling_seed": 1}}),
         )
         .await;
         assert_eq!(rows(&from_end["meta_info"]), second_rows[prompt.len()..]);
@@ -631,7 +631,8 @@ async fn openai_routes_without_rows_and_a_start_past_the_prompt() {
 #[tokio::test]
 async fn routes_faults_reach_the_openai_sglext() {
     let server = routing_server(SglangVersion::V0_5_23, true);
-    let request = json!({"prompt": [5, 6, 7], "max_tokens": 4, "ignore_eos": true,
+    // Greedy: each faulted answer is the clean one's sample (identical unseeded requests draw anew).
+    let request = json!({"prompt": [5, 6, 7], "max_tokens": 4, "ignore_eos": true, "temperature": 0,
                          "return_routed_experts": true});
     let clean = openai_ok(&server, "/v1/completions", &request).await.json();
     let clean_rows = rows(&clean["sglext"]);
@@ -917,7 +918,8 @@ async fn top_p_rows_come_where_and_when_the_patch_writes_them() {
         json!({"input_ids": [5, 6, 7], "return_logprob": logprob, "top_logprobs_num": 2,
                "sampling_params": params})
     };
-    let asked = json!({"max_new_tokens": 5, "top_p": 0.9, "ignore_eos": true,
+    // Seeded: the stream below and the fault are the same sample as this answer (MODEL.md 8.3).
+    let asked = json!({"max_new_tokens": 5, "top_p": 0.9, "ignore_eos": true, "sampling_seed": 4,
                        "custom_params": {"return_top_p_token_ids": true}});
     let patched = slime_server(true);
     let answer = generate_ok(&patched, &ask(asked.clone(), true)).await;

@@ -209,6 +209,13 @@ impl InProcess {
         .await
     }
 
+    /// `POST /admin/reset`: among the rest, every prompt's next unseeded sample is its first draw again
+    /// (MODEL.md 8.3), so a request sent again after it is the same sample as the first time.
+    pub(crate) async fn reset(&self) {
+        let reply = self.post("/admin/reset", Body::empty()).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+    }
+
     pub(crate) async fn generate(&self, body: &Value) -> Reply {
         self.post("/generate", serde_json::to_vec(body).expect("serialisable"))
             .await
@@ -270,6 +277,18 @@ impl Live {
             body,
             broken,
         }
+    }
+
+    /// `GET path`, answered 200 with JSON.
+    pub(crate) async fn get_json(&self, path: &str) -> Value {
+        let resp = self
+            .client
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("request sent");
+        assert_eq!(resp.status().as_u16(), 200, "GET {path}");
+        parse_json(&resp.bytes().await.expect("a body"))
     }
 
     /// Stop accepting, finish in-flight requests, and report how `run` ended.

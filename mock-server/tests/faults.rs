@@ -11,7 +11,9 @@ use crate::common::{
     InProcess, Live, Reply, WAITING_ABORT_META_KEYS, keys, parse_json, read_sse, zero_sent_ts,
 };
 
-const PROMPT: &str = r#"{"text":"fault","rid":"f1","sampling_params":{"max_new_tokens":4,"ignore_eos":true},"return_logprob":true}"#;
+/// Seeded, so that every request of it is the same sample and a faulted answer can be compared with the clean
+/// one (identical unseeded requests draw anew, MODEL.md 8.3).
+const PROMPT: &str = r#"{"text":"fault","rid":"f1","sampling_params":{"max_new_tokens":4,"ignore_eos":true,"sampling_seed":7},"return_logprob":true}"#;
 
 fn stream_body() -> String {
     PROMPT.replace("\"return_logprob\"", "\"stream\":true,\"return_logprob\"")
@@ -294,7 +296,7 @@ async fn body_faults_apply_to_every_stream_chunk() {
 
 #[tokio::test]
 async fn stream_faults_change_the_framing_as_named() {
-    // Every run sends the same prompt: without a prefix cache each answers as the first did.
+    // Every run sends the same seeded prompt: without a prefix cache each answers as the first did.
     let server = InProcess::new(ServerConfig {
         disable_radix_cache: true,
         ..ServerConfig::default()
@@ -349,7 +351,7 @@ async fn stream_faults_change_the_framing_as_named() {
 #[tokio::test]
 async fn abort_shapes_match_sglangs() {
     let server = InProcess::new(ServerConfig::default());
-    let body = r#"{"text":"fault","rid":"r1","sampling_params":{"max_new_tokens":8,"ignore_eos":true},"return_logprob":true}"#;
+    let body = r#"{"text":"fault","rid":"r1","sampling_params":{"max_new_tokens":8,"ignore_eos":true,"sampling_seed":7},"return_logprob":true}"#;
 
     let waiting = with_fault(&server, body, "abort-waiting").await;
     assert_eq!(waiting.status, 200);

@@ -86,8 +86,13 @@ async fn the_oracle_predicts_the_abort_running_fault() {
                 .expect("an answer");
             assert_eq!(got, expected.body, "{version:?} n={n}");
             // Independently of the oracle's replay: three tokens each, then SGLang's abort of this release,
-            // and those three are the start of the undisturbed answer, logprobs included.
-            let whole = server.oracle.expect(&bytes(&body)).expect("an answer");
+            // and those three are the start of the undisturbed answer, logprobs included: the same samples,
+            // at the draws the oracle predicted for this request.
+            let draws: Vec<u64> = expected.items.iter().map(|item| item.draw).collect();
+            let whole = server
+                .oracle
+                .expect_drawn(&bytes(&body), &draws)
+                .expect("an answer");
             // `FINISH_ABORT`'s `message or "Aborted"` in `srt/managers/schedule_batch.py` of every release.
             let message = "Aborted";
             for (item, full) in items(&got).iter().zip(items(&whole.body)) {

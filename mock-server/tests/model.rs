@@ -501,3 +501,87 @@ async fn a_long_plain_prompt_is_answered_as_a_short_one() {
     }
     assert_eq!(totals, [40 * 32, 40 * 32], "300 plain tokens, then 20");
 }
+
+/// Identical unseeded requests answer differently, as SGLang samples each anew (MODEL.md 8.3): slime sends each
+/// of a group's samples as its own request, and a group of copies would give every GRPO advantage 0. The same
+/// sequence answers the same after `/admin/reset` and on another server; each answer is the oracle's for the
+/// draw its ledger entry records; a seed, or deterministic inference, answers alike every time.
+#[tokio::test]
+async fn identical_unseeded_requests_draw_anew_and_reproducibly() {
+    let config = || ServerConfig {
+        ledger: true,
+        ..ServerConfig::default()
+    };
+    let group = 8;
+    let body = json!({"text": "Solve 2 + 2.", "return_logprob": true,
+                      "sampling_params": {"max_new_tokens": 10, "temperature": 1.0}});
+    let answers = |server: InProcess| {
+        let body = body.clone();
+        async move {
+            let mut out = Vec::new();
+            for _ in 0..group {
+                let answer = generate_ok(&server, &body).await;
+                out.push(answer["output_ids"].clone());
+            }
+            (server, out)
+        }
+    };
+    let (server, first) = answers(InProcess::new(config())).await;
+    let distinct: std::collections::HashSet<String> = first.iter().map(Value::to_string).collect();
+    assert_eq!(distinct.len(), group, "{first:?}");
+    // The first is the answer the prompt always had: draw 0's key is the unseeded key of before.
+    let oracle = mock_server::oracle::Oracle::new(config()).expect("an oracle");
+    let bytes = serde_json::to_vec(&body).expect("JSON");
+    assert_eq!(
+        oracle.expect(&bytes).expect("an answer").body["output_ids"],
+        first[0]
+    );
+    // The ledger records draws 0..8, and the oracle recomputes each answer from its body and its draw.
+    let ledger = server.get("/admin/ledger").await.json();
+    let draws: Vec<u64> = ledger["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|entry| entry["draw"].as_u64().expect("a draw"))
+        .collect();
+    assert_eq!(draws, (0..group as u64).collect::<Vec<_>>());
+    for (draw, answer) in draws.iter().zip(&first) {
+        let expected = oracle.expect_drawn(&bytes, &[*draw]).expect("an answer");
+        assert_eq!(&expected.body["output_ids"], answer, "draw {draw}");
+    }
+    // Another prompt in between takes draws of its own; after a reset the sequence repeats.
+    server.reset().await;
+    let mut again = Vec::new();
+    for _ in 0..group {
+        generate_ok(
+            &server,
+            &json!({"text": "Other.", "sampling_params": {"max_new_tokens": 2}}),
+        )
+        .await;
+        again.push(generate_ok(&server, &body).await["output_ids"].clone());
+    }
+    assert_eq!(again, first);
+    let (_, elsewhere) = answers(InProcess::new(config())).await;
+    assert_eq!(elsewhere, first);
+    // A seed, or deterministic inference, draws alike every time.
+    let mut seeded = body.clone();
+    seeded["sampling_params"]["sampling_seed"] = json!(11);
+    let (_, alike) = {
+        let server = InProcess::new(config());
+        let mut out = Vec::new();
+        for _ in 0..3 {
+            out.push(generate_ok(&server, &seeded).await["output_ids"].clone());
+        }
+        (server, out)
+    };
+    assert!(alike.iter().all(|ids| *ids == alike[0]), "{alike:?}");
+    let (_, deterministic) = answers(InProcess::new(ServerConfig {
+        enable_deterministic_inference: true,
+        ..config()
+    }))
+    .await;
+    assert!(
+        deterministic.iter().all(|ids| *ids == deterministic[0]),
+        "{deterministic:?}"
+    );
+}

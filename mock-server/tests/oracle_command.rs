@@ -122,6 +122,9 @@ async fn the_oracle_command_prints_the_live_servers_answer() {
             for stream in [false, true] {
                 let mut body = body.clone();
                 body["stream"] = json!(stream);
+                // The command predicts a fresh server's answer, each prompt's first draw (MODEL.md 8.3).
+                let reset = live.post_json("/admin/reset", &json!({})).await;
+                assert_eq!(reset.status, 200, "{}", reset.text());
                 let (want, ok) = live_answer(&live, &body).await;
                 let streamed = want.is_array() && stream && ok;
                 let flags = flags.clone();

@@ -319,9 +319,18 @@ async fn an_empty_batch_streams_only_done() {
     assert_eq!(reply.json(), json!([]));
 }
 
+/// 400 concurrent streams of 7 prompts: each finishes, and each is the answer the oracle computes from its body
+/// and the draw its ledger entry records (MODEL.md 8.3); the draws of each prompt are 0, 1, 2, ... whatever order
+/// the streams arrived in, so no two identical requests drew alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_concurrent_streams_finish_and_match_the_oracle() {
-    let live = std::sync::Arc::new(crate::common::Live::start(ServerConfig::default()).await);
+    let live = std::sync::Arc::new(
+        crate::common::Live::start(ServerConfig {
+            ledger: true,
+            ..ServerConfig::default()
+        })
+        .await,
+    );
     let streams = 400;
     let mut tasks = Vec::with_capacity(streams);
     for i in 0..streams {
@@ -333,14 +342,31 @@ async fn many_concurrent_streams_finish_and_match_the_oracle() {
             (request, reply)
         }));
     }
+    let mut answers = Vec::with_capacity(streams);
     for task in tasks {
         let (request, reply) = task.await.expect("task joins");
         assert_eq!(reply.status, 200);
+        answers.push((request, reply));
+    }
+    let ledger = live.get_json("/admin/ledger").await;
+    let draw_of: std::collections::HashMap<String, u64> = ledger["items"]
+        .as_array()
+        .expect("the ledger's items")
+        .iter()
+        .map(|entry| {
+            let rid = entry["rid"].as_str().expect("a rid").to_owned();
+            (rid, entry["draw"].as_u64().expect("a draw"))
+        })
+        .collect();
+    let mut draws_by_prompt = vec![Vec::new(); 7];
+    for (i, (request, reply)) in answers.iter().enumerate() {
         let rebuilt =
             crate::common::reassemble(&sse_json(&reply.body), crate::common::Mode::Cumulative);
+        let draw = draw_of[request["rid"].as_str().unwrap_or_default()];
+        draws_by_prompt[i % 7].push(draw);
         let expected = live
             .oracle
-            .expect(&serde_json::to_vec(&request).unwrap_or_default())
+            .expect_drawn(&serde_json::to_vec(request).unwrap_or_default(), &[draw])
             .expect("valid");
         assert_eq!(json!(rebuilt[0].output_ids), expected.body["output_ids"]);
         assert_eq!(
@@ -349,6 +375,11 @@ async fn many_concurrent_streams_finish_and_match_the_oracle() {
         );
         assert_eq!(rebuilt[0].last_meta["id"], request["rid"]);
     }
+    for (prompt, mut draws) in draws_by_prompt.into_iter().enumerate() {
+        draws.sort_unstable();
+        let count = draws.len() as u64;
+        assert_eq!(draws, (0..count).collect::<Vec<_>>(), "prompt {prompt}");
+    }
 }
 
 #[tokio::test]
@@ -356,7 +387,9 @@ async fn a_chunk_is_skipped_while_the_output_could_be_starting_a_stop_string() {
     // SGLang's `check_match_stop_str_prefix`: with a stop string that never matches in full but whose start
     // equals the text of the third generated token, the chunk after that token is held back.
     let server = InProcess::new(ServerConfig::default());
-    let base = json!({"text": "List things", "sampling_params": {"max_new_tokens": 8, "ignore_eos": true}});
+    // Seeded: the request with the stop string is the same sample as this one.
+    let base = json!({"text": "List things",
+                      "sampling_params": {"max_new_tokens": 8, "ignore_eos": true, "sampling_seed": 2}});
     let ids: Vec<u32> = server.generate(&base).await.json()["output_ids"]
         .as_array()
         .into_iter()

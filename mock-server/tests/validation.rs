@@ -303,8 +303,8 @@ async fn unknown_and_null_fields_are_ignored() {
     let plain = server
         .generate(&json!({"text": "hello", "sampling_params": {"max_new_tokens": 3}, "rid": "r"}))
         .await;
-    // The same prompt again would hit the prefix cache.
-    server.post("/flush_cache", "{}").await;
+    // The same prompt again would hit the prefix cache and take the prompt's next draw: the server starts again.
+    server.reset().await;
     let noisy = server
         .generate(&json!({
             "text": "hello", "sampling_params": {"max_new_tokens": 3, "temperature": null, "top_p": null, "stop": null},
@@ -328,6 +328,8 @@ async fn unknown_and_null_fields_are_ignored() {
 async fn text_and_input_ids_together_use_input_ids() {
     let server = server();
     let both = server.generate(&json!({"text": "ignored", "input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 2}})).await;
+    // Both are the prompt's first draw.
+    server.reset().await;
     let ids = server
         .generate(&json!({"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 2}}))
         .await;

@@ -38,6 +38,8 @@ def test_the_sdk_completes_and_chats(sglang_mock):
     assert chat.choices[0].message.role == "assistant"
     assert len(chat.choices[0].logprobs.content) == chat.usage.completion_tokens
     assert all(len(t.top_logprobs) == 3 for t in chat.choices[0].logprobs.content)
+    # 0.5.3 drops the seed, so its identical requests draw anew (MODEL.md 8.3): the draws start again.
+    assert httpx.post(f"{sglang_mock}/admin/reset").status_code == 200
     streamed = client.chat.completions.create(
         model="toy", messages=MESSAGES, max_tokens=20, seed=9, stream=True, stream_options={"include_usage": True}
     )
@@ -52,8 +54,10 @@ def test_the_sdk_completes_and_chats(sglang_mock):
 def test_chat_logprobs_are_the_generate_logprobs_of_the_chatml_prompt(sglang_mock):
     body = {"model": "toy", "messages": MESSAGES, "max_tokens": 30, "logprobs": True, "top_logprobs": 2, "seed": 4}
     chat = post(sglang_mock, "/v1/chat/completions", body)
-    # From 0.5.15 the chat `seed` becomes `sampling_seed`; 0.5.3 reads it and drops it.
+    # From 0.5.15 the chat `seed` becomes `sampling_seed`; 0.5.3 reads it and drops it, so there the native request
+    # is the same sample only as the prompt's first draw again (MODEL.md 8.3).
     seeded = os.environ.get("SGLANG_MOCK_SGLANG_VERSION", "0.5.23") != "0.5.3"
+    assert httpx.post(f"{sglang_mock}/admin/reset").status_code == 200
     native = generate(
         sglang_mock,
         {
@@ -78,6 +82,8 @@ def test_chat_logprobs_are_the_generate_logprobs_of_the_chatml_prompt(sglang_moc
 def test_completion_logprobs_with_echo_are_the_generate_logprobs(sglang_mock):
     body = {"model": "toy", "prompt": "The capital of France is", "max_tokens": 6, "logprobs": 1, "echo": True}
     completion = post(sglang_mock, "/v1/completions", body)
+    # The native request is the same sample: the prompt's draws start again (MODEL.md 8.3).
+    assert httpx.post(f"{sglang_mock}/admin/reset").status_code == 200
     native = generate(
         sglang_mock,
         {

@@ -101,12 +101,15 @@ def served_by(answer, direct):
     return matches[0]
 
 
+# Greedy: a worker answers a request the same every time (an unseeded one draws anew, MODEL.md 8.3), and the
+# workers' seeds, which change the model, tell them apart.
 CASES = [
-    ("/generate", {"text": "Route me", "sampling_params": {"max_new_tokens": 12}, "return_logprob": True,
-                   "top_logprobs_num": 2}),
-    ("/v1/completions", {"model": "sglang-mock/toy-model", "prompt": "Route me", "max_tokens": 12, "logprobs": 2}),
+    ("/generate", {"text": "Route me", "sampling_params": {"max_new_tokens": 12, "temperature": 0},
+                   "return_logprob": True, "top_logprobs_num": 2}),
+    ("/v1/completions", {"model": "sglang-mock/toy-model", "prompt": "Route me", "max_tokens": 12, "logprobs": 2,
+                         "temperature": 0}),
     ("/v1/chat/completions", {"model": "sglang-mock/toy-model", "messages": [{"role": "user", "content": "Hi"}],
-                              "max_tokens": 12, "logprobs": True, "top_logprobs": 2}),
+                              "max_tokens": 12, "logprobs": True, "top_logprobs": 2, "temperature": 0}),
 ]
 
 

@@ -70,6 +70,9 @@ pub struct ItemRequest {
     /// Position of this sample in the flattened request (prompt-major), so that the samples of `n > 1` or of a
     /// batch of equal prompts differ while each stays reproducible.
     pub sample_index: u64,
+    /// The sample's draw when it samples without a seed (MODEL.md section 8.3, [`crate::engine::Draws`]): how many
+    /// unseeded samples of the same prompt at the same position the server ran before it. 0 for a seeded sample.
+    pub draw: u64,
     /// Tokens the generation must produce first, instead of sampling (a scripted answer, usually ending with
     /// `<|im_end|>`). Each still reports its true logprob under the model, and the finish checks apply to it as
     /// to a sampled token; once they are used up, generation samples as usual.
@@ -178,6 +181,7 @@ impl ItemRequest {
             top_logprobs_num: 0,
             token_ids_logprob: Vec::new(),
             sample_index: 0,
+            draw: 0,
             forced_output: Vec::new(),
             sampling_mask: None,
             top_p_token_ids: false,

@@ -4,6 +4,7 @@
 //! - `item`: [`ItemRequest`], what one sample asks for, and how it ends ([`FinishReason`]);
 //! - `generation`: [`Generation`], one sample with SGLang's finish rules, stop trimming and logprobs;
 //! - `plan`: [`GeneratePlan`], what a validated request asks the engine to run;
+//! - `draws`: [`Draws`], the numbering of unseeded samples that gives identical requests distinct answers;
 //! - `cache`: [`PrefixCache`], SGLang's radix prefix cache over token ids, and the rules by which a run's items
 //!   match and fill it;
 //! - `load`: [`Occupancy`], what a server runs and queues now, item by item, for its load reports;
@@ -11,6 +12,7 @@
 //!   server's non-stream and stream drivers.
 
 mod cache;
+mod draws;
 mod generation;
 mod item;
 mod load;
@@ -19,6 +21,7 @@ mod sched;
 mod step;
 
 pub use cache::{Hold, InUse, PrefixCache, SharedCache, flush_shared, match_limit, server_cache};
+pub use draws::Draws;
 pub use generation::{Generation, MAX_TOP_P_IDS, generate};
 pub use item::{
     FinishReason, GREEDY_TEMPERATURE, ItemRequest, LogprobEntry, MaskRows, Rows,

@@ -350,6 +350,7 @@ fn plan_item(
             top_logprobs_num: k,
             token_ids_logprob: ids,
             sample_index,
+            draw: 0,
             forced_output: Vec::new(),
             sampling_mask,
             top_p_token_ids,

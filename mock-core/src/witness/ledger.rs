@@ -275,6 +275,11 @@ pub struct Entry {
     pub stream: bool,
     /// The item's position in its request: its place in a batch, or its sample index for `n > 1`.
     pub index: usize,
+    /// The sample's draw (MODEL.md section 8.3): how many unseeded samples of the same prompt at the same position
+    /// the server ran before it; 0 for a seeded one. With the request's body it recomputes the answer
+    /// (`Oracle::expect_drawn`).
+    #[serde(default)]
+    pub draw: u64,
     /// `stop`, `length` or `abort`; `null` for a stream that ended before its item did (a client that went away,
     /// a stream fault).
     pub finish_reason: Option<Finish>,

@@ -113,6 +113,7 @@ impl Served<'_> {
             route: self.route,
             stream: self.stream,
             index,
+            draw: item.request.draw,
             finish_reason: None,
             weight_version: weight_version.to_owned(),
             num_retractions: 0,

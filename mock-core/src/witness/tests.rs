@@ -25,6 +25,7 @@ fn entry(rid: &str, prompt: &[u32], output: &[u32], lps: &[f32]) -> Entry {
         route: Route::Generate,
         stream: false,
         index: 0,
+        draw: 0,
         finish_reason: Some(Finish::Stop),
         weight_version: "v1".to_owned(),
         num_retractions: 0,

@@ -456,7 +456,8 @@ pub(crate) async fn faults(
 /// lifted and the weight version is the configured one. Requests in flight are left to finish, and the
 /// Prometheus counters of `/metrics` keep counting, as a scraper expects of them. The ledger, if the server
 /// keeps one, is emptied, and so is the prefix cache (a request in flight then leaves what it ends with, as a
-/// request does after `/flush_cache`). Answers as `/admin/stats`.
+/// request does after `/flush_cache`). The draws of unseeded samples start again at 0 (MODEL.md section 8.3), so
+/// the same requests answer as they did after start-up. Answers as `/admin/stats`.
 pub(crate) async fn reset(State(state): State<AppState>) -> Response {
     state.faults().reset(state.config().faults.clone());
     if let Some(ledger) = state.ledger() {
@@ -465,6 +466,7 @@ pub(crate) async fn reset(State(state): State<AppState>) -> Response {
     if let Some(cache) = state.prefix_cache() {
         mock_core::engine::flush_shared(cache);
     }
+    state.draws().clear();
     let control = state.control();
     control.resume();
     control.set_weight_version(&state.config().weight_version);

@@ -295,6 +295,9 @@ pub(crate) async fn execute<E: drive::Events>(
     let handle = control
         .register(rids, prompts, unique)
         .map_err(|rid| ApiError::value(format!("Duplicate request ID detected: {rid}")))?;
+    // Admitted: the unseeded items take their draws, in arrival order.
+    let mut plan = plan;
+    state.draws().assign(&mut plan);
     let ctx = RunCtx {
         config: Arc::clone(state.shared_config()),
         model: Arc::clone(state.model()),

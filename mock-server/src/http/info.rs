@@ -49,6 +49,7 @@ pub(crate) async fn health_generate(State(state): State<AppState>) -> Response {
         top_logprobs_num: 0,
         token_ids_logprob: Vec::new(),
         sample_index: 0,
+        draw: 0,
         forced_output: Vec::new(),
         sampling_mask: None,
         top_p_token_ids: false,

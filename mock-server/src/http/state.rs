@@ -6,7 +6,7 @@ use super::metrics::Metrics;
 use crate::batch::Batcher;
 use crate::control::Control;
 use crate::faults::Faults;
-use mock_core::engine::{Load, Occupancy, SharedCache, used_tokens};
+use mock_core::engine::{Draws, Load, Occupancy, SharedCache, used_tokens};
 use mock_core::model::Model;
 use mock_core::oracle::Oracle;
 use mock_core::witness::{Ledger, Router};
@@ -37,6 +37,8 @@ struct Inner {
     prefix_cache: Option<SharedCache>,
     /// The batch loop, when the KV pool is bounded (`--max-total-tokens`).
     batcher: Option<Arc<Batcher>>,
+    /// The draws of unseeded samples so far (MODEL.md section 8.3).
+    draws: Draws,
 }
 
 /// `model_type` and `architectures` of the model directory's `config.json`, as SGLang's `ModelConfig` reads
@@ -116,8 +118,14 @@ impl AppState {
                 ledger,
                 shutting_down: tokio::sync::watch::Sender::new(false),
                 batcher,
+                draws: Draws::default(),
             }),
         }
+    }
+
+    /// The draws of unseeded samples so far: each request's items take theirs when they are admitted.
+    pub(crate) fn draws(&self) -> &Draws {
+        &self.inner.draws
     }
 
     /// The batch loop, when the KV pool is bounded.

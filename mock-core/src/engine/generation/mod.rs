@@ -18,6 +18,7 @@ mod tests;
 use std::sync::Arc;
 
 use self::detok::{Detokenizer, StopTail};
+use super::draws::prompt_hash;
 use crate::engine::item::{
     FinishReason, GREEDY_TEMPERATURE, ItemRequest, LogprobEntry, MaskRows, Rows,
     SamplingLogprobsMode, SamplingParams,
@@ -118,6 +119,7 @@ impl Generation {
             top_logprobs_num,
             token_ids_logprob,
             sample_index,
+            draw,
             forced_output,
             sampling_mask,
             top_p_token_ids,
@@ -162,12 +164,13 @@ impl Generation {
             && !top_p_token_ids
             && (!return_logprob || (top_logprobs_num == 0 && token_ids_logprob.is_empty()));
 
-        let prompt_hash = input_ids
-            .iter()
-            .fold(0x5052_4F4D_5054u64, |h, &id| mix(h, u64::from(id)));
-        let seed_part = params
-            .sampling_seed
-            .map_or(u64::MAX, |s| mix(0x5345_4544, s));
+        let prompt_hash = prompt_hash(&input_ids);
+        // A seed, else the sample's draw: the first draw of a prompt keeps the key it always had.
+        let seed_part = match (params.sampling_seed, draw) {
+            (Some(seed), _) => mix(0x5345_4544, seed),
+            (None, 0) => u64::MAX,
+            (None, draw) => mix(0x4452_4157, draw),
+        };
         let key = mix(
             mix(mix(model.config().seed, prompt_hash), seed_part),
             sample_index,
