@@ -645,9 +645,21 @@ async fn the_audit_endpoint_reads_every_body_form_and_refuses_bad_ones_in_sglang
                 r#"[{"tokens":[1],"response_length":1,"loss_mask":[3]}]"#,
             )
             .await,
-        "sample 0: loss_mask: loss_mask[0] is 3",
+        "samples[0].loss_mask[0]: expected 0 or 1 (a loss mask holds 0 and 1), got 3",
     );
-    refused(server.post("/admin/audit", "[{").await, "(the body)");
+    // A string where a number belongs names the sample, the field and the element, not the body.
+    let mut stringly = good.clone();
+    stringly["rollout_log_probs"][7] = json!("abc");
+    refused(
+        server
+            .post("/admin/audit", json!([good, stringly]).to_string())
+            .await,
+        r#"samples[1].rollout_log_probs[7]: expected a number, got the string "abc""#,
+    );
+    refused(
+        server.post("/admin/audit", "[{").await,
+        "the body: not JSON",
+    );
 }
 
 // The command blocks its thread while the server answers it: the server needs another worker.

@@ -532,19 +532,88 @@ fn an_unreadable_sample_names_its_position_and_field() {
     let e = err(
         r#"[{"prompt_ids":[1],"response_ids":[2]},{"prompt_ids":[1],"response_ids":[2],"loss_mask":[2]}]"#,
     );
-    assert_eq!((e.sample, e.field.as_str()), (1, "loss_mask"));
-    assert!(e.message.contains("loss_mask[0] is 2"), "{e}");
+    assert_eq!((e.sample, e.field.as_str()), (Some(1), "loss_mask[0]"));
+    assert_eq!(
+        e.to_string(),
+        "samples[1].loss_mask[0]: expected 0 or 1 (a loss mask holds 0 and 1), got 2"
+    );
     let e = err(r#"[{"foo":1}]"#);
     assert!(e.message.contains("no layout"), "{e}");
+    assert!(e.to_string().starts_with("samples[0]: no layout"), "{e}");
     let e = err(r#"[{"prompt_ids":[1],"response_ids":[[1,2],[3]]}]"#);
+    assert_eq!(e.field, "response_ids[1]");
     assert!(e.message.contains("rectangular"), "{e}");
     let e = err(r#"[{"prompt_ids":[1],"response_ids":{"dtype":"int8","shape":[1],"b64":"AQ=="}}]"#);
+    assert_eq!(e.field, "response_ids");
     assert!(e.message.contains("dtype \"int8\""), "{e}");
     let e =
         err(r#"[{"prompt_ids":[1],"response_ids":{"dtype":"int32","shape":[2],"b64":"AQ=="}}]"#);
     assert!(e.message.contains("holds 8 bytes, not 1"), "{e}");
     let e = err(r#"[{"tokens":[1],"response_length":3}]"#);
     assert_eq!(e.field, "response_length");
+}
+
+#[test]
+fn a_value_of_the_wrong_type_names_the_sample_the_field_and_the_position_in_it() {
+    let err = |json: &str| {
+        parse_samples(json.as_bytes(), None)
+            .expect_err(json)
+            .to_string()
+    };
+    let good = r#"{"prompt_ids":[1],"response_ids":[2,3]}"#;
+    // A string where a logprob belongs, in each form of body: the sample and the element, not the body.
+    let bad = r#"{"prompt_ids":[1],"response_ids":[2,3],"logprobs":[-0.5,"abc"]}"#;
+    let expected = r#"samples[1].logprobs[1]: expected a number, got the string "abc" (only "NaN", "Infinity" and "-Infinity" stand for numbers)"#;
+    assert_eq!(err(&format!("[{good},{bad}]")), expected);
+    assert_eq!(err(&format!("{good}\n{bad}\n")), expected);
+    assert_eq!(err(&format!(r#"{{"samples":[{good},{bad}]}}"#)), expected);
+    // Inside a tensor, a batch dimension, a typed array and rows: the position as the sample holds it.
+    assert_eq!(
+        err(r#"[{"input_ids":[[1,2,-3]],"loss_mask":[[0,1,1]]}]"#),
+        "samples[0].input_ids[0][2]: expected a token id, got -3"
+    );
+    assert_eq!(
+        err(r#"[{"prompt_ids":[1],"response_ids":[2],"routed_experts":[[[1,2]],[[3,1.5]]]}]"#),
+        "samples[0].routed_experts[1][0][1]: expected an expert id, got 1.5"
+    );
+    assert_eq!(
+        err(r#"[{"prompt_ids":[1],"response_ids":[2],"routed_experts":[[[1,2]],[[3,{}]]]}]"#),
+        "samples[0].routed_experts[1][0][1]: expected a number, got an object"
+    );
+    assert_eq!(
+        err(r#"[{"prompt_ids":[1],"response_ids":[null]}]"#),
+        "samples[0].response_ids[0]: expected a token id, got null"
+    );
+    assert_eq!(
+        err(r#"[{"prompt_ids":[1],"response_ids":"abc"}]"#),
+        r#"samples[0].response_ids: expected a list of numbers (nested for a tensor) or a typed array {"dtype", "shape", "b64"}, got the string "abc""#
+    );
+    // Errors the JSON reader raises itself (a typed array without its bytes, a count as a string, an id as
+    // a list) name the field too.
+    let e = err(r#"[{"prompt_ids":[1],"response_ids":{"dtype":"int32","shape":[1]}}]"#);
+    assert!(
+        e.starts_with("samples[0].response_ids: missing field `b64`"),
+        "{e}"
+    );
+    let e = err(r#"[{"tokens":[1,2],"response_length":"1"}]"#);
+    assert!(
+        e.starts_with("samples[0].response_length: invalid type: string \"1\""),
+        "{e}"
+    );
+    let e = err(r#"[{"prompt_ids":[1],"response_ids":[2],"index":[0]}]"#);
+    assert!(
+        e.starts_with("samples[0].index: invalid type: sequence, expected a string or a number"),
+        "{e}"
+    );
+    // Not a sample at all, and not JSON at all.
+    assert_eq!(
+        err(&format!("[{good}, 7]")),
+        "samples[1]: expected a sample (a JSON object of one layout's keys), got a number"
+    );
+    let e = err("[{");
+    assert!(e.starts_with("the body: not JSON: "), "{e}");
+    let e = err(&format!("{good}\n{{\"prompt_ids\": [1\n"));
+    assert!(e.starts_with("samples[1]: not JSON: "), "{e}");
 }
 
 #[test]
@@ -1228,7 +1297,7 @@ fn layouts_are_told_by_all_of_their_keys() {
         parse_sample(br#"{"layout":"slime","prompt_ids":[1]}"#, 3, None).expect_err("no tokens");
     assert_eq!(
         err.to_string(),
-        "sample 3: tokens: missing: a slime sample has it"
+        "samples[3].tokens: missing: a slime sample has it"
     );
     let names: Vec<String> = Layout::ALL.iter().map(ToString::to_string).collect();
     assert_eq!(
@@ -1297,20 +1366,20 @@ fn values_that_are_not_ids_logprobs_or_expert_ids_are_refused() {
     };
     for bad in ["-1", "1.5", "8589934592"] {
         let message = err(&format!(r#"{{"prompt_ids":[1],"response_ids":[{bad}]}}"#));
-        assert!(message.contains("not a token id"), "{bad}: {message}");
+        assert_eq!(message, format!("expected a token id, got {bad}"));
     }
     let message = err(r#"{"prompt_ids":[1],"response_ids":[2],"routed_experts":[[1.5]]}"#);
-    assert!(message.contains("not an expert id"), "{message}");
+    assert_eq!(message, "expected an expert id, got 1.5");
     let message = err(r#"{"prompt_ids":[1],"response_ids":"abc"}"#);
     assert!(
-        message.contains("a list of numbers (nested for a tensor), or a typed array"),
+        message.contains("a list of numbers (nested for a tensor) or a typed array"),
         "{message}"
     );
     let message = err(r#"{"prompt_ids":[1],"response_ids":[{}]}"#);
-    assert!(message.contains("a number, null or a list"), "{message}");
+    assert_eq!(message, "expected a number, got an object");
     let message = err(r#"{"prompt_ids":[1],"response_ids":[2],"logprobs":["-0.5"]}"#);
     assert!(
-        message.contains(r#"the string "-0.5" where a number belongs"#),
+        message.starts_with(r#"expected a number, got the string "-0.5""#),
         "{message}"
     );
     // The strings that stand for numbers JSON cannot write.
