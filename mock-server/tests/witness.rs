@@ -720,6 +720,13 @@ async fn the_audit_command_reads_a_live_ledger_or_a_saved_one() {
             out.contains("[logprob-zero] rollout_log_probs[0:12]"),
             "{out}"
         );
+        // An empty file is no rollout: a wrong dump path must not pass.
+        let (code, out) = run(source, std::path::Path::new("/dev/null"));
+        assert_eq!(code, Some(1), "{out}");
+        assert!(
+            out.contains("- the batch [nothing-audited]: the audit read no samples"),
+            "{out}"
+        );
     }
     let (code, _) = run(["--url", "http://127.0.0.1:9"], &good_file);
     assert_eq!(code, Some(2), "an audit that cannot run");

@@ -1,11 +1,13 @@
 """Eight upstream bugs of the #1976 class, each reproduced twice against the fixture's server: the rollout code as
 it was (its samples fail the audit with the problem the bug makes, at the positions it makes it) and as it was
 fixed (its samples pass). The rollout code keeps the shape of the upstream code it stands for; where upstream
-awaits an HTTP client, a blocking ``requests.post`` sends the same body.
+awaits an HTTP client, a blocking ``requests.post`` sends the same body. Then what the audit says of what a
+rollout hands it: nothing, samples of one index, a sample it cannot read.
 """
 
 import base64
 import copy
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -681,3 +683,50 @@ def test_miles_893_truncating_the_routes_too_passes(sglang_mock):
     _truncate_sample_output_fixed(sample, keep_tokens=5)
     assert sample.rollout_routed_experts.shape == (len(sample.tokens) - 1, 2, 2)
     sglang_mock.assert_faithful([sample])
+
+
+# --- i. what a rollout hands the audit: nothing, samples of one index, a sample that cannot be read --------------
+
+
+def test_an_audit_of_no_samples_or_of_no_trained_token_fails(sglang_mock):
+    """A dump read from a wrong path, or a filter that dropped every sample, hands the audit nothing: that is not
+    a faithful rollout, and neither is one whose loss masks are all 0 (nothing was compared)."""
+    report = sglang_mock.audit([])
+    assert (report.ok, report.kinds()) == (False, ["nothing-audited"])
+    assert (report.problems[0].sample, report.problems[0].sample_id) == (None, None)
+    assert "- the batch [nothing-audited]: the audit read no samples" in str(report)
+    with pytest.raises(AssertionError, match=r"\[nothing-audited\]: the audit read no samples"):
+        sglang_mock.assert_faithful([])
+    sample = generate_response_pr1995(sglang_mock, Sample(index=0), AGENT_PROMPTS[0])
+    sample.loss_mask = [0] * sample.response_length
+    report = sglang_mock.audit([sample], allow_masked_generated=True)
+    assert report.kinds() == ["nothing-audited"]
+    assert f"none of the {sample.response_length} tokens of the 1 sample is trained" in report.problems[0].message
+
+
+def test_slime_multi_agent_samples_of_index_0_are_told_apart(sglang_mock):
+    """slime's multi-agent example builds every agent's sample from one template, so all of them carry
+    ``index = 0``: the report names each by its position too."""
+    samples = [generate_response_v030(sglang_mock, Sample(index=0), p) for p in AGENT_PROMPTS]
+    report = sglang_mock.audit(samples)
+    assert [p.sample_label for p in report.problems] == [f"0 (samples[{k}])" for k in range(len(samples))]
+    assert [p.sample_id for p in report.problems] == ["0"] * len(samples)
+    assert "- sample 0 (samples[2]) [logprobs-missing] rollout_log_probs[0:" in str(report)
+    assert str(report.problems[1]).startswith("sample 0 (samples[1]) [logprobs-missing]")
+
+
+def test_a_sample_that_cannot_be_read_is_a_value_error_naming_its_field(sglang_mock):
+    """A string where a logprob belongs is bad input, not an unfaithful sample: ``audit`` and ``assert_faithful``
+    raise ``ValueError`` with the server's words, which name the sample, the field and the element."""
+    good = generate_response_pr1995(sglang_mock, Sample(index=0), AGENT_PROMPTS[0])
+    bad = copy.deepcopy(good)
+    bad.rollout_log_probs[7] = "abc"
+    expected = 'samples[1].rollout_log_probs[7]: expected a number, got the string "abc"'
+    with pytest.raises(ValueError, match=re.escape(expected)) as raised:
+        sglang_mock.audit([good, bad])
+    # The server's message, not its JSON body.
+    assert '"object"' not in str(raised.value)
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        sglang_mock.assert_faithful([good, bad])
+    with pytest.raises(TypeError, match=re.escape("samples[1]: cannot read a sample from int")):
+        sglang_mock.audit([good, 7])

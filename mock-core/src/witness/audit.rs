@@ -71,6 +71,8 @@ problem_kinds! {
     VersionsLength => "versions-length" "The per-token weight versions have fewer or more entries than tokens.",
     VersionMismatch => "version-mismatch"
         "Tokens are labelled with a weight version other than the one that generated them.",
+    NothingAudited => "nothing-audited"
+        "The audit compared nothing: no samples, or samples that train on no token (an empty dump, an all-zero mask).",
 }
 
 impl fmt::Display for ProblemKind {
@@ -88,10 +90,13 @@ impl Serialize for ProblemKind {
 /// One way a sample disagrees with what the server served, at a range of its per-token positions.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Problem {
-    /// The sample's position in the audit's input.
-    pub sample: usize,
+    /// The sample's position in the audit's input; `None` for a problem of the whole batch.
+    pub sample: Option<usize>,
     /// The sample's id (its `id` or `index`, else its position).
-    pub sample_id: String,
+    pub sample_id: Option<String>,
+    /// How the report names the sample: its id, and its position when another sample of the batch has the same
+    /// id (`0 (samples[2])`: slime's multi-agent samples all carry index 0); `the batch` for the whole batch.
+    pub sample_label: String,
     pub kind: ProblemKind,
     /// The field, in the sample's own layout (`rollout_log_probs`, `loss_mask`, ...).
     pub channel: String,
@@ -146,16 +151,23 @@ impl Report {
             plural(self.matched_items),
         );
         for problem in &self.problems {
-            let _ = writeln!(
-                out,
-                "- sample {} [{}] {}[{}:{}]: {}",
-                problem.sample_id,
-                problem.kind,
-                problem.channel,
-                problem.start,
-                problem.end,
-                problem.message
-            );
+            let _ = match problem.sample {
+                Some(_) => writeln!(
+                    out,
+                    "- sample {} [{}] {}[{}:{}]: {}",
+                    problem.sample_label,
+                    problem.kind,
+                    problem.channel,
+                    problem.start,
+                    problem.end,
+                    problem.message
+                ),
+                None => writeln!(
+                    out,
+                    "- {} [{}]: {}",
+                    problem.sample_label, problem.kind, problem.message
+                ),
+            };
         }
         out
     }
@@ -420,6 +432,7 @@ pub fn audit(records: &Records, samples: &[AuditSample], options: &AuditOptions)
             owner.entry(segment.seq).or_insert(k);
         }
     }
+    let labels = labels(samples);
     let mut report = Report {
         samples: samples.len(),
         matched_items: owner.len(),
@@ -431,6 +444,7 @@ pub fn audit(records: &Records, samples: &[AuditSample], options: &AuditOptions)
             records,
             sample,
             k,
+            labels: &labels,
             walk,
             options,
             owner: &owner,
@@ -446,8 +460,77 @@ pub fn audit(records: &Records, samples: &[AuditSample], options: &AuditOptions)
         }
         report.problems.extend(check.problems);
     }
+    if let Some(message) = nothing_audited(&report) {
+        report.problems.push(Problem {
+            sample: None,
+            sample_id: None,
+            sample_label: "the batch".to_owned(),
+            kind: ProblemKind::NothingAudited,
+            channel: String::new(),
+            start: 0,
+            end: 0,
+            rid: None,
+            expected: None,
+            found: None,
+            message,
+        });
+    }
     report.ok = report.problems.is_empty();
     report
+}
+
+/// `nothing-audited`: why a batch gave the audit nothing to compare, if it did not. A report that passes must
+/// have checked something, so that a wrong dump path or a mask of zeros does not read as a faithful rollout.
+fn nothing_audited(report: &Report) -> Option<String> {
+    let n = report.samples;
+    let the_samples = if n == 1 {
+        "the 1 sample".to_owned()
+    } else {
+        format!("the {n} samples")
+    };
+    if n == 0 {
+        Some(
+            "the audit read no samples, so it compared nothing with what the server sent: an empty body or file \
+             (a wrong dump path, a rollout that produced nothing, a filter that dropped every sample) is not a \
+             faithful rollout. Audit the samples the trainer trains on"
+                .to_owned(),
+        )
+    } else if report.tokens == 0 {
+        Some(format!(
+            "{the_samples} {} no response token, so the audit compared nothing with what the server sent: \
+             responses cut to nothing, or the prompt and the response split in the wrong place (slime's \
+             response_length 0)",
+            if n == 1 { "has" } else { "have" }
+        ))
+    } else if report.trained_tokens == 0 {
+        Some(format!(
+            "none of the {} tokens of {the_samples} is trained (every loss mask entry is 0), so the audit \
+             compared nothing with what the server sent: a mask of zeros trains on nothing (generated tokens \
+             filed as environment output, or a mask built for other tokens)",
+            report.tokens
+        ))
+    } else {
+        None
+    }
+}
+
+/// How reports name each sample: its id, with its position when another sample has the same id.
+fn labels(samples: &[AuditSample]) -> Vec<String> {
+    let mut count: HashMap<&str, usize> = HashMap::new();
+    for s in samples {
+        *count.entry(s.id.as_str()).or_default() += 1;
+    }
+    samples
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            if count[s.id.as_str()] > 1 {
+                format!("{} (samples[{k}])", s.id)
+            } else {
+                s.id.clone()
+            }
+        })
+        .collect()
 }
 
 /// The checks of one sample.
@@ -455,6 +538,8 @@ struct Check<'a> {
     records: &'a Records,
     sample: &'a AuditSample,
     k: usize,
+    /// Every sample's label in reports.
+    labels: &'a [String],
     walk: &'a Walk,
     options: &'a AuditOptions,
     owner: &'a HashMap<u64, usize>,
@@ -480,8 +565,9 @@ impl<'a> Check<'a> {
         message: String,
     ) {
         self.problems.push(Problem {
-            sample: self.k,
-            sample_id: self.sample.id.clone(),
+            sample: Some(self.k),
+            sample_id: Some(self.sample.id.clone()),
+            sample_label: self.labels[self.k].clone(),
             kind,
             channel: channel.to_owned(),
             start: range.0,
@@ -794,7 +880,9 @@ impl<'a> Check<'a> {
                 let other_entry = self.records.get(other);
                 let other_rid = other_entry.map_or("?", |e| e.rid.as_str());
                 let whose = match self.owner.get(&other) {
-                    Some(&s) if s != self.k => format!(" (sample {}'s answer)", s),
+                    Some(&s) if s != self.k => {
+                        format!(" (the answer of sample {})", self.labels[s])
+                    }
                     _ => String::new(),
                 };
                 (

@@ -438,6 +438,109 @@ fn the_report_text_names_the_sample_kind_and_range() {
 }
 
 #[test]
+fn an_audit_of_no_samples_or_of_nothing_trained_fails() {
+    let (records, s) = two_turns();
+    // No samples at all: an empty dump, a wrong path.
+    let report = run(&records, &[]);
+    assert!(!report.ok);
+    assert_eq!(found(&report), [(ProblemKind::NothingAudited, 0, 0)]);
+    let problem = &report.problems[0];
+    assert_eq!((problem.sample, problem.sample_id.as_deref()), (None, None));
+    assert!(
+        problem.message.starts_with("the audit read no samples"),
+        "{report}"
+    );
+    let text = report.text();
+    assert!(
+        text.starts_with("audit FAILED: 0 samples, 0 with problems (1 problem)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("- the batch [nothing-audited]: the audit read no samples"),
+        "{text}"
+    );
+    // Samples whose masks are all 0: nothing was compared with what the server sent, even where the masked
+    // generated tokens are allowed.
+    let mut untrained = s.clone();
+    untrained.loss_mask = vec![0; 7];
+    let report = audit(
+        &records,
+        &[untrained.clone(), untrained],
+        &AuditOptions {
+            allow_masked_generated: true,
+        },
+    );
+    assert_eq!(found(&report), [(ProblemKind::NothingAudited, 0, 0)]);
+    assert!(
+        report.problems[0].message.starts_with(
+            "none of the 14 tokens of the 2 samples is trained (every loss mask entry is 0)"
+        ),
+        "{report}"
+    );
+    // Samples without a response token.
+    let mut empty = s.clone();
+    empty.response.clear();
+    empty.loss_mask.clear();
+    empty.logprobs = Some(Vec::new());
+    let report = run(&records, &[empty]);
+    assert_eq!(found(&report), [(ProblemKind::NothingAudited, 0, 0)]);
+    assert!(
+        report.problems[0]
+            .message
+            .starts_with("the 1 sample has no response token"),
+        "{report}"
+    );
+    // One trained token anywhere is an audit.
+    assert!(run(&records, &[s]).ok);
+}
+
+#[test]
+fn samples_of_the_same_index_are_told_apart_by_their_position() {
+    // slime's multi-agent samples all carry index 0.
+    let (records, s) = two_turns();
+    let mut zeroed = s.clone();
+    zeroed.logprobs.as_mut().expect("logprobs")[0] = Some(0.0);
+    let mut other = AuditSample {
+        id: "7".to_owned(),
+        ..zeroed.clone()
+    };
+    other.logprobs.as_mut().expect("logprobs")[1] = Some(0.0);
+    let zero = |s: AuditSample| AuditSample {
+        id: "0".to_owned(),
+        ..s
+    };
+    let report = run(
+        &records,
+        &[zero(s), zero(zeroed.clone()), other, zero(zeroed)],
+    );
+    let labels: Vec<&str> = report
+        .problems
+        .iter()
+        .map(|p| p.sample_label.as_str())
+        .collect();
+    assert_eq!(labels, ["0 (samples[1])", "7", "0 (samples[3])"]);
+    let ids: Vec<Option<&str>> = report
+        .problems
+        .iter()
+        .map(|p| p.sample_id.as_deref())
+        .collect();
+    assert_eq!(ids, [Some("0"), Some("7"), Some("0")]);
+    let text = report.text();
+    assert!(
+        text.contains("- sample 0 (samples[1]) [logprob-zero] logprobs[0:1]: "),
+        "{text}"
+    );
+    assert!(
+        text.contains("- sample 0 (samples[3]) [logprob-zero] logprobs[0:1]: "),
+        "{text}"
+    );
+    assert!(
+        text.contains("- sample 7 [logprob-zero] logprobs[0:2]: "),
+        "{text}"
+    );
+}
+
+#[test]
 fn every_problem_kind_has_a_distinct_name() {
     let mut names: Vec<&str> = ProblemKind::ALL.iter().map(|k| k.name()).collect();
     names.sort_unstable();
@@ -861,7 +964,9 @@ fn logprobs_swapped_between_samples_are_one_problem_per_sample() {
         ]
     );
     assert!(
-        report.problems[0].message.contains("sample 1's answer"),
+        report.problems[0]
+            .message
+            .contains("(the answer of sample s (samples[1]))"),
         "{report}"
     );
 }
