@@ -633,7 +633,8 @@ fn audit(args: AuditArgs) -> anyhow::Result<ExitCode> {
     let batch = parse_samples(&samples, layout).context("cannot read the samples")?;
     let mut options = batch.options.unwrap_or(AuditOptions::default());
     options.allow_masked_generated |= args.allow_masked_generated;
-    let report = audit(&records, &batch.samples, &options);
+    // A saved ledger does not hold the model: the audit goes without a re-score's evidence.
+    let report = audit(&records, &batch.samples, &options, None);
     let printed = match args.format.as_str() {
         "json" => serde_json::to_string(&report).context("cannot write the report")? + "\n",
         _ => report.text(),

@@ -501,6 +501,31 @@ async fn a_stream_the_client_drops_is_recorded_as_far_as_it_got() {
 }
 
 #[tokio::test]
+async fn each_entry_records_the_temperature_its_logprobs_are_at() {
+    let temperatures = |config: ServerConfig| async move {
+        let server = InProcess::new(config);
+        for temperature in [0.7, 0.0, 1.0] {
+            let mut request = body(json!([1, 2]), 2);
+            request["sampling_params"]["temperature"] = json!(temperature);
+            server.generate(&request).await;
+        }
+        let items = ledger(&server).await;
+        items
+            .iter()
+            .map(|e| e["logprob_temperature"].as_f64().expect("a temperature"))
+            .collect::<Vec<f64>>()
+    };
+    // The sampling temperature; a greedy request's logprobs are at temperature 1 (SGLang's rewrite).
+    assert_eq!(temperatures(witness()).await, [0.7, 1.0, 1.0]);
+    // `--return-original-logprob` reports every logprob at temperature 1.
+    let original = ServerConfig {
+        return_original_logprob: true,
+        ..witness()
+    };
+    assert_eq!(temperatures(original).await, [1.0, 1.0, 1.0]);
+}
+
+#[tokio::test]
 async fn the_ledger_is_off_by_default_and_says_how_to_turn_it_on() {
     let server = InProcess::new(ServerConfig::default());
     server.generate(&body(json!([1]), 2)).await;

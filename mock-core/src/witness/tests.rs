@@ -31,6 +31,7 @@ fn entry(rid: &str, prompt: &[u32], output: &[u32], lps: &[f32]) -> Entry {
         prompt_ids: prompt.to_vec(),
         output_ids: output.to_vec(),
         return_logprob: true,
+        logprob_temperature: 1.0,
         output_logprobs: Some(SentLogprobs::numbers(lps)),
         weight_versions: vec![Span {
             version: "v1".to_owned(),
@@ -64,7 +65,7 @@ fn sample(prompt: &[u32], response: &[u32], mask: &[u8], lps: &[Option<f32>]) ->
 }
 
 fn run(records: &Records, samples: &[AuditSample]) -> Report {
-    audit(records, samples, &AuditOptions::default())
+    audit(records, samples, &AuditOptions::default(), None)
 }
 
 /// The problems as (kind, start, end).
@@ -241,6 +242,7 @@ fn generated_tokens_with_mask_zero_are_reported_unless_allowed() {
         &AuditOptions {
             allow_masked_generated: true,
         },
+        None,
     );
     assert!(allowed.ok, "{allowed}");
 }
@@ -469,6 +471,7 @@ fn an_audit_of_no_samples_or_of_nothing_trained_fails() {
         &AuditOptions {
             allow_masked_generated: true,
         },
+        None,
     );
     assert_eq!(found(&report), [(ProblemKind::NothingAudited, 0, 0)]);
     assert!(
@@ -1558,8 +1561,8 @@ fn a_row_two_positions_away_is_a_shift_by_two_and_a_made_up_value_differs() {
     assert_eq!(
         report.problems[0].message,
         "1 trained token has logprob -9.5 where the server sent -0.75 for response[6] (rid t2, output position \
-         1). The value did not come from this answer: keep the logprob SGLang sent (item[0]) rather than one \
-         computed or converted later"
+         1): 8.75 from the value sent. The value did not come from this answer: keep the logprob SGLang sent \
+         (item[0]) rather than one computed or converted later"
     );
 }
 
@@ -1581,4 +1584,146 @@ fn a_value_from_a_later_answer_of_the_same_sample_names_that_answer_not_another_
     let message = &report.problems[0].message;
     assert!(message.contains("rid t2"), "{message}");
     assert!(!message.contains("sample 0"), "{message}");
+}
+
+/// One answer of four tokens whose logprobs are typical values, not short binary fractions.
+fn typical() -> Records {
+    records(vec![entry(
+        "r",
+        &[1],
+        &[5, 6, 7, 8],
+        &[-0.731_234_5, -1.234_567_8, -0.012_345_6, -7.2],
+    )])
+}
+
+#[test]
+fn a_value_rounded_from_the_one_sent_says_how_and_by_how_much() {
+    let records = typical();
+    let with = |lps: [f32; 4]| {
+        let s = sample(&[1], &[5, 6, 7, 8], &[1, 1, 1, 1], &lps.map(Some));
+        run(&records, &[s])
+    };
+    // The values bfloat16 holds (torch's round to nearest even, computed by hand): one problem over the run.
+    let report = with([-0.730_468_75, -1.234_375, -0.012_329_102, -7.187_5]);
+    assert_eq!(found(&report), [(ProblemKind::LogprobDiffers, 0, 4)]);
+    let message = &report.problems[0].message;
+    assert!(
+        message.contains(
+            "rounded: 7.7e-4 from the value sent, as bfloat16 rounds it (each of the 4 values is the value sent \
+             in bfloat16, at most 0.0125 from it)"
+        ),
+        "{message}"
+    );
+    assert!(message.contains("float32"), "{message}");
+    assert!(
+        !message.contains("did not come from this answer"),
+        "{message}"
+    );
+    // The values rounded to 3 decimals; -7.2 rounds to itself, so the run ends before it.
+    let report = with([-0.731, -1.235, -0.012, -7.2]);
+    assert_eq!(found(&report), [(ProblemKind::LogprobDiffers, 0, 3)]);
+    let message = &report.problems[0].message;
+    assert!(
+        message
+            .contains(
+            "rounded: 2.3e-4 from the value sent, as rounding to 3 decimals does (each of the 3 values is the value \
+             sent rounded to 3 decimals, at most 4.3e-4 from it)"
+        ),
+        "{message}"
+    );
+    // float16 (which -1.2345678 shares with bfloat16).
+    let report = with([-0.731_445_3, -1.234_375, -0.012_344_36, -7.199_218_8]);
+    assert_eq!(found(&report), [(ProblemKind::LogprobDiffers, 0, 4)]);
+    assert!(
+        report.problems[0]
+            .message
+            .contains("rounded: 2.1e-4 from the value sent, as float16 rounds it"),
+        "{report}"
+    );
+    // A value near the one sent that no rounding gives is a value that differs, by how much.
+    let report = with([-0.74, -1.234_567_8, -0.012_345_6, -7.2]);
+    assert_eq!(found(&report), [(ProblemKind::LogprobDiffers, 0, 1)]);
+    let message = &report.problems[0].message;
+    assert!(
+        message.contains(": 0.00877 from the value sent."),
+        "{message}"
+    );
+    assert!(
+        message.contains("did not come from this answer"),
+        "{message}"
+    );
+}
+
+/// The model of a server with seed 7, and the logprob it gives `id` after `context` at temperature `t`.
+fn model() -> crate::model::Model {
+    crate::model::Model::new(crate::model::ModelConfig {
+        seed: 7,
+        ..crate::model::ModelConfig::default()
+    })
+    .expect("a model")
+}
+
+fn logprob_at(model: &crate::model::Model, context: &[u32], id: u32, t: f64) -> f32 {
+    model.distribution(context, t, &[]).logprob(id) as f32
+}
+
+#[test]
+fn a_rescore_at_temperature_one_of_a_sample_drawn_at_another_says_so() {
+    let model = model();
+    let (prompt, output) = ([3u32, 4], [10u32, 11, 12]);
+    let at = |t: f64| -> Vec<f32> {
+        (0..output.len())
+            .map(|j| {
+                let context: Vec<u32> = prompt.iter().chain(&output[..j]).copied().collect();
+                logprob_at(&model, &context, output[j], t)
+            })
+            .collect()
+    };
+    let (sent, rescored) = (at(0.7), at(1.0));
+    assert!(sent.iter().zip(&rescored).all(|(a, b)| a != b));
+    let mut e = entry("hot", &prompt, &output, &sent);
+    e.logprob_temperature = 0.7;
+    let records = records(vec![e]);
+    let s = sample(
+        &prompt,
+        &output,
+        &[1, 1, 1],
+        &rescored.iter().copied().map(Some).collect::<Vec<_>>(),
+    );
+    // With the model the server ran, the values are recognised as its logprobs at temperature 1.
+    let report = audit(
+        &records,
+        std::slice::from_ref(&s),
+        &AuditOptions::default(),
+        Some(&model),
+    );
+    assert_eq!(found(&report), [(ProblemKind::LogprobDiffers, 0, 3)]);
+    let message = &report.problems[0].message;
+    assert!(
+        message.contains(&format!(
+            "{} is the model's logprob of this token at temperature 1, while rid hot sampled at temperature 0.7",
+            rescored[0]
+        )),
+        "{message}"
+    );
+    assert!(message.contains("miles PR #1345"), "{message}");
+    // Without it (a saved ledger), the message still names the temperature the request sampled at.
+    let report = run(&records, std::slice::from_ref(&s));
+    let message = &report.problems[0].message;
+    assert!(
+        message.contains(
+            "rid hot sampled at temperature 0.7 and its logprobs are at that temperature"
+        ),
+        "{message}"
+    );
+    // A request at temperature 1 gives no such hint.
+    let records = self::records(vec![entry("cool", &prompt, &output, &rescored)]);
+    let mut other = s;
+    other.logprobs = Some(sent.iter().copied().map(Some).collect());
+    let report = audit(&records, &[other], &AuditOptions::default(), Some(&model));
+    assert_eq!(found(&report), [(ProblemKind::LogprobDiffers, 0, 3)]);
+    assert!(
+        !report.problems[0].message.contains("temperature"),
+        "{report}"
+    );
 }
