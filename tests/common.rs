@@ -82,7 +82,13 @@ impl Mock {
             .state()
             .ledger()
             .expect("a server started with a ledger");
-        audit(&ledger.read(), &batch.samples, &AuditOptions::default())
+        let model = self.server.state().model();
+        audit(
+            &ledger.read(),
+            &batch.samples,
+            &AuditOptions::default(),
+            Some(model),
+        )
     }
 
     /// [`Mock::audit`] of the client's own samples.

@@ -162,11 +162,18 @@ fn audits(c: &mut Criterion) {
         let (state, samples) = served(turns);
         let ledger = state.ledger().expect("a ledger");
         let records = ledger.read();
-        let report = audit(&records, &samples, &AuditOptions::default());
+        let report = audit(&records, &samples, &AuditOptions::default(), None);
         assert!(report.ok, "{}", report.text());
         assert_eq!(report.matched_items, SAMPLES * turns);
         group.bench_function(name, |b| {
-            b.iter(|| audit(&records, black_box(&samples), &AuditOptions::default()));
+            b.iter(|| {
+                audit(
+                    &records,
+                    black_box(&samples),
+                    &AuditOptions::default(),
+                    None,
+                )
+            });
         });
         if turns == 1 {
             let typed = typed_body(&samples);

@@ -49,8 +49,9 @@ enum Command {
     },
     /// Audit dumped rollouts (JSON lines, or a JSON list) against what a server served: its ledger, read from a
     /// running server (--url, started with --ledger) or from a file saved from its /admin/ledger. Prints the
-    /// report; exit status 0 when every sample is faithful, 1 when the audit found problems, 2 when it could
-    /// not run (mock-server/WITNESS.md).
+    /// report; exit status 0 when every sample is faithful, 1 when the audit found problems (an input without
+    /// samples, or without a trained token, is one), 2 when it could not run, a sample it cannot read among
+    /// them (mock-server/WITNESS.md).
     Audit(AuditArgs),
     /// List the SGLang releases the server answers as, oldest first, one number a line (the last is the
     /// default); with --json, everything in which they differ (mock-server/VERSIONS.md).
@@ -632,7 +633,8 @@ fn audit(args: AuditArgs) -> anyhow::Result<ExitCode> {
     let batch = parse_samples(&samples, layout).context("cannot read the samples")?;
     let mut options = batch.options.unwrap_or(AuditOptions::default());
     options.allow_masked_generated |= args.allow_masked_generated;
-    let report = audit(&records, &batch.samples, &options);
+    // A saved ledger does not hold the model: the audit goes without a re-score's evidence.
+    let report = audit(&records, &batch.samples, &options, None);
     let printed = match args.format.as_str() {
         "json" => serde_json::to_string(&report).context("cannot write the report")? + "\n",
         _ => report.text(),

@@ -501,6 +501,31 @@ async fn a_stream_the_client_drops_is_recorded_as_far_as_it_got() {
 }
 
 #[tokio::test]
+async fn each_entry_records_the_temperature_its_logprobs_are_at() {
+    let temperatures = |config: ServerConfig| async move {
+        let server = InProcess::new(config);
+        for temperature in [0.7, 0.0, 1.0] {
+            let mut request = body(json!([1, 2]), 2);
+            request["sampling_params"]["temperature"] = json!(temperature);
+            server.generate(&request).await;
+        }
+        let items = ledger(&server).await;
+        items
+            .iter()
+            .map(|e| e["logprob_temperature"].as_f64().expect("a temperature"))
+            .collect::<Vec<f64>>()
+    };
+    // The sampling temperature; a greedy request's logprobs are at temperature 1 (SGLang's rewrite).
+    assert_eq!(temperatures(witness()).await, [0.7, 1.0, 1.0]);
+    // `--return-original-logprob` reports every logprob at temperature 1.
+    let original = ServerConfig {
+        return_original_logprob: true,
+        ..witness()
+    };
+    assert_eq!(temperatures(original).await, [1.0, 1.0, 1.0]);
+}
+
+#[tokio::test]
 async fn the_ledger_is_off_by_default_and_says_how_to_turn_it_on() {
     let server = InProcess::new(ServerConfig::default());
     server.generate(&body(json!([1]), 2)).await;
@@ -645,9 +670,21 @@ async fn the_audit_endpoint_reads_every_body_form_and_refuses_bad_ones_in_sglang
                 r#"[{"tokens":[1],"response_length":1,"loss_mask":[3]}]"#,
             )
             .await,
-        "sample 0: loss_mask: loss_mask[0] is 3",
+        "samples[0].loss_mask[0]: expected 0 or 1 (a loss mask holds 0 and 1), got 3",
     );
-    refused(server.post("/admin/audit", "[{").await, "(the body)");
+    // A string where a number belongs names the sample, the field and the element, not the body.
+    let mut stringly = good.clone();
+    stringly["rollout_log_probs"][7] = json!("abc");
+    refused(
+        server
+            .post("/admin/audit", json!([good, stringly]).to_string())
+            .await,
+        r#"samples[1].rollout_log_probs[7]: expected a number, got the string "abc""#,
+    );
+    refused(
+        server.post("/admin/audit", "[{").await,
+        "the body: not JSON",
+    );
 }
 
 // The command blocks its thread while the server answers it: the server needs another worker.
@@ -706,6 +743,13 @@ async fn the_audit_command_reads_a_live_ledger_or_a_saved_one() {
         assert_eq!(code, Some(1), "{out}");
         assert!(
             out.contains("[logprob-zero] rollout_log_probs[0:12]"),
+            "{out}"
+        );
+        // An empty file is no rollout: a wrong dump path must not pass.
+        let (code, out) = run(source, std::path::Path::new("/dev/null"));
+        assert_eq!(code, Some(1), "{out}");
+        assert!(
+            out.contains("- the batch [nothing-audited]: the audit read no samples"),
             "{out}"
         );
     }

@@ -1,11 +1,15 @@
 """Eight upstream bugs of the #1976 class, each reproduced twice against the fixture's server: the rollout code as
 it was (its samples fail the audit with the problem the bug makes, at the positions it makes it) and as it was
 fixed (its samples pass). The rollout code keeps the shape of the upstream code it stands for; where upstream
-awaits an HTTP client, a blocking ``requests.post`` sends the same body.
+awaits an HTTP client, a blocking ``requests.post`` sends the same body. Then what the audit says of what a
+rollout hands it (nothing, samples of one index, a sample it cannot read), and of defects whose evidence tells
+their cause: a value rounded, a re-score at another temperature.
 """
 
 import base64
 import copy
+import math
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -681,3 +685,118 @@ def test_miles_893_truncating_the_routes_too_passes(sglang_mock):
     _truncate_sample_output_fixed(sample, keep_tokens=5)
     assert sample.rollout_routed_experts.shape == (len(sample.tokens) - 1, 2, 2)
     sglang_mock.assert_faithful([sample])
+
+
+# --- i. what a rollout hands the audit: nothing, samples of one index, a sample that cannot be read --------------
+
+
+def test_an_audit_of_no_samples_or_of_no_trained_token_fails(sglang_mock):
+    """A dump read from a wrong path, or a filter that dropped every sample, hands the audit nothing: that is not
+    a faithful rollout, and neither is one whose loss masks are all 0 (nothing was compared)."""
+    report = sglang_mock.audit([])
+    assert (report.ok, report.kinds()) == (False, ["nothing-audited"])
+    assert (report.problems[0].sample, report.problems[0].sample_id) == (None, None)
+    assert "- the batch [nothing-audited]: the audit read no samples" in str(report)
+    with pytest.raises(AssertionError, match=r"\[nothing-audited\]: the audit read no samples"):
+        sglang_mock.assert_faithful([])
+    sample = generate_response_pr1995(sglang_mock, Sample(index=0), AGENT_PROMPTS[0])
+    sample.loss_mask = [0] * sample.response_length
+    report = sglang_mock.audit([sample], allow_masked_generated=True)
+    assert report.kinds() == ["nothing-audited"]
+    assert f"none of the {sample.response_length} tokens of the 1 sample is trained" in report.problems[0].message
+
+
+def test_slime_multi_agent_samples_of_index_0_are_told_apart(sglang_mock):
+    """slime's multi-agent example builds every agent's sample from one template, so all of them carry
+    ``index = 0``: the report names each by its position too."""
+    samples = [generate_response_v030(sglang_mock, Sample(index=0), p) for p in AGENT_PROMPTS]
+    report = sglang_mock.audit(samples)
+    assert [p.sample_label for p in report.problems] == [f"0 (samples[{k}])" for k in range(len(samples))]
+    assert [p.sample_id for p in report.problems] == ["0"] * len(samples)
+    assert "- sample 0 (samples[2]) [logprobs-missing] rollout_log_probs[0:" in str(report)
+    assert str(report.problems[1]).startswith("sample 0 (samples[1]) [logprobs-missing]")
+
+
+def test_a_sample_that_cannot_be_read_is_a_value_error_naming_its_field(sglang_mock):
+    """A string where a logprob belongs is bad input, not an unfaithful sample: ``audit`` and ``assert_faithful``
+    raise ``ValueError`` with the server's words, which name the sample, the field and the element."""
+    good = generate_response_pr1995(sglang_mock, Sample(index=0), AGENT_PROMPTS[0])
+    bad = copy.deepcopy(good)
+    bad.rollout_log_probs[7] = "abc"
+    expected = 'samples[1].rollout_log_probs[7]: expected a number, got the string "abc"'
+    with pytest.raises(ValueError, match=re.escape(expected)) as raised:
+        sglang_mock.audit([good, bad])
+    # The server's message, not its JSON body.
+    assert '"object"' not in str(raised.value)
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        sglang_mock.assert_faithful([good, bad])
+    with pytest.raises(TypeError, match=re.escape("samples[1]: cannot read a sample from int")):
+        sglang_mock.audit([good, 7])
+
+
+# --- j. values that are not the ones sent, and what the evidence says they are ---------------------------------
+
+
+def to_bfloat16(values):
+    """What ``torch.tensor(values, dtype=torch.bfloat16).float()`` holds (round to nearest, ties to even), as
+    NumPy, which has no bfloat16, computes it from the float32 bits."""
+    bits = np.asarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def distance(a, b):
+    """How the report writes the distance between two float32 values: three significant digits, in e-notation
+    below 0.001 (``7.7e-4``)."""
+    d = abs(float(np.float32(a)) - float(np.float32(b)))
+    if d < 1e-3:
+        mantissa, exponent = f"{d:.1e}".split("e")
+        return f"{mantissa}e{int(exponent)}"
+    return f"{d:.{max(0, 2 - math.floor(math.log10(d)))}f}"
+
+
+def test_logprobs_kept_in_bfloat16_or_rounded_are_reported_as_rounded(sglang_mock):
+    """A trainer that keeps the rollout logprobs in a bfloat16 tensor, or writes them with three decimals, trains
+    on values a few 1e-4 from the ones sent: the report says they are the values sent, rounded, and by how much,
+    instead of calling them values from elsewhere."""
+    sample = generate_response_pr1995(sglang_mock, Sample(index=0), AGENT_PROMPTS[0])
+    sent = list(sample.rollout_log_probs)
+    for rounded, how in ((to_bfloat16(sent), "as bfloat16 rounds it"),
+                         ([round(x, 3) for x in sent], "as rounding to 3 decimals does")):
+        sample.rollout_log_probs = rounded
+        report = sglang_mock.audit([sample])
+        differs = problems(report, "logprob-differs")
+        assert report.kinds() == ["logprob-differs"] * len(differs)
+        first = differs[0].start
+        message = differs[0].message
+        assert f"rounded: {distance(rounded[first], sent[first])} from the value sent, {how}" in message
+        assert "did not come from this answer" not in message
+        assert all("rounded: " in p.message for p in differs), str(report)
+    sample.rollout_log_probs = sent
+    sglang_mock.assert_faithful([sample])
+
+
+def test_a_rescore_at_temperature_one_of_a_rollout_at_another_is_named(sglang_mock):
+    """A rollout sampled at temperature 0.6 whose logprobs are then recomputed with a scoring prefill that leaves
+    the temperature at its default (miles PR #1345's ``--recompute-logprobs-via-prefill`` sent temperature 0):
+    the values are the model's at temperature 1, which the report says, with the temperature the rollout used."""
+    prompt = tokenize(sglang_mock, AGENT_PROMPTS[0])
+    rollout = post(sglang_mock, {"input_ids": prompt, "sampling_params": {"max_new_tokens": 12, "temperature": 0.6},
+                                 "return_logprob": True})
+    ids = [item[1] for item in rollout["meta_info"]["output_token_logprobs"]]
+
+    def rescore(sampling_params):
+        body = {"input_ids": prompt + ids, "sampling_params": dict(sampling_params, max_new_tokens=0),
+                "return_logprob": True, "logprob_start_len": len(prompt) - 1}
+        # The first input logprob is SGLang's None for the start position; the rest are the completion's.
+        return [item[0] for item in post(sglang_mock, body)["meta_info"]["input_token_logprobs"][1:]]
+
+    sample = {"prompt_ids": prompt, "response_ids": ids, "logprobs": rescore({})}
+    report = sglang_mock.audit([sample])
+    differs = problems(report, "logprob-differs")
+    rid = rollout["meta_info"]["id"]
+    assert (differs[0].start, differs[-1].end) == (0, len(ids)), str(report)
+    assert (f"is the model's logprob of this token at temperature 1, while rid {rid} sampled at temperature 0.6"
+            in differs[0].message)
+    # The fix: score at the rollout's temperature.
+    sglang_mock.assert_faithful([dict(sample, logprobs=rescore({"temperature": 0.6}))])

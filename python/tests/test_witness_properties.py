@@ -237,13 +237,13 @@ def test_samples_as_numpy_arrays_pass_and_corruptions_show(sglang_mock):
         assert covering(report, kind, offset + p), f"seed {seed}, layout {layout}:\n{report}"
 
 
-def test_an_empty_audit_is_ok(sglang_mock):
+def test_an_empty_audit_fails(sglang_mock):
     report = sglang_mock.audit([])
-    assert report.ok and report.samples == 0 and report.problems == []
+    assert not report.ok and report.samples == 0 and report.kinds() == ["nothing-audited"]
 
 
 def test_a_malformed_sample_is_refused_naming_the_sample_and_field(sglang_mock):
     good = {"prompt_ids": [1, 2], "response_ids": [3], "loss_mask": [0], "logprobs": [0.0]}
     bad = {"prompt_ids": [1, 2], "response_ids": [3, 4], "loss_mask": [1, 2], "logprobs": [-1.0, -1.0]}
-    with pytest.raises(ValueError, match=r"sample 1: loss_mask: .*2"):
+    with pytest.raises(ValueError, match=r"samples\[1\]\.loss_mask\[1\]: expected 0 or 1 .*got 2"):
         sglang_mock.audit([good, bad])

@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use super::ledger::{Entry, Finish, PromptHash, Records};
 use super::samples::{AuditOptions, AuditSample};
+use crate::model::Model;
 
 macro_rules! problem_kinds {
     ($($variant:ident => $name:literal $doc:literal,)*) => {
@@ -71,6 +72,8 @@ problem_kinds! {
     VersionsLength => "versions-length" "The per-token weight versions have fewer or more entries than tokens.",
     VersionMismatch => "version-mismatch"
         "Tokens are labelled with a weight version other than the one that generated them.",
+    NothingAudited => "nothing-audited"
+        "The audit compared nothing: no samples, or samples that train on no token (an empty dump, an all-zero mask).",
 }
 
 impl fmt::Display for ProblemKind {
@@ -88,10 +91,13 @@ impl Serialize for ProblemKind {
 /// One way a sample disagrees with what the server served, at a range of its per-token positions.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Problem {
-    /// The sample's position in the audit's input.
-    pub sample: usize,
+    /// The sample's position in the audit's input; `None` for a problem of the whole batch.
+    pub sample: Option<usize>,
     /// The sample's id (its `id` or `index`, else its position).
-    pub sample_id: String,
+    pub sample_id: Option<String>,
+    /// How the report names the sample: its id, and its position when another sample of the batch has the same
+    /// id (`0 (samples[2])`: slime's multi-agent samples all carry index 0); `the batch` for the whole batch.
+    pub sample_label: String,
     pub kind: ProblemKind,
     /// The field, in the sample's own layout (`rollout_log_probs`, `loss_mask`, ...).
     pub channel: String,
@@ -146,16 +152,23 @@ impl Report {
             plural(self.matched_items),
         );
         for problem in &self.problems {
-            let _ = writeln!(
-                out,
-                "- sample {} [{}] {}[{}:{}]: {}",
-                problem.sample_id,
-                problem.kind,
-                problem.channel,
-                problem.start,
-                problem.end,
-                problem.message
-            );
+            let _ = match problem.sample {
+                Some(_) => writeln!(
+                    out,
+                    "- sample {} [{}] {}[{}:{}]: {}",
+                    problem.sample_label,
+                    problem.kind,
+                    problem.channel,
+                    problem.start,
+                    problem.end,
+                    problem.message
+                ),
+                None => writeln!(
+                    out,
+                    "- {} [{}]: {}",
+                    problem.sample_label, problem.kind, problem.message
+                ),
+            };
         }
         out
     }
@@ -363,6 +376,10 @@ enum Wrong {
     NotFinite,
     Positive,
     Zero,
+    /// The value sent, rounded in one of these ways.
+    Rounded(Roundings),
+    /// The model's logprob of the token at temperature 1, where the request sampled at another.
+    AtTemperatureOne,
     Shifted(isize),
     FromOther {
         seq: u64,
@@ -375,12 +392,136 @@ enum Wrong {
 
 impl Wrong {
     /// Whether a run of positions wrong like `self` goes on with a position wrong like `next`: the same class,
-    /// and for values from another answer, the same answer.
+    /// for values from another answer the same answer, for rounded values a rounding that gives both.
     fn continues_with(&self, next: &Wrong) -> bool {
         match (self, next) {
             (Wrong::FromOther { seq: a, .. }, Wrong::FromOther { seq: b, .. }) => a == b,
+            (Wrong::Rounded(a), Wrong::Rounded(b)) => a.and(*b).is_some(),
             (a, b) => a == b,
         }
+    }
+
+    /// The class of a run that went on with `next` ([`Wrong::continues_with`]).
+    fn then(self, next: Wrong) -> Wrong {
+        match (self, next) {
+            (Wrong::Rounded(a), Wrong::Rounded(b)) => a.and(b).map_or(self, Wrong::Rounded),
+            _ => self,
+        }
+    }
+}
+
+/// Ways a client rounds a logprob, as a set: bfloat16, float16, and a number of decimals from 1 to 6.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Roundings(u8);
+
+impl Roundings {
+    const BFLOAT16: u8 = 1;
+    const FLOAT16: u8 = 1 << 1;
+    /// Bit `DECIMALS_SHIFT + d - 1` is rounding to `d` decimals.
+    const DECIMALS_SHIFT: u32 = 2;
+    const MAX_DECIMALS: u32 = 6;
+
+    /// The roundings of `sent` that give `got`, if any does.
+    fn of(sent: f32, got: f32) -> Option<Roundings> {
+        let mut bits = 0;
+        if bfloat16(sent) == got {
+            bits |= Self::BFLOAT16;
+        }
+        if float16(sent) == got {
+            bits |= Self::FLOAT16;
+        }
+        // As the client read it: the shortest decimal that reads back as the f32 sent.
+        let read: f64 = format!("{sent}").parse().unwrap_or(f64::from(sent));
+        for d in 1..=Self::MAX_DECIMALS {
+            let rounded: f64 = format!("{read:.*}", d as usize).parse().unwrap_or(f64::NAN);
+            if rounded as f32 == got {
+                bits |= 1 << (Self::DECIMALS_SHIFT + d - 1);
+            }
+        }
+        (bits != 0).then_some(Roundings(bits))
+    }
+
+    fn and(self, other: Roundings) -> Option<Roundings> {
+        let bits = self.0 & other.0;
+        (bits != 0).then_some(Roundings(bits))
+    }
+
+    /// The coarsest rounding to decimals in the set.
+    fn decimals(self) -> Option<u32> {
+        (1..=Self::MAX_DECIMALS).find(|d| self.0 & (1 << (Self::DECIMALS_SHIFT + d - 1)) != 0)
+    }
+
+    /// "as bfloat16 rounds it", "as rounding to 3 decimals does", or both.
+    fn how(self) -> String {
+        let mut ways = Vec::new();
+        if self.0 & Self::BFLOAT16 != 0 {
+            ways.push("bfloat16".to_owned());
+        }
+        if self.0 & Self::FLOAT16 != 0 {
+            ways.push("float16".to_owned());
+        }
+        let floats = !ways.is_empty();
+        match (floats, self.decimals()) {
+            (true, None) => format!("as {} rounds it", ways.join(" or ")),
+            (true, Some(d)) => format!(
+                "as {} rounds it (or rounding to {d} decimals)",
+                ways.join(" or ")
+            ),
+            (false, Some(d)) => format!("as rounding to {d} decimals does"),
+            (false, None) => unreachable!("a set of roundings is never empty"),
+        }
+    }
+
+    /// What the values are, for a run of several: "the value sent in bfloat16".
+    fn what(self) -> String {
+        if self.0 & Self::BFLOAT16 != 0 {
+            "the value sent in bfloat16".to_owned()
+        } else if self.0 & Self::FLOAT16 != 0 {
+            "the value sent in float16".to_owned()
+        } else {
+            let d = self.decimals().unwrap_or(Self::MAX_DECIMALS);
+            format!("the value sent rounded to {d} decimals")
+        }
+    }
+
+    /// Whether the values are a float type's (not decimals).
+    fn is_float(self) -> bool {
+        self.0 & (Self::BFLOAT16 | Self::FLOAT16) != 0
+    }
+}
+
+/// `x` rounded to bfloat16 (to nearest, ties to even, as torch converts), back as an `f32`.
+fn bfloat16(x: f32) -> f32 {
+    let bits = x.to_bits();
+    let lsb = (bits >> 16) & 1;
+    f32::from_bits(bits.wrapping_add(0x7FFF + lsb) & 0xFFFF_0000)
+}
+
+/// `x` rounded to IEEE half precision (to nearest, ties to even), back as an `f32`; finite logprobs only.
+fn float16(x: f32) -> f32 {
+    // Below 2^-14 half precision is subnormal, its step 2^-24.
+    if x.abs() < 2f32.powi(-14) {
+        let step = 2f64.powi(-24);
+        return ((f64::from(x) / step).round_ties_even() * step) as f32;
+    }
+    if x.abs() >= 65520.0 {
+        return f32::INFINITY.copysign(x);
+    }
+    let bits = x.to_bits();
+    let lsb = (bits >> 13) & 1;
+    f32::from_bits(bits.wrapping_add(0xFFF + lsb) & !0x1FFF)
+}
+
+/// A distance between two values, with three significant digits: `8.75`, `0.00877`, `7.7e-4` below 0.001.
+fn distance(a: f32, b: f32) -> String {
+    let d = (f64::from(a) - f64::from(b)).abs();
+    if d == 0.0 {
+        "0".to_owned()
+    } else if d < 1e-3 {
+        format!("{d:.1e}")
+    } else {
+        let digits = (2 - d.log10().floor() as i32).max(0) as usize;
+        format!("{d:.digits$}")
     }
 }
 
@@ -410,8 +551,15 @@ impl ValueIndex<'_> {
     }
 }
 
-/// Audits `samples` against `records` (`WITNESS.md` section 3).
-pub fn audit(records: &Records, samples: &[AuditSample], options: &AuditOptions) -> Report {
+/// Audits `samples` against `records` (`WITNESS.md` section 3). `model` is the model the server ran, when the
+/// audit has it (the live server's, not a saved ledger's): with it, a logprob recomputed at temperature 1 for a
+/// request that sampled at another is recognised as such.
+pub fn audit(
+    records: &Records,
+    samples: &[AuditSample],
+    options: &AuditOptions,
+    model: Option<&Model>,
+) -> Report {
     let walks: Vec<Walk> = samples.iter().map(|s| walk(records, s)).collect();
     // Which sample each entry's tokens went to, to tell another sample's logprobs from another request's.
     let mut owner: HashMap<u64, usize> = HashMap::new();
@@ -420,6 +568,7 @@ pub fn audit(records: &Records, samples: &[AuditSample], options: &AuditOptions)
             owner.entry(segment.seq).or_insert(k);
         }
     }
+    let labels = labels(samples);
     let mut report = Report {
         samples: samples.len(),
         matched_items: owner.len(),
@@ -429,8 +578,11 @@ pub fn audit(records: &Records, samples: &[AuditSample], options: &AuditOptions)
     for (k, (sample, walk)) in samples.iter().zip(&walks).enumerate() {
         let mut check = Check {
             records,
+            model,
+            rescored: HashMap::new(),
             sample,
             k,
+            labels: &labels,
             walk,
             options,
             owner: &owner,
@@ -446,15 +598,91 @@ pub fn audit(records: &Records, samples: &[AuditSample], options: &AuditOptions)
         }
         report.problems.extend(check.problems);
     }
+    if let Some(message) = nothing_audited(&report) {
+        report.problems.push(Problem {
+            sample: None,
+            sample_id: None,
+            sample_label: "the batch".to_owned(),
+            kind: ProblemKind::NothingAudited,
+            channel: String::new(),
+            start: 0,
+            end: 0,
+            rid: None,
+            expected: None,
+            found: None,
+            message,
+        });
+    }
     report.ok = report.problems.is_empty();
     report
+}
+
+/// `nothing-audited`: why a batch gave the audit nothing to compare, if it did not. A report that passes must
+/// have checked something, so that a wrong dump path or a mask of zeros does not read as a faithful rollout.
+fn nothing_audited(report: &Report) -> Option<String> {
+    let n = report.samples;
+    let the_samples = if n == 1 {
+        "the 1 sample".to_owned()
+    } else {
+        format!("the {n} samples")
+    };
+    if n == 0 {
+        Some(
+            "the audit read no samples, so it compared nothing with what the server sent: an empty body or file \
+             (a wrong dump path, a rollout that produced nothing, a filter that dropped every sample) is not a \
+             faithful rollout. Audit the samples the trainer trains on"
+                .to_owned(),
+        )
+    } else if report.tokens == 0 {
+        Some(format!(
+            "{the_samples} {} no response token, so the audit compared nothing with what the server sent: \
+             responses cut to nothing, or the prompt and the response split in the wrong place (slime's \
+             response_length 0)",
+            if n == 1 { "has" } else { "have" }
+        ))
+    } else if report.trained_tokens == 0 {
+        Some(format!(
+            "none of the {} tokens of {the_samples} is trained (every loss mask entry is 0), so the audit \
+             compared nothing with what the server sent: a mask of zeros trains on nothing (generated tokens \
+             filed as environment output, or a mask built for other tokens)",
+            report.tokens
+        ))
+    } else {
+        None
+    }
+}
+
+/// How reports name each sample: its id, with its position when another sample has the same id.
+fn labels(samples: &[AuditSample]) -> Vec<String> {
+    let mut count: HashMap<&str, usize> = HashMap::new();
+    for s in samples {
+        *count.entry(s.id.as_str()).or_default() += 1;
+    }
+    samples
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            if count[s.id.as_str()] > 1 {
+                format!("{} (samples[{k}])", s.id)
+            } else {
+                s.id.clone()
+            }
+        })
+        .collect()
 }
 
 /// The checks of one sample.
 struct Check<'a> {
     records: &'a Records,
+    model: Option<&'a Model>,
+    /// Per entry sampled at a temperature other than 1: whether the first of its wrong values that was
+    /// compared with the model's logprob at temperature 1 was that logprob. Once one was not, the entry's other
+    /// values are not compared, so that a sample whose values are wrong in another way costs one comparison.
+    rescored: HashMap<u64, bool>,
     sample: &'a AuditSample,
     k: usize,
+    /// Every sample's label in reports.
+    labels: &'a [String],
     walk: &'a Walk,
     options: &'a AuditOptions,
     owner: &'a HashMap<u64, usize>,
@@ -480,8 +708,9 @@ impl<'a> Check<'a> {
         message: String,
     ) {
         self.problems.push(Problem {
-            sample: self.k,
-            sample_id: self.sample.id.clone(),
+            sample: Some(self.k),
+            sample_id: Some(self.sample.id.clone()),
+            sample_label: self.labels[self.k].clone(),
             kind,
             channel: channel.to_owned(),
             start: range.0,
@@ -667,34 +896,40 @@ impl<'a> Check<'a> {
                     continue;
                 }
                 Some(0.0) => Wrong::Zero,
-                Some(g) => {
-                    let positions = here.get_or_insert_with(|| {
-                        let mut map: HashMap<u32, Vec<usize>> = HashMap::new();
-                        for (r, slot) in sent.iter().enumerate() {
-                            if let Some((Sent::Value(Some(v)), _, _)) = slot {
-                                map.entry(v.to_bits()).or_default().push(r);
+                Some(g) => match expected.flatten().and_then(|e| Roundings::of(e, g)) {
+                    // The value sent, rounded: the closest evidence there is, before any other value.
+                    Some(r) => Wrong::Rounded(r),
+                    None if self.at_temperature_one(seq, p, g) => Wrong::AtTemperatureOne,
+                    None => {
+                        let positions = here.get_or_insert_with(|| {
+                            let mut map: HashMap<u32, Vec<usize>> = HashMap::new();
+                            for (r, slot) in sent.iter().enumerate() {
+                                if let Some((Sent::Value(Some(v)), _, _)) = slot {
+                                    map.entry(v.to_bits()).or_default().push(r);
+                                }
                             }
+                            map
+                        });
+                        let nearest = positions.get(&g.to_bits()).and_then(|rs| {
+                            rs.iter()
+                                .filter(|&&r| r != p)
+                                .min_by_key(|&&r| r.abs_diff(p))
+                        });
+                        match nearest {
+                            Some(&r) => Wrong::Shifted(r as isize - p as isize),
+                            None => match values.find(g, seq) {
+                                Some((other, at)) => Wrong::FromOther { seq: other, at },
+                                None if expected.is_none() => Wrong::Unsent,
+                                None => Wrong::Differs,
+                            },
                         }
-                        map
-                    });
-                    let nearest = positions.get(&g.to_bits()).and_then(|rs| {
-                        rs.iter()
-                            .filter(|&&r| r != p)
-                            .min_by_key(|&&r| r.abs_diff(p))
-                    });
-                    match nearest {
-                        Some(&r) => Wrong::Shifted(r as isize - p as isize),
-                        None => match values.find(g, seq) {
-                            Some((other, at)) => Wrong::FromOther { seq: other, at },
-                            None if expected.is_none() => Wrong::Unsent,
-                            None => Wrong::Differs,
-                        },
                     }
-                }
+                },
             };
             let continues = match &mut run {
                 Some((w, _, end, s, _)) if w.continues_with(&wrong) && *s == seq => {
                     // A run goes on across untrained tokens, not across other wrong classes.
+                    *w = w.then(wrong);
                     *end = p + 1;
                     true
                 }
@@ -706,6 +941,23 @@ impl<'a> Check<'a> {
             }
         }
         flush(self, &mut run);
+    }
+
+    /// Whether `got`, the logprob at response position `p` of a segment of entry `seq`, is the model's logprob of
+    /// that token at temperature 1 while the entry sampled (and sent its logprobs) at another temperature: a
+    /// re-score that left the rollout's temperature out. Needs the model the server ran.
+    fn at_temperature_one(&mut self, seq: u64, p: usize, got: f32) -> bool {
+        let Some(model) = self.model else {
+            return false;
+        };
+        if self.entry(seq).logprob_temperature == 1.0 || self.rescored.get(&seq) == Some(&false) {
+            return false;
+        }
+        let context = &self.walk.full[..self.sample.prompt.len() + p];
+        let id = self.sample.response[p];
+        let is = model.distribution(context, 1.0, &[]).logprob(id) as f32 == got;
+        self.rescored.entry(seq).or_insert(is);
+        is
     }
 
     /// One problem for response positions `start..end` whose logprobs are wrong in the same way; `seq` and
@@ -794,7 +1046,9 @@ impl<'a> Check<'a> {
                 let other_entry = self.records.get(other);
                 let other_rid = other_entry.map_or("?", |e| e.rid.as_str());
                 let whose = match self.owner.get(&other) {
-                    Some(&s) if s != self.k => format!(" (sample {}'s answer)", s),
+                    Some(&s) if s != self.k => {
+                        format!(" (the answer of sample {})", self.labels[s])
+                    }
                     _ => String::new(),
                 };
                 (
@@ -815,14 +1069,88 @@ impl<'a> Check<'a> {
                     show(got)
                 ),
             ),
-            Wrong::Differs => (
+            Wrong::Rounded(roundings) => {
+                let sent_value = expected.flatten().unwrap_or(f32::NAN);
+                let got_value = got.unwrap_or(f32::NAN);
+                // The largest difference over the run's trained positions, each the value sent there, rounded.
+                let widest = (start..end)
+                    .filter(|&p| sample.trained(p))
+                    .filter_map(|p| {
+                        let sent_p = match sent[p] {
+                            Some((Sent::Value(Some(v)), _, _)) => v,
+                            _ => return None,
+                        };
+                        let got_p = sample.logprobs.as_ref()?.get(p).copied().flatten()?;
+                        Some((f64::from(sent_p) - f64::from(got_p)).abs())
+                    })
+                    .fold(0.0f64, f64::max);
+                let each = if count > 1 {
+                    format!(
+                        " (each of the {count} values is {}, at most {} from it)",
+                        roundings.what(),
+                        distance(0.0, widest as f32)
+                    )
+                } else {
+                    String::new()
+                };
+                let remedy = if roundings.is_float() {
+                    "A logprob kept in a 16-bit float loses the precision an importance ratio needs (slime PR \
+                     #245 moved rollout_log_probs to float32 for it): keep the server's values in float32 or \
+                     float64 up to the loss"
+                } else {
+                    "A logprob written with a few decimals (round(x, 3), a format like %.3f, a log or CSV read \
+                     back) is no longer the value the rollout sampled with: keep the values SGLang sent \
+                     (item[0]) as they are"
+                };
+                (
+                    ProblemKind::LogprobDiffers,
+                    format!(
+                        "{tokens} {have} logprob {} where {at}: rounded: {} from the value sent, {}{each}. \
+                         {remedy}",
+                        show(got),
+                        distance(got_value, sent_value),
+                        roundings.how(),
+                    ),
+                )
+            }
+            Wrong::AtTemperatureOne => (
                 ProblemKind::LogprobDiffers,
                 format!(
-                    "{tokens} {have} logprob {} where {at}. The value did not come from this answer: keep the \
-                     logprob SGLang sent (item[0]) rather than one computed or converted later",
-                    show(got)
+                    "{tokens} {have} logprob {} where {at}: {} is the model's logprob of this token at \
+                     temperature 1, while rid {rid} sampled at temperature {} and sent its logprobs at that \
+                     temperature. The values were recomputed without the rollout's temperature (a scoring \
+                     prefill at its default temperature, as miles PR #1345 found in \
+                     --recompute-logprobs-via-prefill, or a forward that does not divide the logits by it, \
+                     OpenRLHF PR #853): score at the sampling temperature, or keep the server's values",
+                    show(got),
+                    show(got),
+                    entry.logprob_temperature,
                 ),
             ),
+            Wrong::Differs => {
+                let by = match (got, expected.flatten()) {
+                    (Some(g), Some(e)) => format!(": {} from the value sent", distance(g, e)),
+                    _ => String::new(),
+                };
+                // Without the model (a saved ledger) the temperature is all the evidence there is of a re-score.
+                let hot = if entry.logprob_temperature != 1.0 && self.model.is_none() {
+                    format!(
+                        "; rid {rid} sampled at temperature {t} and its logprobs are at that temperature, so a \
+                         value recomputed at temperature 1 differs so (score at temperature {t}, miles PR #1345)",
+                        t = entry.logprob_temperature
+                    )
+                } else {
+                    String::new()
+                };
+                (
+                    ProblemKind::LogprobDiffers,
+                    format!(
+                        "{tokens} {have} logprob {} where {at}{by}{hot}. The value did not come from this answer: \
+                         keep the logprob SGLang sent (item[0]) rather than one computed or converted later",
+                        show(got)
+                    ),
+                )
+            }
         };
         self.push(
             kind,

@@ -264,6 +264,11 @@ impl<'de> Deserialize<'de> for Supports {
     }
 }
 
+/// The logprob temperature of an entry read from a dump that does not say it.
+fn temperature_one() -> f64 {
+    1.0
+}
+
 /// One item the server answered (`WITNESS.md` section 2.1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
@@ -291,6 +296,10 @@ pub struct Entry {
     pub output_ids: Vec<u32>,
     /// Whether the request asked for logprobs (`return_logprob`).
     pub return_logprob: bool,
+    /// The temperature the item's logprobs are at (`MODEL.md` section 8.5's report temperature): the request's
+    /// sampling temperature, or 1 for a greedy request or a server with `--return-original-logprob`.
+    #[serde(default = "temperature_one")]
+    pub logprob_temperature: f64,
     /// The output logprobs as they went out; `None` when none did (not asked for, or removed by a fault).
     pub output_logprobs: Option<SentLogprobs>,
     /// Which weight version made which output tokens: what 0.5.23 reports in `meta_info.weight_versions`, and

@@ -2,7 +2,7 @@
 //! to its answer on the way out (`WITNESS.md` section 2.1).
 
 use crate::config::SglangVersion;
-use crate::engine::{FinishReason, Generation, PlannedItem};
+use crate::engine::{FinishReason, GREEDY_TEMPERATURE, Generation, PlannedItem};
 use crate::faults::{BodyFault, Channel, Fault, StreamFault};
 use crate::wire::{VersionEvent, reported_version, weight_version_spans};
 
@@ -17,6 +17,8 @@ pub struct Served<'a> {
     /// The fault that acted on the request's answer, if any (a body, stream or engine fault; an HTTP fault
     /// answers before anything is served).
     pub fault: Option<&'a Fault>,
+    /// The server reports logprobs at temperature 1 whatever the request's (`--return-original-logprob`).
+    pub original_logprobs: bool,
 }
 
 impl Served<'_> {
@@ -120,11 +122,23 @@ impl Served<'_> {
             prompt_ids,
             output_ids: Vec::new(),
             return_logprob: item.request.return_logprob,
+            logprob_temperature: self.logprob_temperature(item),
             output_logprobs: None,
             weight_versions: Vec::new(),
             routed_experts: None,
             sampling_supports: None,
             fault: None,
+        }
+    }
+
+    /// The temperature of the logprobs item reports: 1 for a greedy request (SGLang's rewrite to temperature 1
+    /// and top-k 1) or under `--return-original-logprob`, else the request's.
+    fn logprob_temperature(&self, item: &PlannedItem) -> f64 {
+        let temperature = item.request.params.temperature;
+        if self.original_logprobs || temperature < GREEDY_TEMPERATURE {
+            1.0
+        } else {
+            temperature
         }
     }
 

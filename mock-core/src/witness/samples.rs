@@ -199,17 +199,64 @@ impl Rows {
     }
 }
 
-/// A sample the audit cannot read: which one, which field, and what is wrong with it.
+/// A sample the audit cannot read, or a body it cannot read samples from: where, and what is wrong there.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("sample {sample}: {field}: {message}")]
+#[error("{}", self.place())]
 pub struct SampleError {
-    /// The sample's position in the input.
-    pub sample: usize,
+    /// The sample's position in the input; `None` when the body itself cannot be read.
+    pub sample: Option<usize>,
+    /// The field, with the position in it where one is known (`rollout_log_probs[7]`); empty when the sample
+    /// as a whole is wrong.
     pub field: String,
     pub message: String,
 }
 
+impl SampleError {
+    /// `samples[3].rollout_log_probs[7]: ...`, `samples[3]: ...` or `the body: ...`.
+    fn place(&self) -> String {
+        match (self.sample, self.field.as_str()) {
+            (Some(k), "") => format!("samples[{k}]: {}", self.message),
+            (Some(k), field) => format!("samples[{k}].{field}: {}", self.message),
+            (None, _) => format!("the body: {}", self.message),
+        }
+    }
+}
+
+/// What is wrong inside a column: the position (`[7]`, `[0][3]`; empty for the column as a whole) and what.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Bad {
+    at: String,
+    message: String,
+}
+
+impl Bad {
+    fn whole(message: String) -> Bad {
+        Bad {
+            at: String::new(),
+            message,
+        }
+    }
+}
+
+/// `[2][1]` for the index path `[2, 1]`.
+fn path(indices: &[usize]) -> String {
+    indices.iter().map(|i| format!("[{i}]")).collect()
+}
+
+/// A value as a report shows it: `null` for a `null`, else the number.
+fn shown(v: f64, null: bool) -> String {
+    if null {
+        "null".to_owned()
+    } else {
+        format!("{v}")
+    }
+}
+
 /// A numeric column: its values (nulls as NaN, listed in `nulls`) and its shape.
+///
+/// A value that cannot stand in a column (a string, an object, a list where numbers stand) does not fail the
+/// JSON reader: the first one is kept in `bad`, with its position, and the rest of the column is skipped, so
+/// that the sample's reader can name the field it is in.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Column {
     values: Vec<f64>,
@@ -217,6 +264,30 @@ pub(crate) struct Column {
     shape: Vec<usize>,
     /// While a list is read: the depth its numbers stand at, once one was read.
     leaf: Option<usize>,
+    /// While a list is read: the index of the element being read at each depth.
+    at: Vec<usize>,
+    /// The first value that cannot stand in a column.
+    bad: Option<Bad>,
+    /// A leading batch dimension of 1 was dropped ([`Column::unbatched`]).
+    batched: bool,
+}
+
+impl Column {
+    /// Keeps the first bad value, at the element being read to `depth`.
+    fn fail(&mut self, depth: usize, message: String) {
+        if self.bad.is_none() {
+            let at = path(&self.at[..depth.min(self.at.len())]);
+            self.bad = Some(Bad { at, message });
+        }
+    }
+
+    /// The column, or its first bad value.
+    fn checked(self) -> Result<Column, Bad> {
+        match self.bad {
+            Some(bad) => Err(bad),
+            None => Ok(self),
+        }
+    }
 }
 
 impl<'de> Deserialize<'de> for Column {
@@ -227,13 +298,44 @@ impl<'de> Deserialize<'de> for Column {
 
 struct ColumnVisitor;
 
+/// What a column must be, for the reports.
+const A_COLUMN: &str =
+    "a list of numbers (nested for a tensor) or a typed array {\"dtype\", \"shape\", \"b64\"}";
+
+/// A column that is a single value: bad as a whole.
+fn not_a_column(got: String) -> Column {
+    Column {
+        bad: Some(Bad::whole(format!("expected {A_COLUMN}, got {got}"))),
+        shape: vec![0],
+        ..Column::default()
+    }
+}
+
 impl<'de> Visitor<'de> for ColumnVisitor {
     type Value = Column;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(
-            "a list of numbers (nested for a tensor), or a typed array {\"dtype\", \"shape\", \"b64\"}",
-        )
+        f.write_str(A_COLUMN)
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Column, E> {
+        Ok(not_a_column(format!("the number {v}")))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Column, E> {
+        Ok(not_a_column(format!("the number {v}")))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Column, E> {
+        Ok(not_a_column(format!("the number {v}")))
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Column, E> {
+        Ok(not_a_column(format!("{v}")))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Column, E> {
+        Ok(not_a_column(format!("the string {v:?}")))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Column, A::Error> {
@@ -258,13 +360,20 @@ impl<'de> Visitor<'de> for ColumnVisitor {
             b64: String,
         }
         let typed = Typed::deserialize(de::value::MapAccessDeserializer::new(map))?;
-        typed_column(&typed.dtype, typed.shape, &typed.b64).map_err(de::Error::custom)
+        Ok(
+            typed_column(&typed.dtype, typed.shape, &typed.b64).unwrap_or_else(|message| Column {
+                bad: Some(Bad::whole(message)),
+                shape: vec![0],
+                ..Column::default()
+            }),
+        )
     }
 }
 
 /// One nesting level of a list column being read: each element goes straight into `column` (a number, or
 /// `null` as NaN listed in `nulls`, or a list one level deeper), and every list of a level must have the length
-/// the first one had (`column.shape[depth]`), so that the column is rectangular.
+/// the first one had (`column.shape[depth]`), so that the column is rectangular. Once the column holds a bad
+/// value, the rest is read and dropped.
 struct Level<'a> {
     column: &'a mut Column,
     depth: usize,
@@ -272,19 +381,30 @@ struct Level<'a> {
 
 impl Level<'_> {
     /// A scalar at this level: numbers stand at one depth only, under lists that are the column's whole shape.
-    fn scalar<E: de::Error>(self, value: f64, null: bool) -> Result<(), E> {
-        let leaf = *self.column.leaf.get_or_insert(self.depth);
-        if leaf != self.depth || self.column.shape.len() != self.depth {
-            return Err(E::custom(format!(
-                "a number at depth {} where the first element had shape {:?}: a column is a rectangular list",
-                self.depth, self.column.shape
-            )));
+    fn scalar(self, value: f64, null: bool) {
+        let Level { column, depth } = self;
+        if column.bad.is_some() {
+            return;
+        }
+        let leaf = *column.leaf.get_or_insert(depth);
+        if leaf != depth || column.shape.len() != depth {
+            let message = format!(
+                "a number where the first element had shape {:?}: a column is a rectangular list",
+                &column.shape[depth.min(column.shape.len())..]
+            );
+            column.fail(depth, message);
+            return;
         }
         if null {
-            self.column.nulls.push(self.column.values.len());
+            column.nulls.push(column.values.len());
         }
-        self.column.values.push(value);
-        Ok(())
+        column.values.push(value);
+    }
+
+    /// A value that cannot stand in a column.
+    fn wrong(self, got: String) {
+        let message = format!("expected a number, got {got}");
+        self.column.fail(self.depth, message);
     }
 }
 
@@ -304,23 +424,28 @@ impl<'de> Visitor<'de> for Level<'_> {
     }
 
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
-        self.scalar(v, false)
+        self.scalar(v, false);
+        Ok(())
     }
 
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
-        self.scalar(v as f64, false)
+        self.scalar(v as f64, false);
+        Ok(())
     }
 
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
-        self.scalar(v as f64, false)
+        self.scalar(v as f64, false);
+        Ok(())
     }
 
     fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
-        self.scalar(f64::from(u8::from(v)), false)
+        self.scalar(f64::from(u8::from(v)), false);
+        Ok(())
     }
 
     fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        self.scalar(f64::NAN, true)
+        self.scalar(f64::NAN, true);
+        Ok(())
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
@@ -329,27 +454,50 @@ impl<'de> Visitor<'de> for Level<'_> {
             "Infinity" | "inf" => f64::INFINITY,
             "-Infinity" | "-inf" => f64::NEG_INFINITY,
             _ => {
-                return Err(E::custom(format!(
-                    "the string {v:?} where a number belongs (only \"NaN\", \"Infinity\" and \"-Infinity\" \
-                     stand for numbers)"
-                )));
+                self.wrong(format!(
+                    "the string {v:?} (only \"NaN\", \"Infinity\" and \"-Infinity\" stand for numbers)"
+                ));
+                return Ok(());
             }
         };
-        self.scalar(value, false)
+        self.scalar(value, false);
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map
+            .next_entry::<de::IgnoredAny, de::IgnoredAny>()?
+            .is_some()
+        {}
+        self.wrong("an object".to_owned());
+        Ok(())
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let Level { column, depth } = self;
+        let skip = |seq: &mut A| -> Result<(), A::Error> {
+            while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+            Ok(())
+        };
+        if column.bad.is_some() {
+            return skip(&mut seq);
+        }
         if column.leaf.is_some_and(|leaf| leaf <= depth) {
-            return Err(de::Error::custom(format!(
-                "a list at depth {depth} where numbers stand: a column is a rectangular list"
-            )));
+            column.fail(
+                depth,
+                "a list where the first element had a number: a column is a rectangular list"
+                    .to_owned(),
+            );
+            return skip(&mut seq);
         }
         // The first list of a level sets its length for the others.
         let first = column.shape.len() == depth;
         if first {
             column.shape.push(0);
         }
+        // `at[depth]` is the element being read; deeper levels keep their own indices after it.
+        column.at.truncate(depth);
+        column.at.push(0);
         let mut len = 0;
         while seq
             .next_element_seed(Level {
@@ -359,14 +507,20 @@ impl<'de> Visitor<'de> for Level<'_> {
             .is_some()
         {
             len += 1;
+            column.at[depth] = len;
+        }
+        column.at.truncate(depth);
+        if column.bad.is_some() {
+            return Ok(());
         }
         if first {
             column.shape[depth] = len;
         } else if column.shape[depth] != len {
-            return Err(de::Error::custom(format!(
-                "a list of {len} at depth {depth} where the first had {}: a column is a rectangular list",
+            let message = format!(
+                "a list of {len} where the first had {}: a column is a rectangular list",
                 column.shape[depth]
-            )));
+            );
+            column.fail(depth, message);
         }
         Ok(())
     }
@@ -413,7 +567,7 @@ fn typed_column(dtype: &str, shape: Vec<usize>, b64: &str) -> Result<Column, Str
         values,
         nulls: Vec::new(),
         shape,
-        leaf: None,
+        ..Column::default()
     })
 }
 
@@ -422,76 +576,84 @@ impl Column {
     fn unbatched(mut self) -> Column {
         if self.shape.len() >= 2 && self.shape[0] == 1 {
             self.shape.remove(0);
+            self.batched = true;
         }
         self
     }
 
-    /// One value per token (a batch dimension of 1 dropped), each read by `read` from its position and value;
-    /// `null` reads as NaN.
-    fn per_token<T>(
-        self,
-        field: &str,
-        read: impl Fn(usize, f64) -> Result<T, String>,
-    ) -> Result<Vec<T>, String> {
-        let column = self.unbatched();
+    /// The position of value `i` in the column as it was sent: `[i]`, or `[0][i]` under a batch dimension.
+    fn at(&self, i: usize) -> String {
+        if self.batched {
+            format!("[0][{i}]")
+        } else {
+            format!("[{i}]")
+        }
+    }
+
+    /// One value per token (a batch dimension of 1 dropped), each read by `read` from its value and whether it
+    /// was `null` (then the value is NaN); what `read` refuses is bad at its position.
+    fn per_token<T>(self, read: impl Fn(f64, bool) -> Result<T, String>) -> Result<Vec<T>, Bad> {
+        let column = self.checked()?.unbatched();
         if column.shape.len() != 1 {
-            return Err(format!(
-                "{field} has shape {:?}; one value per token was expected",
+            return Err(Bad::whole(format!(
+                "has shape {:?}; one value per token was expected",
                 column.shape
-            ));
+            )));
         }
         column
             .values
             .iter()
             .enumerate()
-            .map(|(i, &v)| read(i, v))
+            .map(|(i, &v)| {
+                read(v, column.nulls.binary_search(&i).is_ok()).map_err(|message| Bad {
+                    at: column.at(i),
+                    message,
+                })
+            })
             .collect()
     }
 
-    fn ids(self, field: &str) -> Result<Vec<u32>, String> {
-        self.per_token(field, |i, v| {
+    fn ids(self) -> Result<Vec<u32>, Bad> {
+        self.per_token(|v, null| {
             if v.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&v) {
                 Ok(v as u32)
             } else {
-                Err(format!("{field}[{i}] is {v}, not a token id"))
+                Err(format!("expected a token id, got {}", shown(v, null)))
             }
         })
     }
 
-    fn mask(self, field: &str) -> Result<Vec<u8>, String> {
-        self.per_token(field, |i, v| match v {
+    fn mask(self) -> Result<Vec<u8>, Bad> {
+        self.per_token(|v, null| match v {
             0.0 => Ok(0),
             1.0 => Ok(1),
-            _ => Err(format!("{field}[{i}] is {v}; a loss mask holds 0 and 1")),
+            _ => Err(format!(
+                "expected 0 or 1 (a loss mask holds 0 and 1), got {}",
+                shown(v, null)
+            )),
         })
     }
 
-    fn logprobs(self, field: &str) -> Result<Vec<Option<f32>>, String> {
-        let nulls = self.nulls.clone();
-        self.per_token(field, |i, v| {
-            Ok((nulls.binary_search(&i).is_err()).then_some(v as f32))
-        })
+    fn logprobs(self) -> Result<Vec<Option<f32>>, Bad> {
+        self.per_token(|v, null| Ok((!null).then_some(v as f32)))
     }
 
     /// Version labels: a number (AReaL's), none where it is negative (AReaL's `-1` for a token no version made)
     /// or `null`.
-    fn versions(self, field: &str) -> Result<Vec<Option<String>>, String> {
-        let nulls = self.nulls.clone();
-        self.per_token(field, |i, v| {
-            Ok((v >= 0.0 && nulls.binary_search(&i).is_err()).then(|| format!("{v}")))
-        })
+    fn versions(self) -> Result<Vec<Option<String>>, Bad> {
+        self.per_token(|v, null| Ok((v >= 0.0 && !null).then(|| format!("{v}"))))
     }
 
     /// Rows of expert ids. Not unbatched: a leading 1 is one position (`[1, layers, topk]`), as no framework
     /// batches a sample's routes.
-    fn rows(self, field: &str) -> Result<Rows, String> {
-        let column = self;
+    fn rows(self) -> Result<Rows, Bad> {
+        let column = self.checked()?;
         if column.shape.len() < 2 {
-            return Err(format!(
-                "{field} has shape {:?}; rows of expert ids ([positions, layers, topk] or [positions, \
-                 layers * topk]) were expected",
+            return Err(Bad::whole(format!(
+                "has shape {:?}; rows of expert ids ([positions, layers, topk] or [positions, layers * \
+                 topk]) were expected",
                 column.shape
-            ));
+            )));
         }
         let row_len = column.shape[1..].iter().product();
         let data = column
@@ -502,9 +664,18 @@ impl Column {
                 if v.fract() == 0.0 && (f64::from(i32::MIN)..=f64::from(i32::MAX)).contains(&v) {
                     Ok(v as i32)
                 } else {
-                    Err(format!(
-                        "{field} holds {v} at flat index {i}, not an expert id"
-                    ))
+                    // The flat index as a position in the column's shape.
+                    let mut rest = i;
+                    let mut indices = vec![0; column.shape.len()];
+                    for (slot, &dim) in indices.iter_mut().zip(&column.shape).rev() {
+                        *slot = rest % dim.max(1);
+                        rest /= dim.max(1);
+                    }
+                    let null = column.nulls.binary_search(&i).is_ok();
+                    Err(Bad {
+                        at: path(&indices),
+                        message: format!("expected an expert id, got {}", shown(v, null)),
+                    })
                 }
             })
             .collect::<Result<_, _>>()?;
@@ -521,16 +692,31 @@ enum Label {
 
 impl<'de> Deserialize<'de> for Label {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Label, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Text(String),
-            Number(f64),
+        struct LabelVisitor;
+        impl Visitor<'_> for LabelVisitor {
+            type Value = Label;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or a number")
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Label, E> {
+                Ok(Label::Text(v.to_owned()))
+            }
+
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Label, E> {
+                Ok(Label::Number(v))
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Label, E> {
+                Ok(Label::Number(v as f64))
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Label, E> {
+                Ok(Label::Number(v as f64))
+            }
         }
-        Ok(match Raw::deserialize(deserializer)? {
-            Raw::Text(t) => Label::Text(t),
-            Raw::Number(n) => Label::Number(n),
-        })
+        deserializer.deserialize_any(LabelVisitor)
     }
 }
 
@@ -587,11 +773,17 @@ pub fn parse_sample(
     position: usize,
     layout: Option<Layout>,
 ) -> Result<AuditSample, SampleError> {
-    let raw: RawSample = serde_json::from_slice(json).map_err(|e| SampleError {
-        sample: position,
-        field: "(the sample)".to_owned(),
-        message: e.to_string(),
-    })?;
+    let raw: RawSample =
+        serde_json::from_slice(json).map_err(|e| {
+            match serde_json::from_slice::<serde_json::Value>(json) {
+                Ok(value) => explain(value, position, &e),
+                Err(syntax) => SampleError {
+                    sample: Some(position),
+                    field: String::new(),
+                    message: format!("not JSON: {syntax}"),
+                },
+            }
+        })?;
     from_raw(raw, position, layout)
 }
 
@@ -606,6 +798,63 @@ fn from_raws(
         .collect()
 }
 
+/// Why the samples of a list the reader refused cannot be read: the first sample it refuses, explained by
+/// [`explain`]; the reader's own error when the list is not JSON, or when every sample reads on its own.
+fn explain_list(
+    samples: Result<Vec<serde_json::Value>, serde_json::Error>,
+    err: serde_json::Error,
+) -> SampleError {
+    let body = |message: String| SampleError {
+        sample: None,
+        field: String::new(),
+        message,
+    };
+    let Ok(samples) = samples else {
+        return body(format!("not JSON: {err}"));
+    };
+    samples
+        .into_iter()
+        .enumerate()
+        .find_map(|(k, value)| {
+            RawSample::deserialize(&value)
+                .err()
+                .map(|e| explain(value, k, &e))
+        })
+        .unwrap_or_else(|| body(err.to_string()))
+}
+
+/// Why sample `position`, which the reader refused with `err`, cannot be read: each of its keys read on its
+/// own, so that the error names the field it is in rather than a byte offset in the body.
+fn explain(value: serde_json::Value, position: usize, err: &serde_json::Error) -> SampleError {
+    let at = |field: String, message: String| SampleError {
+        sample: Some(position),
+        field,
+        message,
+    };
+    let serde_json::Value::Object(map) = value else {
+        let got = match value {
+            serde_json::Value::Null => "null",
+            serde_json::Value::Bool(_) => "a boolean",
+            serde_json::Value::Number(_) => "a number",
+            serde_json::Value::String(_) => "a string",
+            serde_json::Value::Array(_) => "a list",
+            serde_json::Value::Object(_) => "an object",
+        };
+        return at(
+            String::new(),
+            format!("expected a sample (a JSON object of one layout's keys), got {got}"),
+        );
+    };
+    for (key, value) in map {
+        let one = serde_json::Value::Object(serde_json::Map::from_iter([(key.clone(), value)]));
+        // Read from a value, the error carries no position: it is the field's own message.
+        if let Err(e) = RawSample::deserialize(one) {
+            return at(key, e.to_string());
+        }
+    }
+    at(String::new(), err.to_string())
+}
+
 /// What an audit request's body holds: the samples, and the options when the body gives them.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Batch {
@@ -617,11 +866,6 @@ pub struct Batch {
 /// "options": {...}}`, or JSON lines (one sample per line, blank lines skipped). `layout`, when given, is
 /// every sample's.
 pub fn parse_samples(body: &[u8], layout: Option<Layout>) -> Result<Batch, SampleError> {
-    let whole = |message: String| SampleError {
-        sample: 0,
-        field: "(the body)".to_owned(),
-        message,
-    };
     let lines = || {
         body.split(|&b| b == b'\n')
             .filter(|line| line.iter().any(|b| !b.is_ascii_whitespace()))
@@ -630,8 +874,8 @@ pub fn parse_samples(body: &[u8], layout: Option<Layout>) -> Result<Batch, Sampl
     match start.map(|i| body[i]) {
         None => Ok(Batch::default()),
         Some(b'[') => {
-            let raws: Vec<RawSample> =
-                serde_json::from_slice(body).map_err(|e| whole(e.to_string()))?;
+            let raws: Vec<RawSample> = serde_json::from_slice(body)
+                .map_err(|e| explain_list(serde_json::from_slice(body), e))?;
             Ok(Batch {
                 samples: from_raws(raws, layout)?,
                 options: None,
@@ -639,15 +883,17 @@ pub fn parse_samples(body: &[u8], layout: Option<Layout>) -> Result<Batch, Sampl
         }
         Some(_) if lines().nth(1).is_none() && has_samples_key(body) => {
             #[derive(Deserialize)]
-            struct Wrapped {
-                samples: Vec<RawSample>,
+            struct Wrapped<T> {
+                samples: Vec<T>,
                 #[serde(default)]
                 layout: Option<Layout>,
                 #[serde(default)]
                 options: Option<AuditOptions>,
             }
-            let wrapped: Wrapped =
-                serde_json::from_slice(body).map_err(|e| whole(e.to_string()))?;
+            let wrapped: Wrapped<RawSample> = serde_json::from_slice(body).map_err(|e| {
+                let values = serde_json::from_slice::<Wrapped<serde_json::Value>>(body);
+                explain_list(values.map(|w| w.samples), e)
+            })?;
             let layout = layout.or(wrapped.layout);
             Ok(Batch {
                 samples: from_raws(wrapped.samples, layout)?,
@@ -686,21 +932,26 @@ fn from_raw(
         .or(raw.layout)
         .or_else(|| Layout::detect(&raw))
         .ok_or_else(|| SampleError {
-            sample: position,
-            field: "(the sample)".to_owned(),
+            sample: Some(position),
+            field: String::new(),
             message: "no layout has these keys: a sample needs slime's `tokens` and `response_length`, \
                       verl's `prompt_ids`, `response_ids` and `response_mask`, AReaL's `input_tokens` and \
                       `output_tokens` (or `input_ids` and `loss_mask`), or `prompt_ids` and \
                       `response_ids`"
                 .to_owned(),
         })?;
-    let fail = |field: &str, message: String| SampleError {
-        sample: position,
-        field: field.to_owned(),
-        message,
+    let fail = |field: &str, bad: Bad| SampleError {
+        sample: Some(position),
+        field: format!("{field}{}", bad.at),
+        message: bad.message,
     };
     let need = |column: Option<Column>, field: &str| {
-        column.ok_or_else(|| fail(field, format!("missing: a {layout} sample has it")))
+        column.ok_or_else(|| {
+            fail(
+                field,
+                Bad::whole(format!("missing: a {layout} sample has it")),
+            )
+        })
     };
     let id = raw
         .id
@@ -712,23 +963,23 @@ fn from_raw(
         layout: Some(layout),
         ..AuditSample::default()
     };
-    let ids = |column: Column, field: &str| column.ids(field).map_err(|m| fail(field, m));
+    let ids = |column: Column, field: &str| column.ids().map_err(|m| fail(field, m));
     let lps = |column: Option<Column>, field: &str| {
         column
-            .map(|c| c.logprobs(field))
+            .map(Column::logprobs)
             .transpose()
             .map_err(|m| fail(field, m))
     };
-    let mask = |column: Column, field: &str| column.mask(field).map_err(|m| fail(field, m));
+    let mask = |column: Column, field: &str| column.mask().map_err(|m| fail(field, m));
     let rows = |column: Option<Column>, field: &str| {
         column
-            .map(|c| c.rows(field))
+            .map(Column::rows)
             .transpose()
             .map_err(|m| fail(field, m))
     };
     let versions = |column: Option<Column>, field: &str| {
         column
-            .map(|c| c.versions(field))
+            .map(Column::versions)
             .transpose()
             .map_err(|m| fail(field, m))
     };
@@ -739,10 +990,10 @@ fn from_raw(
             let split = tokens.len().checked_sub(response_length).ok_or_else(|| {
                 fail(
                     "response_length",
-                    format!(
+                    Bad::whole(format!(
                         "{response_length} is more than the {} ids of tokens",
                         tokens.len()
-                    ),
+                    )),
                 )
             })?;
             sample.prompt = tokens[..split].to_vec();

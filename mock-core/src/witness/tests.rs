@@ -32,6 +32,7 @@ fn entry(rid: &str, prompt: &[u32], output: &[u32], lps: &[f32]) -> Entry {
         prompt_ids: prompt.to_vec(),
         output_ids: output.to_vec(),
         return_logprob: true,
+        logprob_temperature: 1.0,
         output_logprobs: Some(SentLogprobs::numbers(lps)),
         weight_versions: vec![Span {
             version: "v1".to_owned(),
@@ -65,7 +66,7 @@ fn sample(prompt: &[u32], response: &[u32], mask: &[u8], lps: &[Option<f32>]) ->
 }
 
 fn run(records: &Records, samples: &[AuditSample]) -> Report {
-    audit(records, samples, &AuditOptions::default())
+    audit(records, samples, &AuditOptions::default(), None)
 }
 
 /// The problems as (kind, start, end).
@@ -242,6 +243,7 @@ fn generated_tokens_with_mask_zero_are_reported_unless_allowed() {
         &AuditOptions {
             allow_masked_generated: true,
         },
+        None,
     );
     assert!(allowed.ok, "{allowed}");
 }
@@ -439,6 +441,110 @@ fn the_report_text_names_the_sample_kind_and_range() {
 }
 
 #[test]
+fn an_audit_of_no_samples_or_of_nothing_trained_fails() {
+    let (records, s) = two_turns();
+    // No samples at all: an empty dump, a wrong path.
+    let report = run(&records, &[]);
+    assert!(!report.ok);
+    assert_eq!(found(&report), [(ProblemKind::NothingAudited, 0, 0)]);
+    let problem = &report.problems[0];
+    assert_eq!((problem.sample, problem.sample_id.as_deref()), (None, None));
+    assert!(
+        problem.message.starts_with("the audit read no samples"),
+        "{report}"
+    );
+    let text = report.text();
+    assert!(
+        text.starts_with("audit FAILED: 0 samples, 0 with problems (1 problem)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("- the batch [nothing-audited]: the audit read no samples"),
+        "{text}"
+    );
+    // Samples whose masks are all 0: nothing was compared with what the server sent, even where the masked
+    // generated tokens are allowed.
+    let mut untrained = s.clone();
+    untrained.loss_mask = vec![0; 7];
+    let report = audit(
+        &records,
+        &[untrained.clone(), untrained],
+        &AuditOptions {
+            allow_masked_generated: true,
+        },
+        None,
+    );
+    assert_eq!(found(&report), [(ProblemKind::NothingAudited, 0, 0)]);
+    assert!(
+        report.problems[0].message.starts_with(
+            "none of the 14 tokens of the 2 samples is trained (every loss mask entry is 0)"
+        ),
+        "{report}"
+    );
+    // Samples without a response token.
+    let mut empty = s.clone();
+    empty.response.clear();
+    empty.loss_mask.clear();
+    empty.logprobs = Some(Vec::new());
+    let report = run(&records, &[empty]);
+    assert_eq!(found(&report), [(ProblemKind::NothingAudited, 0, 0)]);
+    assert!(
+        report.problems[0]
+            .message
+            .starts_with("the 1 sample has no response token"),
+        "{report}"
+    );
+    // One trained token anywhere is an audit.
+    assert!(run(&records, &[s]).ok);
+}
+
+#[test]
+fn samples_of_the_same_index_are_told_apart_by_their_position() {
+    // slime's multi-agent samples all carry index 0.
+    let (records, s) = two_turns();
+    let mut zeroed = s.clone();
+    zeroed.logprobs.as_mut().expect("logprobs")[0] = Some(0.0);
+    let mut other = AuditSample {
+        id: "7".to_owned(),
+        ..zeroed.clone()
+    };
+    other.logprobs.as_mut().expect("logprobs")[1] = Some(0.0);
+    let zero = |s: AuditSample| AuditSample {
+        id: "0".to_owned(),
+        ..s
+    };
+    let report = run(
+        &records,
+        &[zero(s), zero(zeroed.clone()), other, zero(zeroed)],
+    );
+    let labels: Vec<&str> = report
+        .problems
+        .iter()
+        .map(|p| p.sample_label.as_str())
+        .collect();
+    assert_eq!(labels, ["0 (samples[1])", "7", "0 (samples[3])"]);
+    let ids: Vec<Option<&str>> = report
+        .problems
+        .iter()
+        .map(|p| p.sample_id.as_deref())
+        .collect();
+    assert_eq!(ids, [Some("0"), Some("7"), Some("0")]);
+    let text = report.text();
+    assert!(
+        text.contains("- sample 0 (samples[1]) [logprob-zero] logprobs[0:1]: "),
+        "{text}"
+    );
+    assert!(
+        text.contains("- sample 0 (samples[3]) [logprob-zero] logprobs[0:1]: "),
+        "{text}"
+    );
+    assert!(
+        text.contains("- sample 7 [logprob-zero] logprobs[0:2]: "),
+        "{text}"
+    );
+}
+
+#[test]
 fn every_problem_kind_has_a_distinct_name() {
     let mut names: Vec<&str> = ProblemKind::ALL.iter().map(|k| k.name()).collect();
     names.sort_unstable();
@@ -533,19 +639,88 @@ fn an_unreadable_sample_names_its_position_and_field() {
     let e = err(
         r#"[{"prompt_ids":[1],"response_ids":[2]},{"prompt_ids":[1],"response_ids":[2],"loss_mask":[2]}]"#,
     );
-    assert_eq!((e.sample, e.field.as_str()), (1, "loss_mask"));
-    assert!(e.message.contains("loss_mask[0] is 2"), "{e}");
+    assert_eq!((e.sample, e.field.as_str()), (Some(1), "loss_mask[0]"));
+    assert_eq!(
+        e.to_string(),
+        "samples[1].loss_mask[0]: expected 0 or 1 (a loss mask holds 0 and 1), got 2"
+    );
     let e = err(r#"[{"foo":1}]"#);
     assert!(e.message.contains("no layout"), "{e}");
+    assert!(e.to_string().starts_with("samples[0]: no layout"), "{e}");
     let e = err(r#"[{"prompt_ids":[1],"response_ids":[[1,2],[3]]}]"#);
+    assert_eq!(e.field, "response_ids[1]");
     assert!(e.message.contains("rectangular"), "{e}");
     let e = err(r#"[{"prompt_ids":[1],"response_ids":{"dtype":"int8","shape":[1],"b64":"AQ=="}}]"#);
+    assert_eq!(e.field, "response_ids");
     assert!(e.message.contains("dtype \"int8\""), "{e}");
     let e =
         err(r#"[{"prompt_ids":[1],"response_ids":{"dtype":"int32","shape":[2],"b64":"AQ=="}}]"#);
     assert!(e.message.contains("holds 8 bytes, not 1"), "{e}");
     let e = err(r#"[{"tokens":[1],"response_length":3}]"#);
     assert_eq!(e.field, "response_length");
+}
+
+#[test]
+fn a_value_of_the_wrong_type_names_the_sample_the_field_and_the_position_in_it() {
+    let err = |json: &str| {
+        parse_samples(json.as_bytes(), None)
+            .expect_err(json)
+            .to_string()
+    };
+    let good = r#"{"prompt_ids":[1],"response_ids":[2,3]}"#;
+    // A string where a logprob belongs, in each form of body: the sample and the element, not the body.
+    let bad = r#"{"prompt_ids":[1],"response_ids":[2,3],"logprobs":[-0.5,"abc"]}"#;
+    let expected = r#"samples[1].logprobs[1]: expected a number, got the string "abc" (only "NaN", "Infinity" and "-Infinity" stand for numbers)"#;
+    assert_eq!(err(&format!("[{good},{bad}]")), expected);
+    assert_eq!(err(&format!("{good}\n{bad}\n")), expected);
+    assert_eq!(err(&format!(r#"{{"samples":[{good},{bad}]}}"#)), expected);
+    // Inside a tensor, a batch dimension, a typed array and rows: the position as the sample holds it.
+    assert_eq!(
+        err(r#"[{"input_ids":[[1,2,-3]],"loss_mask":[[0,1,1]]}]"#),
+        "samples[0].input_ids[0][2]: expected a token id, got -3"
+    );
+    assert_eq!(
+        err(r#"[{"prompt_ids":[1],"response_ids":[2],"routed_experts":[[[1,2]],[[3,1.5]]]}]"#),
+        "samples[0].routed_experts[1][0][1]: expected an expert id, got 1.5"
+    );
+    assert_eq!(
+        err(r#"[{"prompt_ids":[1],"response_ids":[2],"routed_experts":[[[1,2]],[[3,{}]]]}]"#),
+        "samples[0].routed_experts[1][0][1]: expected a number, got an object"
+    );
+    assert_eq!(
+        err(r#"[{"prompt_ids":[1],"response_ids":[null]}]"#),
+        "samples[0].response_ids[0]: expected a token id, got null"
+    );
+    assert_eq!(
+        err(r#"[{"prompt_ids":[1],"response_ids":"abc"}]"#),
+        r#"samples[0].response_ids: expected a list of numbers (nested for a tensor) or a typed array {"dtype", "shape", "b64"}, got the string "abc""#
+    );
+    // Errors the JSON reader raises itself (a typed array without its bytes, a count as a string, an id as
+    // a list) name the field too.
+    let e = err(r#"[{"prompt_ids":[1],"response_ids":{"dtype":"int32","shape":[1]}}]"#);
+    assert!(
+        e.starts_with("samples[0].response_ids: missing field `b64`"),
+        "{e}"
+    );
+    let e = err(r#"[{"tokens":[1,2],"response_length":"1"}]"#);
+    assert!(
+        e.starts_with("samples[0].response_length: invalid type: string \"1\""),
+        "{e}"
+    );
+    let e = err(r#"[{"prompt_ids":[1],"response_ids":[2],"index":[0]}]"#);
+    assert!(
+        e.starts_with("samples[0].index: invalid type: sequence, expected a string or a number"),
+        "{e}"
+    );
+    // Not a sample at all, and not JSON at all.
+    assert_eq!(
+        err(&format!("[{good}, 7]")),
+        "samples[1]: expected a sample (a JSON object of one layout's keys), got a number"
+    );
+    let e = err("[{");
+    assert!(e.starts_with("the body: not JSON: "), "{e}");
+    let e = err(&format!("{good}\n{{\"prompt_ids\": [1\n"));
+    assert!(e.starts_with("samples[1]: not JSON: "), "{e}");
 }
 
 #[test]
@@ -793,7 +968,9 @@ fn logprobs_swapped_between_samples_are_one_problem_per_sample() {
         ]
     );
     assert!(
-        report.problems[0].message.contains("sample 1's answer"),
+        report.problems[0]
+            .message
+            .contains("(the answer of sample s (samples[1]))"),
         "{report}"
     );
 }
@@ -1229,7 +1406,7 @@ fn layouts_are_told_by_all_of_their_keys() {
         parse_sample(br#"{"layout":"slime","prompt_ids":[1]}"#, 3, None).expect_err("no tokens");
     assert_eq!(
         err.to_string(),
-        "sample 3: tokens: missing: a slime sample has it"
+        "samples[3].tokens: missing: a slime sample has it"
     );
     let names: Vec<String> = Layout::ALL.iter().map(ToString::to_string).collect();
     assert_eq!(
@@ -1298,20 +1475,20 @@ fn values_that_are_not_ids_logprobs_or_expert_ids_are_refused() {
     };
     for bad in ["-1", "1.5", "8589934592"] {
         let message = err(&format!(r#"{{"prompt_ids":[1],"response_ids":[{bad}]}}"#));
-        assert!(message.contains("not a token id"), "{bad}: {message}");
+        assert_eq!(message, format!("expected a token id, got {bad}"));
     }
     let message = err(r#"{"prompt_ids":[1],"response_ids":[2],"routed_experts":[[1.5]]}"#);
-    assert!(message.contains("not an expert id"), "{message}");
+    assert_eq!(message, "expected an expert id, got 1.5");
     let message = err(r#"{"prompt_ids":[1],"response_ids":"abc"}"#);
     assert!(
-        message.contains("a list of numbers (nested for a tensor), or a typed array"),
+        message.contains("a list of numbers (nested for a tensor) or a typed array"),
         "{message}"
     );
     let message = err(r#"{"prompt_ids":[1],"response_ids":[{}]}"#);
-    assert!(message.contains("a number, null or a list"), "{message}");
+    assert_eq!(message, "expected a number, got an object");
     let message = err(r#"{"prompt_ids":[1],"response_ids":[2],"logprobs":["-0.5"]}"#);
     assert!(
-        message.contains(r#"the string "-0.5" where a number belongs"#),
+        message.starts_with(r#"expected a number, got the string "-0.5""#),
         "{message}"
     );
     // The strings that stand for numbers JSON cannot write.
@@ -1385,8 +1562,8 @@ fn a_row_two_positions_away_is_a_shift_by_two_and_a_made_up_value_differs() {
     assert_eq!(
         report.problems[0].message,
         "1 trained token has logprob -9.5 where the server sent -0.75 for response[6] (rid t2, output position \
-         1). The value did not come from this answer: keep the logprob SGLang sent (item[0]) rather than one \
-         computed or converted later"
+         1): 8.75 from the value sent. The value did not come from this answer: keep the logprob SGLang sent \
+         (item[0]) rather than one computed or converted later"
     );
 }
 
@@ -1408,4 +1585,146 @@ fn a_value_from_a_later_answer_of_the_same_sample_names_that_answer_not_another_
     let message = &report.problems[0].message;
     assert!(message.contains("rid t2"), "{message}");
     assert!(!message.contains("sample 0"), "{message}");
+}
+
+/// One answer of four tokens whose logprobs are typical values, not short binary fractions.
+fn typical() -> Records {
+    records(vec![entry(
+        "r",
+        &[1],
+        &[5, 6, 7, 8],
+        &[-0.731_234_5, -1.234_567_8, -0.012_345_6, -7.2],
+    )])
+}
+
+#[test]
+fn a_value_rounded_from_the_one_sent_says_how_and_by_how_much() {
+    let records = typical();
+    let with = |lps: [f32; 4]| {
+        let s = sample(&[1], &[5, 6, 7, 8], &[1, 1, 1, 1], &lps.map(Some));
+        run(&records, &[s])
+    };
+    // The values bfloat16 holds (torch's round to nearest even, computed by hand): one problem over the run.
+    let report = with([-0.730_468_75, -1.234_375, -0.012_329_102, -7.187_5]);
+    assert_eq!(found(&report), [(ProblemKind::LogprobDiffers, 0, 4)]);
+    let message = &report.problems[0].message;
+    assert!(
+        message.contains(
+            "rounded: 7.7e-4 from the value sent, as bfloat16 rounds it (each of the 4 values is the value sent \
+             in bfloat16, at most 0.0125 from it)"
+        ),
+        "{message}"
+    );
+    assert!(message.contains("float32"), "{message}");
+    assert!(
+        !message.contains("did not come from this answer"),
+        "{message}"
+    );
+    // The values rounded to 3 decimals; -7.2 rounds to itself, so the run ends before it.
+    let report = with([-0.731, -1.235, -0.012, -7.2]);
+    assert_eq!(found(&report), [(ProblemKind::LogprobDiffers, 0, 3)]);
+    let message = &report.problems[0].message;
+    assert!(
+        message
+            .contains(
+            "rounded: 2.3e-4 from the value sent, as rounding to 3 decimals does (each of the 3 values is the value \
+             sent rounded to 3 decimals, at most 4.3e-4 from it)"
+        ),
+        "{message}"
+    );
+    // float16 (which -1.2345678 shares with bfloat16).
+    let report = with([-0.731_445_3, -1.234_375, -0.012_344_36, -7.199_218_8]);
+    assert_eq!(found(&report), [(ProblemKind::LogprobDiffers, 0, 4)]);
+    assert!(
+        report.problems[0]
+            .message
+            .contains("rounded: 2.1e-4 from the value sent, as float16 rounds it"),
+        "{report}"
+    );
+    // A value near the one sent that no rounding gives is a value that differs, by how much.
+    let report = with([-0.74, -1.234_567_8, -0.012_345_6, -7.2]);
+    assert_eq!(found(&report), [(ProblemKind::LogprobDiffers, 0, 1)]);
+    let message = &report.problems[0].message;
+    assert!(
+        message.contains(": 0.00877 from the value sent."),
+        "{message}"
+    );
+    assert!(
+        message.contains("did not come from this answer"),
+        "{message}"
+    );
+}
+
+/// The model of a server with seed 7, and the logprob it gives `id` after `context` at temperature `t`.
+fn model() -> crate::model::Model {
+    crate::model::Model::new(crate::model::ModelConfig {
+        seed: 7,
+        ..crate::model::ModelConfig::default()
+    })
+    .expect("a model")
+}
+
+fn logprob_at(model: &crate::model::Model, context: &[u32], id: u32, t: f64) -> f32 {
+    model.distribution(context, t, &[]).logprob(id) as f32
+}
+
+#[test]
+fn a_rescore_at_temperature_one_of_a_sample_drawn_at_another_says_so() {
+    let model = model();
+    let (prompt, output) = ([3u32, 4], [10u32, 11, 12]);
+    let at = |t: f64| -> Vec<f32> {
+        (0..output.len())
+            .map(|j| {
+                let context: Vec<u32> = prompt.iter().chain(&output[..j]).copied().collect();
+                logprob_at(&model, &context, output[j], t)
+            })
+            .collect()
+    };
+    let (sent, rescored) = (at(0.7), at(1.0));
+    assert!(sent.iter().zip(&rescored).all(|(a, b)| a != b));
+    let mut e = entry("hot", &prompt, &output, &sent);
+    e.logprob_temperature = 0.7;
+    let records = records(vec![e]);
+    let s = sample(
+        &prompt,
+        &output,
+        &[1, 1, 1],
+        &rescored.iter().copied().map(Some).collect::<Vec<_>>(),
+    );
+    // With the model the server ran, the values are recognised as its logprobs at temperature 1.
+    let report = audit(
+        &records,
+        std::slice::from_ref(&s),
+        &AuditOptions::default(),
+        Some(&model),
+    );
+    assert_eq!(found(&report), [(ProblemKind::LogprobDiffers, 0, 3)]);
+    let message = &report.problems[0].message;
+    assert!(
+        message.contains(&format!(
+            "{} is the model's logprob of this token at temperature 1, while rid hot sampled at temperature 0.7",
+            rescored[0]
+        )),
+        "{message}"
+    );
+    assert!(message.contains("miles PR #1345"), "{message}");
+    // Without it (a saved ledger), the message still names the temperature the request sampled at.
+    let report = run(&records, std::slice::from_ref(&s));
+    let message = &report.problems[0].message;
+    assert!(
+        message.contains(
+            "rid hot sampled at temperature 0.7 and its logprobs are at that temperature"
+        ),
+        "{message}"
+    );
+    // A request at temperature 1 gives no such hint.
+    let records = self::records(vec![entry("cool", &prompt, &output, &rescored)]);
+    let mut other = s;
+    other.logprobs = Some(sent.iter().copied().map(Some).collect());
+    let report = audit(&records, &[other], &AuditOptions::default(), Some(&model));
+    assert_eq!(found(&report), [(ProblemKind::LogprobDiffers, 0, 3)]);
+    assert!(
+        !report.problems[0].message.contains("temperature"),
+        "{report}"
+    );
 }

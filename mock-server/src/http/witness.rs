@@ -28,6 +28,7 @@ pub(crate) struct Witness {
     stream: bool,
     version: SglangVersion,
     fault: Option<Fault>,
+    original_logprobs: bool,
 }
 
 impl Witness {
@@ -44,6 +45,7 @@ impl Witness {
             stream,
             version: state.config().sglang_version,
             fault: fault.cloned(),
+            original_logprobs: state.model().config().return_original_logprob,
         })
     }
 
@@ -53,6 +55,7 @@ impl Witness {
             stream: self.stream,
             version: self.version,
             fault: self.fault.as_ref(),
+            original_logprobs: self.original_logprobs,
         }
     }
 
@@ -191,13 +194,19 @@ pub(crate) async fn audit_samples(State(state): State<AppState>, uri: Uri, body:
         }
     };
     // Reading and auditing a large batch takes a while: off the async workers.
+    let model = Arc::clone(state.model());
     let report = tokio::task::spawn_blocking(move || {
         let batch = parse_samples(&body, query.layout)?;
         let mut options = batch.options.unwrap_or_default();
         if let Some(allow) = query.allow_masked_generated {
             options.allow_masked_generated = allow;
         }
-        Ok::<_, mock_core::witness::SampleError>(audit(&ledger.read(), &batch.samples, &options))
+        Ok::<_, mock_core::witness::SampleError>(audit(
+            &ledger.read(),
+            &batch.samples,
+            &options,
+            Some(&model),
+        ))
     })
     .await;
     match report {

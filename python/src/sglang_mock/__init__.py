@@ -147,7 +147,8 @@ class MockServer(str):
         and the routes and weight versions must match. ``samples`` are slime/miles ``Sample`` objects, verl
         ``AgentLoopOutput``, AReaL ``ModelResponse`` or trajectory dicts, or dicts with their field names
         (``layout`` names the layout when the keys do not tell). ``allow_masked_generated`` accepts generated
-        tokens with loss mask 0 (deliberate off-policy masking)."""
+        tokens with loss mask 0 (deliberate off-policy masking). A sample the server cannot read raises
+        ``ValueError`` naming it, its field and the element (``samples[3].rollout_log_probs[7]: ...``)."""
         return _audit(
             self.url,
             samples,
@@ -159,7 +160,9 @@ class MockServer(str):
     def assert_faithful(
         self, samples: Iterable[Any], *, layout: Optional[str] = None, allow_masked_generated: bool = False
     ) -> AuditReport:
-        """:meth:`audit`, raising ``AssertionError`` with the report unless every sample is faithful."""
+        """:meth:`audit`, raising ``AssertionError`` with the report unless every sample is faithful (an audit
+        that compared nothing, of no samples or of no trained token, is not); ``ValueError``, as :meth:`audit`,
+        for a sample the server cannot read."""
         report = self.audit(samples, layout=layout, allow_masked_generated=allow_masked_generated)
         if not report.ok:
             raise AssertionError(str(report))

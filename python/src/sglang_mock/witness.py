@@ -4,7 +4,11 @@ A server started with ``--ledger`` (``serve()`` and the pytest fixture start it 
 answers. :meth:`MockServer.audit <sglang_mock.MockServer.audit>` sends it the samples a rollout built and
 returns an :class:`AuditReport`; :meth:`MockServer.assert_faithful` raises ``AssertionError`` with the report
 when a sample lost, shifted, zero-filled or invented a logprob, filed generated tokens as environment output,
-trained on tokens the server never generated, or carries routes or weight versions that do not match.
+trained on tokens the server never generated, or carries routes or weight versions that do not match, and when
+the audit compared nothing (no samples, or none of their tokens trained: ``nothing-audited``). A sample the
+server cannot read is bad input, not an unfaithful sample: both raise ``ValueError`` with the server's words,
+which name the sample, the field and the element (``samples[3].rollout_log_probs[7]: expected a number, got the
+string "abc"``).
 
 Samples are what the frameworks build, or dicts with their field names: slime's and miles' ``Sample`` (through
 ``to_dict()``), verl's ``AgentLoopOutput``, AReaL's ``ModelResponse`` and trajectory dicts, or a generic dict
@@ -50,10 +54,15 @@ _ARRAY_DTYPES = {
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
-    """One way a sample disagrees with what the server served, at ``start:end`` of its per-token arrays."""
+    """One way a sample disagrees with what the server served, at ``start:end`` of its per-token arrays.
 
-    sample: int
-    sample_id: str
+    ``sample`` is the sample's position in the audited list and ``sample_id`` its ``id`` or ``index`` (both
+    ``None`` for a problem of the whole batch, ``nothing-audited``); ``sample_label`` is how the report names it,
+    the id followed by the position when another sample has the same id (``0 (samples[2])``)."""
+
+    sample: Optional[int]
+    sample_id: Optional[str]
+    sample_label: str
     kind: str
     channel: str
     start: int
@@ -64,7 +73,9 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        return f"sample {self.sample_id} [{self.kind}] {self.channel}[{self.start}:{self.end}]: {self.message}"
+        if self.sample is None:
+            return f"{self.sample_label} [{self.kind}]: {self.message}"
+        return f"sample {self.sample_label} [{self.kind}] {self.channel}[{self.start}:{self.end}]: {self.message}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,9 +242,17 @@ def audit(
     api_key: Optional[str] = None,
     timeout: float = 300.0,
 ) -> AuditReport:
-    """Audits ``samples`` against the ledger of the server at ``url`` (``POST /admin/audit``)."""
+    """Audits ``samples`` against the ledger of the server at ``url`` (``POST /admin/audit``). Raises
+    ``ValueError`` with the server's message when it cannot read a sample (or refuses the request), and
+    ``TypeError`` for an object that is no sample."""
+    encoded = []
+    for k, sample in enumerate(samples):
+        try:
+            encoded.append(encode_sample(sample))
+        except TypeError as err:
+            raise TypeError(f"samples[{k}]: {err}") from None
     body: Dict[str, Any] = {
-        "samples": [encode_sample(s) for s in samples],
+        "samples": encoded,
         "options": {"allow_masked_generated": allow_masked_generated},
     }
     if layout is not None:
@@ -246,7 +265,25 @@ def audit(
         with urllib.request.urlopen(request, timeout=timeout) as response:
             answer = json.loads(response.read())
     except urllib.error.HTTPError as err:
-        detail = err.read().decode("utf-8", "replace")
-        raise ValueError(f"the audit refused the samples ({err.code}): {detail}") from None
+        raise ValueError(f"the audit refused the samples: {_error_message(err.read())}") from None
     problems = [Problem(**p) for p in answer.pop("problems")]
     return AuditReport(problems=problems, **answer)
+
+
+def _error_message(body: bytes) -> str:
+    """The message of an error answer, in either of SGLang's shapes (``{"message"}``, ``{"error": {"message"}}``);
+    the body as text when it has neither."""
+    text = body.decode("utf-8", "replace")
+    try:
+        answer = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(answer, dict):
+        error = answer.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return error["message"]
+        if isinstance(error, str):
+            return error
+        if isinstance(answer.get("message"), str):
+            return answer["message"]
+    return text
