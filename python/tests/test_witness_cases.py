@@ -3,11 +3,13 @@ it was (its samples fail the audit with the problem the bug makes, at the positi
 fixed (its samples pass). The rollout code keeps the shape of the upstream code it stands for; where upstream
 awaits an HTTP client, a blocking ``requests.post`` sends the same body. Then what the audit says of what a
 rollout hands it (nothing, samples of one index, a sample it cannot read), and of defects whose evidence tells
-their cause: a value rounded, a re-score at another temperature.
+their cause: a value rounded, a re-score at another temperature, a stop token dropped from the ids, a
+cumulative stream's chunks appended, a resume joined with a token twice.
 """
 
 import base64
 import copy
+import json
 import math
 import re
 import time
@@ -800,3 +802,105 @@ def test_a_rescore_at_temperature_one_of_a_rollout_at_another_is_named(sglang_mo
             in differs[0].message)
     # The fix: score at the rollout's temperature.
     sglang_mock.assert_faithful([dict(sample, logprobs=rescore({"temperature": 0.6}))])
+
+
+# --- k. the ids and the logprobs out of step, and what the evidence says of the join -----------------------------
+
+
+@pytest.mark.sglang_mock(script=GUESS_SCRIPT)
+def test_a_stop_token_dropped_from_the_ids_but_not_the_logprobs_is_named(sglang_mock):
+    """A rollout that strips the trailing ``<|im_end|>`` from the ids (to decode or to append the next turn)
+    and keeps every logprob has one logprob too many: the report says it is the stop token's."""
+    eos = tokenize(sglang_mock, "<|im_end|>")[0]
+    prompt = tokenize(sglang_mock, GUESS_PROMPT)
+    out = post(sglang_mock, {"input_ids": prompt, "sampling_params": GUESS_SAMPLING, "return_logprob": True})
+    assert out["meta_info"]["finish_reason"]["type"] == "stop" and out["output_ids"][-1] == eos
+    ids = [item[1] for item in out["meta_info"]["output_token_logprobs"]]
+    lps = [item[0] for item in out["meta_info"]["output_token_logprobs"]]
+    if ids[-1] == eos:
+        ids = ids[:-1]
+    sample = Sample(index=0, tokens=prompt + ids, response_length=len(ids), rollout_log_probs=lps)
+    report = sglang_mock.audit([sample])
+    length = problems(report, "logprobs-length")
+    assert [(p.start, p.end) for p in length] == [(len(ids), len(ids) + 1)]
+    assert (f"rollout_log_probs[{len(ids)}], {lps[-1]!r}, is the logprob the server sent for token {eos} "
+            f"(rid {out['meta_info']['id']}, output position {len(ids)}), which the sample's ids leave out: the "
+            "answer's stop token (finish_reason stop)") in length[0].message
+    assert "phantom" not in length[0].message
+    # The fix: the logprob goes with its token.
+    sample.rollout_log_probs = lps[:-1]
+    sglang_mock.assert_faithful([sample])
+
+
+def stream_generate(url, body):
+    """The chunks of a streamed ``/generate``, each a dict."""
+    chunks = []
+    with requests.post(f"{url}/generate", json=dict(body, stream=True), stream=True, timeout=30) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if line.startswith(b"data: ") and line != b"data: [DONE]":
+                chunks.append(json.loads(line[len(b"data: "):]))
+    return chunks
+
+
+def test_the_chunks_of_a_cumulative_stream_appended_are_named(sglang_mock):
+    """A streaming rollout that takes each chunk's ``output_ids`` as the ids so far (they are, by default) but
+    appends each chunk's ``output_token_logprobs`` as if they were new (they are not: every chunk carries all
+    of them, also where the ids come as deltas) keeps 1 + 2 + ... + n logprobs for n tokens."""
+    prompt = tokenize(sglang_mock, AGENT_PROMPTS[1])
+    body = {"input_ids": prompt, "sampling_params": {"max_new_tokens": 6, "temperature": 1.0}, "return_logprob": True}
+    chunks = stream_generate(sglang_mock, body)
+    ids, lps = [], []
+    for chunk in chunks:
+        ids = chunk["output_ids"]
+        lps += [item[0] for item in chunk["meta_info"]["output_token_logprobs"]]
+    sizes = [len(chunk["meta_info"]["output_token_logprobs"]) for chunk in chunks]
+    assert len(ids) == 6 and sizes == [1, 2, 3, 4, 5, 6]
+    report = sglang_mock.audit([{"prompt_ids": prompt, "response_ids": ids, "logprobs": lps}])
+    length = problems(report, "logprobs-length")
+    assert [(p.start, p.end) for p in length] == [(6, 21)]
+    rid = chunks[-1]["meta_info"]["id"]
+    assert (f"From logprobs[0] they are rid {rid}'s logprobs 6 times over, each time from its first (1, 2, 3, 4, "
+            "5 and 6 of them): the chunks of a cumulative stream appended") in length[0].message
+    assert "phantom" not in length[0].message
+    # The fix: the last chunk's lists.
+    last = chunks[-1]["meta_info"]["output_token_logprobs"]
+    sglang_mock.assert_faithful([{"prompt_ids": prompt, "response_ids": ids, "logprobs": [item[0] for item in last]}])
+
+
+def join_resumed(partial, resumed, overlap):
+    """A partial output and the continuation of a request resumed from it, joined; ``overlap`` re-adds the
+    partial output's last token, as a join does that counts the token it resumes from as the continuation's."""
+    return partial + partial[-overlap:] + resumed if overlap else partial + resumed
+
+
+def test_a_resume_whose_join_repeats_the_partial_outputs_last_token_names_the_resume(sglang_mock):
+    """A generation cut after 4 tokens and resumed from the prompt plus those 4 is two answers; a join that
+    repeats the partial output's last token trains on a context no request had. The ledger holds the resume for
+    exactly the context before the repeated token: the report names it, and the token repeated."""
+    prompt = tokenize(sglang_mock, AGENT_PROMPTS[2])
+    sampling = {"temperature": 1.0}
+    first = post(sglang_mock, {"input_ids": prompt, "sampling_params": dict(sampling, max_new_tokens=4),
+                               "return_logprob": True})
+    partial = [item[1] for item in first["meta_info"]["output_token_logprobs"]]
+    partial_lps = [item[0] for item in first["meta_info"]["output_token_logprobs"]]
+    second = post(sglang_mock, {"input_ids": prompt + partial, "sampling_params": dict(sampling, max_new_tokens=6),
+                                "return_logprob": True})
+    resumed = [item[1] for item in second["meta_info"]["output_token_logprobs"]]
+    resumed_lps = [item[0] for item in second["meta_info"]["output_token_logprobs"]]
+    assert partial[-1] != resumed[0]
+    response = join_resumed(partial, resumed, overlap=1)
+    sample = {"prompt_ids": prompt, "response_ids": response,
+              "logprobs": join_resumed(partial_lps, resumed_lps, overlap=1)}
+    report = sglang_mock.audit([sample])
+    never = problems(report, "never-generated")
+    assert [(p.start, p.end) for p in never] == [(4, len(response))]
+    message = never[0].message
+    assert (f"the request that continued from there is in the ledger: rid {second['meta_info']['id']}, whose prompt "
+            f"is the sample's prompt plus response[:4], generated token {resumed[0]} first. The sample holds "
+            f"{partial[-1]} there, which repeats the token before it (the last of rid {first['meta_info']['id']}'s "
+            "output)") in message
+    assert "no request continued" not in message and "SkyRL" not in message
+    # The fix: no overlap.
+    sglang_mock.assert_faithful([{"prompt_ids": prompt, "response_ids": join_resumed(partial, resumed, 0),
+                                  "logprobs": join_resumed(partial_lps, resumed_lps, 0)}])

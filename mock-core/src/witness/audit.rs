@@ -215,8 +215,9 @@ struct Unexplained {
 enum Why {
     /// The entry the previous segment came from generated `generated` at this position.
     Diverged { seq: u64, generated: u32 },
-    /// The previous segment's entry ended here.
-    AfterEnd { seq: u64 },
+    /// The previous segment's entry ended here; `next` is an entry whose prompt is this context (a request that
+    /// continued from there) that agrees with none of the tokens after it.
+    AfterEnd { seq: u64, next: Option<u64> },
     /// An entry with this context generated `generated` first (`None`: it generated nothing, aborted first).
     OtherFirst { seq: u64, generated: Option<u32> },
     /// No entry has this context, and one that had it was evicted (`Some(true)`), or none was (`Some(false)`),
@@ -269,7 +270,10 @@ fn walk(records: &Records, sample: &AuditSample) -> Walk {
                     seq: entry.seq,
                     generated,
                 },
-                None => Why::AfterEnd { seq: entry.seq },
+                None => Why::AfterEnd {
+                    seq: entry.seq,
+                    next: None,
+                },
             });
             for &id in &sample.response[i..i + lcp] {
                 hash = hash.push(id);
@@ -279,15 +283,23 @@ fn walk(records: &Records, sample: &AuditSample) -> Walk {
         }
         if sample.trained(i) {
             if open.is_none() {
-                let why = after_segment.take().unwrap_or_else(|| match best {
-                    Some((entry, _)) => Why::OtherFirst {
-                        seq: entry.seq,
-                        generated: entry.output_ids.first().copied(),
+                let why = match after_segment.take() {
+                    // A request continued from where the answer ended, but not with the sample's tokens.
+                    Some(Why::AfterEnd { seq, .. }) => Why::AfterEnd {
+                        seq,
+                        next: best.map(|(entry, _)| entry.seq),
                     },
-                    None => Why::Unserved {
-                        evicted: records.evicted_prompt(hash),
+                    Some(why) => why,
+                    None => match best {
+                        Some((entry, _)) => Why::OtherFirst {
+                            seq: entry.seq,
+                            generated: entry.output_ids.first().copied(),
+                        },
+                        None => Why::Unserved {
+                            evicted: records.evicted_prompt(hash),
+                        },
                     },
-                });
+                };
                 // Its end is set where the range closes.
                 open = Some(Unexplained {
                     start: i,
@@ -350,6 +362,45 @@ fn best_entry<'r>(
         }
     }
     best.map(|(entry, (lcp, _, _))| (entry, lcp))
+}
+
+/// The lengths of the prefixes of `sent` that `values` holds one after another from its start, while it does,
+/// each at least as long as the one before (as the chunks of a cumulative stream are), when there are at least
+/// two: what a client keeps that appends every chunk of a stream in which each chunk carries everything so far.
+fn cumulative<T: PartialEq>(values: &[T], sent: &[T]) -> Option<Vec<usize>> {
+    let mut chunks: Vec<usize> = Vec::new();
+    let mut j = 0;
+    for v in values {
+        if j < sent.len() && *v == sent[j] {
+            j += 1;
+        } else if j > 0 && *v == sent[0] && chunks.last().is_none_or(|&last| j >= last) {
+            chunks.push(j);
+            j = 1;
+        } else {
+            break;
+        }
+    }
+    if j > 0 && chunks.last().is_none_or(|&last| j >= last) {
+        chunks.push(j);
+    }
+    (chunks.len() >= 2).then_some(chunks)
+}
+
+/// "1, 2 and 3"; a long list keeps its first three and its last two.
+fn listed(values: &[usize]) -> String {
+    let shown: Vec<String> = if values.len() > 6 {
+        let mut v: Vec<String> = values[..3].iter().map(ToString::to_string).collect();
+        v.push("...".to_owned());
+        v.extend(values[values.len() - 2..].iter().map(ToString::to_string));
+        v
+    } else {
+        values.iter().map(ToString::to_string).collect()
+    };
+    match shown.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => String::new(),
+    }
 }
 
 /// What the server sent at a response position that a segment covers.
@@ -809,25 +860,12 @@ impl<'a> Check<'a> {
         };
         if lps.len() != n {
             let m = lps.len();
-            self.length(
-                ProblemKind::LogprobsLength,
-                field,
-                m,
-                if m < n {
-                    format!(
-                        "{m} logprobs for {n} tokens: the last {} tokens have none, and every logprob after \
-                         the first one lost stands beside the wrong token (a turn whose logprobs were \
-                         skipped: verl PR #6299). Append each turn's logprobs with its tokens, or refuse it",
-                        n - m
-                    )
-                } else {
-                    format!(
-                        "{m} logprobs for {n} tokens: {} too many (a phantom entry for an empty answer, \
-                         verl; more logprobs than ids under speculative decoding, sglang PR #22639)",
-                        m - n
-                    )
-                },
-            );
+            let message = if m < n {
+                self.too_few_logprobs(m)
+            } else {
+                self.too_many_logprobs(lps)
+            };
+            self.length(ProblemKind::LogprobsLength, field, m, message);
         }
         // What the server sent at each response position a segment covers.
         let mut sent = vec![None::<(Sent, u64, usize)>; n];
@@ -941,6 +979,118 @@ impl<'a> Check<'a> {
             }
         }
         flush(self, &mut run);
+    }
+
+    /// `logprobs-length` with `m` logprobs for more tokens: whole answers that carried none, when the evidence
+    /// says so.
+    fn too_few_logprobs(&self, m: usize) -> String {
+        let n = self.sample.response.len();
+        let missing = n - m;
+        // The segments whose answers carried no logprobs: a turn whose logprobs were skipped.
+        let bare: Vec<&Segment> = self
+            .walk
+            .segments
+            .iter()
+            .filter(|s| self.entry(s.seq).output_logprobs.is_none())
+            .collect();
+        let bare_len: usize = bare.iter().map(|s| s.end - s.start).sum();
+        match bare.first() {
+            Some(first) if bare_len == missing => {
+                let entry = self.entry(first.seq);
+                let why = if entry.return_logprob {
+                    "its answer carried none"
+                } else {
+                    "its request did not ask for them"
+                };
+                format!(
+                    "{m} logprobs for {n} tokens: the {missing} missing are as many as the tokens the server \
+                     generated without logprobs (rid {} at response[{}:{}]: {why}), so that turn's logprobs were \
+                     skipped and every later logprob stands {missing} position{} early (verl PR #6299). Ask \
+                     every turn for logprobs and append them with its tokens, or refuse the turn",
+                    entry.rid,
+                    first.start,
+                    first.end,
+                    plural(missing)
+                )
+            }
+            _ => format!(
+                "{m} logprobs for {n} tokens: the last {missing} tokens have none, and every logprob after the \
+                 first one lost stands beside the wrong token (a turn whose logprobs were skipped: verl PR \
+                 #6299). Append each turn's logprobs with its tokens, or refuse it"
+            ),
+        }
+    }
+
+    /// `logprobs-length` with more logprobs than tokens: what the extra ones are, when the evidence says.
+    fn too_many_logprobs(&self, lps: &[Option<f32>]) -> String {
+        let field = self.sample.fields().logprobs;
+        let (m, n) = (lps.len(), self.sample.response.len());
+        let head = format!("{m} logprobs for {n} tokens: {} too many", m - n);
+        let sent_of = |entry: &Entry| -> Option<Vec<Option<f32>>> {
+            let sent = entry.output_logprobs.as_ref()?;
+            Some((0..sent.len()).map(|q| sent.get(q).flatten()).collect())
+        };
+        // An answer's logprobs again and again from its first: a cumulative stream's chunks appended.
+        for segment in &self.walk.segments {
+            let entry = self.entry(segment.seq);
+            let Some(sent) = sent_of(entry) else { continue };
+            if let Some(chunks) = cumulative(&lps[segment.start..], &sent)
+                && chunks.iter().sum::<usize>() > segment.end - segment.start
+            {
+                return format!(
+                    "{head}. From {field}[{}] they are rid {}'s logprobs {} times over, each time from its first \
+                     ({} of them): the chunks of a cumulative stream appended, as each chunk of SGLang's stream \
+                     carries every logprob so far, also where its ids come as deltas (0.5.3, and \
+                     --incremental-streaming-output before sglang PR #21583). Keep the last chunk's lists, or \
+                     append only the entries past those already kept",
+                    segment.start,
+                    entry.rid,
+                    chunks.len(),
+                    listed(&chunks)
+                );
+            }
+        }
+        // The logprob of a token the answer generated where the sample's ids stop following it: the id dropped,
+        // its logprob kept.
+        for segment in &self.walk.segments {
+            let entry = self.entry(segment.seq);
+            let q = segment.end - segment.start;
+            let (Some(&id), Some(sent)) = (entry.output_ids.get(q), sent_of(entry)) else {
+                continue;
+            };
+            let (Some(&Some(kept)), Some(&Some(value))) = (lps.get(segment.end), sent.get(q))
+            else {
+                continue;
+            };
+            if kept != value {
+                continue;
+            }
+            let stop =
+                if q + 1 == entry.output_ids.len() && entry.finish_reason == Some(Finish::Stop) {
+                    ": the answer's stop token (finish_reason stop)"
+                } else {
+                    ""
+                };
+            let late = if segment.end < n {
+                "; every logprob after it stands a position late"
+            } else {
+                ""
+            };
+            return format!(
+                "{head}. {field}[{}], {}, is the logprob the server sent for token {id} (rid {}, output position \
+                 {q}), which the sample's ids leave out{stop}{late}. A token dropped from the ids (an EOS or stop \
+                 token stripped from output_ids) whose logprob was kept leaves the lists unpaired \
+                 (eval-protocol PR #457 had one logprob more than ids on every row): drop the logprob with its \
+                 token, or keep the token with loss mask 0",
+                segment.end,
+                show(Some(kept)),
+                entry.rid
+            );
+        }
+        format!(
+            "{head} (a phantom entry for an empty answer, verl; more logprobs than ids under speculative decoding, \
+             sglang PR #22639)"
+        )
     }
 
     /// Whether `got`, the logprob at response position `p` of a segment of entry `seq`, is the model's logprob of
@@ -1186,28 +1336,21 @@ impl<'a> Check<'a> {
                         Some(entry.rid.clone()),
                         Some(generated.to_string()),
                         format!(
-                            "{what} was never generated in this context: the server's answer rid {} went on \
-                             with token {generated} where the sample has {found}. The ids were changed after \
-                             generation, most often by decoding the text and tokenizing it again \
-                             (retokenization drift): keep the output ids the server sent",
-                            entry.rid
+                            "{what} was never generated in this context: {}",
+                            self.diverged(entry, range.start, generated)
                         ),
                     )
                 }
-                Why::AfterEnd { seq } => {
+                Why::AfterEnd { seq, next } => {
                     let entry = self.entry(seq);
+                    let next = next.map(|n| self.entry(n));
                     (
                         ProblemKind::NeverGenerated,
-                        Some(entry.rid.clone()),
-                        None,
+                        Some(next.unwrap_or(entry).rid.clone()),
+                        next.and_then(|n| n.output_ids.first()).map(u32::to_string),
                         format!(
-                            "{what}, first {found}, follows the end of the server's answer rid {} \
-                             (finish_reason {}), and no request continued from there: a token the client \
-                             appended (a synthetic EOS, SkyRL PR #758) must have loss mask 0",
-                            entry.rid,
-                            entry
-                                .finish_reason
-                                .map_or("none: its stream was cut", Finish::name)
+                            "{what} was never generated in this context: {}",
+                            self.after_end(entry, next, range.start)
                         ),
                     )
                 }
@@ -1272,6 +1415,164 @@ impl<'a> Check<'a> {
                 (expected, Some(found.to_string())),
                 message,
             );
+        }
+    }
+
+    /// How many tokens, 1 to 5, the sample holds at response position `i` before the output of `entry` from its
+    /// output position `q` goes on: tokens inserted into what the server generated.
+    fn inserted(&self, entry: &Entry, q: usize, i: usize) -> Option<usize> {
+        let next = *entry.output_ids.get(q)?;
+        (1..=5).find(|&j| self.sample.response.get(i + j) == Some(&next))
+    }
+
+    /// What the sample holds at response positions `i..i + j`, and whether those ids repeat the `j` before them.
+    fn insertion(&self, i: usize, j: usize) -> (String, bool) {
+        let at = self.sample.prompt.len() + i;
+        let ids = &self.walk.full[at..at + j];
+        let shown = match ids {
+            [one] => one.to_string(),
+            _ => format!("{ids:?}"),
+        };
+        (shown, at >= j && self.walk.full[at - j..at] == *ids)
+    }
+
+    /// Why the tokens from response position `i` were never generated, where the answer of `entry` went on with
+    /// `generated`: its output appended again and again (a cumulative stream's chunks), tokens inserted into it,
+    /// or ids changed after generation.
+    fn diverged(&self, entry: &Entry, i: usize, generated: u32) -> String {
+        let response = &self.sample.response;
+        let found = response[i];
+        let start = self
+            .walk
+            .segments
+            .iter()
+            .rev()
+            .find(|s| s.end == i && s.seq == entry.seq)
+            .map_or(i, |s| s.start);
+        if let Some(chunks) = cumulative(&response[start..], &entry.output_ids)
+            && chunks.iter().sum::<usize>() > i - start
+        {
+            return format!(
+                "response[{start}:{}] is rid {}'s output ids {} times over, each time from its first ({} of \
+                 them): the chunks of a cumulative stream appended, as each chunk of SGLang's stream carries \
+                 every id so far (only 0.5.3 streams ids as deltas). Keep the last chunk's output_ids, or append \
+                 only the ids past those already kept",
+                start + chunks.iter().sum::<usize>(),
+                entry.rid,
+                chunks.len(),
+                listed(&chunks)
+            );
+        }
+        if let Some(j) = self.inserted(entry, i - start, i) {
+            let (ids, repeats) = self.insertion(i, j);
+            let which = match (repeats, j) {
+                (true, 1) => ", which repeats the token before it,".to_owned(),
+                (true, _) => format!(", which repeat the {j} tokens before them,"),
+                (false, _) => String::new(),
+            };
+            return format!(
+                "the server's answer rid {} went on with token {generated}; the sample holds {ids} there{which} \
+                 then rid {}'s tokens from response[{}]: {} inserted into the answer (a chunk appended twice, a \
+                 join that overlapped). Keep the ids exactly as the answer sent them",
+                entry.rid,
+                entry.rid,
+                i + j,
+                count_of(j, "token")
+            );
+        }
+        format!(
+            "the server's answer rid {} went on with token {generated} where the sample has {found}. The ids \
+             were changed after generation, most often by decoding the text and tokenizing it again \
+             (retokenization drift): keep the output ids the server sent",
+            entry.rid
+        )
+    }
+
+    /// Why the tokens from response position `i` were never generated, where the answer of `entry` ended: the
+    /// request that continued from there (`next`) generated others, or none did.
+    fn after_end(&self, entry: &Entry, next: Option<&Entry>, i: usize) -> String {
+        let found = self.sample.response[i];
+        let finish = entry
+            .finish_reason
+            .map_or("none: its stream ended first", Finish::name);
+        let ended = format!(
+            "it follows the end of the server's answer rid {} (finish_reason {finish})",
+            entry.rid
+        );
+        let Some(next) = next else {
+            let why = match entry.finish_reason {
+                Some(Finish::Stop) => format!(
+                    "a token the client appended after the answer's stop (a synthetic EOS, SkyRL PR #758), first \
+                     {found}, must have loss mask 0"
+                ),
+                Some(Finish::Length) => format!(
+                    "the answer reached its max_new_tokens there, and a token the client appended, first {found}, \
+                     must have loss mask 0; to train on a longer answer, continue it with a request whose prompt \
+                     is the context so far"
+                ),
+                Some(Finish::Abort) | None => format!(
+                    "the answer was cut there, and the partial output was not resumed from it (a resume must send \
+                     the prompt plus exactly the partial output as its prompt), so {found} and what follows came \
+                     from elsewhere"
+                ),
+            };
+            return format!("{ended}, and no request continued from there: {why}");
+        };
+        let whose = format!("whose prompt is the sample's prompt plus response[:{i}]");
+        let Some(&first) = next.output_ids.first() else {
+            return format!(
+                "{ended}; rid {} continued from there ({whose}) but generated nothing (it ended before its first \
+                 token), so {found} is no token the server generated there",
+                next.rid
+            );
+        };
+        match self.inserted(next, 0, i) {
+            Some(j) => {
+                let (ids, repeats) = self.insertion(i, j);
+                let which = match (repeats, j) {
+                    (true, 1) => format!(
+                        "which repeats the token before it (the last of rid {}'s output)",
+                        entry.rid
+                    ),
+                    (true, _) => format!("which repeat the {j} tokens before them"),
+                    (false, _) => format!("which rid {}'s output does not begin with", next.rid),
+                };
+                let what = if repeats {
+                    format!(
+                        "repeated {}",
+                        if j == 1 {
+                            "a token".to_owned()
+                        } else {
+                            count_of(j, "token")
+                        }
+                    )
+                } else {
+                    format!("added {}", count_of(j, "token"))
+                };
+                // 0.5.3's output_ids begin with the detokenizer's window of the prompt's last ids.
+                let window = if repeats && j > 1 && j == (self.sample.prompt.len() + i).min(5) {
+                    " (0.5.3's output_ids begin with the prompt's last min(prompt_tokens, 5) ids: strip them)"
+                } else {
+                    ""
+                };
+                format!(
+                    "{ended}, and the request that continued from there is in the ledger: rid {}, {whose}, \
+                     generated token {first} first. The sample holds {ids} there, {which}, then rid {}'s tokens \
+                     from response[{}]: the join of the partial output and its continuation {what}{window}, so \
+                     every token after it has a context no request had. Join the partial output and the \
+                     continuation's output_ids without overlap",
+                    next.rid,
+                    next.rid,
+                    i + j
+                )
+            }
+            None => format!(
+                "{ended}; rid {} continued from there (its prompt is the sample's prompt plus response[:{i}]) \
+                 with token {first} first, where the sample has \
+                 {found}: the ids after the join are not the continuation's. Keep the continuation's output_ids \
+                 as they came",
+                next.rid
+            ),
         }
     }
 

@@ -1095,9 +1095,9 @@ fn messages_name_counts_values_and_positions() {
         .extend([Some(0.0), Some(0.0)]);
     assert_eq!(
         message(appended),
-        "response[7:9] (2 trained tokens), first 2, follows the end of the server's answer rid t2 \
-         (finish_reason stop), and no request continued from there: a token the client appended (a synthetic \
-         EOS, SkyRL PR #758) must have loss mask 0"
+        "response[7:9] (2 trained tokens) was never generated in this context: it follows the end of the \
+         server's answer rid t2 (finish_reason stop), and no request continued from there: a token the client \
+         appended after the answer's stop (a synthetic EOS, SkyRL PR #758), first 2, must have loss mask 0"
     );
     let mut missing = s;
     missing.logprobs = None;
@@ -1725,6 +1725,173 @@ fn a_rescore_at_temperature_one_of_a_sample_drawn_at_another_says_so() {
     assert_eq!(found(&report), [(ProblemKind::LogprobDiffers, 0, 3)]);
     assert!(
         !report.problems[0].message.contains("temperature"),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_stop_token_dropped_from_the_ids_keeps_its_logprob_and_the_report_says_so() {
+    // The answer ends with its stop token 2; the client strips it from the ids and keeps every logprob.
+    let records = records(vec![entry("r", &[1], &[5, 6, 2], &[-1.0, -2.0, -0.25])]);
+    let s = sample(
+        &[1],
+        &[5, 6],
+        &[1, 1],
+        &[Some(-1.0), Some(-2.0), Some(-0.25)],
+    );
+    let report = run(&records, &[s]);
+    assert_eq!(found(&report), [(ProblemKind::LogprobsLength, 2, 3)]);
+    let message = &report.problems[0].message;
+    assert!(
+        message.starts_with(
+            "3 logprobs for 2 tokens: 1 too many. logprobs[2], -0.25, is the logprob the server sent for token 2 \
+             (rid r, output position 2), which the sample's ids leave out: the answer's stop token (finish_reason \
+             stop)"
+        ),
+        "{message}"
+    );
+    assert!(!message.contains("phantom"), "{message}");
+    // Dropped between two turns, the kept logprob puts every later one a position late.
+    let (records, mut s) = two_turns();
+    let mut with_stop = Records::new(usize::MAX, router());
+    let mut first = entry("t1", &[1, 2], &[10, 11, 12, 2], &[-0.5, -1.5, -2.5, -0.125]);
+    first.finish_reason = Some(Finish::Stop);
+    with_stop.push(first);
+    records
+        .entries()
+        .skip(1)
+        .cloned()
+        .for_each(|e| with_stop.push(e));
+    s.logprobs
+        .as_mut()
+        .expect("logprobs")
+        .insert(3, Some(-0.125));
+    let report = run(&with_stop, &[s]);
+    assert_eq!(found(&report)[0], (ProblemKind::LogprobsLength, 7, 8));
+    assert!(
+        report.problems[0].message.contains(
+            "logprobs[3], -0.125, is the logprob the server sent for token 2 (rid t1, output position 3), which \
+             the sample's ids leave out: the answer's stop token (finish_reason stop); every logprob after it \
+             stands a position late"
+        ),
+        "{report}"
+    );
+}
+
+#[test]
+fn the_chunks_of_a_cumulative_stream_appended_are_named() {
+    let records = records(vec![entry("r", &[1], &[5, 6, 7], &[-1.0, -2.0, -3.0])]);
+    // The ids from the last chunk, the logprobs of every chunk appended: chunks of 1, 2 and 3 tokens.
+    let lps = [-1.0, -1.0, -2.0, -1.0, -2.0, -3.0].map(Some);
+    let report = run(&records, &[sample(&[1], &[5, 6, 7], &[1, 1, 1], &lps)]);
+    assert_eq!(found(&report)[0], (ProblemKind::LogprobsLength, 3, 6));
+    let message = &report.problems[0].message;
+    assert!(
+        message.starts_with(
+            "6 logprobs for 3 tokens: 3 too many. From logprobs[0] they are rid r's logprobs 3 times over, each \
+             time from its first (1, 2 and 3 of them): the chunks of a cumulative stream appended"
+        ),
+        "{message}"
+    );
+    assert!(message.contains("sglang PR #21583"), "{message}");
+    assert!(!message.contains("phantom"), "{message}");
+    // The ids appended the same way: the tokens after the first chunk were never generated there, and the
+    // report says why instead of blaming a retokenization.
+    let ids = [5, 5, 6, 5, 6, 7];
+    let report = run(&records, &[sample(&[1], &ids, &[1; 6], &lps)]);
+    assert_eq!(found(&report), [(ProblemKind::NeverGenerated, 1, 6)]);
+    let message = &report.problems[0].message;
+    assert!(
+        message.contains(
+            "response[0:6] is rid r's output ids 3 times over, each time from its first (1, 2 and 3 of them): \
+             the chunks of a cumulative stream appended"
+        ),
+        "{message}"
+    );
+    assert!(!message.contains("retokeniz"), "{message}");
+    // A delta chunk received twice: the token repeated, then the answer's own tokens again.
+    let report = run(&records, &[sample(&[1], &[5, 6, 6, 7], &[1; 4], &lps[..4])]);
+    let problem = report
+        .problems
+        .iter()
+        .find(|p| p.kind == ProblemKind::NeverGenerated)
+        .expect("never-generated");
+    assert_eq!((problem.start, problem.end), (2, 4));
+    assert!(
+        problem.message.contains(
+            "the server's answer rid r went on with token 7; the sample holds 6 there, which repeats the token \
+             before it, then rid r's tokens from response[3]: 1 token inserted into the answer"
+        ),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_resume_that_repeats_the_partial_outputs_last_token_names_the_resume() {
+    // Aborted after [5, 6], resumed from the prompt plus those two: the resume generated [7, 8].
+    let mut partial = entry("a", &[1], &[5, 6], &[-1.0, -2.0]);
+    partial.finish_reason = Some(Finish::Abort);
+    let records = records(vec![
+        partial,
+        entry("b", &[1, 5, 6], &[7, 8], &[-3.0, -4.0]),
+    ]);
+    let lps = [-1.0, -2.0, -2.0, -3.0, -4.0].map(Some);
+    let report = run(&records, &[sample(&[1], &[5, 6, 6, 7, 8], &[1; 5], &lps)]);
+    assert_eq!(found(&report), [(ProblemKind::NeverGenerated, 2, 5)]);
+    let message = &report.problems[0].message;
+    assert!(
+        message.contains(
+            "the request that continued from there is in the ledger: rid b, whose prompt is the sample's prompt \
+             plus response[:2], generated token 7 first. The sample holds 6 there, which repeats the token before \
+             it (the last of rid a's output), then rid b's tokens from response[3]: the join of the partial output \
+             and its continuation repeated a token"
+        ),
+        "{message}"
+    );
+    assert!(!message.contains("no request continued"), "{message}");
+    assert!(!message.contains("SkyRL"), "{message}");
+    // A resume joined with other ids: the continuation is named, with the token it generated first.
+    let report = run(&records, &[sample(&[1], &[5, 6, 9, 9], &[1; 4], &lps[..4])]);
+    assert!(
+        report.problems[0].message.contains(
+            "rid b continued from there (its prompt is the sample's prompt plus response[:2]) with token 7 first, \
+             where the sample has 9"
+        ),
+        "{report}"
+    );
+    // Without a resume, an aborted answer's tokens were never continued: no synthetic EOS is suggested.
+    let unresumed = self::records(records.entries().take(1).cloned().collect());
+    let report = run(&unresumed, &[sample(&[1], &[5, 6, 9], &[1; 3], &lps[..3])]);
+    assert_eq!(found(&report), [(ProblemKind::NeverGenerated, 2, 3)]);
+    let message = &report.problems[0].message;
+    assert!(
+        message.contains("(finish_reason abort), and no request continued from there"),
+        "{message}"
+    );
+    assert!(message.contains("resumed"), "{message}");
+}
+
+#[test]
+fn logprobs_missing_for_exactly_a_turn_served_without_them_name_that_turn() {
+    // verl PR #6299: turn 1 was asked without logprobs, and the gateway appended none for it.
+    let (records, mut s) = two_turns();
+    let mut quiet = Records::new(usize::MAX, router());
+    for (i, mut e) in records.entries().cloned().enumerate() {
+        if i == 0 {
+            e.return_logprob = false;
+            e.output_logprobs = None;
+        }
+        quiet.push(e);
+    }
+    s.logprobs = Some(vec![Some(0.0), Some(0.0), Some(-0.25), Some(-0.75)]);
+    let report = run(&quiet, &[s]);
+    assert_eq!(found(&report)[0], (ProblemKind::LogprobsLength, 4, 7));
+    assert!(
+        report.problems[0].message.starts_with(
+            "4 logprobs for 7 tokens: the 3 missing are as many as the tokens the server generated without \
+             logprobs (rid t1 at response[0:3]: its request did not ask for them), so that turn's logprobs were \
+             skipped and every later logprob stands 3 positions early"
+        ),
         "{report}"
     );
 }
