@@ -515,7 +515,7 @@ async fn identical_unseeded_requests_draw_anew_and_reproducibly() {
     let group = 8;
     let body = json!({"text": "Solve 2 + 2.", "return_logprob": true,
                       "sampling_params": {"max_new_tokens": 10, "temperature": 1.0}});
-    let answers = |server: InProcess| {
+    let answers_to = |server: InProcess, body: &Value| {
         let body = body.clone();
         async move {
             let mut out = Vec::new();
@@ -526,6 +526,7 @@ async fn identical_unseeded_requests_draw_anew_and_reproducibly() {
             (server, out)
         }
     };
+    let answers = |server: InProcess| answers_to(server, &body);
     let (server, first) = answers(InProcess::new(config())).await;
     let distinct: std::collections::HashSet<String> = first.iter().map(Value::to_string).collect();
     assert_eq!(distinct.len(), group, "{first:?}");
@@ -566,14 +567,7 @@ async fn identical_unseeded_requests_draw_anew_and_reproducibly() {
     // A seed, or deterministic inference, draws alike every time.
     let mut seeded = body.clone();
     seeded["sampling_params"]["sampling_seed"] = json!(11);
-    let (_, alike) = {
-        let server = InProcess::new(config());
-        let mut out = Vec::new();
-        for _ in 0..3 {
-            out.push(generate_ok(&server, &seeded).await["output_ids"].clone());
-        }
-        (server, out)
-    };
+    let (_, alike) = answers_to(InProcess::new(config()), &seeded).await;
     assert!(alike.iter().all(|ids| *ids == alike[0]), "{alike:?}");
     let (_, deterministic) = answers(InProcess::new(ServerConfig {
         enable_deterministic_inference: true,
