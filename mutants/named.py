@@ -146,6 +146,19 @@ MUTANTS = [
         ],
     ),
     Mutant(
+        "weight updates that name no version left uncounted (AReaL's integer labels checked against nothing)",
+        "mock-server/src/http/admin.rs",
+        "    control.weights_loaded();",
+        "",
+        [
+            (
+                "mock-server",
+                "tests",
+                "witness::a_weight_update_without_a_version_is_counted_in_the_ledger_and_checks_number_labels",
+            )
+        ],
+    ),
+    Mutant(
         "a sampling support without its token accepted (TRL PR #7269)",
         "rollout-client/src/channels.rs",
         "let Some(at) = support.iter().position(|&id| id == token) else {",

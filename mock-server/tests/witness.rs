@@ -105,6 +105,15 @@ fn entry_view(entry: &Value) -> Value {
     })
 }
 
+/// An entry's spans as 0.5.23 sends them: without the weights' number, which only the ledger keeps.
+fn wire_spans(entry: &Value) -> Value {
+    let mut spans = entry["weight_versions"].clone();
+    for span in spans.as_array_mut().into_iter().flatten() {
+        span.as_object_mut().map(|o| o.remove("weights"));
+    }
+    spans
+}
+
 fn objects(body: &Value) -> Vec<Value> {
     match body {
         Value::Array(items) => items.clone(),
@@ -172,7 +181,8 @@ async fn every_native_answer_is_in_the_ledger_as_the_client_received_it() {
             assert_eq!(entry["stream"], request["stream"] == true, "{name}");
             assert_eq!(entry["fault"], Value::Null, "{name}");
             assert_eq!(
-                entry["weight_versions"], item["meta_info"]["weight_versions"],
+                wire_spans(entry),
+                item["meta_info"]["weight_versions"],
                 "{name}"
             );
             assert_eq!(
@@ -284,14 +294,90 @@ async fn aborted_items_and_items_that_never_ran_are_recorded() {
 
     let answer = faulted("abort-waiting").await;
     let entry = &ledger(&server).await[1];
-    assert_eq!(
-        entry["weight_versions"],
-        answer["meta_info"]["weight_versions"]
-    );
+    assert_eq!(wire_spans(entry), answer["meta_info"]["weight_versions"]);
     assert_eq!(entry["output_ids"], json!([]));
     assert_eq!(entry["finish_reason"], "abort");
     assert_eq!(entry["prompt_ids"], json!([5, 6]));
     assert_eq!(entry["output_logprobs"], json!([]));
+}
+
+/// A weight update that names no version (AReaL's disk updates send none) while an in-place pause holds a request:
+/// the wire's spans stay one, the ledger's split where the new weights began, and whole-number labels are checked
+/// against the weights the server had loaded.
+#[tokio::test(start_paused = true)]
+async fn a_weight_update_without_a_version_is_counted_in_the_ledger_and_checks_number_labels() {
+    let server = InProcess::new(ServerConfig {
+        ledger: true,
+        ..slow()
+    });
+    let handle = spawn_generate(
+        &server,
+        json!({"input_ids": [3, 4], "sampling_params": {"max_new_tokens": 6, "ignore_eos": true},
+               "return_logprob": true}),
+    );
+    advance_ms(2500).await;
+    let post = |path: &'static str, body: Value| {
+        let server = server.clone();
+        async move { server.post(path, body.to_string()).await }
+    };
+    post("/pause_generation", json!({"mode": "in_place"})).await;
+    let model = server.get("/model_info").await.json()["model_path"].clone();
+    let update = post("/update_weights_from_disk", json!({"model_path": model})).await;
+    assert_eq!(update.status, 200, "{}", update.text());
+    post("/continue_generation", json!({})).await;
+    advance_ms(10_000).await;
+    let answer = handle.await.expect("the request ends").json();
+    let (version, spans) = (
+        &answer["meta_info"]["weight_version"],
+        &answer["meta_info"]["weight_versions"],
+    );
+    assert_eq!(version, "default");
+    assert_eq!(
+        spans,
+        &json!([{"version": "default", "start": 0, "end": 6}])
+    );
+    let entry = &ledger(&server).await[0];
+    let split = entry["weight_versions"][0]["end"]
+        .as_u64()
+        .expect("a span end");
+    assert!((1..6).contains(&split), "{entry:#}");
+    assert_eq!(
+        entry["weight_versions"],
+        json!([
+            {"version": "default", "start": 0, "end": split, "weights": 0},
+            {"version": "default", "start": split, "end": 6, "weights": 1},
+        ])
+    );
+    let output: Vec<u64> = serde_json::from_value(answer["output_ids"].clone()).expect("ids");
+    let logprobs: Vec<Value> = answer["meta_info"]["output_token_logprobs"]
+        .as_array()
+        .expect("logprobs")
+        .iter()
+        .map(|item| item[0].clone())
+        .collect();
+    let sample = |versions: Vec<u64>| {
+        json!({"input_tokens": [3, 4], "output_tokens": output, "output_logprobs": logprobs,
+               "output_versions": versions})
+    };
+    let labels: Vec<u64> = (0..6).map(|p| u64::from(p >= split)).collect();
+    let report = post("/admin/audit", json!([sample(labels)])).await.json();
+    assert_eq!(report["ok"], true, "{report:#}");
+    assert_eq!(report["checked_versions"], 6);
+    assert_eq!(report["version_fields"], json!(["output_versions"]));
+    // Every token labelled with the version before the update.
+    let report = post("/admin/audit", json!([sample(vec![0; 6])]))
+        .await
+        .json();
+    let problems = report["problems"].as_array().expect("problems");
+    assert_eq!(problems.len(), 1, "{report:#}");
+    assert_eq!(
+        (
+            &problems[0]["kind"],
+            &problems[0]["start"],
+            &problems[0]["end"]
+        ),
+        (&json!("version-mismatch"), &json!(split), &json!(6))
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -357,9 +443,11 @@ async fn an_item_aborted_by_a_weight_update_is_recorded_with_the_version_it_repo
         answer["meta_info"]["weight_version"]
     );
     assert_eq!(
-        entries[0]["weight_versions"],
+        wire_spans(&entries[0]),
         answer["meta_info"]["weight_versions"]
     );
+    // Aborted before the update loaded anything: the weights the server started with made its tokens.
+    assert_eq!(entries[0]["weight_versions"][0]["weights"], 0);
     assert_eq!(entry_view(&entries[0]), native_view(&answer));
 }
 
@@ -426,7 +514,7 @@ async fn a_body_fault_is_recorded_as_what_was_sent() {
             );
         }
         if tokens > 0 {
-            assert_eq!(entry["weight_versions"], clean_spans, "{header}");
+            assert_eq!(wire_spans(entry), clean_spans, "{header}");
         }
     }
 }

@@ -12,6 +12,7 @@ import copy
 import json
 import math
 import re
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -618,6 +619,105 @@ def test_areal_versions_from_the_weight_version_spans_pass(sglang_mock):
     response, switch = generate_across_a_weight_update(sglang_mock, versions_from_spans=True)
     assert response.output_versions[switch - 1 : switch + 1] == [1, 2]
     sglang_mock.assert_faithful([response])
+
+
+class ResumingInfEngine:
+    """``RemoteInfEngine.agenerate`` of AReaL HEAD (``areal/infra/remote_inf_engine.py``, inclusionAI/AReaL
+    ``4aef98d8``) with ``SGLangBackend`` (``areal/engine/sglang_remote.py``): the request is sent again with the
+    output so far until it stops, each round labelled ``[self.get_version()] * len(output_tokens)``, and a weight
+    update is ``/update_weights_from_disk`` with ``abort_all_requests`` and no ``weight_version``, after which the
+    trainer calls ``set_version(version + 1)``. The workflow executor's pause is an event the loop waits on."""
+
+    def __init__(self, url, version=0, label_each_round=True):
+        self.url = url
+        self._version = version
+        self.label_each_round = label_each_round
+        self.paused = threading.Event()
+        self.waiting = threading.Event()
+
+    def get_version(self):
+        return self._version
+
+    def set_version(self, version):
+        self._version = version
+
+    def agenerate(self, input_ids, max_new_tokens):
+        input_ids = list(input_ids)
+        accumulated_output_tokens, accumulated_output_logprobs, accumulated_versions = [], [], []
+        version_at_start = self.get_version()
+        stop_reason = None
+        while stop_reason not in ["stop", "tool_calls", "length"] and len(accumulated_output_tokens) < max_new_tokens:
+            while self.paused.is_set():
+                self.waiting.set()
+                time.sleep(0.005)
+            sampling_params = {"max_new_tokens": max_new_tokens - len(accumulated_output_tokens),
+                               "temperature": 1.0, "top_p": 1.0, "top_k": -1, "stop_token_ids": [],
+                               "ignore_eos": False, "skip_special_tokens": True, "frequency_penalty": 0.0}
+            payload = {"input_ids": input_ids.copy(), "image_data": None, "sampling_params": sampling_params,
+                       "return_logprob": True, "stream": False}
+            meta_info = post(self.url, payload)["meta_info"]
+            stop_reason = meta_info["finish_reason"]["type"]
+            output_tokens = [x[1] for x in meta_info["output_token_logprobs"]]
+            accumulated_output_tokens.extend(output_tokens)
+            accumulated_output_logprobs.extend(x[0] for x in meta_info["output_token_logprobs"])
+            # HEAD labels each round with the version now; the defect labels every round with the first's.
+            version = self.get_version() if self.label_each_round else version_at_start
+            accumulated_versions.extend([version] * len(output_tokens))
+            input_ids += output_tokens
+            if stop_reason == "abort":
+                # The abort came from the update: the executor pauses the workflow until the trainer resumes it.
+                self.paused.set()
+        return ModelResponse(
+            input_tokens=input_ids[: len(input_ids) - len(accumulated_output_tokens)],
+            output_tokens=accumulated_output_tokens,
+            output_logprobs=accumulated_output_logprobs,
+            output_versions=accumulated_versions,
+            stop_reason="length" if stop_reason == "abort" else stop_reason,
+        )
+
+
+def areal_rollout_across_a_disk_update(url, weights_dir, label_each_round):
+    """One generation that a weight update aborts half-way: the trainer pushes new weights from disk, labels
+    them version 1 and resumes the workflow, whose loop sends the rest of the request again."""
+    engine = ResumingInfEngine(url, label_each_round=label_each_round)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(engine.agenerate, [1, 2, 3], 48)
+        while requests.get(f"{url}/admin/stats", timeout=30).json()["running"] == 0:
+            time.sleep(0.005)
+        time.sleep(0.1)
+        update = {"model_path": str(weights_dir), "abort_all_requests": True}
+        requests.post(f"{url}/update_weights_from_disk", json=update, timeout=30).raise_for_status()
+        # The aborted round is labelled before the version moves on (the executor waits for its workflows).
+        assert engine.waiting.wait(timeout=30)
+        engine.set_version(engine.get_version() + 1)
+        engine.paused.clear()
+        return pending.result(timeout=30)
+
+
+@pytest.mark.sglang_mock(itl_ms=10, sglang_version="0.5.23")
+def test_areal_resumed_across_a_disk_update_passes_against_a_plain_server(sglang_mock, tmp_path):
+    """AReaL labels tokens with its own integer version, counted from 0, and sends no ``weight_version`` with
+    its updates: the server's version stays ``"default"`` while its weights change. The audit counts the
+    weights the server loaded, so the labels 0 then 1 are checked, not taken on trust."""
+    response = areal_rollout_across_a_disk_update(sglang_mock, tmp_path, label_each_round=True)
+    assert response.output_len == 48 and response.output_versions[0] == 0 and response.output_versions[-1] == 1
+    report = sglang_mock.audit([response])
+    assert report.ok, report
+    assert (report.checked_versions, report.version_fields) == (48, ["output_versions"])
+    assert report.matched_items == 2
+
+
+@pytest.mark.sglang_mock(itl_ms=10, sglang_version="0.5.23")
+def test_areal_resumed_round_labelled_with_the_first_rounds_version_fails(sglang_mock, tmp_path):
+    """The defect: a version read once, before the loop, labels the resumed round too, so the new weights'
+    tokens are trained as the old policy's."""
+    response = areal_rollout_across_a_disk_update(sglang_mock, tmp_path, label_each_round=False)
+    assert response.output_len == 48 and set(response.output_versions) == {0}
+    report = sglang_mock.audit([response])
+    (mismatch,) = problems(report, "version-mismatch")
+    assert (mismatch.end, mismatch.expected, mismatch.found) == (48, "default", "0")
+    assert 0 < mismatch.start < 48
+    assert "1 update behind" in mismatch.message, mismatch.message
 
 
 # --- h. miles #861: truncation that leaves the routed experts long ---------------------------------------------

@@ -2,10 +2,12 @@
 //! version changes it lived through (`srt/utils/weight_versions.py`).
 
 /// A weight update while an item was live (`WeightVersionEvent` in `srt/utils/weight_versions.py`, 0.5.23): its
-/// first `tokens` output tokens came from the weights `old_version` names.
+/// first `tokens` output tokens came from the weights `old_version` names, which the server had loaded as its
+/// `old_weights`-th weights (the witness's count; an update that keeps the version string changes only this).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VersionEvent {
     pub old_version: std::sync::Arc<str>,
+    pub old_weights: u64,
     pub tokens: usize,
 }
 

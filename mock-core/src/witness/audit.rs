@@ -13,8 +13,8 @@ use std::fmt::{self, Write as _};
 
 use serde::Serialize;
 
-use super::ledger::{Entry, Finish, PromptHash, Records};
-use super::samples::{AuditOptions, AuditSample};
+use super::ledger::{Entry, Finish, PromptHash, Records, Span};
+use super::samples::{AuditOptions, AuditSample, VersionLabel};
 use crate::model::Model;
 
 macro_rules! problem_kinds {
@@ -127,6 +127,10 @@ pub struct Report {
     pub trained_tokens: usize,
     /// Trained tokens whose logprob was compared with the one the server sent.
     pub checked_logprobs: usize,
+    /// Trained tokens whose weight-version label was compared with the weights that made them, and the fields
+    /// the labels came from (none when the samples carry no version labels: then no version was checked).
+    pub checked_versions: usize,
+    pub version_fields: Vec<String>,
     /// Distinct ledger entries the samples' segments came from.
     pub matched_items: usize,
     pub problems: Vec<Problem>,
@@ -151,6 +155,20 @@ impl Report {
             self.matched_items,
             plural(self.matched_items),
         );
+        let _ = if self.version_fields.is_empty() {
+            writeln!(
+                out,
+                "weight versions not checked: the samples carry no version labels (slime's weight_versions, \
+                 AReaL's output_versions or versions, a sample's weight_version_spans)"
+            )
+        } else {
+            writeln!(
+                out,
+                "weight versions: {} of trained tokens compared ({})",
+                count_of(self.checked_versions, "label"),
+                self.version_fields.join(", ")
+            )
+        };
         for problem in &self.problems {
             let _ = match problem.sample {
                 Some(_) => writeln!(
@@ -639,11 +657,19 @@ pub fn audit(
             owner: &owner,
             problems: Vec::new(),
             checked: 0,
+            checked_versions: 0,
+            version_fields: Vec::new(),
         };
         check.run(&mut values);
         report.tokens += sample.response.len();
         report.trained_tokens += sample.loss_mask.iter().filter(|&&m| m == 1).count();
         report.checked_logprobs += check.checked;
+        report.checked_versions += check.checked_versions;
+        for field in check.version_fields {
+            if !report.version_fields.iter().any(|f| f == field) {
+                report.version_fields.push(field.to_owned());
+            }
+        }
         if !check.problems.is_empty() {
             report.samples_with_problems += 1;
         }
@@ -739,6 +765,9 @@ struct Check<'a> {
     owner: &'a HashMap<u64, usize>,
     problems: Vec<Problem>,
     checked: usize,
+    /// Trained tokens whose weight version was compared, and the fields the labels came from.
+    checked_versions: usize,
+    version_fields: Vec<&'static str>,
 }
 
 impl<'a> Check<'a> {
@@ -1645,8 +1674,14 @@ impl<'a> Check<'a> {
         }
     }
 
-    /// `versions-length` and `version-mismatch`.
+    /// `versions-length` and `version-mismatch`: each token's label against the weights that made it, and
+    /// slime's per-request `weight_versions` against the version each answer reported.
     fn versions(&mut self) {
+        self.token_versions();
+        self.turn_versions();
+    }
+
+    fn token_versions(&mut self) {
         let sample = self.sample;
         let Some(versions) = &sample.versions else {
             return;
@@ -1662,53 +1697,124 @@ impl<'a> Check<'a> {
                 format!("{m} weight versions for {n} tokens: one per token was expected"),
             );
         }
+        self.version_fields.push(field);
         let segments = self.walk.segments.clone();
         for segment in segments {
             let entry = self.entry(segment.seq);
-            let rid = entry.rid.clone();
-            let mut run: Option<(usize, usize, Option<String>, String)> = None;
+            // Runs of trained positions with one wrong label over one span of weights.
+            let mut run: Option<(usize, usize, &Option<VersionLabel>, &Span)> = None;
             let mut ranges = Vec::new();
             let labels = versions.iter().enumerate();
             for (p, label) in labels.take(segment.end).skip(segment.start) {
+                let Some(span) = entry.span_of(p - segment.start) else {
+                    continue;
+                };
                 if !sample.trained(p) {
                     continue;
                 }
-                let made = entry
-                    .version_of(p - segment.start)
-                    .unwrap_or_default()
-                    .to_owned();
-                let label = label.clone();
-                if label.as_deref() == Some(made.as_str()) {
+                self.checked_versions += 1;
+                if label.as_ref().is_some_and(|l| l.names(span)) {
                     ranges.extend(run.take());
                     continue;
                 }
                 match &mut run {
-                    Some((_, end, l, m)) if *l == label && *m == made => *end = p + 1,
+                    Some((_, end, l, s)) if *l == label && *s == span => *end = p + 1,
                     _ => {
                         ranges.extend(run.take());
-                        run = Some((p, p + 1, label, made));
+                        run = Some((p, p + 1, label, span));
                     }
                 }
             }
             ranges.extend(run.take());
-            for (start, end, label, made) in ranges {
+            let rid = entry.rid.clone();
+            for (start, end, label, span) in ranges {
                 let shown = label
-                    .clone()
-                    .unwrap_or_else(|| "none (not generated)".to_owned());
+                    .as_ref()
+                    .map_or_else(|| "none (not generated)".to_owned(), ToString::to_string);
+                let found = label
+                    .as_ref()
+                    .map_or_else(|| "none (not generated)".to_owned(), VersionLabel::text);
+                let cause = label_cause(label.as_ref(), span);
                 self.push(
                     ProblemKind::VersionMismatch,
                     field,
                     (start, end),
                     Some(&rid),
-                    (Some(made.clone()), Some(shown.clone())),
+                    (Some(span.version.clone()), Some(found)),
                     format!(
-                        "response[{start}:{end}] is labelled weight version {shown}, but version {made} \
-                         generated it (rid {rid}'s weight_versions spans). Read each token's version from \
-                         meta_info.weight_versions, not from the trainer's version after the request returns \
-                         (AReaL PR #1569)"
+                        "response[{start}:{end}] is labelled weight version {shown}, but {} generated it (rid \
+                         {rid}). {cause}",
+                        made_by(span)
                     ),
                 );
             }
+        }
+    }
+
+    /// slime's `weight_versions`: one label per request that answered the sample, in order, each the
+    /// `weight_version` its answer reported (`Sample.update_from_meta_info`). A request that answered no token
+    /// of the sample (an abort before the first token) may have a label of its own, so the answers are looked
+    /// for in order among the labels, not at fixed places.
+    fn turn_versions(&mut self) {
+        let sample = self.sample;
+        let Some(turns) = &sample.turn_versions else {
+            return;
+        };
+        const FIELD: &str = "weight_versions";
+        self.version_fields.push(FIELD);
+        // Each answering entry once, in the order its tokens stand in the sample, with its first range.
+        let mut answers: Vec<(u64, usize, usize)> = Vec::new();
+        for segment in &self.walk.segments {
+            match answers.iter_mut().find(|(seq, _, _)| *seq == segment.seq) {
+                Some(answer) => answer.2 = segment.end,
+                None => answers.push((segment.seq, segment.start, segment.end)),
+            }
+        }
+        let mut next = 0;
+        for (k, &(seq, start, end)) in answers.iter().enumerate() {
+            let entry = self.entry(seq);
+            let reported = entry.weight_version.as_str();
+            let trained = (start..end).filter(|&p| sample.trained(p)).count();
+            if let Some(j) = turns[next.min(turns.len())..]
+                .iter()
+                .position(|t| t == reported)
+            {
+                next += j + 1;
+                self.checked_versions += trained;
+                continue;
+            }
+            let rid = entry.rid.clone();
+            let found = turns.get(next).cloned();
+            let why = match &found {
+                None => format!(
+                    "weight_versions has {} for the {} requests that answered the sample: the answer's \
+                     meta_info.weight_version was not appended for this turn (a custom generate that builds the \
+                     sample without update_from_meta_info, or a turn appended after the labels were copied)",
+                    count_of(turns.len(), "label"),
+                    answers.len()
+                ),
+                Some(label) => format!(
+                    "weight_versions holds {label:?} there (labels {:?} for the sample's {} answers, in order): \
+                     a label from another request, or the trainer's own version instead of the one the answer \
+                     reported",
+                    turns,
+                    answers.len()
+                ),
+            };
+            self.push(
+                ProblemKind::VersionMismatch,
+                FIELD,
+                (start, end),
+                Some(&rid),
+                (Some(reported.to_owned()), found),
+                format!(
+                    "response[{start}:{end}], the sample's answer {} (rid {rid}), reported weight_version \
+                     {reported:?}, but {why}. Append each answer's meta_info.weight_version as it returns",
+                    k + 1
+                ),
+            );
+            // Later answers are looked for after this one's place.
+            next += 1;
         }
     }
 
@@ -1868,5 +1974,50 @@ impl<'a> Check<'a> {
             }
         }
         String::new()
+    }
+}
+
+/// The weights of `span` in words: `version "default" (weights 0)`.
+fn made_by(span: &Span) -> String {
+    if span.version == span.weights.to_string() {
+        format!("version {}", span.version)
+    } else {
+        format!(
+            "version {:?}, the server's weights {} (counted in weight updates)",
+            span.version, span.weights
+        )
+    }
+}
+
+/// What a wrong version label says of the code that wrote it.
+fn label_cause(label: Option<&VersionLabel>, span: &Span) -> String {
+    let update = "Read each token's version when it is generated (0.5.23's meta_info.weight_versions spans, or the \
+                  version of the request that generated it), not the trainer's version after the request returns \
+                  (AReaL PR #1569)";
+    match label {
+        None => "A token the model generated and the sample trains on is labelled as not generated (AReaL's -1 \
+                 belongs to prompt and environment tokens only)"
+            .to_owned(),
+        Some(VersionLabel::Number(n)) if *n > span.weights => format!(
+            "The label is {} ahead of the weights that made the tokens: the version after a later weight update \
+             was given to tokens the weights before it made. {update}",
+            count_of((*n - span.weights) as usize, "update")
+        ),
+        Some(VersionLabel::Number(n)) => format!(
+            "The label is {} behind the weights that made the tokens: a version read before a weight update and \
+             kept for tokens generated after it (a resumed request labelled with its first attempt's version). A \
+             whole-number label counts the server's weight updates: 0 for the weights it started with (its \
+             --weight-version when that is a number), one more for each update",
+            count_of((span.weights - *n) as usize, "update"),
+        ),
+        Some(VersionLabel::Name(name)) if name.parse::<u64>().is_ok() => format!(
+            "The label is the string {name:?}, which names a version string, and the server reported {:?}: a \
+             whole number (not a string) counts weight updates, 0 for the weights the server started with",
+            span.version
+        ),
+        Some(VersionLabel::Name(_)) => format!(
+            "The server reported weight_version {:?} for these tokens. {update}",
+            span.version
+        ),
     }
 }

@@ -163,12 +163,17 @@ impl Finish {
     }
 }
 
-/// Output tokens `start..end` of an item came from the weights `version` names.
+/// Output tokens `start..end` of an item came from the weights `version` names, the server's `weights`-th.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Span {
     pub version: String,
     pub start: usize,
     pub end: usize,
+    /// Which weights the server had loaded: the weight updates it had applied since start-up, counted from its
+    /// `--weight-version` when that is a number, else from 0 (`WITNESS.md` section 3.3). An update that leaves
+    /// the version string as it was (AReaL sends none) changes only this.
+    #[serde(default)]
+    pub weights: u64,
 }
 
 /// How a fault changed the routes an answer carried (the toy router's rows otherwise).
@@ -320,12 +325,11 @@ impl Entry {
         self.prompt_ids.len() + self.output_ids.len()
     }
 
-    /// The version that made output token `i`, by the spans.
-    pub fn version_of(&self, i: usize) -> Option<&str> {
+    /// The span of the weights that made output token `i`.
+    pub fn span_of(&self, i: usize) -> Option<&Span> {
         self.weight_versions
             .iter()
             .find(|span| (span.start..span.end).contains(&i))
-            .map(|span| span.version.as_str())
     }
 
     /// The positions of prompt and output whose routes the answer carried: `start_len` up to the rows sent.

@@ -22,6 +22,6 @@ pub use ledger::{
 };
 pub use record::Served;
 pub use samples::{
-    AuditOptions, AuditSample, Batch, Fields, Layout, Rows, SampleError, parse_sample,
-    parse_samples,
+    AuditOptions, AuditSample, Batch, Fields, Layout, Rows, SampleError, VersionLabel,
+    parse_sample, parse_samples,
 };

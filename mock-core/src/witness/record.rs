@@ -23,13 +23,13 @@ pub struct Served<'a> {
 
 impl Served<'_> {
     /// The entry of item `index`, generated as `generation` (finished, or cut off when a stream stopped before
-    /// it ended), with the weight version now and the updates it lived through.
+    /// it ended), with the weights now (their version and number) and the updates it lived through.
     pub fn entry(
         &self,
         index: usize,
         item: &PlannedItem,
         generation: &Generation,
-        current_version: &str,
+        (current_version, current_weights): (&str, u64),
         events: &[VersionEvent],
         num_retractions: u32,
     ) -> Entry {
@@ -68,14 +68,11 @@ impl Served<'_> {
                 .request
                 .return_logprob
                 .then(|| SentLogprobs::numbers(generation.output_logprobs())),
-            weight_versions: spans
-                .iter()
-                .map(|s| Span {
-                    version: s.version.to_owned(),
-                    start: s.start,
-                    end: s.end,
-                })
-                .collect(),
+            weight_versions: weights_spans(
+                events,
+                (current_version, current_weights),
+                output_ids.len(),
+            ),
             routed_experts,
             sampling_supports,
             ..self.blank(index, item, prompt_ids, weight_version)
@@ -94,6 +91,8 @@ impl Served<'_> {
                 version: weight_version.to_owned(),
                 start: 0,
                 end: 0,
+                // No token came from any weights.
+                weights: 0,
             }],
             ..self.blank(index, item, item.request.input_ids.clone(), weight_version)
         };
@@ -285,4 +284,33 @@ fn finish_type(reason: &FinishReason) -> Finish {
         FinishReason::StopToken { .. } | FinishReason::StopStr { .. } => Finish::Stop,
         FinishReason::Abort { .. } => Finish::Abort,
     }
+}
+
+/// The ledger's spans of an item's output: which weights made which tokens, split wherever the version or the
+/// weights changed (the wire's spans split on the version alone, `weight_version_spans`; this is its rule with
+/// the weights' number beside the version). Never empty: an item without output has one span `[0, 0)`.
+fn weights_spans(events: &[VersionEvent], current: (&str, u64), tokens: usize) -> Vec<Span> {
+    let changes = events
+        .iter()
+        .map(|e| ((&*e.old_version, e.old_weights), e.tokens))
+        .chain(std::iter::once((current, tokens)));
+    let mut spans: Vec<Span> = Vec::with_capacity(events.len() + 1);
+    for ((version, weights), end) in changes {
+        let end = end.min(tokens);
+        match spans.last_mut() {
+            Some(last) if end <= last.end => {}
+            Some(last) if last.version == version && last.weights == weights => last.end = end,
+            last => {
+                let start = last.map_or(0, |l| l.end);
+                spans.push(Span {
+                    version: version.to_owned(),
+                    start,
+                    end,
+                    weights,
+                });
+            }
+        }
+    }
+    spans.retain(|span| span.start < tokens || span.start == 0);
+    spans
 }

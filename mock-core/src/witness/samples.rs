@@ -161,7 +161,58 @@ pub struct AuditSample {
     pub routed_experts: Option<Rows>,
     /// The weight version of each response token, if the sample says; `None` where it labels a token as not
     /// generated (AReaL's `-1`).
-    pub versions: Option<Vec<Option<String>>>,
+    pub versions: Option<Vec<Option<VersionLabel>>>,
+    /// The `weight_version` of each request that answered the sample, in order (slime's
+    /// `Sample.weight_versions`, one per turn), if the sample keeps them (an empty list keeps none).
+    pub turn_versions: Option<Vec<String>>,
+}
+
+/// A weight-version label as a trainer writes it (`WITNESS.md` section 3.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VersionLabel {
+    /// A version string: the `weight_version` the server reported (slime, the rollout client's spans).
+    Name(String),
+    /// A whole number: which weights the server had loaded, counted in weight updates (AReaL's and verl's
+    /// integer versions, 0 for the weights the server started with); it also stands for a version string that
+    /// is that number (a trainer that sends `weight_version=str(k)`).
+    Number(u64),
+}
+
+impl VersionLabel {
+    /// Whether the label names the weights of `span`.
+    pub fn names(&self, span: &super::ledger::Span) -> bool {
+        match self {
+            VersionLabel::Name(name) => *name == span.version,
+            VersionLabel::Number(n) => *n == span.weights || span.version == n.to_string(),
+        }
+    }
+
+    /// The label as the sample holds it: the string, or the number.
+    pub fn text(&self) -> String {
+        match self {
+            VersionLabel::Name(name) => name.clone(),
+            VersionLabel::Number(n) => n.to_string(),
+        }
+    }
+
+    fn of(label: Label) -> Option<VersionLabel> {
+        match label {
+            Label::Text(t) => Some(VersionLabel::Name(t)),
+            Label::Number(n) if n >= 0.0 && n.fract() == 0.0 => {
+                Some(VersionLabel::Number(n as u64))
+            }
+            Label::Number(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for VersionLabel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VersionLabel::Name(name) => write!(f, "{name:?}"),
+            VersionLabel::Number(n) => write!(f, "{n}"),
+        }
+    }
 }
 
 impl AuditSample {
@@ -266,6 +317,9 @@ pub(crate) struct Column {
     leaf: Option<usize>,
     /// While a list is read: the index of the element being read at each depth.
     at: Vec<usize>,
+    /// The strings that stand where numbers do, by value index (their value is NaN): only a column of version
+    /// labels may hold them.
+    texts: Vec<(usize, String)>,
     /// The first value that cannot stand in a column.
     bad: Option<Bad>,
     /// A leading batch dimension of 1 was dropped ([`Column::unbatched`]).
@@ -287,6 +341,32 @@ impl Column {
             Some(bad) => Err(bad),
             None => Ok(self),
         }
+    }
+
+    /// The column of numbers, or its first bad value (a string among them is one).
+    fn numeric(self) -> Result<Column, Bad> {
+        let column = self.checked()?;
+        match column.texts.first() {
+            Some((i, text)) => Err(Bad {
+                at: column.position(*i),
+                message: format!(
+                    "expected a number, got the string {text:?} (only \"NaN\", \"Infinity\" and \"-Infinity\" \
+                     stand for numbers)"
+                ),
+            }),
+            None => Ok(column),
+        }
+    }
+
+    /// The position of flat value `i` in the column's shape: `[3]`, `[0][3]`.
+    fn position(&self, i: usize) -> String {
+        let mut rest = i;
+        let mut indices = vec![0; self.shape.len()];
+        for (slot, &dim) in indices.iter_mut().zip(&self.shape).rev() {
+            *slot = rest % dim.max(1);
+            rest /= dim.max(1);
+        }
+        path(&indices)
     }
 }
 
@@ -454,9 +534,17 @@ impl<'de> Visitor<'de> for Level<'_> {
             "Infinity" | "inf" => f64::INFINITY,
             "-Infinity" | "-inf" => f64::NEG_INFINITY,
             _ => {
-                self.wrong(format!(
-                    "the string {v:?} (only \"NaN\", \"Infinity\" and \"-Infinity\" stand for numbers)"
-                ));
+                // Kept for a column of version labels; every other column refuses it (`Column::numeric`).
+                let column = &mut *self.column;
+                let before = column.values.len();
+                Level {
+                    column: &mut *column,
+                    depth: self.depth,
+                }
+                .scalar(f64::NAN, false);
+                if column.values.len() > before {
+                    column.texts.push((before, v.to_owned()));
+                }
                 return Ok(());
             }
         };
@@ -593,6 +681,14 @@ impl Column {
     /// One value per token (a batch dimension of 1 dropped), each read by `read` from its value and whether it
     /// was `null` (then the value is NaN); what `read` refuses is bad at its position.
     fn per_token<T>(self, read: impl Fn(f64, bool) -> Result<T, String>) -> Result<Vec<T>, Bad> {
+        self.numeric()?.labels(|v, null, _| read(v, null))
+    }
+
+    /// As [`Column::per_token`], with the string at each position where the column holds one.
+    fn labels<T>(
+        self,
+        read: impl Fn(f64, bool, Option<&str>) -> Result<T, String>,
+    ) -> Result<Vec<T>, Bad> {
         let column = self.checked()?.unbatched();
         if column.shape.len() != 1 {
             return Err(Bad::whole(format!(
@@ -600,12 +696,14 @@ impl Column {
                 column.shape
             )));
         }
+        let mut texts = column.texts.iter().peekable();
         column
             .values
             .iter()
             .enumerate()
             .map(|(i, &v)| {
-                read(v, column.nulls.binary_search(&i).is_ok()).map_err(|message| Bad {
+                let text = texts.next_if(|(at, _)| *at == i).map(|(_, t)| t.as_str());
+                read(v, column.nulls.binary_search(&i).is_ok(), text).map_err(|message| Bad {
                     at: column.at(i),
                     message,
                 })
@@ -638,16 +736,23 @@ impl Column {
         self.per_token(|v, null| Ok((!null).then_some(v as f32)))
     }
 
-    /// Version labels: a number (AReaL's), none where it is negative (AReaL's `-1` for a token no version made)
-    /// or `null`.
-    fn versions(self) -> Result<Vec<Option<String>>, Bad> {
-        self.per_token(|v, null| Ok((v >= 0.0 && !null).then(|| format!("{v}"))))
+    /// Version labels: a string, or a whole number (AReaL's), none where it is negative (AReaL's `-1` for a
+    /// token no version made) or `null`.
+    fn versions(self) -> Result<Vec<Option<VersionLabel>>, Bad> {
+        self.labels(|v, null, text| match text {
+            Some(text) => Ok(Some(VersionLabel::Name(text.to_owned()))),
+            None if null || v < 0.0 => Ok(None),
+            None if v.fract() == 0.0 => Ok(Some(VersionLabel::Number(v as u64))),
+            None => Err(format!(
+                "expected a weight version (a string, or a whole number of weight updates), got {v}"
+            )),
+        })
     }
 
     /// Rows of expert ids. Not unbatched: a leading 1 is one position (`[1, layers, topk]`), as no framework
     /// batches a sample's routes.
     fn rows(self) -> Result<Rows, Bad> {
-        let column = self.checked()?;
+        let column = self.numeric()?;
         if column.shape.len() < 2 {
             return Err(Bad::whole(format!(
                 "has shape {:?}; rows of expert ids ([positions, layers, topk] or [positions, layers * \
@@ -664,16 +769,9 @@ impl Column {
                 if v.fract() == 0.0 && (f64::from(i32::MIN)..=f64::from(i32::MAX)).contains(&v) {
                     Ok(v as i32)
                 } else {
-                    // The flat index as a position in the column's shape.
-                    let mut rest = i;
-                    let mut indices = vec![0; column.shape.len()];
-                    for (slot, &dim) in indices.iter_mut().zip(&column.shape).rev() {
-                        *slot = rest % dim.max(1);
-                        rest /= dim.max(1);
-                    }
                     let null = column.nulls.binary_search(&i).is_ok();
                     Err(Bad {
-                        at: path(&indices),
+                        at: column.position(i),
                         message: format!("expected an expert id, got {}", shown(v, null)),
                     })
                 }
@@ -742,6 +840,7 @@ struct RawSample {
     rollout_log_probs: Option<Column>,
     rollout_routed_experts: Option<Column>,
     weight_version_spans: Option<Vec<RawSpan>>,
+    weight_versions: Option<Vec<String>>,
     // verl
     prompt_ids: Option<Column>,
     response_ids: Option<Column>,
@@ -1006,8 +1105,13 @@ fn from_raw(
             sample.logprobs = lps(raw.rollout_log_probs, "rollout_log_probs")?;
             sample.routed_experts = rows(raw.rollout_routed_experts, "rollout_routed_experts")?;
             if let Some(spans) = raw.weight_version_spans {
-                sample.versions = Some(spans_to_versions(&spans, response_length));
+                sample.versions = Some(
+                    spans_to_versions(&spans, response_length)
+                        .map_err(|bad| fail("weight_version_spans", bad))?,
+                );
             }
+            // An empty list is `Sample`'s default, kept by code that never records versions: no labels.
+            sample.turn_versions = raw.weight_versions.filter(|turns| !turns.is_empty());
         }
         Layout::Verl | Layout::Generic => {
             sample.prompt = ids(need(raw.prompt_ids, "prompt_ids")?, "prompt_ids")?;
@@ -1053,13 +1157,19 @@ fn from_raw(
 }
 
 /// One version per response token from spans over response positions; a token no span covers has none.
-fn spans_to_versions(spans: &[RawSpan], len: usize) -> Vec<Option<String>> {
+fn spans_to_versions(spans: &[RawSpan], len: usize) -> Result<Vec<Option<VersionLabel>>, Bad> {
     let mut out = vec![None; len];
-    for span in spans {
-        let version = label(span.version.clone());
+    for (k, span) in spans.iter().enumerate() {
+        let version = VersionLabel::of(span.version.clone()).ok_or_else(|| Bad {
+            at: format!("[{k}].version"),
+            message: format!(
+                "expected a weight version (a string, or a whole number of weight updates), got {}",
+                label(span.version.clone())
+            ),
+        })?;
         for slot in out.iter_mut().take(span.end.min(len)).skip(span.start) {
             *slot = Some(version.clone());
         }
     }
-    out
+    Ok(out)
 }

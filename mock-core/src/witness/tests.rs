@@ -38,6 +38,7 @@ fn entry(rid: &str, prompt: &[u32], output: &[u32], lps: &[f32]) -> Entry {
             version: "v1".to_owned(),
             start: 0,
             end: output.len(),
+            weights: 0,
         }],
         routed_experts: None,
         sampling_supports: None,
@@ -62,6 +63,7 @@ fn sample(prompt: &[u32], response: &[u32], mask: &[u8], lps: &[Option<f32>]) ->
         logprobs: Some(lps.to_vec()),
         routed_experts: None,
         versions: None,
+        turn_versions: None,
     }
 }
 
@@ -329,12 +331,12 @@ fn mask_and_version_lengths_and_labels() {
     let (records, mut s) = two_turns();
     s.loss_mask.pop();
     s.versions = Some(vec![
-        Some("v1".to_owned()),
-        Some("v2".to_owned()),
-        Some("v2".to_owned()),
+        Some(VersionLabel::Name("v1".to_owned())),
+        Some(VersionLabel::Name("v2".to_owned())),
+        Some(VersionLabel::Name("v2".to_owned())),
         None,
         None,
-        Some("v1".to_owned()),
+        Some(VersionLabel::Name("v1".to_owned())),
     ]);
     let report = run(&records, &[s]);
     let kinds = found(&report);
@@ -554,6 +556,10 @@ fn every_problem_kind_has_a_distinct_name() {
 
 // Samples in each layout.
 
+fn name(v: &str) -> VersionLabel {
+    VersionLabel::Name(v.to_owned())
+}
+
 fn parse(json: &str) -> AuditSample {
     parse_sample(json.as_bytes(), 0, None).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -562,14 +568,16 @@ fn parse(json: &str) -> AuditSample {
 fn each_layout_is_read_with_its_field_names() {
     let slime = parse(
         r#"{"tokens":[1,2,3,4],"response_length":2,"loss_mask":null,"rollout_log_probs":[-1.0,null],
-            "index":9,"weight_version_spans":[{"version":"v1","start":0,"end":1}]}"#,
+            "index":9,"weight_version_spans":[{"version":"v1","start":0,"end":1}],
+            "weight_versions":["v1"]}"#,
     );
     assert_eq!(slime.layout, Some(Layout::Slime));
     assert_eq!((slime.prompt, slime.response), (vec![1, 2], vec![3, 4]));
     assert_eq!(slime.loss_mask, [1, 1], "slime's missing mask is all ones");
     assert_eq!(slime.logprobs, Some(vec![Some(-1.0), None]));
     assert_eq!(slime.id, "9");
-    assert_eq!(slime.versions, Some(vec![Some("v1".to_owned()), None]));
+    assert_eq!(slime.versions, Some(vec![Some(name("v1")), None]));
+    assert_eq!(slime.turn_versions, Some(vec!["v1".to_owned()]));
 
     let verl = parse(
         r#"{"prompt_ids":[1],"response_ids":[2,3],"response_mask":[1,0],"response_logprobs":[-1.0,0.0],
@@ -588,7 +596,10 @@ fn each_layout_is_read_with_its_field_names() {
     assert_eq!(areal.loss_mask, [1, 1]);
     assert_eq!(
         areal.versions,
-        Some(vec![Some("3".to_owned()), Some("4".to_owned())])
+        Some(vec![
+            Some(VersionLabel::Number(3)),
+            Some(VersionLabel::Number(4))
+        ])
     );
 
     let trajectory = parse(
@@ -599,7 +610,11 @@ fn each_layout_is_read_with_its_field_names() {
     assert_eq!(trajectory.response, [1, 2, 3]);
     assert_eq!(
         trajectory.versions,
-        Some(vec![None, Some("0".to_owned()), Some("0".to_owned())])
+        Some(vec![
+            None,
+            Some(VersionLabel::Number(0)),
+            Some(VersionLabel::Number(0))
+        ])
     );
 
     let generic =
@@ -1165,17 +1180,19 @@ fn versions_are_checked_against_the_span_of_each_output_position() {
                     version: "v1".to_owned(),
                     start: 0,
                     end: 1,
+                    weights: 0,
                 },
                 Span {
                     version: "v2".to_owned(),
                     start: 1,
                     end: 2,
+                    weights: 1,
                 },
             ];
         }
         split.push(e);
     }
-    let label = |v: &str| Some(v.to_owned());
+    let label = |v: &str| Some(VersionLabel::Name(v.to_owned()));
     s.versions = Some(vec![
         label("v1"),
         label("v1"),
@@ -1894,4 +1911,214 @@ fn logprobs_missing_for_exactly_a_turn_served_without_them_name_that_turn() {
         ),
         "{report}"
     );
+}
+
+/// Two turns served by a server whose version string never changes (`"default"`) while a weight update
+/// between them loaded its weights number 1: what AReaL's run looks like, as it sends no `weight_version`.
+fn two_turns_across_an_update() -> (Records, AuditSample) {
+    let (records, s) = two_turns();
+    let mut updated = Records::new(usize::MAX, router());
+    for (i, mut e) in records.entries().cloned().enumerate() {
+        e.weight_version = "default".to_owned();
+        for span in &mut e.weight_versions {
+            span.version = "default".to_owned();
+            span.weights = i as u64;
+        }
+        updated.push(e);
+    }
+    (updated, s)
+}
+
+#[test]
+fn whole_number_labels_count_the_weight_updates_the_server_applied() {
+    let (records, mut s) = two_turns_across_an_update();
+    let number = |n| Some(VersionLabel::Number(n));
+    // AReaL's labels: 0 for the weights the server started with, 1 after the update; -1 (none) off the mask.
+    s.versions = Some(vec![
+        number(0),
+        number(0),
+        number(0),
+        None,
+        None,
+        number(1),
+        number(1),
+    ]);
+    let report = run(&records, std::slice::from_ref(&s));
+    assert!(report.ok, "{report}");
+    assert_eq!(report.checked_versions, 5);
+    assert_eq!(report.version_fields, ["versions"]);
+    assert!(
+        report
+            .text()
+            .contains("weight versions: 5 labels of trained tokens compared (versions)"),
+        "{report}"
+    );
+    // The trainer's version after the round trip (AReaL PR #1569): the first turn labelled 1, one update ahead.
+    let mut late = s.clone();
+    late.versions.as_mut().expect("versions")[..3].fill(number(1));
+    let report = run(&records, &[late]);
+    let problem = &report.problems[..];
+    assert_eq!(
+        found(&report),
+        [(ProblemKind::VersionMismatch, 0, 3)],
+        "{report}"
+    );
+    assert_eq!(problem[0].found.as_deref(), Some("1"));
+    assert!(
+        problem[0].message.contains("1 update ahead")
+            && problem[0].message.contains("the server's weights 0"),
+        "{}",
+        problem[0].message
+    );
+    // A resumed turn labelled with its first attempt's version: one update behind.
+    let mut stale = s.clone();
+    stale.versions.as_mut().expect("versions")[5..].fill(number(0));
+    let report = run(&records, &[stale]);
+    assert_eq!(
+        found(&report),
+        [(ProblemKind::VersionMismatch, 5, 7)],
+        "{report}"
+    );
+    assert!(
+        report.problems[0].message.contains("1 update behind"),
+        "{report}"
+    );
+    // A generated, trained token labelled as not generated.
+    let mut unlabelled = s;
+    unlabelled.versions.as_mut().expect("versions")[1] = None;
+    let report = run(&records, &[unlabelled]);
+    assert_eq!(
+        found(&report),
+        [(ProblemKind::VersionMismatch, 1, 2)],
+        "{report}"
+    );
+    assert!(
+        report.problems[0]
+            .message
+            .contains("labelled as not generated"),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_whole_number_label_also_names_a_version_string_that_is_that_number() {
+    // slime and AReaL's distributed path send weight_version=str(k): the string "3" is version 3.
+    let (records, mut s) = two_turns();
+    let mut numbered = Records::new(usize::MAX, router());
+    for mut e in records.entries().cloned() {
+        e.weight_versions[0].version = "3".to_owned();
+        numbered.push(e);
+    }
+    let three = Some(VersionLabel::Number(3));
+    s.versions = Some(vec![
+        three.clone(),
+        three.clone(),
+        three.clone(),
+        None,
+        None,
+        three.clone(),
+        three,
+    ]);
+    assert!(run(&numbered, std::slice::from_ref(&s)).ok);
+    // The string "3" names the version string "3" too; "03" does not.
+    s.versions.as_mut().expect("versions")[0] = Some(name("03"));
+    assert_eq!(
+        found(&run(&numbered, &[s])),
+        [(ProblemKind::VersionMismatch, 0, 1)]
+    );
+}
+
+#[test]
+fn slimes_weight_versions_are_checked_one_per_answer_in_order() {
+    let (records, mut s) = two_turns();
+    let turns = |labels: &[&str]| Some(labels.iter().map(|l| l.to_string()).collect());
+    s.layout = Some(Layout::Slime);
+    s.turn_versions = turns(&["v1", "v1"]);
+    let report = run(&records, std::slice::from_ref(&s));
+    assert!(report.ok, "{report}");
+    assert_eq!(
+        (report.checked_versions, &report.version_fields[..]),
+        (5, &["weight_versions".to_owned()][..])
+    );
+    // A request that answered none of the sample's tokens (aborted before its first) has a label of its own.
+    s.turn_versions = turns(&["v0", "v1", "v1"]);
+    assert!(run(&records, std::slice::from_ref(&s)).ok);
+    // One label for two answers: the second turn's was never appended.
+    s.turn_versions = turns(&["v1"]);
+    let report = run(&records, std::slice::from_ref(&s));
+    assert_eq!(
+        found(&report),
+        [(ProblemKind::VersionMismatch, 5, 7)],
+        "{report}"
+    );
+    assert_eq!(report.problems[0].channel, "weight_versions");
+    assert!(
+        report.problems[0]
+            .message
+            .contains("1 label for the 2 requests"),
+        "{report}"
+    );
+    // The trainer's own version where the answer's belongs.
+    s.turn_versions = turns(&["v1", "step-7"]);
+    let report = run(&records, &[s]);
+    assert_eq!(
+        found(&report),
+        [(ProblemKind::VersionMismatch, 5, 7)],
+        "{report}"
+    );
+    assert_eq!(report.problems[0].found.as_deref(), Some("step-7"));
+}
+
+#[test]
+fn samples_without_version_labels_say_so_in_the_report() {
+    let (records, s) = two_turns();
+    let report = run(&records, &[s]);
+    assert!(report.ok && report.version_fields.is_empty() && report.checked_versions == 0);
+    assert!(
+        report.text().contains("weight versions not checked"),
+        "{report}"
+    );
+}
+
+#[test]
+fn version_columns_hold_strings_or_whole_numbers_and_refuse_the_rest() {
+    let s = parse(
+        r#"{"input_tokens":[1],"output_tokens":[2,3,4],"output_logprobs":[-1,-1,-1],
+            "output_versions":["default",2,null]}"#,
+    );
+    assert_eq!(
+        s.versions,
+        Some(vec![
+            Some(name("default")),
+            Some(VersionLabel::Number(2)),
+            None
+        ])
+    );
+    let trajectory = parse(
+        r#"{"input_ids":[[1,2]],"loss_mask":[[0,1]],"logprobs":[[0,-1]],"versions":[[-1,"v3"]]}"#,
+    );
+    assert_eq!(trajectory.versions, Some(vec![None, Some(name("v3"))]));
+    let err = |json: &str| parse_sample(json.as_bytes(), 0, None).expect_err(json);
+    let e = err(r#"{"input_tokens":[1],"output_tokens":[2,3],"output_versions":[0,1.5]}"#);
+    assert_eq!(
+        (e.field.as_str(), e.message.as_str()),
+        (
+            "output_versions[1]",
+            "expected a weight version (a string, or a whole number of weight updates), got 1.5"
+        )
+    );
+    // Strings stand for versions only: a string id is still refused, where it is.
+    let e = err(r#"{"prompt_ids":[1],"response_ids":[2,"x"]}"#);
+    assert_eq!(e.field, "response_ids[1]");
+    assert!(
+        e.message
+            .starts_with(r#"expected a number, got the string "x""#),
+        "{e}"
+    );
+    let e = err(r#"{"prompt_ids":[1],"response_ids":[2],"routed_experts":[[1],["x"]]}"#);
+    assert_eq!(e.field, "routed_experts[1][0]");
+    let e = err(
+        r#"{"tokens":[1,2],"response_length":1,"weight_version_spans":[{"version":-1,"start":0,"end":1}]}"#,
+    );
+    assert_eq!(e.field, "weight_version_spans[0].version");
 }

@@ -64,7 +64,12 @@ impl Drop for RunTicket {
 #[derive(Debug)]
 pub(crate) struct Control {
     weight_version: RwLock<Arc<str>>,
-    /// Counts the changes of `weight_version`, so that a running request notices one with a single load.
+    /// Which weights serve: the updates applied since start-up, counted from `base_weights`.
+    weights: AtomicU64,
+    /// The number of the weights the server starts with: its `--weight-version` when that is a number, else 0.
+    base_weights: u64,
+    /// Counts the changes of `weight_version` and of `weights`, so that a running request notices one with a
+    /// single load.
     version_epoch: AtomicU64,
     /// The `model_path` of the last successful `/update_weights_from_disk`; until one, the configured one.
     model_path: RwLock<Option<Arc<str>>>,
@@ -104,6 +109,8 @@ impl Control {
     ) -> Arc<Control> {
         Arc::new(Control {
             weight_version: RwLock::new(Arc::from(weight_version)),
+            weights: AtomicU64::new(base_weights(weight_version)),
+            base_weights: base_weights(weight_version),
             version_epoch: AtomicU64::new(0),
             model_path: RwLock::new(None),
             paused_tx: watch::Sender::new(false),
@@ -151,7 +158,25 @@ impl Control {
         self.version_epoch.fetch_add(1, Ordering::Release);
     }
 
-    /// How many times `weight_version` has been set: a request compares it before every tick.
+    /// The number of the weights that serve now: the weight updates applied since start-up (or the last
+    /// reset), counted from the start version when that is a number.
+    pub(crate) fn weights(&self) -> u64 {
+        self.weights.load(Ordering::Acquire)
+    }
+
+    /// A weight update loaded new weights (whether or not it set a version).
+    pub(crate) fn weights_loaded(&self) {
+        self.weights.fetch_add(1, Ordering::AcqRel);
+        self.version_epoch.fetch_add(1, Ordering::Release);
+    }
+
+    /// Back to the weights the server started with (`/admin/reset`).
+    pub(crate) fn reset_weights(&self, version: &str) {
+        self.weights.store(self.base_weights, Ordering::Release);
+        self.set_weight_version(version);
+    }
+
+    /// How many times `weight_version` or the weights have changed: a request compares it before every tick.
     #[inline]
     pub(crate) fn version_epoch(&self) -> u64 {
         self.version_epoch.load(Ordering::Acquire)
@@ -546,4 +571,10 @@ impl Drop for CtlHandle {
     fn drop(&mut self) {
         self.control.lock_registry().remove(&self.id);
     }
+}
+
+/// The number of the weights a server started with `version` serves: the version when it is a whole number
+/// (a trainer that counts its updates from there), else 0.
+fn base_weights(version: &str) -> u64 {
+    version.parse().unwrap_or(0)
 }

@@ -161,6 +161,8 @@ async fn run_weight_update(
     if ms > 0 {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
+    // The weights change whether or not the request names their version (AReaL's updates name none).
+    control.weights_loaded();
     if let Some(version) = &req.weight_version {
         control.set_weight_version(version);
     }
@@ -469,7 +471,7 @@ pub(crate) async fn reset(State(state): State<AppState>) -> Response {
     state.draws().clear();
     let control = state.control();
     control.resume();
-    control.set_weight_version(&state.config().weight_version);
+    control.reset_weights(&state.config().weight_version);
     stats(State(state)).await
 }
 

@@ -71,6 +71,9 @@ pub(crate) struct RunCtx {
 #[derive(Clone, Debug)]
 pub(crate) struct VersionLog {
     pub current: Arc<str>,
+    /// The number of the weights that serve now (`Control::weights`): an update that keeps the version string
+    /// changes only this, which the ledger's spans record and the wire's do not.
+    pub weights: u64,
     /// The control plane's version epoch `current` was read at.
     epoch: u64,
     /// Empty until a version changes during the run; then one list per item.
@@ -82,9 +85,15 @@ impl VersionLog {
         let epoch = control.version_epoch();
         VersionLog {
             current: control.weight_version(),
+            weights: control.weights(),
             epoch,
             events: Vec::new(),
         }
+    }
+
+    /// The weights that serve now: their version and number.
+    pub(crate) fn now(&self) -> (&str, u64) {
+        (&self.current, self.weights)
     }
 
     /// Reads the version if it has changed since the last look; each unfinished item with output then records
@@ -96,7 +105,8 @@ impl VersionLog {
         }
         self.epoch = epoch;
         let now = control.weight_version();
-        if *now == *self.current {
+        let weights = control.weights();
+        if *now == *self.current && weights == self.weights {
             return;
         }
         let items = run.progress().len();
@@ -109,11 +119,13 @@ impl VersionLog {
             if tokens > 0 && generation.finish_reason().is_none() {
                 events.push(VersionEvent {
                     old_version: Arc::clone(&self.current),
+                    old_weights: self.weights,
                     tokens,
                 });
             }
         }
         self.current = now;
+        self.weights = weights;
     }
 }
 
@@ -758,13 +770,8 @@ impl<E> Drop for StreamRun<E> {
         };
         for (i, ended) in self.items_ended.iter().enumerate() {
             if !ended {
-                witness.record_item(
-                    &self.plan,
-                    run,
-                    i,
-                    &self.ctx.versions.current,
-                    &self.ctx.versions.events,
-                );
+                let versions = &self.ctx.versions;
+                witness.record_item(&self.plan, run, i, versions.now(), &versions.events);
             }
         }
     }
@@ -783,7 +790,7 @@ fn record_ends(
             Progress::Finished | Progress::Rejected => {
                 ctx.record(run, i, timings);
                 if let Some(witness) = &ctx.witness {
-                    witness.record_item(plan, run, i, &ctx.versions.current, &ctx.versions.events);
+                    witness.record_item(plan, run, i, ctx.versions.now(), &ctx.versions.events);
                 }
                 ended[i] = true;
                 tracing::debug!(rid = %plan.items[i].rid, "stream item ended");

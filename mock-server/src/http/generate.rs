@@ -212,7 +212,7 @@ impl Answered {
     pub(crate) fn record(&self, witness: &Witness) {
         match self {
             Answered::Ran(plan, ran) => {
-                witness.record_run(plan, &ran.run, &ran.versions.current, &ran.versions.events);
+                witness.record_run(plan, &ran.run, ran.versions.now(), &ran.versions.events);
             }
             Answered::NeverRan(plan, weight_version) => {
                 witness.record_never_ran(plan, weight_version);

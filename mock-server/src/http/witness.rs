@@ -60,14 +60,14 @@ impl Witness {
     }
 
     /// Records item `i` of a run as it stands: finished, or cut off if its stream ended first. A refused item
-    /// is recorded as an item that never ran. `version` is the weight version now, and `events` each item's
-    /// version changes while it ran.
+    /// is recorded as an item that never ran. `now` is the weights' version and number now, and `events` each
+    /// item's weight changes while it ran.
     pub(crate) fn record_item(
         &self,
         plan: &GeneratePlan,
         run: &Run,
         i: usize,
-        version: &str,
+        now: (&str, u64),
         events: &[Vec<VersionEvent>],
     ) {
         let item = &plan.items[i];
@@ -76,11 +76,11 @@ impl Witness {
                 i,
                 item,
                 generation,
-                version,
+                now,
                 events.get(i).map_or(&[], Vec::as_slice),
                 run.retractions(i),
             ),
-            None => self.served().never_ran(i, item, version),
+            None => self.served().never_ran(i, item, now.0),
         };
         self.ledger.record(entry);
     }
@@ -90,11 +90,11 @@ impl Witness {
         &self,
         plan: &GeneratePlan,
         run: &Run,
-        version: &str,
+        now: (&str, u64),
         events: &[Vec<VersionEvent>],
     ) {
         for i in 0..plan.items.len() {
-            self.record_item(plan, run, i, version, events);
+            self.record_item(plan, run, i, now, events);
         }
     }
 

@@ -36,12 +36,13 @@ __all__ = ["AuditReport", "Problem", "audit"]
 _KEYS = (
     "layout", "id", "index",
     "tokens", "response_length", "rollout_log_probs", "rollout_routed_experts", "weight_version_spans",
+    "weight_versions",
     "prompt_ids", "response_ids", "response_mask", "response_logprobs",
     "input_tokens", "output_tokens", "output_logprobs", "output_versions", "input_ids",
     "loss_mask", "logprobs", "routed_experts", "versions",
 )
 # Keys whose values are not numeric columns.
-_PLAIN = ("layout", "id", "index", "response_length", "weight_version_spans")
+_PLAIN = ("layout", "id", "index", "response_length", "weight_version_spans", "weight_versions")
 
 # The `array` module's type codes a list is packed with, smallest first, and NumPy's names for them. The audit
 # compares logprobs as float32 (what the server sends), so float32 loses nothing it compares.
@@ -81,7 +82,9 @@ class Problem:
 @dataclasses.dataclass(frozen=True)
 class AuditReport:
     """What an audit found: ``ok`` when every sample is faithful, else the ``problems``; ``str()`` is the
-    report as text."""
+    report as text. ``checked_logprobs`` and ``checked_versions`` count the trained tokens whose logprob and
+    whose weight-version label were compared with what the server served; ``version_fields`` names the fields
+    the labels came from, empty when the samples carry none (then no version was checked)."""
 
     ok: bool
     samples: int
@@ -89,6 +92,8 @@ class AuditReport:
     tokens: int
     trained_tokens: int
     checked_logprobs: int
+    checked_versions: int
+    version_fields: List[str]
     matched_items: int
     problems: List[Problem]
     text: str
