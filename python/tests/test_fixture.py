@@ -200,3 +200,27 @@ def test_the_package_is_typed_and_versioned_like_the_binary():
     assert importlib.resources.files("sglang_mock").joinpath("py.typed").is_file()
     out = subprocess.run([sglang_mock.binary(), "--version"], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["sglang-mock", sglang_mock.__version__]
+
+
+def test_audit_columns_go_as_lists_when_short_and_plain_else_as_typed_arrays():
+    """``bench/audit.py --short``: below 32 values a list of plain numbers is cheaper sent as it is; a longer one,
+    or one that JSON cannot carry as it is (NaN, NumPy scalars), goes as a typed array, and ``None`` keeps the
+    list so that the server can name the element."""
+    import base64
+    import math
+
+    import numpy as np
+
+    from sglang_mock.witness import encode_sample
+
+    short = encode_sample({"prompt_ids": [1, 2], "response_ids": [3], "logprobs": [-0.5], "loss_mask": [True]})
+    assert short == {"prompt_ids": [1, 2], "response_ids": [3], "logprobs": [-0.5], "loss_mask": [True]}
+    long = encode_sample({"prompt_ids": list(range(40)), "response_ids": [3]})["prompt_ids"]
+    assert (long["dtype"], long["shape"]) == ("int32", [40])
+    assert list(np.frombuffer(base64.b64decode(long["b64"]), dtype="<i4")) == list(range(40))
+    nan = encode_sample({"prompt_ids": [1], "response_ids": [3], "logprobs": [math.nan]})["logprobs"]
+    assert nan["dtype"] == "float32" and math.isnan(np.frombuffer(base64.b64decode(nan["b64"]), "<f4")[0])
+    scalars = encode_sample({"prompt_ids": [np.int64(7)], "response_ids": [3]})["prompt_ids"]
+    assert scalars["dtype"] in ("int32", "int64")
+    json.dumps(scalars)
+    assert encode_sample({"prompt_ids": [1], "response_ids": [3], "logprobs": [None]})["logprobs"] == [None]

@@ -169,9 +169,28 @@ def _packed(values: list, shape: List[int]) -> Optional[Dict[str, Any]]:
     return None
 
 
+# The shortest column worth packing as a typed array: below it a list of plain numbers goes as it is, which
+# `json.dumps` writes faster than a typed array is built (`bench/audit.py --short`, bench/README.md).
+_PACK_FROM = 32
+
+
+def _plain(values: list) -> bool:
+    """Whether JSON carries ``values`` as they are: Python ints, bools and finite floats (not NumPy scalars,
+    which ``json`` cannot write, nor NaN and the infinities, which JSON has no numbers for)."""
+    for x in values:
+        kind = type(x)
+        if kind is float:
+            if not -math.inf < x < math.inf:
+                return False
+        elif kind is not int and kind is not bool:
+            return False
+    return True
+
+
 def _column(value: Any) -> Any:
-    """A column as the server reads it: a typed array when it holds only numbers, else the list with ``None``
-    kept and non-finite numbers spelled as the server reads them (JSON has no NaN)."""
+    """A column as the server reads it: a short list of plain numbers as it is, a typed array when it holds only
+    numbers, else the list with ``None`` kept and non-finite numbers spelled as the server reads them (JSON has
+    no NaN)."""
     if value is None or isinstance(value, (str, bytes, int, float, dict)):
         return value
     tensor = _tensor(value)
@@ -183,6 +202,8 @@ def _column(value: Any) -> Any:
         except TypeError:
             return value
     flat = _flat(value)
+    if flat is not None and len(flat[0]) < _PACK_FROM and _plain(flat[0]):
+        return value
     packed = _packed(*flat) if flat is not None else None
     # `None` (or another odd value) inside, or a ragged list: the list as it is, so that the report can name it.
     return packed if packed is not None else [_spell(x) for x in value]
