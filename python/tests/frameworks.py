@@ -5,10 +5,12 @@ rest (multimodal data, statistics, tokenizers), so that the audit reads them exa
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Optional
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 
@@ -51,6 +53,54 @@ class Sample:
         value = self.__dict__.copy()
         value["status"] = self.status.value
         return value
+
+    def append_response_tokens(self, args=None, *, tokens=None, log_probs=None, trainable=True, meta_info=None,
+                               text=None, update_terminal_info=True):
+        """``Sample.append_response_tokens`` at THUDM/slime ``624b824a8``, without top-p replay and speculative
+        statistics: tokens, mask and logprobs appended together, then the answer's routes and terminal fields."""
+        tokens = list(tokens or [])
+        log_probs = None if log_probs is None else list(log_probs)
+        if log_probs is not None and len(log_probs) != len(tokens):
+            raise ValueError(f"log_probs length {len(log_probs)} != tokens length {len(tokens)}")
+        if tokens and trainable and log_probs is None:
+            raise ValueError("trainable response tokens require rollout log probabilities.")
+        if tokens and not trainable:
+            log_probs = [0.0] * len(tokens)
+        if text is not None:
+            self.response += text
+        previous_response_length = self.response_length
+        if tokens:
+            self.tokens += tokens
+            self.response_length += len(tokens)
+            if self.loss_mask is None:
+                self.loss_mask = [1] * previous_response_length
+            self.loss_mask += [1 if trainable else 0] * len(tokens)
+        if log_probs is not None:
+            if self.rollout_log_probs is None:
+                self.rollout_log_probs = [0.0] * previous_response_length
+            self.rollout_log_probs += log_probs
+        if meta_info is not None:
+            self._apply_meta_info(args, meta_info, update_terminal_info=update_terminal_info)
+
+    def _apply_meta_info(self, args, meta_info, *, update_terminal_info=True):
+        routed = meta_info.get("routed_experts")
+        if routed is not None:
+            routes = np.frombuffer(base64.b64decode(routed), dtype=np.int32)
+            start_len = int(meta_info.get("routed_experts_start_len", 0) or 0)
+            expected_rows = max(0, len(self.tokens) - 1 - start_len)
+            if routes.size != expected_rows * args.num_layers * args.moe_router_topk:
+                raise ValueError("SGLang routed_experts element count does not match sample tokens")
+            routes = routes.reshape(expected_rows, args.num_layers, args.moe_router_topk)
+            if start_len == 0:
+                self.rollout_routed_experts = routes
+            else:
+                self.rollout_routed_experts = np.concatenate([self.rollout_routed_experts[:start_len], routes])
+        if not update_terminal_info or "finish_reason" not in meta_info:
+            return
+        if "weight_version" in meta_info:
+            self.weight_versions.append(meta_info["weight_version"])
+        self.status = {"length": Sample.Status.TRUNCATED, "abort": Sample.Status.ABORTED,
+                       "stop": Sample.Status.COMPLETED}[meta_info["finish_reason"]["type"]]
 
 
 class AgentLoopMetrics(BaseModel):

@@ -4,7 +4,9 @@ fixed (its samples pass). The rollout code keeps the shape of the upstream code 
 awaits an HTTP client, a blocking ``requests.post`` sends the same body. Then what the audit says of what a
 rollout hands it (nothing, samples of one index, a sample it cannot read), and of defects whose evidence tells
 their cause: a value rounded, a re-score at another temperature, a stop token dropped from the ids, a
-cumulative stream's chunks appended, a resume joined with a token twice.
+cumulative stream's chunks appended, a resume joined with a token twice. And the frameworks' own paths across a
+weight update against a server started with no version: AReaL HEAD's resume loop, labelled with its integer
+versions, and slime HEAD's partial rollout with routing replay, labelled one version per request.
 """
 
 import base64
@@ -787,6 +789,95 @@ def test_miles_893_truncating_the_routes_too_passes(sglang_mock):
     _truncate_sample_output_fixed(sample, keep_tokens=5)
     assert sample.rollout_routed_experts.shape == (len(sample.tokens) - 1, 2, 2)
     sglang_mock.assert_faithful([sample])
+
+
+# --- slime HEAD: a partial rollout with routing replay, aborted for a weight update and resumed ------------------
+
+
+class SlimeArgs:
+    """The ``args`` slime's ``generate`` reads here (``--use-rollout-routing-replay`` on a 2-layer top-2 MoE)."""
+
+    use_rollout_routing_replay = True
+    num_layers = 2
+    moe_router_topk = 2
+
+
+def slime_generate(url, args, sample, sampling_params):
+    """``generate`` of ``slime/rollout/sglang_rollout.py`` at THUDM/slime ``624b824a8``, text-only: the prompt
+    is ``sample.tokens`` once it has any (``_prepare_prompt_ids``), so that an aborted sample resumes from its
+    partial output with ``max_new_tokens`` reduced by it; the answer goes through ``append_response_tokens``."""
+    assert sample.status in (Sample.Status.PENDING, Sample.Status.ABORTED), sample.status
+    prompt_ids = sample.tokens if sample.tokens else tokenize(url, sample.prompt)
+    sampling_params = dict(sampling_params)
+    sampling_params["max_new_tokens"] -= sample.response_length
+    if sampling_params["max_new_tokens"] == 0:
+        sample.status = Sample.Status.TRUNCATED
+        return sample
+    payload = {"sampling_params": sampling_params, "return_logprob": True}
+    if args.use_rollout_routing_replay:
+        payload["return_routed_experts"] = True
+    payload["input_ids"] = prompt_ids
+    if not sample.tokens:
+        sample.tokens = prompt_ids
+    output = post(url, payload)
+    if "output_token_logprobs" in output["meta_info"]:
+        new_response_tokens = [item[1] for item in output["meta_info"]["output_token_logprobs"]]
+        new_response_log_probs = [item[0] for item in output["meta_info"]["output_token_logprobs"]]
+    else:
+        new_response_tokens, new_response_log_probs = [], []
+    sample.append_response_tokens(args, tokens=new_response_tokens, log_probs=new_response_log_probs,
+                                  trainable=True, meta_info=output["meta_info"], text=output["text"])
+    return sample
+
+
+def slime_partial_rollout_across_an_update(url, tmp_path):
+    """A group of two samples generated, aborted half-way by the rollout manager (slime's ``abort``:
+    ``/abort_request`` with ``abort_all``), the weights updated from disk with ``weight_version="1"`` (slime's
+    ``update_weights_from_disk`` passes ``str(self.weight_version)``), then each aborted sample generated again."""
+    args = SlimeArgs()
+    params = {"max_new_tokens": 40, "temperature": 1.0, "top_p": 1.0}
+    group = [Sample(index=0, prompt="Write a long story."), Sample(index=0, prompt="Write a long story.")]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        pending = [pool.submit(slime_generate, url, args, s, params) for s in group]
+        while requests.get(f"{url}/admin/stats", timeout=30).json()["running"] < 2:
+            time.sleep(0.005)
+        time.sleep(0.1)
+        requests.post(f"{url}/abort_request", json={"abort_all": True}, timeout=30).raise_for_status()
+        group = [p.result(timeout=30) for p in pending]
+    assert all(s.status == Sample.Status.ABORTED and 0 < s.response_length < 40 for s in group)
+    update = {"model_path": str(tmp_path), "weight_version": "1"}
+    requests.post(f"{url}/update_weights_from_disk", json=update, timeout=30).raise_for_status()
+    return [slime_generate(url, args, s, params) for s in group]
+
+
+@pytest.mark.sglang_mock(itl_ms=10, **MOE)
+def test_slime_partial_rollout_with_routes_across_an_update_passes_against_a_plain_server(sglang_mock, tmp_path):
+    """slime HEAD's own path, ``generate`` and ``Sample.append_response_tokens``: partial output kept through an
+    abort, the resumed request's routes replacing the first's, one ``weight_versions`` label per request. The two
+    samples of the group are distinct draws of one prompt, and each audits faithful, labels included."""
+    group = slime_partial_rollout_across_an_update(sglang_mock, tmp_path)
+    assert all(s.status == Sample.Status.TRUNCATED and s.response_length == 40 for s in group)
+    assert [s.weight_versions for s in group] == [["default", "1"]] * 2
+    assert group[0].tokens != group[1].tokens
+    assert all(s.rollout_routed_experts.shape == (len(s.tokens) - 1, 2, 2) for s in group)
+    report = sglang_mock.audit(group)
+    assert report.ok, report
+    assert (report.checked_versions, report.version_fields) == (80, ["weight_versions"])
+    assert report.matched_items == 4
+
+
+@pytest.mark.sglang_mock(itl_ms=10, **MOE)
+def test_slime_resumed_samples_whose_labels_were_not_kept_fail(sglang_mock, tmp_path):
+    """A sample rebuilt for the resume from its tokens alone (a custom rollout that copies ``tokens``,
+    ``response_length``, ``rollout_log_probs`` and ``loss_mask`` into a fresh ``Sample``) keeps the resumed
+    request's label only: the first answer's tokens have none."""
+    group = slime_partial_rollout_across_an_update(sglang_mock, tmp_path)
+    for s in group:
+        s.weight_versions = s.weight_versions[1:]
+    report = sglang_mock.audit(group)
+    assert report.kinds() == ["version-mismatch"] * 2, report
+    for p in report.problems:
+        assert (p.channel, p.start, p.expected, p.found) == ("weight_versions", 0, "default", "1")
 
 
 # --- i. what a rollout hands the audit: nothing, samples of one index, a sample that cannot be read --------------

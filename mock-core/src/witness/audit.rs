@@ -1813,8 +1813,7 @@ impl<'a> Check<'a> {
                     k + 1
                 ),
             );
-            // Later answers are looked for after this one's place.
-            next += 1;
+            // The label found there may be a later answer's: it stays for them.
         }
     }
 
