@@ -30,4 +30,4 @@ pub use json::{
 pub use meta::{Key, Shape, keys};
 pub use sse::{DONE_EVENT, error_event, error_stream_body, sse_event, stream_mode};
 pub use stream::{Due, StreamEncoder, due};
-pub use versions::{VersionEvent, VersionSpan, reported_version, weight_version_spans};
+pub use versions::{VersionEvent, VersionSpan, reported_version, tile, weight_version_spans};

@@ -35,26 +35,39 @@ pub fn weight_version_spans<'a>(
     current: &'a str,
     tokens: usize,
 ) -> Vec<VersionSpan<'a>> {
-    let changes = events
-        .iter()
-        .map(|e| (&*e.old_version, e.tokens))
-        .chain(std::iter::once((current, tokens)));
-    let mut spans: Vec<VersionSpan<'a>> = Vec::with_capacity(events.len() + 1);
-    for (version, end) in changes {
+    let changes = events.iter().map(|e| (&*e.old_version, e.tokens));
+    tile(changes, current, tokens)
+        .into_iter()
+        .map(|(version, start, end)| VersionSpan {
+            version,
+            start,
+            end,
+        })
+        .collect()
+}
+
+/// The runs `(key, start, end)` that tile an item's `tokens` output tokens: each change `(key, end)` says that
+/// the tokens before `end` came from `key`, and `current` made the rest; consecutive runs of one key merge, and
+/// a change past the output or before the last run's end adds nothing. The rule of
+/// `compute_weight_version_spans` and `add_weight_versions_to_meta_info` (0.5.23), whatever a key holds: the
+/// wire's spans key by the version, the ledger's by the version and the weights' number.
+pub fn tile<K: PartialEq + Copy>(
+    changes: impl Iterator<Item = (K, usize)>,
+    current: K,
+    tokens: usize,
+) -> Vec<(K, usize, usize)> {
+    let mut spans: Vec<(K, usize, usize)> = Vec::new();
+    for (key, end) in changes.chain(std::iter::once((current, tokens))) {
         let end = end.min(tokens);
         match spans.last_mut() {
-            Some(last) if end <= last.end => {}
-            Some(last) if last.version == version => last.end = end,
+            Some(last) if end <= last.2 => {}
+            Some(last) if last.0 == key => last.2 = end,
             last => {
-                let start = last.map_or(0, |l| l.end);
-                spans.push(VersionSpan {
-                    version,
-                    start,
-                    end,
-                });
+                let start = last.map_or(0, |l| l.2);
+                spans.push((key, start, end));
             }
         }
     }
-    spans.retain(|span| span.start < tokens || span.start == 0);
+    spans.retain(|&(_, start, _)| start < tokens || start == 0);
     spans
 }

@@ -4,7 +4,7 @@
 use crate::config::SglangVersion;
 use crate::engine::{FinishReason, GREEDY_TEMPERATURE, Generation, PlannedItem};
 use crate::faults::{BodyFault, Channel, Fault, StreamFault};
-use crate::wire::{VersionEvent, reported_version, weight_version_spans};
+use crate::wire::{VersionEvent, reported_version, tile, weight_version_spans};
 
 use super::ledger::{Entry, Finish, Route, RoutesEdit, SentLogprobs, SentRoutes, Span, Supports};
 
@@ -287,30 +287,19 @@ fn finish_type(reason: &FinishReason) -> Finish {
 }
 
 /// The ledger's spans of an item's output: which weights made which tokens, split wherever the version or the
-/// weights changed (the wire's spans split on the version alone, `weight_version_spans`; this is its rule with
-/// the weights' number beside the version). Never empty: an item without output has one span `[0, 0)`.
+/// weights changed (the wire's spans split on the version alone, `weight_version_spans`). Never empty: an item
+/// without output has one span `[0, 0)`.
 fn weights_spans(events: &[VersionEvent], current: (&str, u64), tokens: usize) -> Vec<Span> {
     let changes = events
         .iter()
-        .map(|e| ((&*e.old_version, e.old_weights), e.tokens))
-        .chain(std::iter::once((current, tokens)));
-    let mut spans: Vec<Span> = Vec::with_capacity(events.len() + 1);
-    for ((version, weights), end) in changes {
-        let end = end.min(tokens);
-        match spans.last_mut() {
-            Some(last) if end <= last.end => {}
-            Some(last) if last.version == version && last.weights == weights => last.end = end,
-            last => {
-                let start = last.map_or(0, |l| l.end);
-                spans.push(Span {
-                    version: version.to_owned(),
-                    start,
-                    end,
-                    weights,
-                });
-            }
-        }
-    }
-    spans.retain(|span| span.start < tokens || span.start == 0);
-    spans
+        .map(|e| ((&*e.old_version, e.old_weights), e.tokens));
+    tile(changes, current, tokens)
+        .into_iter()
+        .map(|((version, weights), start, end)| Span {
+            version: version.to_owned(),
+            start,
+            end,
+            weights,
+        })
+        .collect()
 }
