@@ -13,6 +13,7 @@
 //! one `ln` for the reported logprob. At any other temperature logprobs are computed in log space,
 //! `l / T - log Z`, so they stay finite however far below the top a token lies.
 
+use super::policy::Policy;
 use super::slots::PUNCTUATION;
 use super::tokenizer::Tokenizer;
 
@@ -30,7 +31,7 @@ pub const TAIL_MARGIN: f64 = 2.0;
 const FLATNESS_MIN: f64 = 0.26;
 const FLATNESS_SPAN: f64 = 0.69;
 /// Explicit entries per context: the content candidates and `<|im_end|>`.
-const EXPLICIT: usize = CANDIDATES + 1;
+pub(crate) const EXPLICIT: usize = CANDIDATES + 1;
 
 /// SplitMix64's output function: a fast, well-mixed bijection on `u64`.
 pub(crate) fn splitmix64(mut z: u64) -> u64 {
@@ -53,11 +54,16 @@ pub fn unit(h: u64) -> f64 {
 }
 
 /// What the model assigns at one context at temperature 1: a weight (`exp(logit)`) per slot, the content
-/// candidates first in strictly descending weight and `<|im_end|>` last, and the recipe for each slot's id.
+/// candidates first and `<|im_end|>` last, and the recipe for each slot's id.
 #[derive(Clone, Debug)]
 pub(crate) struct Logits {
     weights: [f64; EXPLICIT],
     ids: CandidateIds,
+    /// Whether the content candidates fall strictly, as the base model makes them: a policy's offsets can reorder
+    /// them (MODEL.md section 14), and then the nine entries are sorted in full.
+    sorted: bool,
+    /// The context's `layout` draw, which picks its bucket of the policy.
+    layout: u64,
 }
 
 /// How a slot's token id is drawn. Ids are computed only when something asks for them: a step at temperature 1
@@ -133,8 +139,17 @@ pub(crate) fn context_hash(seed: u64, context: &[u32]) -> u64 {
 /// `turn` is where `context` stands in its turn ([`Turn::of`]); callers that extend a context token by token keep
 /// it with [`Turn::then`] instead of rescanning.
 // Inlined so the arrays it returns are built in the caller's frame, not copied out.
+///
+/// `policy` moves the nine weights by the offsets of the context's bucket (MODEL.md section 14); an all-zero policy
+/// leaves them as they are.
 #[inline(always)]
-pub(crate) fn logits(seed: u64, tokenizer: &Tokenizer, context: &[u32], turn: Turn) -> Logits {
+pub(crate) fn logits(
+    seed: u64,
+    tokenizer: &Tokenizer,
+    context: &[u32],
+    turn: Turn,
+    policy: &Policy,
+) -> Logits {
     debug_assert_eq!(turn, Turn::of(tokenizer, context));
     let h = context_hash(seed, context);
     let slots = tokenizer.slots();
@@ -163,6 +178,13 @@ pub(crate) fn logits(seed: u64, tokenizer: &Tokenizer, context: &[u32], turn: Tu
     }
     weights[CANDIDATES] = end_of_turn_weight(turn);
     let layout = next();
+    let mut sorted = true;
+    if let Some(factors) = policy.factors(layout) {
+        for (w, f) in weights.iter_mut().zip(factors) {
+            *w *= f;
+        }
+        sorted = false;
+    }
     let ids = CandidateIds {
         stream: next(),
         rotation: (layout & 7) as u32,
@@ -173,10 +195,48 @@ pub(crate) fn logits(seed: u64, tokenizer: &Tokenizer, context: &[u32], turn: Tu
         table: slots.table,
         im_end: slots.end_of_turn,
     };
-    Logits { weights, ids }
+    Logits {
+        weights,
+        ids,
+        sorted,
+        layout,
+    }
+}
+
+/// Sorts explicit entries `(slot, weight)` into the order of MODEL.md section 5: descending weight, ties by
+/// ascending id. With `sorted` (the base model's candidates, which fall strictly, and `<|im_end|>` last if present)
+/// only the end-of-turn entry moves, up past every candidate it outweighs; otherwise an insertion sort of all of
+/// them, which gives the same order when both apply.
+#[inline(always)]
+fn sort_explicit(entries: &mut [(usize, f64)], ids: &CandidateIds, sorted: bool) {
+    let before =
+        |a: (usize, f64), b: (usize, f64)| a.1 > b.1 || (a.1 == b.1 && ids.id(a.0) < ids.id(b.0));
+    let n = entries.len();
+    if sorted {
+        if n > 0 && entries[n - 1].0 == CANDIDATES {
+            let mut at = n - 1;
+            while at > 0 && before(entries[at], entries[at - 1]) {
+                entries.swap(at - 1, at);
+                at -= 1;
+            }
+        }
+        return;
+    }
+    for i in 1..n {
+        let mut at = i;
+        while at > 0 && before(entries[at], entries[at - 1]) {
+            entries.swap(at - 1, at);
+            at -= 1;
+        }
+    }
 }
 
 impl Logits {
+    /// The context's `layout` draw (MODEL.md section 4.3), which picks its bucket of a policy.
+    pub(crate) fn layout(&self) -> u64 {
+        self.layout
+    }
+
     /// The draw of [`Distribution::pick`] for the plainest and most common step of a rollout: temperature 1,
     /// reported at temperature 1, nothing masked and no top-k / top-p / min-p filter. Returns the id and its
     /// probability `w / Z`, whose `ln` is [`Distribution::logprob_of`] (taken only when a logprob is reported).
@@ -186,29 +246,15 @@ impl Logits {
     /// the general path for it (about one step in a hundred).
     #[inline(always)]
     pub(crate) fn pick_plain(&self, vocab_size: u32, u: f64) -> Option<(u32, f64)> {
-        // `<|im_end|>`, last, rises past every candidate it outweighs, or equals with a larger id.
-        let mut sorted = self.weights;
-        let end = sorted[CANDIDATES];
-        let mut rank = CANDIDATES;
-        while rank > 0
-            && (sorted[rank - 1] < end
-                || (sorted[rank - 1] == end && self.ids.id(rank - 1) > self.ids.id(CANDIDATES)))
-        {
-            sorted[rank] = sorted[rank - 1];
-            rank -= 1;
-        }
-        sorted[rank] = end;
-        let slot_at = |position: usize| match position.cmp(&rank) {
-            std::cmp::Ordering::Less => position,
-            std::cmp::Ordering::Equal => CANDIDATES,
-            std::cmp::Ordering::Greater => position - 1,
-        };
+        let mut entries: [(usize, f64); EXPLICIT] =
+            std::array::from_fn(|slot| (slot, self.weights[slot]));
+        sort_explicit(&mut entries, &self.ids, self.sorted);
         let tail_count = f64::from(vocab_size - EXPLICIT as u32);
-        let z = sorted.iter().sum::<f64>() + tail_count * TAIL_WEIGHT;
+        let z = entries.iter().map(|e| e.1).sum::<f64>() + tail_count * TAIL_WEIGHT;
         let mut target = u * z;
-        for (position, &weight) in sorted.iter().enumerate() {
+        for &(slot, weight) in &entries {
             if target < weight {
-                return Some((self.ids.id(slot_at(position)), weight / z));
+                return Some((self.ids.id(slot), weight / z));
             }
             target -= weight;
         }
@@ -317,17 +363,7 @@ impl<'m> Distribution<'m> {
                 }
             }
         }
-        // The content candidates arrive sorted and the end-of-turn entry, if not masked, last: move it to its rank.
-        if n > 0 && explicit[n - 1].0 == CANDIDATES {
-            let mut at = n - 1;
-            while at > 0 && {
-                let (prev, this) = (explicit[at - 1], explicit[at]);
-                prev.1 < this.1 || (prev.1 == this.1 && ids.id(prev.0) > ids.id(this.0))
-            } {
-                explicit.swap(at - 1, at);
-                at -= 1;
-            }
-        }
+        sort_explicit(&mut explicit[..n], &ids, logits.sorted);
         let tail_count = u64::from(vocab_size) - n as u64 - masked.len() as u64;
         let mut tail_weight = TAIL_WEIGHT;
         let mut scaled_logits = None;
@@ -380,6 +416,23 @@ impl<'m> Distribution<'m> {
 
     fn explicit(&self) -> &[(usize, f64)] {
         &self.explicit[..self.n_explicit]
+    }
+
+    /// The logprob of each explicit slot (`-inf` for a masked one), indexed by slot: what the gradient of
+    /// MODEL.md section 14.3 needs.
+    pub(crate) fn slot_logprobs(&self) -> [f64; EXPLICIT] {
+        let mut out = [f64::NEG_INFINITY; EXPLICIT];
+        for position in 0..self.n_explicit {
+            out[self.explicit[position].0] = self.explicit_logprob(position);
+        }
+        out
+    }
+
+    /// The slot whose id is `id`, if it is an unmasked explicit entry.
+    pub(crate) fn slot_of(&self, id: u32) -> Option<usize> {
+        (0..self.n_explicit)
+            .find(|&p| self.id_at(p) == id)
+            .map(|p| self.explicit[p].0)
     }
 
     /// The id at a position of the sorted explicit entries.
@@ -760,7 +813,128 @@ impl Pick {
 
 #[cfg(test)]
 mod tests {
+    use super::super::policy::Policy;
     use super::*;
+
+    /// The base model's logits: every test here but the policy's runs with all-zero weights.
+    fn logits(seed: u64, t: &Tokenizer, context: &[u32], turn: Turn) -> Logits {
+        super::logits(seed, t, context, turn, &Policy::zero(8))
+    }
+
+    /// A policy of `buckets` rows drawn from `h`: offsets spread over and beyond the clamped range, with some rows
+    /// left all zero.
+    fn random_policy(h: u64, buckets: usize) -> Policy {
+        let rows = (0..buckets)
+            .map(|b| {
+                let row = mix(h, b as u64);
+                if row % 4 == 0 {
+                    return [0.0; EXPLICIT];
+                }
+                std::array::from_fn(|s| (unit(mix(row, s as u64)) * 22.0 - 4.0) as f32)
+            })
+            .collect();
+        Policy::new(rows).unwrap()
+    }
+
+    /// Under a policy the order, the normaliser and the fast path follow the moved weights (MODEL.md section 14):
+    /// the top list is the nine explicit entries sorted by descending logprob (ties by id) above the tail, the
+    /// logprobs sum to one, a logprob moves by its slot's clamped offset (up to the shared normaliser), and
+    /// `pick_plain` draws what the general path draws, to the bit.
+    #[test]
+    fn a_policy_moves_every_path_of_the_distribution_alike() {
+        let t = Tokenizer::new(151_936);
+        let vocab = t.vocab_size();
+        let base = Policy::zero(8);
+        let mut reordered = 0;
+        for case in 0..400u64 {
+            let h = mix(0x901, case);
+            let buckets = [1usize, 3, 8, 16][(h % 4) as usize];
+            let policy = random_policy(h >> 2, buckets);
+            let context: Vec<u32> = (0..1 + (h >> 9) % 12)
+                .map(|i| (mix(h, i) % 150_000) as u32)
+                .collect();
+            let turn = Turn::of(&t, &context);
+            let moved = super::logits(h >> 5, &t, &context, turn, &policy);
+            let plain = super::logits(h >> 5, &t, &context, turn, &base);
+            let bucket = policy.bucket(moved.layout);
+            reordered += usize::from(
+                moved
+                    .weights
+                    .windows(2)
+                    .take(CANDIDATES - 1)
+                    .any(|w| w[0] < w[1]),
+            );
+            for temperature in [1.0, 0.6, 1.7] {
+                let d = Distribution::new(&moved, vocab, temperature, &[]);
+                let mut top = Vec::new();
+                d.top(EXPLICIT + 2, &mut top);
+                let explicit: Vec<u32> = (0..EXPLICIT).map(|s| moved.ids.id(s)).collect();
+                assert!(
+                    top[..EXPLICIT].iter().all(|e| explicit.contains(&e.0)),
+                    "case {case}"
+                );
+                assert!(
+                    top.windows(2)
+                        .all(|w| w[0].1 > w[1].1 || (w[0].1 == w[1].1 && w[0].0 < w[1].0)),
+                    "case {case}: {top:?}"
+                );
+                let total = top[..EXPLICIT].iter().map(|e| e.1.exp()).sum::<f64>()
+                    + (vocab - EXPLICIT as u32) as f64 * d.tail_logprob().exp();
+                assert!((total - 1.0).abs() < 1e-12, "case {case}: {total}");
+                let base_d = Distribution::new(&plain, vocab, temperature, &[]);
+                let shift = |s: usize| d.logprob(explicit[s]) - base_d.logprob(explicit[s]);
+                for s in 0..EXPLICIT {
+                    let theta = f64::from(policy.offsets()[bucket][s]).clamp(-2.0, 16.0);
+                    let want = (theta - f64::from(policy.offsets()[bucket][0]).clamp(-2.0, 16.0))
+                        / temperature;
+                    let got = shift(s) - shift(0);
+                    assert!(
+                        (got - want).abs() < 1e-9 * want.abs().max(1.0),
+                        "case {case} slot {s}: {got} vs {want}"
+                    );
+                }
+            }
+            let d = Distribution::new(&moved, vocab, 1.0, &[]);
+            for k in 0..64 {
+                let u = unit(mix(h, 1000 + k));
+                let general = d.pick(None, 1.0, 0.0, u);
+                match moved.pick_plain(vocab, u) {
+                    Some((id, p)) => {
+                        assert_eq!(id, general.id, "case {case}");
+                        assert_eq!(
+                            p.ln().to_bits(),
+                            d.logprob_of(&general).to_bits(),
+                            "case {case}"
+                        );
+                    }
+                    None => assert_eq!(general.position, None, "case {case}"),
+                }
+            }
+        }
+        assert!(
+            reordered > 100,
+            "offsets reorder the candidates in {reordered} of 400 contexts"
+        );
+    }
+
+    /// A bucket whose offsets are all zero, or an all-zero policy, gives the base model's weights and order bit for
+    /// bit, and marks them sorted so the default path stays the base model's.
+    #[test]
+    fn zero_offsets_leave_the_weights_and_the_shortcut_alone() {
+        let t = Tokenizer::new(151_936);
+        for case in 0..200u64 {
+            let context = [(case * 7919 % 150_000) as u32, 5, 6];
+            let turn = Turn::of(&t, &context);
+            let base = super::logits(case, &t, &context, turn, &Policy::zero(8));
+            let mut rows = vec![[0.0f32; EXPLICIT]; 8];
+            rows[((base.layout + 1) % 8) as usize] = [1.5; EXPLICIT];
+            let elsewhere = super::logits(case, &t, &context, turn, &Policy::new(rows).unwrap());
+            for l in [&base, &elsewhere] {
+                assert!(l.sorted);
+                assert_eq!(l.weights.map(f64::to_bits), base.weights.map(f64::to_bits));
+            }
+        }
+    }
 
     fn setup(context: &[u32]) -> (Tokenizer, Logits) {
         let t = Tokenizer::new(151_936);

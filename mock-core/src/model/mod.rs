@@ -10,6 +10,7 @@ mod dist;
 #[cfg(feature = "hf")]
 mod hf;
 mod loading;
+mod policy;
 mod router;
 mod slots;
 mod tokenizer;
@@ -23,13 +24,18 @@ pub use dist::{CANDIDATES, Distribution, TAIL_LOGIT, TAIL_MARGIN};
 #[cfg(feature = "hf")]
 pub use hf::{HfVocab, LoadedTokenizer};
 pub use loading::{LoadError, SpecialTokenStrings};
+pub use policy::{
+    ARCHITECTURE, DEFAULT_BUCKETS, MAX_BUCKETS, OFFSET_MAX, OFFSET_MIN, Policy, PolicyError, SLOTS,
+    TENSOR_NAME, config_json, save_dir, to_safetensors,
+};
 pub use router::{MoeShape, append_routes};
 pub use tokenizer::Tokenizer;
 pub use toy::{MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, Piece};
 #[cfg(not(feature = "hf"))]
 pub use without_hf::{ChatTemplate, HfVocab, LoadedTokenizer};
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 pub(crate) use dist::{Logits, Pick, Turn};
 pub use dist::{mix, unit};
@@ -84,11 +90,28 @@ pub enum ModelError {
     MoeShape(MoeShape),
 }
 
-/// The toy model: a seed, a tokenizer and the next-token distribution they define.
-#[derive(Clone, Debug)]
+/// The toy model: a seed, a tokenizer, the policy's weights and the next-token distribution they define.
+///
+/// The weights can change while the model serves (a weight update): each change gets the next *epoch*, and a
+/// generation keeps the policy it read with the epoch it read it at, so that a step costs one atomic load to learn
+/// whether the weights changed under it.
+#[derive(Debug)]
 pub struct Model {
     config: ModelConfig,
     tokenizer: Tokenizer,
+    policy: RwLock<Arc<Policy>>,
+    epoch: AtomicU64,
+}
+
+/// The gradient of one token's logprob with respect to the policy's offsets: nonzero in one bucket only.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Gradient {
+    /// `log p(id | context)` at the temperature, as the server reports it before rounding to `f32`.
+    pub logprob: f64,
+    /// The context's bucket: the row of `logit_offsets` the gradient lives in.
+    pub bucket: usize,
+    /// `d logprob / d logit_offsets[bucket][slot]` for each slot.
+    pub d_offsets: [f64; SLOTS],
 }
 
 impl Model {
@@ -122,7 +145,41 @@ impl Model {
         {
             return Err(ModelError::MoeShape(moe));
         }
-        Ok(Model { config, tokenizer })
+        Ok(Model {
+            config,
+            tokenizer,
+            policy: RwLock::new(Arc::new(Policy::zero(DEFAULT_BUCKETS))),
+            epoch: AtomicU64::new(0),
+        })
+    }
+
+    /// The model with `policy` as its weights.
+    pub fn with_policy(self, policy: Policy) -> Model {
+        self.set_policy(policy);
+        self
+    }
+
+    /// The weights serving now.
+    pub fn policy(&self) -> Arc<Policy> {
+        Arc::clone(&self.policy.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The number of times the weights have been replaced: a generation compares it with the one it read.
+    #[inline(always)]
+    pub fn policy_epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// The weights serving now and their epoch; the policy is at least as new as the epoch says.
+    pub(crate) fn policy_with_epoch(&self) -> (Arc<Policy>, u64) {
+        let epoch = self.policy_epoch();
+        (self.policy(), epoch)
+    }
+
+    /// Replaces the weights: every step from now on, of new and of running generations, uses `policy`.
+    pub fn set_policy(&self, policy: Policy) {
+        *self.policy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policy);
+        self.epoch.fetch_add(1, Ordering::Release);
     }
 
     /// The configuration the model was built with.
@@ -143,8 +200,53 @@ impl Model {
         temperature: f64,
         masked: &'m [u32],
     ) -> Distribution<'m> {
-        let logits = self.logits(context, Turn::of(&self.tokenizer, context));
+        self.distribution_under(&self.policy(), context, temperature, masked)
+    }
+
+    /// [`Model::distribution`] under the weights `policy` instead of those serving now.
+    pub fn distribution_under<'m>(
+        &self,
+        policy: &Policy,
+        context: &[u32],
+        temperature: f64,
+        masked: &'m [u32],
+    ) -> Distribution<'m> {
+        let logits = self.logits(policy, context, Turn::of(&self.tokenizer, context));
         Distribution::new(&logits, self.config.vocab_size, temperature, masked)
+    }
+
+    /// The logprob of `id` after `context` at `temperature` under `policy`, and its gradient with respect to the
+    /// policy's offsets (MODEL.md section 14.3): with `p_s` the slots' probabilities at `temperature`,
+    /// `d logprob / d θ[bucket][s] = (1[id is slot s] - p_s) / temperature` for every offset that is not clamped,
+    /// and 0 for one that is. `None` for an id outside the vocabulary.
+    pub fn logprob_gradient(
+        &self,
+        policy: &Policy,
+        context: &[u32],
+        temperature: f64,
+        id: u32,
+    ) -> Option<Gradient> {
+        if id >= self.config.vocab_size {
+            return None;
+        }
+        let logits = self.logits(policy, context, Turn::of(&self.tokenizer, context));
+        let dist = Distribution::new(&logits, self.config.vocab_size, temperature, &[]);
+        let bucket = policy.bucket(logits.layout());
+        let chosen = dist.slot_of(id);
+        let slot_logprobs = dist.slot_logprobs();
+        let inv_t = 1.0 / temperature;
+        let d_offsets = std::array::from_fn(|s| {
+            if !policy.is_active(bucket, s) {
+                return 0.0;
+            }
+            let hit = if chosen == Some(s) { 1.0 } else { 0.0 };
+            (hit - slot_logprobs[s].exp()) * inv_t
+        });
+        Some(Gradient {
+            logprob: dist.logprob(id),
+            bucket,
+            d_offsets,
+        })
     }
 
     /// Appends the routed experts of `tokens[start..len - 1]` (section 12): one row of `layers * experts_per_token`
@@ -153,16 +255,64 @@ impl Model {
         router::append_routes(self.config.seed, &self.config.moe, tokens, start, out);
     }
 
-    /// The unscaled logits after `context`, given its running count of tokens since the last special token.
+    /// The unscaled logits after `context` under `policy`, given its running count of tokens since the last
+    /// special token.
     #[inline(always)]
-    pub(crate) fn logits(&self, context: &[u32], turn: Turn) -> Logits {
-        dist::logits(self.config.seed, &self.tokenizer, context, turn)
+    pub(crate) fn logits(&self, policy: &Policy, context: &[u32], turn: Turn) -> Logits {
+        dist::logits(self.config.seed, &self.tokenizer, context, turn, policy)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The closed-form gradient of MODEL.md section 14.3 against central finite differences of the logprob
+        /// itself, for every offset of the context's bucket, at temperatures around 1, for candidate, end-of-turn
+        /// and tail ids; a clamped offset has gradient 0 and its finite difference is 0 too.
+        #[test]
+        fn the_gradient_is_the_finite_difference_of_the_logprob(
+            offsets in proptest::collection::vec(-3.0f32..17.0, 2 * SLOTS),
+            context in proptest::collection::vec(0u32..151_000, 1..6),
+            temperature in 0.5f64..2.0,
+            pick in 0usize..11,
+        ) {
+            let rows: Vec<[f32; SLOTS]> =
+                offsets.chunks_exact(SLOTS).map(|r| r.try_into().unwrap()).collect();
+            let model = Model::new(ModelConfig::default()).unwrap();
+            let policy = Policy::new(rows.clone()).unwrap();
+            let mut top = Vec::new();
+            model.distribution_under(&policy, &context, temperature, &[]).top(SLOTS + 2, &mut top);
+            // One of the nine explicit ids (by rank) or one of the first tail ids.
+            let id = top[pick].0;
+            let g = model.logprob_gradient(&policy, &context, temperature, id).unwrap();
+            prop_assert_eq!(g.logprob, model.distribution_under(&policy, &context, temperature, &[]).logprob(id));
+            for slot in 0..SLOTS {
+                let at = |delta: f32| {
+                    let mut moved = rows.clone();
+                    moved[g.bucket][slot] += delta;
+                    let p = Policy::new(moved).unwrap();
+                    (model.distribution_under(&p, &context, temperature, &[]).logprob(id), p)
+                };
+                let h = 1.0e-2f32;
+                let ((up, p_up), (down, p_down)) = (at(h), at(-h));
+                let span = f64::from(p_up.offsets()[g.bucket][slot]) - f64::from(p_down.offsets()[g.bucket][slot]);
+                let numeric = (up - down) / span;
+                if policy.is_active(g.bucket, slot) && p_up.is_active(g.bucket, slot) && p_down.is_active(g.bucket, slot) {
+                    prop_assert!(
+                        (numeric - g.d_offsets[slot]).abs() < 1e-4,
+                        "slot {}: closed form {} vs finite difference {}", slot, g.d_offsets[slot], numeric
+                    );
+                } else if !policy.is_active(g.bucket, slot) && !p_up.is_active(g.bucket, slot) && !p_down.is_active(g.bucket, slot) {
+                    prop_assert_eq!(g.d_offsets[slot], 0.0);
+                    prop_assert_eq!(numeric, 0.0);
+                }
+            }
+        }
+    }
 
     #[test]
     fn rejects_vocabularies_the_layout_cannot_hold() {

@@ -23,7 +23,7 @@ use crate::engine::item::{
     FinishReason, GREEDY_TEMPERATURE, ItemRequest, LogprobEntry, MaskRows, Rows,
     SamplingLogprobsMode, SamplingParams,
 };
-use crate::model::{Distribution, Logits, Model, Pick, Turn, mix, unit};
+use crate::model::{Distribution, Logits, Model, Pick, Policy, Turn, mix, unit};
 
 /// Output tokens a generation makes room for when it starts (at most its `max_new_tokens`).
 const RESERVED_TOKENS: usize = 256;
@@ -38,6 +38,10 @@ pub const MAX_TOP_P_IDS: usize = 20_000_000;
 #[derive(Clone, Debug)]
 pub struct Generation {
     model: Arc<Model>,
+    /// The weights the steps use, read at `policy_epoch`; a step re-reads them when the model's epoch moves on, so
+    /// a generation paused across a weight update continues under the new weights, as SGLang's does.
+    policy: Arc<Policy>,
+    policy_epoch: u64,
     params: SamplingParams,
     return_logprob: bool,
     top_logprobs_num: usize,
@@ -178,6 +182,7 @@ impl Generation {
 
         let prompt_len = input_ids.len();
         let turn = Turn::of(model.tokenizer(), &input_ids);
+        let (policy, policy_epoch) = model.policy_with_epoch();
         let loaded = model.tokenizer().hf().map(|vocab| {
             Box::new(LoadedText {
                 detok: Detokenizer::new(&input_ids, params.skip_special_tokens),
@@ -195,6 +200,8 @@ impl Generation {
         context.reserve(expected);
         let mut generation = Generation {
             model,
+            policy,
+            policy_epoch,
             params,
             return_logprob,
             top_logprobs_num: if return_logprob { top_logprobs_num } else { 0 },
@@ -258,7 +265,9 @@ impl Generation {
                 continue;
             }
             let context = &self.context[..p];
-            let logits = self.model.logits(context, Turn::of(tokenizer, context));
+            let logits = self
+                .model
+                .logits(&self.policy, context, Turn::of(tokenizer, context));
             let dist = Distribution::new(
                 &logits,
                 self.model.config().vocab_size,
@@ -280,7 +289,11 @@ impl Generation {
         let out_len = self.context.len() - self.prompt_len;
         // `min_new_tokens` masks EOS and the stop ids until that many tokens are out.
         let masking = out_len < self.params.min_new_tokens as usize;
-        let logits = self.model.logits(&self.context, self.turn);
+        let epoch = self.model.policy_epoch();
+        if epoch != self.policy_epoch {
+            (self.policy, self.policy_epoch) = self.model.policy_with_epoch();
+        }
+        let logits = self.model.logits(&self.policy, &self.context, self.turn);
         let forced = self.forced_output.get(out_len).copied();
         let u = unit(mix(self.key, out_len as u64));
         let plain = match forced {
