@@ -295,11 +295,22 @@ impl ServerConfig {
             return Err(StateError::AdminApiKey(self.sglang_version));
         }
         self.faults.validate().map_err(StateError::Faults)?;
-        crate::model::Model::new(self.model_config()).map_err(|source| StateError::Model {
-            vocab_size: self.vocab_size(),
-            seed: self.seed,
-            source,
-        })
+        let model =
+            crate::model::Model::new(self.model_config()).map_err(|source| StateError::Model {
+                vocab_size: self.vocab_size(),
+                seed: self.seed,
+                source,
+            })?;
+        // A toy policy directory (MODEL.md section 14.4) is served with its weights; any other path is a name.
+        let path = std::path::Path::new(&self.model_path);
+        match crate::model::Policy::load_dir(path) {
+            Ok(Some(policy)) => Ok(model.with_policy(policy)),
+            Ok(None) => Ok(model),
+            Err(source) => Err(StateError::Policy {
+                path: self.model_path.clone(),
+                source,
+            }),
+        }
     }
 
     /// The toy model's configuration for this server.
@@ -330,6 +341,12 @@ pub enum StateError {
     },
     #[error("the fault configuration is not valid")]
     Faults(#[source] crate::faults::FaultError),
+    #[error("cannot load the weights of --model-path {path}")]
+    Policy {
+        path: String,
+        #[source]
+        source: crate::model::PolicyError,
+    },
     #[error(
         "--slime-patches applies to the SGLang releases slime patches ({patched}), not {0}",
         patched = release::numbers_where(|r| r.slime_patches)

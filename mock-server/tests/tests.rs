@@ -39,6 +39,8 @@ mod openai;
 mod oracle;
 /// `sglang-mock oracle` prints what the live server answers.
 mod oracle_command;
+/// The toy policy's weights: served from `--model-path`, replaced by `/update_weights_from_disk`, kept on failure.
+mod policy;
 /// The radix prefix cache: `cached_tokens` as the running releases reported them, pages, eviction, the
 /// oracle's history, the OpenAI cache report.
 mod prefix_cache;

@@ -32,6 +32,9 @@ const FLATNESS_MIN: f64 = 0.26;
 const FLATNESS_SPAN: f64 = 0.69;
 /// Explicit entries per context: the content candidates and `<|im_end|>`.
 pub(crate) const EXPLICIT: usize = CANDIDATES + 1;
+// A policy's rows are the explicit entries, and its least offset keeps every explicit logit above the tail.
+const _: () =
+    assert!(super::policy::SLOTS == EXPLICIT && super::policy::OFFSET_MIN >= -TAIL_MARGIN);
 
 /// SplitMix64's output function: a fast, well-mixed bijection on `u64`.
 pub(crate) fn splitmix64(mut z: u64) -> u64 {

@@ -26,7 +26,7 @@ pub use hf::{HfVocab, LoadedTokenizer};
 pub use loading::{LoadError, SpecialTokenStrings};
 pub use policy::{
     ARCHITECTURE, DEFAULT_BUCKETS, MAX_BUCKETS, OFFSET_MAX, OFFSET_MIN, Policy, PolicyError, SLOTS,
-    TENSOR_NAME, config_json, save_dir, to_safetensors,
+    TENSOR_NAME, config_json, is_policy_dir, save_dir, to_safetensors,
 };
 pub use router::{MoeShape, append_routes};
 pub use tokenizer::Tokenizer;
@@ -88,6 +88,16 @@ pub enum ModelError {
         "the MoE shape needs at least one layer and 1 <= num_experts_per_tok <= num_experts, got {0:?}"
     )]
     MoeShape(MoeShape),
+}
+
+/// A digest of a policy's weights, to tell two policies apart in `/model_info`: SplitMix64 mixing of the bucket
+/// count and every offset's bits in order, as 16 hexadecimal digits.
+pub fn digest(policy: &Policy) -> String {
+    let mut h = u64::from(policy.buckets());
+    for v in policy.offsets().iter().flatten() {
+        h = mix(h, u64::from(v.to_bits()));
+    }
+    format!("{h:016x}")
 }
 
 /// The toy model: a seed, a tokenizer, the policy's weights and the next-token distribution they define.

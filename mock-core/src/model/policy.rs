@@ -8,11 +8,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::dist::{EXPLICIT, TAIL_MARGIN};
-
 /// The least offset that takes effect: a smaller one is clamped to it. The lowest candidate's logit (-9.70) minus
-/// this margin stays above the tail logit (-12).
-pub const OFFSET_MIN: f64 = -TAIL_MARGIN;
+/// this margin stays above the tail logit (-12): `dist` checks it against its `TAIL_MARGIN` when it compiles.
+pub const OFFSET_MIN: f64 = -2.0;
 /// The largest offset that takes effect: 16 nats make a slot all but certain, and no weight can overflow.
 pub const OFFSET_MAX: f64 = 16.0;
 /// Context buckets when `config.json` names none.
@@ -23,8 +21,8 @@ pub const MAX_BUCKETS: u32 = 1 << 16;
 pub const TENSOR_NAME: &str = "logit_offsets";
 /// The architecture `config.json` names for a directory that holds the toy policy's weights.
 pub const ARCHITECTURE: &str = "SglangMockPolicyForCausalLM";
-/// Explicit slots per bucket: the eight content candidates and `<|im_end|>`.
-pub const SLOTS: usize = EXPLICIT;
+/// Explicit slots per bucket: the eight content candidates and `<|im_end|>` (`dist`'s explicit entries).
+pub const SLOTS: usize = 9;
 
 /// A policy: `logit_offsets[bucket][slot]` and, for each bucket that is not all zero, the factors `exp(clamp(θ))`
 /// the slots' weights are multiplied by.
@@ -173,6 +171,11 @@ impl Policy {
         let files = weight_files(dir)?;
         read_weights(&files, self.buckets, Some(self))
     }
+}
+
+/// Whether `dir` is a toy policy directory: its `config.json` names [`ARCHITECTURE`].
+pub fn is_policy_dir(dir: &Path) -> bool {
+    matches!(read_config(dir), Ok(Some(_)) | Err(_))
 }
 
 /// `exp(clamp(offset))`, the factor a slot's weight is multiplied by.

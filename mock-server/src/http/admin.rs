@@ -16,6 +16,7 @@ use super::state::AppState;
 use crate::control::PauseMode;
 use crate::error::ApiError;
 use crate::faults::FaultConfig;
+use mock_core::model::{Policy, PolicyError};
 use mock_core::release::{FlushRefused, MetaKey};
 
 /// `AbortReq` as the HTTP handler reads it; the other fields SGLang accepts are ignored, as its handler does.
@@ -143,12 +144,13 @@ pub(crate) struct WeightUpdate {
 }
 
 /// What a weight update does in the mock: optionally abort everything, hold new requests back, wait for
-/// running ones to finish (unless paused), find the weights with `load` (a failure ends the update there, with
-/// the weights and their version kept), stall for `weight_update_ms`, then switch the version.
+/// running ones to finish (unless paused), find and read the weights with `load` (a failure ends the update there,
+/// with the weights and their version kept), stall for `weight_update_ms`, then switch the weights (when `load`
+/// read a policy) and the version together.
 async fn run_weight_update(
     state: &AppState,
     req: &WeightUpdate,
-    load: impl FnOnce() -> Result<(), String>,
+    load: impl FnOnce() -> Result<Option<Policy>, String>,
 ) -> Result<(), String> {
     let control = state.control();
     if req.abort_all_requests {
@@ -156,10 +158,13 @@ async fn run_weight_update(
     }
     let _update = control.begin_update();
     control.drain_running().await;
-    load()?;
+    let policy = load()?;
     let ms = state.config().weight_update_ms;
     if ms > 0 {
         tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    if let Some(policy) = policy {
+        state.model().set_policy(policy);
     }
     // The weights change whether or not the request names their version (AReaL's updates name none).
     control.weights_loaded();
@@ -184,11 +189,12 @@ pub(crate) async fn update_weights_from_disk(
     let Some(model_path) = req.model_path.as_deref() else {
         return ApiError::Validation("model_path: Field required".to_owned()).into_response();
     };
-    if let Err(e) = run_weight_update(&state, &req, || find_weights(&state, model_path)).await {
-        // The loader fails before any weight changes: the version and the model path stay.
+    if let Err(message) = run_weight_update(&state, &req, || load_weights(&state, model_path)).await
+    {
+        // The loader fails before any weight changes: the weights, the version and the model path stay.
         let mut response = json_value(&ordered! {
             "success": false,
-            "message": format!("Failed to get weights iterator: {e}."),
+            "message": message,
             "num_paused_requests": 0,
         });
         *response.status_mut() = StatusCode::BAD_REQUEST;
@@ -218,6 +224,28 @@ fn find_weights(state: &AppState, model_path: &str) -> Result<(), String> {
          outgoing traffic has been disabled. To enable repo look-ups and downloads online, pass \
          'local_files_only=False' as input."
         .to_owned())
+}
+
+/// `/update_weights_from_disk`'s loader (`update_weights_from_disk` in
+/// `srt/model_executor/model_runner_components/weight_updater.py`): find the weights, then read them whole. A
+/// server that serves a toy policy, or a directory that holds one (MODEL.md section 14.4), has its weights read
+/// and checked as SGLang's loader reads a checkpoint; any other directory holds weights the toy model has no
+/// parameters for, and only the version changes. Returns the new policy, if one was read, or the whole message.
+fn load_weights(state: &AppState, model_path: &str) -> Result<Option<Policy>, String> {
+    find_weights(state, model_path).map_err(|e| format!("Failed to get weights iterator: {e}."))?;
+    let dir = std::path::Path::new(model_path);
+    let serves_policy = state.serves_policy();
+    if !(serves_policy || mock_core::model::is_policy_dir(dir)) {
+        return Ok(None);
+    }
+    let current = state.model().policy();
+    match current.update_from_dir(dir) {
+        Ok(policy) => Ok(Some(policy)),
+        Err(e @ PolicyError::NoWeights(_)) => Err(format!("Failed to get weights iterator: {e}.")),
+        Err(e) => Err(format!(
+            "Failed to update weights: {e}.\nRolling back to original weights."
+        )),
+    }
 }
 
 /// `huggingface_hub.utils.validate_repo_id`'s checks and messages (huggingface_hub 2.4).
@@ -348,7 +376,7 @@ pub(crate) async fn update_weights_from_distributed(
 
 async fn weight_update_simple(state: &AppState, req: &WeightUpdate, base: &str) -> Response {
     // These routes carry the weights themselves: there is nothing to find.
-    let _always_found = run_weight_update(state, req, || Ok(())).await;
+    let _always_found = run_weight_update(state, req, || Ok(None)).await;
     json_value(&ordered! {
         "success": true,
         "message": update_message(base, req),
@@ -472,6 +500,9 @@ pub(crate) async fn reset(State(state): State<AppState>) -> Response {
     let control = state.control();
     control.resume();
     control.reset_weights(&state.config().weight_version);
+    if state.model().policy() != *state.base_policy() {
+        state.model().set_policy(Policy::clone(state.base_policy()));
+    }
     stats(State(state)).await
 }
 

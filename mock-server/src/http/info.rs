@@ -180,8 +180,22 @@ pub(crate) async fn model_info(State(state): State<AppState>) -> Response {
                 ModelInfoKey::ModelType => ("model_type", json!(state.model_card().0)),
                 ModelInfoKey::Architectures => ("architectures", json!(state.model_card().1)),
             })
-            .collect(),
+            .collect::<Vec<_>>(),
     );
+    let mut body = body;
+    if state.serves_policy() {
+        // A toy policy's weights (MODEL.md section 14.4), which no release reports: which weights serve now, and
+        // how many updates have replaced them, the count the ledger keeps with every token's span.
+        let policy = state.model().policy();
+        body.0.push((
+            "policy",
+            json!({
+                "num_buckets": policy.buckets(),
+                "digest": mock_core::model::digest(&policy),
+                "weight_updates": state.control().weights(),
+            }),
+        ));
+    }
     json_value(&body)
 }
 

@@ -7,7 +7,7 @@ use crate::batch::Batcher;
 use crate::control::Control;
 use crate::faults::Faults;
 use mock_core::engine::{Draws, Load, Occupancy, SharedCache, used_tokens};
-use mock_core::model::Model;
+use mock_core::model::{Model, Policy};
 use mock_core::oracle::Oracle;
 use mock_core::witness::{Ledger, Router};
 use mock_core::{ServerConfig, StateError};
@@ -22,6 +22,11 @@ pub struct AppState {
 struct Inner {
     config: Arc<ServerConfig>,
     model: Arc<Model>,
+    /// Whether `--model-path` is a toy policy directory (MODEL.md section 14.4), so that weight updates read
+    /// weights.
+    serves_policy: bool,
+    /// The weights the server started with, which `/admin/reset` restores.
+    base_policy: Arc<Policy>,
     /// What the server runs and queues now, item by item (`/v1/loads`, `/get_load`, `/metrics`).
     occupancy: Arc<Occupancy>,
     control: Arc<Control>,
@@ -100,6 +105,9 @@ impl AppState {
             Arc::new(Ledger::new(max_bytes.unwrap_or(usize::MAX), router))
         });
         let model_card = model_card(&config.model_path);
+        let serves_policy =
+            mock_core::model::is_policy_dir(std::path::Path::new(&config.model_path));
+        let base_policy = model.policy();
         let prefix_cache = mock_core::engine::server_cache(&config);
         let batcher = sched.map(|sched| {
             let occupancy = Arc::clone(&occupancy);
@@ -108,6 +116,8 @@ impl AppState {
         AppState {
             inner: Arc::new(Inner {
                 model_card,
+                serves_policy,
+                base_policy,
                 prefix_cache,
                 config: Arc::new(config),
                 model,
@@ -207,6 +217,16 @@ impl AppState {
 
     pub fn config(&self) -> &ServerConfig {
         &self.inner.config
+    }
+
+    /// Whether the server serves a toy policy's weights from its `--model-path` directory.
+    pub(crate) fn serves_policy(&self) -> bool {
+        self.inner.serves_policy
+    }
+
+    /// The weights the server started with.
+    pub(crate) fn base_policy(&self) -> &Arc<Policy> {
+        &self.inner.base_policy
     }
 
     pub fn model(&self) -> &Arc<Model> {
