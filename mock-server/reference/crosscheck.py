@@ -11,7 +11,8 @@ Two checks, with the standard library only for the toy tokenizer:
   reference's filtered distribution (chi-square, p > 0.001), and each draw must be the reference's own draw.
 
 Usage: ``crosscheck.py --url http://127.0.0.1:PORT --server-seed 7 --script FILE --sglang-version 0.5.23
-[--tokenizer PATH]`` (the server must run with the same seed, vocabulary or tokenizer, script file and release).
+[--tokenizer PATH] [--model-path DIR]`` (the server must run with the same seed, vocabulary or tokenizer, script
+file, release and weights).
 Exits non-zero with a report of every mismatch. With ``--tokenizer`` it needs Hugging Face's ``tokenizers``
 package, the random requests add multi-byte stop strings and streams with a ``stream_interval``, and the texts
 compared are those of SGLang's incremental detokenizer (MODEL.md 13.4).
@@ -586,6 +587,8 @@ def main():
                         help="the server runs with --slime-patches (MODEL.md 7.2: top-p replay)")
     parser.add_argument("--moe-shape", default="48,128,8",
                         help="the server's --num-hidden-layers, --num-experts, --num-experts-per-tok")
+    parser.add_argument("--model-path", metavar="DIR",
+                        help="the server's --model-path, when it is a toy policy directory (MODEL.md 14)")
     parser.add_argument("--requests", type=int, default=240, help="random requests to replay")
     parser.add_argument("--draws", type=int, default=4000, help="seeded draws per frequency case (0: none)")
     parser.add_argument("--seed", type=int, default=1976, help="seed of the random requests")
@@ -596,7 +599,10 @@ def main():
                               scripts=scripts, deterministic_inference=args.enable_deterministic_inference,
                               enable_return_routed_experts=args.enable_return_routed_experts,
                               moe_shape=tuple(int(x) for x in args.moe_shape.split(",")), tokenizer=args.tokenizer,
-                              slime_patches=args.slime_patches)
+                              slime_patches=args.slime_patches, model_path=args.model_path)
+    if args.model_path is not None and model.policy is None:
+        print(f"{args.model_path} holds no toy policy", file=sys.stderr)
+        return 1
     problems = []
     replay(args, model, problems)
     if args.draws > 0:

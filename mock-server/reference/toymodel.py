@@ -1,8 +1,8 @@
 """Reference implementation of the toy language model of `sglang-mock`.
 
-This module implements sections 2 to 9, 12 and 13 of `mock-server/MODEL.md` (tokenizer, hashing, the distribution
-at one context, temperature and logprobs, the sorted order and filters, sampling, request handling, generation and
-finish checks, the router, and the model over a loaded tokenizer's vocabulary). It was written from that document
+This module implements sections 2 to 9, 12, 13 and 14 of `mock-server/MODEL.md` (tokenizer, hashing, the
+distribution at one context, temperature and logprobs, the sorted order and filters, sampling, request handling,
+generation and finish checks, the router, the model over a loaded tokenizer's vocabulary, and the policy's weights). It was written from that document
 alone, in Python 3.11, and is independent of the Rust server's code: the tests compare the server against it. The
 toy model needs the standard library only; a loaded tokenizer (section 13) is read with Hugging Face's `tokenizers`
 package, imported only then.
@@ -19,7 +19,7 @@ or from the command line (prints the list of samples as JSON; the body is read f
 
     python3 toymodel.py [--seed S] [--vocab-size V] [--tokenizer PATH] [--context-length L]
                         [--sglang-version X.Y.Z] [--stream-interval K] [--return-original-logprob]
-                        [--script FILE] [BODY_JSON | -]
+                        [--script FILE] [--model-path DIR] [BODY_JSON | -]
 
 Logprobs are returned at full binary64 precision (the server rounds them to binary32 on the wire); `-inf` is
 returned as `None`. A streamed body (`"stream": true`) is answered with its final text, which over a loaded
@@ -132,13 +132,21 @@ class ExplicitEntries:
         """Section 4.1's h."""
         return splitmix64(splitmix64(seed ^ ExplicitEntries.context_key(context)) ^ len(context))
 
-    def __init__(self, seed, vocab, context):
-        """`vocab`: the vocabulary (a ToyVocabulary or a LoadedVocabulary) whose ids the slots take."""
+    def __init__(self, seed, vocab, context, policy=None):
+        """`vocab`: the vocabulary (a ToyVocabulary or a LoadedVocabulary) whose ids the slots take; `policy`: the
+        weights of section 14 (a Policy), None for all zero."""
         self.key = self.context_key(context)
         self.hash = self.context_hash(seed, context)
         self.draws = [splitmix64(self.hash + i * GOLDEN) for i in range(1, 7)]
         self._weights(vocab, context)
         self._ids(vocab)
+        self.bucket = None
+        if policy is not None:
+            self.bucket = self.draws[4] % policy.buckets
+            row = policy.offsets[self.bucket]
+            if any(theta != 0 for theta in row):
+                self.weights = [w * math.exp(min(max(theta, OFFSET_MIN), OFFSET_MAX))
+                                for w, theta in zip(self.weights, row)]
         self.entries = list(zip(self.ids, self.weights))
 
     def _weights(self, vocab, context):
@@ -184,6 +192,62 @@ class ExplicitEntries:
             self.word_slots.append(WordSlot(r, start, pair, token))
             self.ids.append(token)
         self.ids.append(vocab.end_of_turn)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Section 14: the policy's weights
+# ---------------------------------------------------------------------------------------------------------------
+
+OFFSET_MIN, OFFSET_MAX = -2.0, 16.0  # section 14.1
+POLICY_ARCHITECTURE = "SglangMockPolicyForCausalLM"  # section 14.4
+_SAFETENSORS_FLOATS = {"F32": ("<f", 4), "F64": ("<d", 8)}
+
+
+class Policy:
+    """Section 14.1: `offsets[bucket][slot]`, `buckets` rows of nine binary32 values each (held as Python floats,
+    which hold every binary32 value exactly)."""
+
+    def __init__(self, offsets):
+        self.offsets = [[float(v) for v in row] for row in offsets]
+        self.buckets = len(self.offsets)
+        if self.buckets == 0 or any(len(row) != 9 for row in self.offsets):
+            raise ValueError("a policy has at least one row of nine offsets")
+        if not all(math.isfinite(v) for row in self.offsets for v in row):
+            raise ValueError("every offset must be finite")
+
+    @staticmethod
+    def load(path):
+        """Section 14.4: the policy of a model directory, or None when its config.json names no toy policy. The
+        safetensors files are read here with the standard library: an 8-byte little-endian header length, the
+        JSON header, the data."""
+        try:
+            config = _read_json(os.path.join(path, "config.json"))
+        except (OSError, ValueError):
+            return None
+        if POLICY_ARCHITECTURE not in (config.get("architectures") or []):
+            return None
+        buckets = config.get("num_buckets", 8)
+        rows = [[0.0] * 9 for _ in range(buckets)]
+        for name in sorted(os.listdir(path)):
+            if not name.endswith(".safetensors"):
+                continue
+            with open(os.path.join(path, name), "rb") as f:
+                data = f.read()
+            (length,) = struct.unpack_from("<Q", data, 0)
+            header = json.loads(data[8:8 + length])
+            body = data[8 + length:]
+            for tensor, info in header.items():
+                if tensor == "__metadata__":
+                    continue
+                if tensor != "logit_offsets" or info["shape"] != [buckets, 9]:
+                    raise ValueError(f"{name}: unexpected tensor {tensor} {info['shape']}")
+                fmt, size = _SAFETENSORS_FLOATS[info["dtype"]]
+                start, end = info["data_offsets"]
+                values = [struct.unpack_from(fmt, body, start + i * size)[0] for i in range((end - start) // size)]
+                # A binary64 value is rounded to binary32 as it is loaded (section 14.4).
+                values = [struct.unpack("<f", struct.pack("<f", v))[0] for v in values]
+                rows = [values[b * 9:(b + 1) * 9] for b in range(buckets)]
+        return Policy(rows)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -696,8 +760,10 @@ class ToyModel:
     def __init__(self, seed=0, vocab_size=None, context_length=32768, sglang_version="0.5.23",
                  return_original_logprob=False, scripts=None, deterministic_inference=False,
                  enable_return_routed_experts=False, moe_shape=(48, 128, 8), sampling_mask_max_tokens=4096,
-                 tokenizer=None, stream_interval=1, slime_patches=False):
+                 tokenizer=None, stream_interval=1, slime_patches=False, model_path=None):
         self.seed = _integer(seed, "seed", 0, MASK64)
+        # Section 14: the weights of a toy policy directory, None for the base model.
+        self.policy = Policy.load(model_path) if model_path is not None else None
         if tokenizer is None:
             self.vocab = ToyVocabulary(151936 if vocab_size is None else vocab_size)
         else:
@@ -778,7 +844,7 @@ class ToyModel:
             raise ValueError("a context is a non-empty sequence of ids")
         for token in context:
             self.vocab.check_id(token)
-        return ExplicitEntries(self.seed, self.vocab, context)
+        return ExplicitEntries(self.seed, self.vocab, context, self.policy)
 
     def distribution(self, context, temperature, masked=()):
         """The distribution at `context`, temperature T > 0 and the set of masked ids (sections 4 and 5)."""
@@ -1377,6 +1443,7 @@ def main(argv=None):
     parser.add_argument("--num-experts-per-tok", type=int, default=8)
     parser.add_argument("--sampling-mask-max-tokens", type=int, default=4096)
     parser.add_argument("--slime-patches", action="store_true", help="slime's patched 0.5.15 (section 7.2)")
+    parser.add_argument("--model-path", metavar="DIR", help="a toy policy directory whose weights serve (section 14)")
     parser.add_argument("body", nargs="?", default="-", help="request body as JSON, or - for stdin")
     args = parser.parse_args(argv)
     scripts = None
@@ -1389,7 +1456,8 @@ def main(argv=None):
                      enable_return_routed_experts=args.enable_return_routed_experts,
                      moe_shape=(args.num_hidden_layers, args.num_experts, args.num_experts_per_tok),
                      sampling_mask_max_tokens=args.sampling_mask_max_tokens, tokenizer=args.tokenizer,
-                     stream_interval=args.stream_interval, slime_patches=args.slime_patches)
+                     stream_interval=args.stream_interval, slime_patches=args.slime_patches,
+                     model_path=args.model_path)
     body = json.loads(sys.stdin.read() if args.body == "-" else args.body)
     print(json.dumps(model.generate(body)))
 

@@ -31,6 +31,31 @@ async fn server_agrees_with_the_python_reference_under_every_release() {
     }
 }
 
+/// The cross-check under a toy policy's weights (`MODEL.md` section 14), large enough to reorder the candidates of
+/// most contexts and to clamp some offsets at both ends: the reference reads the directory with its own
+/// safetensors reader, and every logprob, top list, filter, mask, route and draw must follow the weights.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_agrees_with_the_python_reference_under_non_zero_weights() {
+    let rows = (0..5u64)
+        .map(|b| {
+            std::array::from_fn(|s| {
+                let h = mock_server::model::mix(0x5EED, b * 16 + s as u64);
+                (mock_server::model::unit(h) * 12.0 - 4.0) as f32
+            })
+        })
+        .collect();
+    let policy = mock_server::model::Policy::new(rows).expect("finite offsets");
+    let dir = std::env::temp_dir().join(format!(
+        "sglang-mock-crosscheck-policy-{}",
+        std::process::id()
+    ));
+    mock_server::model::save_dir(&policy, 151_936, &dir).expect("the policy directory");
+    for sglang_version in [SglangVersion::default(), SglangVersion::V0_5_3] {
+        let draws = sglang_version == SglangVersion::default();
+        crosscheck_with(sglang_version, false, None, draws, Some(&dir)).await;
+    }
+}
+
 /// The cross-check over Qwen's real vocabulary (`MODEL.md` section 13): its ids, special ids and end-of-sequence
 /// ids in the slots, its encoding of text prompts and scripted answers, and text made by SGLang's incremental
 /// detokenizer, with multi-byte stop strings, stream intervals and prompts that end inside a character. Under
@@ -52,6 +77,17 @@ async fn crosscheck(
     tokenizer: Option<&Path>,
     draws: bool,
 ) {
+    crosscheck_with(sglang_version, deterministic, tokenizer, draws, None).await;
+}
+
+/// [`crosscheck`], serving the weights of the toy policy directory `model_path` when there is one.
+async fn crosscheck_with(
+    sglang_version: SglangVersion,
+    deterministic: bool,
+    tokenizer: Option<&Path>,
+    draws: bool,
+    model_path: Option<&Path>,
+) {
     let script = reference_dir().join("crosscheck_script.json");
     let script = path_arg(&script);
     // The release slime patches serves its top-p replay too (MODEL.md section 7.2).
@@ -67,6 +103,9 @@ async fn crosscheck(
         scripted: mock_server::ScriptRule::load(&script).expect("the cross-check's script file"),
         tokenizer: tokenizer.map(|_| qwen_tokenizer()),
         slime_patches,
+        model_path: model_path.map_or(ServerConfig::default().model_path, |dir| {
+            dir.display().to_string()
+        }),
         ..ServerConfig::default()
     })
     .await;
@@ -97,12 +136,16 @@ async fn crosscheck(
     if !draws {
         args.extend(["--draws".into(), "0".into()]);
     }
+    if let Some(dir) = model_path {
+        args.extend(["--model-path".into(), path_arg(dir)]);
+    }
     let output = python(args).await;
     let report = String::from_utf8_lossy(&output.stdout);
     let errors = String::from_utf8_lossy(&output.stderr);
     assert!(
         report.contains("the server agrees with the reference"),
-        "under {sglang_version} (deterministic: {deterministic}, tokenizer: {tokenizer:?}):\n{report}\n{errors}"
+        "under {sglang_version} (deterministic: {deterministic}, tokenizer: {tokenizer:?}, weights: \
+         {model_path:?}):\n{report}\n{errors}"
     );
 }
 
