@@ -63,6 +63,37 @@ impl Aggregation {
     }
 }
 
+impl Aggregation {
+    /// The coefficient of each sample's masked sum in [`Aggregation::reduce`], which is linear in them:
+    /// `reduce(batch, sums) = sum_i weights[i] * sums[i]`. What the gradient of an aggregated loss needs.
+    pub fn sample_weights(self, batch: &Batch) -> Vec<f64> {
+        let b = batch.len() as f64;
+        let padded = batch.max_response_length().max(1) as f64;
+        match self {
+            Self::TokenMean => {
+                let tokens: f64 = batch.mask_counts().iter().map(|&c| f64::from(c)).sum();
+                vec![1.0 / tokens.max(1.0); batch.len()]
+            }
+            Self::SeqMeanTokenMean => {
+                let pools = batch.pools();
+                let mut den = vec![0.0f64; pools.count()];
+                for (&c, &p) in batch.mask_counts().iter().zip(pools.of_sample()) {
+                    den[p as usize] += f64::from(c);
+                }
+                let n = pools.count() as f64;
+                pools
+                    .of_sample()
+                    .iter()
+                    .map(|&p| 1.0 / (den[p as usize].max(1.0) * n))
+                    .collect()
+            }
+            Self::SeqMeanTokenSum => vec![1.0 / b; batch.len()],
+            Self::SeqMeanTokenSumNorm { length } => vec![1.0 / length.unwrap_or(padded); batch.len()],
+            Self::DrGrpo { max_len } => vec![1.0 / (b * max_len.unwrap_or(padded)); batch.len()],
+        }
+    }
+}
+
 impl Batch {
     /// Per-sample masked sums `sum_t x_{i,t} m_{i,t}` of flat per-token `values`, accumulated in `f64`.
     ///

@@ -199,4 +199,8 @@ pub enum LossError {
     /// Dual clip needs `c > 1`.
     #[error("dual_clip is {0}, it must be greater than 1")]
     InvalidDualClip(f64),
+    /// [`Batch::policy_loss_gradient`](crate::Batch::policy_loss_gradient) covers the token-level PPO loss;
+    /// this option is outside it.
+    #[error("the loss gradient is not available with {0}")]
+    GradientUnsupported(&'static str),
 }

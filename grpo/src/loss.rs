@@ -150,6 +150,63 @@ impl Batch {
         Ok((out, self.ragged(tokens)))
     }
 
+    /// The gradient of [`Batch::policy_loss`]'s `loss` with respect to each token's current logprob, in the
+    /// batch layout (0 on masked tokens): what a trainer back-propagates into its model. For the token-level
+    /// PPO loss, with dual clip and any aggregation:
+    ///
+    /// `d loss / d log_pi_t = w_i * m_t * dL_t/d rho_t * rho_t`, where `w_i` is the sample's aggregation
+    /// weight ([`Aggregation::sample_weights`](crate::Aggregation::sample_weights)), `rho_t = exp(log_pi_t -
+    /// log_pi_old_t)` and `dL/d rho = -A` where the unclipped surrogate is the loss, 0 where the clip or the
+    /// dual clip sets it (and where the log-ratio clamp holds `rho`), as autograd computes it.
+    ///
+    /// TIS, OPSM, CISPO, GSPO's sequence ratio, a KL loss and an entropy bonus are refused
+    /// ([`LossError::GradientUnsupported`]) rather than differentiated partly.
+    pub fn policy_loss_gradient(
+        &self,
+        advantages: &Advantages,
+        lp: &LogProbs<'_>,
+        config: &PolicyLossConfig,
+    ) -> Result<Ragged<f64>, LossError> {
+        let unsupported = [
+            (config.kind != PolicyLossKind::Ppo, "CISPO"),
+            (config.ratio_level != RatioLevel::Token, "a sequence-level ratio"),
+            (config.tis.is_some(), "TIS"),
+            (config.opsm_delta.is_some(), "OPSM"),
+            (config.kl_loss.is_some(), "a KL loss"),
+            (config.entropy_coef != 0.0, "an entropy bonus"),
+        ];
+        if let Some((_, what)) = unsupported.iter().find(|(on, _)| *on) {
+            return Err(LossError::GradientUnsupported(what));
+        }
+        let inputs = self.kernel_inputs(advantages, lp, config)?;
+        check_finite(self, "current", lp.current)?;
+        check_finite(self, "old", inputs.old)?;
+        let params = KernelParams::new(config);
+        let weights = config.aggregation.sample_weights(self);
+        let mut out = vec![0.0f64; self.num_tokens()];
+        for (i, &w) in weights.iter().enumerate() {
+            let advantage = advantages.tokens(i);
+            let r = self.range(i);
+            for (k, t) in r.enumerate() {
+                if self.loss_mask()[t] == 0 {
+                    continue;
+                }
+                let delta = lp.current[t] - inputs.old[t];
+                if delta.abs() > params.bound {
+                    continue;
+                }
+                let ratio = exp_f32(delta);
+                let a = advantage[k];
+                let (loss, _) = ppo_clip_loss(ratio, a, params.eps_low, params.eps_high, params.dual);
+                // The loss is the unclipped surrogate exactly where it moves with the ratio.
+                if loss == -ratio * a {
+                    out[t] = w * f64::from(-a) * f64::from(ratio);
+                }
+            }
+        }
+        Ok(self.ragged(out))
+    }
+
     fn run_policy_loss(
         &self,
         advantages: &Advantages,

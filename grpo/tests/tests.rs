@@ -12,5 +12,8 @@ mod properties;
 /// The kernel's copy chosen from the CPU's features against the build target's copy, bit for bit.
 mod dispatch;
 
+/// The loss gradient against finite differences of the loss.
+mod gradient;
+
 /// Shared builders for the test modules.
 mod util;
