@@ -88,7 +88,9 @@ impl Aggregation {
                     .collect()
             }
             Self::SeqMeanTokenSum => vec![1.0 / b; batch.len()],
-            Self::SeqMeanTokenSumNorm { length } => vec![1.0 / length.unwrap_or(padded); batch.len()],
+            Self::SeqMeanTokenSumNorm { length } => {
+                vec![1.0 / length.unwrap_or(padded); batch.len()]
+            }
             Self::DrGrpo { max_len } => vec![1.0 / (b * max_len.unwrap_or(padded)); batch.len()],
         }
     }

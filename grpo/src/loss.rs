@@ -169,7 +169,10 @@ impl Batch {
     ) -> Result<Ragged<f64>, LossError> {
         let unsupported = [
             (config.kind != PolicyLossKind::Ppo, "CISPO"),
-            (config.ratio_level != RatioLevel::Token, "a sequence-level ratio"),
+            (
+                config.ratio_level != RatioLevel::Token,
+                "a sequence-level ratio",
+            ),
             (config.tis.is_some(), "TIS"),
             (config.opsm_delta.is_some(), "OPSM"),
             (config.kl_loss.is_some(), "a KL loss"),
@@ -197,7 +200,8 @@ impl Batch {
                 }
                 let ratio = exp_f32(delta);
                 let a = advantage[k];
-                let (loss, _) = ppo_clip_loss(ratio, a, params.eps_low, params.eps_high, params.dual);
+                let (loss, _) =
+                    ppo_clip_loss(ratio, a, params.eps_low, params.eps_high, params.dual);
                 // The loss is the unclipped surrogate exactly where it moves with the ratio.
                 if loss == -ratio * a {
                     out[t] = w * f64::from(-a) * f64::from(ratio);

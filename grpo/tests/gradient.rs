@@ -106,5 +106,8 @@ fn options_the_gradient_does_not_cover_are_refused_by_name() {
         .policy_loss_gradient(&advantages, &LogProbs::new(&[-0.5, -0.5]), &config)
         .unwrap_err();
     assert_eq!(err, LossError::GradientUnsupported("CISPO"));
-    assert_eq!(err.to_string(), "the loss gradient is not available with CISPO");
+    assert_eq!(
+        err.to_string(),
+        "the loss gradient is not available with CISPO"
+    );
 }

@@ -15,6 +15,8 @@
 //! - [`prompts`], [`reward`]: labelled prompts (built-in or JSONL) and the last-number math reward with
 //!   DAPO's overlong penalty.
 //! - [`scripted`]: the embedded mock's scripted answers, so that a toy-model run earns some rewards.
+//! - [`train`]: `rollout train`, the loop closed on the toy policy: rollout, GRPO, the exact gradient, an
+//!   optimiser step and a weight update from disk, step after step.
 
 pub mod command;
 pub mod embedded;
@@ -24,3 +26,4 @@ pub mod reward;
 pub mod run;
 pub mod scripted;
 pub mod summary;
+pub mod train;

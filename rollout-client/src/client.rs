@@ -504,6 +504,24 @@ impl Client {
         self.post_admin("/continue_generation", Bytes::new()).await
     }
 
+    /// `POST /update_weights_from_disk`: the server loads the weights of the model directory `model_path` (a
+    /// path on the server's machine) and labels what it generates from then on with `weight_version`, if given.
+    /// A server that cannot load them answers 400 with its loader's message, the [`ClientError::Status`] this
+    /// returns; it keeps serving the old weights.
+    pub async fn update_weights_from_disk(
+        &self,
+        model_path: &str,
+        weight_version: Option<&str>,
+    ) -> Result<(), ClientError> {
+        let mut body = serde_json::json!({ "model_path": model_path });
+        if let Some(version) = weight_version {
+            body["weight_version"] = serde_json::Value::from(version);
+        }
+        let body = serde_json::to_vec(&body).map_err(ClientError::Encode)?;
+        self.post_admin("/update_weights_from_disk", Bytes::from(body))
+            .await
+    }
+
     /// POSTs a control-plane request whose answer carries nothing the client needs.
     async fn post_admin(&self, path: &str, body: Bytes) -> Result<(), ClientError> {
         let url = self.url(path);

@@ -10,6 +10,7 @@ use std::sync::{Arc, OnceLock};
 use clap::Parser;
 use rollout_cli::command::{self, RolloutArgs};
 use rollout_cli::run::{Stop, StopHandle};
+use rollout_cli::train::TrainArgs;
 use tokio::signal::unix::{SignalKind, signal};
 use tracing_subscriber::EnvFilter;
 
@@ -55,6 +56,14 @@ fn watch_signals(stop: StopHandle, received: Arc<OnceLock<Signal>>) -> std::io::
 
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
+    // `rollout train [FLAGS]`: the training loop on the toy policy, with flags of its own.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "train") {
+        let args = TrainArgs::parse_from(
+            std::iter::once("rollout train".into()).chain(std::env::args_os().skip(2)),
+        );
+        rollout_cli::train::run_train(args).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let args = RolloutArgs::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
