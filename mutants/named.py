@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+LEARN = ("rollout-cli", "tests", "train::the_loop_learns_with_every_ratio_exactly_one_at_the_rollout_policy")
 
 
 @dataclass
@@ -239,6 +240,68 @@ MUTANTS = [
              "witness::the_clients_samples_pass_the_audit_and_any_single_corruption_is_reported_where_it_is"),
         ],
     ),
+    # Issue 49: the loop closed on the toy policy. Each is a way a trainer's recompute or weight sync goes
+    # silently off-policy; the loop's own check (every ratio exactly 1 at the rollout policy) or the served
+    # logprobs under the new weights must catch it.
+    Mutant(
+        "a server that ignores the weight update",
+        "mock-server/src/http/admin.rs",
+        "        state.model().set_policy(policy);",
+        "        drop(policy);",
+        [
+            ("mock-server", "tests", "policy::a_model_directory_serves_its_weights_and_an_update_serves_the_new_ones"),
+            LEARN,
+        ],
+    ),
+    Mutant(
+        "a recompute without the temperature",
+        "rollout-cli/src/train.rs",
+        ".logprob_gradient(policy, context, temperature, tokens[position])",
+        ".logprob_gradient(policy, context, 1.0, tokens[position])",
+        [LEARN],
+    ),
+    Mutant(
+        "a recompute with the logits shifted by one position",
+        "rollout-cli/src/train.rs",
+        "let context = &tokens[..position];",
+        "let context = &tokens[..position + 1];",
+        [LEARN],
+    ),
+    Mutant(
+        "a recompute that drops the prompt's last token",
+        "rollout-cli/src/train.rs",
+        "let context = &tokens[..position];",
+        "let context = &[&tokens[..start - 1], &tokens[start..position]].concat();",
+        [LEARN],
+    ),
+    Mutant(
+        "a version label read after the update",
+        "rollout-cli/src/train.rs",
+        "let version = step.to_string();",
+        "let version = (step + 1).to_string();",
+        [LEARN],
+    ),
+    Mutant(
+        "the policy's gradient with its sign flipped",
+        "mock-core/src/model/mod.rs",
+        "(hit - slot_logprobs[s].exp()) * inv_t",
+        "(slot_logprobs[s].exp() - hit) * inv_t",
+        [("mock-core", "lib", "model::tests::the_gradient_is_the_finite_difference_of_the_logprob"), LEARN],
+    ),
+    Mutant(
+        "the loss gradient with its sign flipped",
+        "grpo/src/loss.rs",
+        "out[t] = w * f64::from(-a) * f64::from(ratio);",
+        "out[t] = w * f64::from(a) * f64::from(ratio);",
+        [("grpo", "tests", "gradient::the_gradient_is_the_finite_difference_of_the_loss"), LEARN],
+    ),
+    Mutant(
+        "weights that never reach the served distribution",
+        "mock-core/src/model/dist.rs",
+        "            *w *= f;",
+        "            let _ = (w, f);",
+        [("mock-server", "tests", "reference::server_agrees_with_the_python_reference_under_non_zero_weights")],
+    ),
 ]
 
 
@@ -255,6 +318,13 @@ def run_test(package, binary, test):
     return "build error", output
 
 
+def untracked():
+    """The files git does not track (nor ignore)."""
+    out = subprocess.run(["git", "ls-files", "--others", "--exclude-standard"], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    return set(out.split())
+
+
 def main():
     # An argument picks the mutants whose name contains it (a local run); CI runs them all.
     chosen = [m for m in MUTANTS if len(sys.argv) < 2 or sys.argv[1] in m.name]
@@ -269,11 +339,16 @@ def main():
             print(f"ERROR {mutant.name}: {mutant.original!r} occurs {source.count(mutant.original)} times "
                   f"in {mutant.path}, not once")
             return 2
+        before = untracked()
         path.write_text(source.replace(mutant.original, mutant.mutated))
         try:
             outcomes = [(test, *run_test(*test)) for test in mutant.tests]
         finally:
             path.write_text(source)
+            # A property test that a mutant fails saves its failing case (proptest's regressions file): the
+            # mutant's, not the code's, so it goes with the mutant.
+            for new in untracked() - before:
+                (ROOT / new).unlink()
         caught = [test for test, outcome, _ in outcomes if outcome == "failed"]
         broken = [(test, output) for test, outcome, output in outcomes if outcome == "build error"]
         if broken:

@@ -284,8 +284,10 @@ pub fn recompute(
     let mut logprobs = Vec::with_capacity(tokens.len() - start);
     let mut grads = Vec::with_capacity(tokens.len() - start);
     for position in start..tokens.len() {
+        // The logits at `position` are those after every token before it, the prompt's last one included.
+        let context = &tokens[..position];
         let g = model
-            .logprob_gradient(policy, &tokens[..position], temperature, tokens[position])
+            .logprob_gradient(policy, context, temperature, tokens[position])
             .ok_or(position - start)?;
         logprobs.push(g.logprob as f32);
         grads.push((g.bucket, g.d_offsets));
