@@ -193,9 +193,19 @@ class ToyPolicy:
 
     def _explicit(self, tokens: np.ndarray, start: int):
         """For the contexts ``tokens[:i]``, ``i = start .. len(tokens) - 1``: the nine slot ids, their weights
-        (after the policy's offsets), the bucket and whether the row moved."""
-        n = len(tokens)
-        ends = np.arange(start, n, dtype=np.int64)
+        after the policy's offsets (section 14.2), and the bucket."""
+        ids, weights, buckets = self.base(tokens, np.arange(start, len(tokens), dtype=np.int64))
+        offsets = self.policy.offsets.astype(np.float64)
+        factors = _exp(np.clip(offsets, OFFSET_MIN, OFFSET_MAX))
+        moved = np.any(offsets != 0, axis=1)[buckets]
+        weights[moved] = weights[moved] * factors[buckets[moved]]
+        return ids, weights, buckets
+
+    def base(self, tokens: np.ndarray, ends: np.ndarray):
+        """For the contexts ``tokens[:end]`` (every ``end`` at least 1): the nine slot ids, the base model's
+        weights (sections 4.1 to 4.3) and the context's bucket under this policy's ``num_buckets``."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        ends = np.asarray(ends, dtype=np.int64)
         toks = tokens.astype(np.uint64)
 
         def back(k):
@@ -221,10 +231,6 @@ class ToyPolicy:
         layout, stream = draws[4], draws[5]
         ids = self._slot_ids(layout, stream)
         buckets = (layout % _U(self.policy.num_buckets)).astype(np.int64)
-        offsets = self.policy.offsets.astype(np.float64)
-        factors = _exp(np.clip(offsets, OFFSET_MIN, OFFSET_MAX))
-        moved = np.any(offsets != 0, axis=1)[buckets]
-        weights[moved] = weights[moved] * factors[buckets[moved]]
         return ids, weights, buckets
 
     def _turn_lengths(self, tokens: np.ndarray, ends: np.ndarray) -> np.ndarray:
