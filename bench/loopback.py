@@ -19,14 +19,16 @@ tables report each server's best round and the ratios between them.
 Needs: wrk (apt-get install wrk), and fastapi, uvicorn[standard], orjson (pip install).
 
     python3 bench/loopback.py [--seconds 10] [--rounds 3] [--connections 64] [--tokens 1024,16] [--baseline PATH]
-                              [--tokenizer PATH] [--ledger]
+                              [--tokenizer PATH] [--ledger] [--model-path DIR]
 
 `--baseline PATH` adds another sglang-mock binary (an earlier build, say) as a row of the same rounds, so that a
 change to the server is measured side by side with what it replaces. `--tokenizer PATH` adds sglang-mock with
 that Hugging Face tokenizer (`target/qwen-tokenizer`, built by `scripts/qwen_tokenizer.py`, is Qwen's) as a row
 too, and reports its throughput as a ratio of the toy tokenizer's in the same rounds. `--ledger` adds sglang-mock
 with its witness's ledger on (every answer recorded, the oldest evicted past the default bound) as a row too, and
-reports its throughput as a ratio of the same build's without it.
+reports its throughput as a ratio of the same build's without it. `--model-path DIR` adds sglang-mock serving the
+toy policy of that directory (MODEL.md section 14; `--model-path random` writes one whose every bucket moves every
+slot, the slowest case) as a row too, and reports its throughput as a ratio of the all-zero weights'.
 """
 
 import argparse
@@ -50,6 +52,21 @@ def request(tokens: int) -> dict:
         "sampling_params": {"max_new_tokens": tokens, "ignore_eos": True, "temperature": 1.0},
         "return_logprob": True,
     }
+
+
+def policy_dir(path: str, tmp: str) -> str:
+    """The toy policy directory to serve: `path`, or for `random` one written under `tmp` whose offsets are all
+    non-zero, so that every context takes the path that sorts the moved weights."""
+    if path != "random":
+        return os.path.abspath(path)
+    import random
+    rng = random.Random(49)
+    rows = [[rng.uniform(-2.0, 4.0) or 0.5 for _ in range(9)] for _ in range(8)]
+    sys.path.insert(0, os.path.join(ROOT, "python", "src"))
+    from sglang_mock.policy import Policy
+    directory = os.path.join(tmp, "policy")
+    Policy(rows).save(directory)
+    return directory
 
 
 def post_generate(url: str, tokens: int) -> bytes:
@@ -88,6 +105,8 @@ def main() -> None:
     parser.add_argument("--baseline", help="another sglang-mock binary to measure in the same rounds")
     parser.add_argument("--tokenizer", help="also measure sglang-mock with this --tokenizer in the same rounds")
     parser.add_argument("--ledger", action="store_true", help="also measure sglang-mock --ledger in the same rounds")
+    parser.add_argument("--model-path", help="also measure sglang-mock serving this toy policy directory ('random': "
+                                             "a policy that moves every slot of every bucket)")
     args = parser.parse_args()
     lengths = [int(t) for t in args.tokens.split(",")]
     for tool in ("wrk", "taskset"):
@@ -134,6 +153,8 @@ def main() -> None:
             servers[tokens]["sglang-mock --tokenizer"] = mock + ["--tokenizer", os.path.abspath(args.tokenizer)]
         if args.ledger:
             servers[tokens]["sglang-mock --ledger"] = mock + ["--ledger"]
+        if args.model_path:
+            servers[tokens]["sglang-mock --model-path"] = mock + ["--model-path", policy_dir(args.model_path, tmp)]
     proc.terminate()
     proc.wait()
 
@@ -188,6 +209,10 @@ def main() -> None:
         if args.ledger:
             ratio = best[tokens, "sglang-mock --ledger"][0] / best[tokens, "sglang-mock"][0]
             print(f"With --ledger: {ratio:.3f} of the requests/s without it.")
+        if args.model_path:
+            ratio = best[tokens, "sglang-mock --model-path"][0] / best[tokens, "sglang-mock"][0]
+            print(f"With the weights of --model-path {args.model_path}: {ratio:.3f} of the requests/s of all-zero "
+                  f"weights.")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use mock_server::engine::{ItemRequest, generate};
-use mock_server::model::{Model, ModelConfig};
+use mock_server::model::{Model, ModelConfig, Policy};
 
 const TOKENS: u32 = 1024;
 
@@ -35,6 +35,23 @@ fn engine(c: &mut Criterion) {
             });
         });
     }
+    // The same request under a policy whose every bucket moves every slot (MODEL.md section 14): each step then
+    // multiplies the nine weights and sorts them.
+    let rows = (0..8u64)
+        .map(|b| std::array::from_fn(|s| ((b * 9 + s as u64) % 7) as f32 * 0.6 - 1.5 + 0.01))
+        .collect();
+    let weighted = Arc::new(
+        Model::new(ModelConfig::default())
+            .expect("default config is valid")
+            .with_policy(Policy::new(rows).expect("finite offsets")),
+    );
+    let request = item(&weighted, true, 0);
+    group.bench_function("tokens+logprobs under a policy", |b| {
+        b.iter(|| {
+            let generation = generate(weighted.clone(), black_box(request.clone()));
+            black_box(generation.output_ids().len())
+        });
+    });
     group.finish();
 
     let mut group = c.benchmark_group("tokenizer");

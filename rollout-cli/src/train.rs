@@ -90,6 +90,7 @@ impl TrainArgs {
             temperature: self.temperature,
             lr: self.lr,
             seed: self.seed,
+            ignore_eos: false,
         }
     }
 }
@@ -104,6 +105,8 @@ pub struct TrainConfig {
     pub temperature: f64,
     pub lr: f64,
     pub seed: u64,
+    /// Answers run to `max_new_tokens` (a benchmark's fixed length).
+    pub ignore_eos: bool,
 }
 
 /// One step, as printed and written to `train.jsonl`.
@@ -235,6 +238,7 @@ impl Task {
 }
 
 /// Adam over the offsets, in `f64`.
+#[derive(Debug)]
 struct Adam {
     lr: f64,
     step: i32,
@@ -271,6 +275,9 @@ impl Adam {
     }
 }
 
+/// A token's gradient with respect to the offsets: its context's bucket and `d logprob / d θ[bucket][slot]`.
+pub type TokenGradient = (usize, [f64; SLOTS]);
+
 /// The trainer's recompute of one sample: each response token's logprob at `temperature` under `policy`, as
 /// the server reports it (`f32`), and its gradient with respect to the offsets (bucket and per-slot values).
 pub fn recompute(
@@ -278,7 +285,7 @@ pub fn recompute(
     policy: &Policy,
     sample: &Sample,
     temperature: f64,
-) -> Result<(Vec<f32>, Vec<(usize, [f64; SLOTS])>), usize> {
+) -> Result<(Vec<f32>, Vec<TokenGradient>), usize> {
     let tokens = sample.tokens();
     let start = sample.prompt_len();
     let mut logprobs = Vec::with_capacity(tokens.len() - start);
@@ -317,70 +324,59 @@ pub fn kl_after(
     (explicit + tail_count * tp.exp() * (tp - tq)).max(0.0)
 }
 
-/// Runs the loop against `client`, whose server serves the toy policy with `model`'s seed and vocabulary and can
-/// read the directories written under `out`. Calls `on_step` with each finished step (a stopped run keeps the
-/// steps it finished) and returns them all with the final weights.
-pub async fn train(
-    client: &Client,
-    model: &Model,
-    config: &TrainConfig,
-    out: &Path,
-    mut on_step: impl FnMut(&StepRecord) -> Result<(), TrainError>,
-) -> Result<(Vec<StepRecord>, Policy), TrainError> {
-    let task = Task::new(model.config().vocab_size);
-    let prompts = task.prompts(config.prompts);
-    let buckets = mock_server::model::DEFAULT_BUCKETS as usize;
-    let mut params = vec![0.0f64; buckets * SLOTS];
-    let mut policy = Policy::zero(buckets as u32);
-    let mut adam = Adam::new(config.lr, params.len());
-    let mut records = Vec::with_capacity(config.steps);
-    let vocab_size = model.config().vocab_size;
-    sync(client, &policy, vocab_size, out, 0).await?;
-    let rollout_config = RolloutConfig {
-        sampling_params: SamplingParams {
-            temperature: Some(config.temperature as f32),
-            max_new_tokens: Some(config.max_new_tokens),
-            ..SamplingParams::default()
-        },
-        ..RolloutConfig::default()
-    };
-    for step in 0..config.steps {
-        let version = step.to_string();
-        let started = Instant::now();
-        let templates: Vec<Sample> = prompts.iter().map(|p| Sample::new("", p.clone())).collect();
-        let groups = templates.iter().enumerate().map(|(g, template)| {
-            let seed = config
-                .seed
-                .wrapping_add(((step * config.prompts + g) * config.n) as u64);
-            rollout::generate_group(client, template, g, config.n, &rollout_config, Some(seed))
-        });
-        let samples: Vec<Sample> = try_join_all(groups)
-            .await
-            .map_err(|source| TrainError::Rollout { step, source })?
-            .into_iter()
-            .flatten()
-            .collect();
-        let seconds = started.elapsed().as_secs_f64();
-        let mut samples = samples;
-        for sample in &mut samples {
-            sample.reward = Some(Reward::Scalar(task.reward(sample.response_tokens())));
+/// What the trainer's half of a step measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UpdateStats {
+    pub loss: f64,
+    /// The largest `|exp(recomputed - served) - 1|` over the samples' tokens.
+    pub max_abs_ratio_minus_one: f64,
+    /// The mean over the samples' contexts of `KL(previous || updated)`.
+    pub kl_to_previous: f64,
+    pub tokens: usize,
+}
+
+/// The trainer's half of the loop: the policy's weights and Adam's state. [`Trainer::update`] takes one
+/// on-policy step from a rollout's samples.
+#[derive(Debug)]
+pub struct Trainer {
+    policy: Policy,
+    params: Vec<f64>,
+    adam: Adam,
+}
+
+impl Trainer {
+    /// A trainer starting from the all-zero policy (the base model) with Adam's learning rate `lr`.
+    pub fn new(lr: f64) -> Trainer {
+        let buckets = mock_server::model::DEFAULT_BUCKETS as usize;
+        Trainer {
+            policy: Policy::zero(buckets as u32),
+            params: vec![0.0; buckets * SLOTS],
+            adam: Adam::new(lr, buckets * SLOTS),
         }
-        for (index, sample) in samples.iter().enumerate() {
-            if sample.weight_versions.iter().any(|v| *v != version) {
-                return Err(TrainError::Version {
-                    step,
-                    index,
-                    expected: version,
-                    got: sample.weight_versions.clone(),
-                });
-            }
-        }
-        // The trainer's side: recompute every token under the weights it sent, then the loss and its gradient.
+    }
+
+    /// The weights the next rollout must be served with.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// One step from `samples` (rewarded, in groups of `group_size`, generated under [`Trainer::policy`] at
+    /// `temperature`): recompute every response token's logprob and its gradient, GRPO advantages, the PPO loss
+    /// with the rollout logprobs as the old policy's and its gradient, back-propagation into the offsets and an
+    /// Adam step. `step` names the step in errors.
+    pub fn update(
+        &mut self,
+        model: &Model,
+        samples: &[Sample],
+        group_size: usize,
+        temperature: f64,
+        step: usize,
+    ) -> Result<UpdateStats, TrainError> {
         let mut current = Vec::new();
         let mut token_grads = Vec::new();
         for (index, sample) in samples.iter().enumerate() {
             let (lp, grads) =
-                recompute(model, &policy, sample, config.temperature).map_err(|position| {
+                recompute(model, &self.policy, sample, temperature).map_err(|position| {
                     TrainError::Token {
                         step,
                         index,
@@ -395,7 +391,7 @@ pub async fn train(
             .iter()
             .map(|s| rollout_client::train::sample_parts(s, None))
             .collect();
-        let batch = Batch::new(&parts, &BatchOptions::grpo(config.n))
+        let batch = Batch::new(&parts, &BatchOptions::grpo(group_size))
             .map_err(|source| TrainError::Batch { step, source })?;
         let advantages = batch.advantages(&AdvantageConfig::default());
         let loss_config = PolicyLossConfig {
@@ -416,50 +412,135 @@ pub async fn train(
             .zip(served)
             .map(|(&c, &s)| (f64::from(c) - f64::from(s)).exp() - 1.0)
             .fold(0.0f64, |m, x| m.max(x.abs()));
-        let mut grad = vec![0.0f64; params.len()];
+        let mut grad = vec![0.0f64; self.params.len()];
         for (&g, (bucket, d)) in d_loss.values().iter().zip(&token_grads) {
             for (slot, &ds) in d.iter().enumerate() {
                 grad[bucket * SLOTS + slot] += g * ds;
             }
         }
-        adam.step(&mut params, &grad);
-        let rows = params
+        self.adam.step(&mut self.params, &grad);
+        let rows = self
+            .params
             .chunks_exact(SLOTS)
             .map(|row| std::array::from_fn(|s| row[s] as f32))
             .collect();
         let updated = Policy::new(rows)?;
         let mut kl = 0.0;
-        for sample in &samples {
+        for sample in samples {
             let tokens = sample.tokens();
             for position in sample.prompt_len()..tokens.len() {
                 kl += kl_after(
                     model,
-                    &policy,
+                    &self.policy,
                     &updated,
                     &tokens[..position],
-                    config.temperature,
+                    temperature,
                 );
             }
         }
-        let generated = current.len();
-        let rewards = batch.rewards();
+        self.policy = updated;
+        Ok(UpdateStats {
+            loss: loss.loss,
+            max_abs_ratio_minus_one: max_ratio,
+            kl_to_previous: kl / current.len().max(1) as f64,
+            tokens: current.len(),
+        })
+    }
+}
+
+/// One step's rollout: `config.n` samples of each prompt, each with a sampling seed of its own (so that groups
+/// differ), rewarded by `task`.
+pub async fn rollout(
+    client: &Client,
+    task: &Task,
+    prompts: &[Vec<u32>],
+    config: &TrainConfig,
+    step: usize,
+) -> Result<Vec<Sample>, TrainError> {
+    let rollout_config = RolloutConfig {
+        sampling_params: SamplingParams {
+            temperature: Some(config.temperature as f32),
+            max_new_tokens: Some(config.max_new_tokens),
+            ignore_eos: config.ignore_eos.then_some(true),
+            ..SamplingParams::default()
+        },
+        ..RolloutConfig::default()
+    };
+    let templates: Vec<Sample> = prompts.iter().map(|p| Sample::new("", p.clone())).collect();
+    let groups = templates.iter().enumerate().map(|(g, template)| {
+        let seed = config
+            .seed
+            .wrapping_add(((step * config.prompts + g) * config.n) as u64);
+        rollout::generate_group(client, template, g, config.n, &rollout_config, Some(seed))
+    });
+    let mut samples: Vec<Sample> = try_join_all(groups)
+        .await
+        .map_err(|source| TrainError::Rollout { step, source })?
+        .into_iter()
+        .flatten()
+        .collect();
+    let rewards: Vec<f64> = samples
+        .iter()
+        .map(|s| task.reward(s.response_tokens()))
+        .collect();
+    for (sample, &reward) in samples.iter_mut().zip(&rewards) {
+        sample.reward = Some(Reward::Scalar(reward));
+    }
+    Ok(samples)
+}
+
+/// Runs the loop against `client`, whose server serves the toy policy with `model`'s seed and vocabulary and can
+/// read the directories written under `out`. Calls `on_step` with each finished step (a stopped run keeps the
+/// steps it finished) and returns them all with the final weights.
+pub async fn train(
+    client: &Client,
+    model: &Model,
+    config: &TrainConfig,
+    out: &Path,
+    mut on_step: impl FnMut(&StepRecord) -> Result<(), TrainError>,
+) -> Result<(Vec<StepRecord>, Policy), TrainError> {
+    let task = Task::new(model.config().vocab_size);
+    let prompts = task.prompts(config.prompts);
+    let mut trainer = Trainer::new(config.lr);
+    let mut records = Vec::with_capacity(config.steps);
+    let vocab_size = model.config().vocab_size;
+    sync(client, trainer.policy(), vocab_size, out, 0).await?;
+    for step in 0..config.steps {
+        let version = step.to_string();
+        let started = Instant::now();
+        let samples = rollout(client, &task, &prompts, config, step).await?;
+        let seconds = started.elapsed().as_secs_f64();
+        for (index, sample) in samples.iter().enumerate() {
+            if sample.weight_versions.iter().any(|v| *v != version) {
+                return Err(TrainError::Version {
+                    step,
+                    index,
+                    expected: version,
+                    got: sample.weight_versions.clone(),
+                });
+            }
+        }
+        let stats = trainer.update(model, &samples, config.n, config.temperature, step)?;
+        let rewards: Vec<f64> = samples
+            .iter()
+            .map(|s| rollout_client::train::reward_value(s.reward.as_ref(), None).unwrap_or(0.0))
+            .collect();
         let record = StepRecord {
             step,
             weight_version: version,
             reward_mean: rewards.iter().sum::<f64>() / rewards.len().max(1) as f64,
-            max_abs_ratio_minus_one: max_ratio,
-            kl_to_previous: kl / generated.max(1) as f64,
-            loss: loss.loss,
+            max_abs_ratio_minus_one: stats.max_abs_ratio_minus_one,
+            kl_to_previous: stats.kl_to_previous,
+            loss: stats.loss,
             samples: samples.len(),
-            tokens: generated,
-            tokens_per_second: generated as f64 / seconds.max(1e-9),
+            tokens: stats.tokens,
+            tokens_per_second: stats.tokens as f64 / seconds.max(1e-9),
         };
-        policy = updated;
-        sync(client, &policy, vocab_size, out, step + 1).await?;
+        sync(client, trainer.policy(), vocab_size, out, step + 1).await?;
         on_step(&record)?;
         records.push(record);
     }
-    Ok((records, policy))
+    Ok((records, trainer.policy().clone()))
 }
 
 /// Writes `policy` as `out/weights/step-N` and has the server load it with version `N`.

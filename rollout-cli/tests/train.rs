@@ -16,6 +16,7 @@ fn config(steps: usize, temperature: f64) -> TrainConfig {
         temperature,
         lr: 0.3,
         seed: 5,
+        ignore_eos: false,
     }
 }
 

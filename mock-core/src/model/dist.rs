@@ -215,6 +215,24 @@ fn sort_explicit(entries: &mut [(usize, f64)], ids: &CandidateIds, sorted: bool)
     let before =
         |a: (usize, f64), b: (usize, f64)| a.1 > b.1 || (a.1 == b.1 && ids.id(a.0) < ids.id(b.0));
     let n = entries.len();
+    if !sorted && n == EXPLICIT {
+        // The nine entries of an unmasked step, the common case under a policy: each entry's rank is the number
+        // of heavier ones, counted without a data-dependent branch (a comparison sort's branches mispredict on
+        // moved weights). Distinct weights give distinct ranks; equal ones share a rank and take the insertion
+        // sort below, which orders them by id.
+        let weights: [f64; EXPLICIT] = std::array::from_fn(|k| entries[k].1);
+        let mut placed = [(0usize, 0.0f64); EXPLICIT];
+        let mut seen = 0u32;
+        for (k, &w) in weights.iter().enumerate() {
+            let rank = weights.iter().map(|&v| usize::from(v > w)).sum::<usize>();
+            seen |= 1 << rank;
+            placed[rank] = entries[k];
+        }
+        if seen == (1 << EXPLICIT) - 1 {
+            entries.copy_from_slice(&placed);
+            return;
+        }
+    }
     if sorted {
         if n > 0 && entries[n - 1].0 == CANDIDATES {
             let mut at = n - 1;
@@ -249,6 +267,9 @@ impl Logits {
     /// the general path for it (about one step in a hundred).
     #[inline(always)]
     pub(crate) fn pick_plain(&self, vocab_size: u32, u: f64) -> Option<(u32, f64)> {
+        if !self.sorted {
+            return self.pick_plain_moved(vocab_size, u);
+        }
         let mut entries: [(usize, f64); EXPLICIT] =
             std::array::from_fn(|slot| (slot, self.weights[slot]));
         sort_explicit(&mut entries, &self.ids, self.sorted);
@@ -263,6 +284,86 @@ impl Logits {
         }
         None
     }
+}
+
+impl Logits {
+    /// [`Logits::pick_plain`] for weights a policy moved, in any order: the weights alone go through a sorting
+    /// network of selects (no data-dependent branch), the normaliser is summed and the draw walked in that
+    /// order, and only the drawn weight's slot is looked up. Equal weights, whose order is by id, and tail draws
+    /// are left to the general path (`None`), which sorts the entries with their ids.
+    #[inline(always)]
+    fn pick_plain_moved(&self, vocab_size: u32, u: f64) -> Option<(u32, f64)> {
+        let sorted = sort_nine_descending(self.weights);
+        if sorted.windows(2).any(|w| w[0] == w[1]) {
+            return None;
+        }
+        let tail_count = f64::from(vocab_size - EXPLICIT as u32);
+        let z = sorted.iter().sum::<f64>() + tail_count * TAIL_WEIGHT;
+        let mut target = u * z;
+        for &weight in &sorted {
+            if target < weight {
+                let slot = self.weights.iter().position(|&w| w == weight)?;
+                return Some((self.ids.id(slot), weight / z));
+            }
+            target -= weight;
+        }
+        None
+    }
+}
+
+/// Nine values in descending order, by a sorting network of 25 comparators (Knuth, TAOCP 5.3.4) made of selects:
+/// no branch depends on the data. Checked on every input of zeros and ones (which suffices, by the 0-1
+/// principle) by `the_sorting_network_sorts_every_zero_one_input`.
+#[inline(always)]
+fn sort_nine_descending(values: [f64; EXPLICIT]) -> [f64; EXPLICIT] {
+    // Unrolled over nine locals, so the network runs in registers (a loop over the array's indices goes
+    // through memory at every comparator).
+    let [
+        mut w0,
+        mut w1,
+        mut w2,
+        mut w3,
+        mut w4,
+        mut w5,
+        mut w6,
+        mut w7,
+        mut w8,
+    ] = values;
+    macro_rules! network {
+        ($(($a:ident, $b:ident)),*) => {$(
+            let (high, low) = if $b > $a { ($b, $a) } else { ($a, $b) };
+            $a = high;
+            $b = low;
+        )*};
+    }
+    network!(
+        (w0, w1),
+        (w3, w4),
+        (w6, w7),
+        (w1, w2),
+        (w4, w5),
+        (w7, w8),
+        (w0, w1),
+        (w3, w4),
+        (w6, w7),
+        (w0, w3),
+        (w3, w6),
+        (w0, w3),
+        (w1, w4),
+        (w4, w7),
+        (w1, w4),
+        (w2, w5),
+        (w5, w8),
+        (w2, w5),
+        (w1, w3),
+        (w5, w7),
+        (w2, w6),
+        (w4, w6),
+        (w2, w4),
+        (w2, w3),
+        (w5, w6)
+    );
+    [w0, w1, w2, w3, w4, w5, w6, w7, w8]
 }
 
 /// Where a context stands in its turn: the number of tokens after its last special token, or no turn at all when it
@@ -830,7 +931,7 @@ mod tests {
         let rows = (0..buckets)
             .map(|b| {
                 let row = mix(h, b as u64);
-                if row % 4 == 0 {
+                if row.is_multiple_of(4) {
                     return [0.0; EXPLICIT];
                 }
                 std::array::from_fn(|s| (unit(mix(row, s as u64)) * 22.0 - 4.0) as f32)
@@ -918,6 +1019,38 @@ mod tests {
             reordered > 100,
             "offsets reorder the candidates in {reordered} of 400 contexts"
         );
+    }
+
+    /// The network sorts any input if it sorts every input of zeros and ones (Knuth's 0-1 principle).
+    #[test]
+    fn the_sorting_network_sorts_every_zero_one_input() {
+        for bits in 0u32..1 << EXPLICIT {
+            let v: [f64; EXPLICIT] = std::array::from_fn(|k| f64::from((bits >> k) & 1));
+            let sorted = sort_nine_descending(v);
+            assert!(
+                sorted.windows(2).all(|w| w[0] >= w[1]),
+                "{bits:09b}: {sorted:?}"
+            );
+        }
+    }
+
+    /// Equal weights keep the order by id (MODEL.md section 5) on the ranking path too: every pattern of equal
+    /// and distinct weights over the nine entries.
+    #[test]
+    fn equal_weights_are_ordered_by_id() {
+        let t = Tokenizer::new(151_936);
+        let context = [5u32, 6, 7];
+        let l = logits(3, &t, &context, Turn::of(&t, &context));
+        for pattern in 0u32..64 {
+            let mut entries: [(usize, f64); EXPLICIT] =
+                std::array::from_fn(|s| (s, f64::from((pattern >> (s % 6)) & 1)));
+            sort_explicit(&mut entries, &l.ids, false);
+            let key = |e: &(usize, f64)| (std::cmp::Reverse(e.1.to_bits()), l.ids.id(e.0));
+            assert!(
+                entries.windows(2).all(|w| key(&w[0]) < key(&w[1])),
+                "{pattern}: {entries:?}"
+            );
+        }
     }
 
     /// A bucket whose offsets are all zero, or an all-zero policy, gives the base model's weights and order bit for

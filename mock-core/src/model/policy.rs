@@ -135,7 +135,12 @@ impl Policy {
     /// The bucket of a context whose `layout` draw (section 4.3) is `layout`.
     #[inline]
     pub(crate) fn bucket(&self, layout: u64) -> usize {
-        (layout % u64::from(self.buckets)) as usize
+        // A power of two, the default 8 among them, takes a mask instead of a division.
+        if self.buckets.is_power_of_two() {
+            (layout & u64::from(self.buckets - 1)) as usize
+        } else {
+            (layout % u64::from(self.buckets)) as usize
+        }
     }
 
     /// The factors of the bucket of `layout`, or `None` when the context keeps the base model's weights.
@@ -264,6 +269,10 @@ fn read_weights(
 }
 
 /// The rows of a `[buckets, 9]` floating-point tensor, converted to `f32` as torch's `copy_` converts them.
+#[allow(
+    clippy::wildcard_enum_match_arm,
+    reason = "every other dtype, of this release of safetensors or a later one, holds no offsets"
+)]
 fn offsets_of(
     view: &safetensors::tensor::TensorView<'_>,
     buckets: u32,
