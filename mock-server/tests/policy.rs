@@ -9,7 +9,7 @@ use mock_server::ServerConfig;
 use mock_server::model::{Model, Policy, SLOTS, TENSOR_NAME};
 use serde_json::{Value, json};
 
-use crate::common::InProcess;
+use crate::common::{InProcess, Reply};
 
 /// A fresh directory under the system's temporary directory.
 fn fresh_dir(name: &str) -> PathBuf {
@@ -82,6 +82,17 @@ fn expected(policy: &Policy, ids: &[u32]) -> Vec<f32> {
         .collect()
 }
 
+/// `POST /update_weights_from_disk` of `model_path`, with `weight_version` when given.
+async fn update(server: &InProcess, model_path: &str, weight_version: Option<&str>) -> Reply {
+    let mut body = json!({ "model_path": model_path });
+    if let Some(version) = weight_version {
+        body["weight_version"] = json!(version);
+    }
+    server
+        .post("/update_weights_from_disk", body.to_string())
+        .await
+}
+
 async fn answer(server: &InProcess) -> (Vec<u32>, Vec<f32>) {
     let reply = server.generate(&request()).await;
     assert_eq!(
@@ -112,13 +123,7 @@ async fn a_model_directory_serves_its_weights_and_an_update_serves_the_new_ones(
         json!([mock_server::model::ARCHITECTURE])
     );
 
-    let reply = server
-        .post(
-            "/update_weights_from_disk",
-            json!({"model_path": dir_b.display().to_string(), "weight_version": "step-1"})
-                .to_string(),
-        )
-        .await;
+    let reply = update(&server, &dir_b.display().to_string(), Some("step-1")).await;
     assert_eq!(
         reply.status,
         200,
@@ -208,12 +213,7 @@ async fn a_failed_update_names_what_was_wrong_and_keeps_the_old_weights() {
     for (write, message) in cases {
         let _ = std::fs::remove_file(bad.join("model.safetensors"));
         write(&bad);
-        let reply = server
-            .post(
-                "/update_weights_from_disk",
-                json!({"model_path": path, "weight_version": "never"}).to_string(),
-            )
-            .await;
+        let reply = update(&server, &path, Some("never")).await;
         assert_eq!(reply.status, 400, "{message}");
         assert_eq!(
             reply.json(),
@@ -228,12 +228,7 @@ async fn a_failed_update_names_what_was_wrong_and_keeps_the_old_weights() {
     }
     // A header that is not JSON fails while reading, before anything is loaded.
     std::fs::write(bad.join("model.safetensors"), b"\x08\0\0\0\0\0\0\0not json").unwrap();
-    let reply = server
-        .post(
-            "/update_weights_from_disk",
-            json!({"model_path": path}).to_string(),
-        )
-        .await;
+    let reply = update(&server, &path, None).await;
     assert_eq!(reply.status, 400);
     let message = reply.json()["message"].as_str().unwrap().to_owned();
     assert!(
@@ -255,13 +250,7 @@ async fn a_server_without_a_policy_directory_updates_the_version_only() {
         r#"{"architectures": ["Qwen2ForCausalLM"]}"#,
     )
     .unwrap();
-    let reply = server
-        .post(
-            "/update_weights_from_disk",
-            json!({"model_path": foreign.display().to_string(), "weight_version": "v1"})
-                .to_string(),
-        )
-        .await;
+    let reply = update(&server, &foreign.display().to_string(), Some("v1")).await;
     assert_eq!(reply.status, 200);
     assert_eq!(answer(&server).await, before);
     assert!(

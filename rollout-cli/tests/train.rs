@@ -20,6 +20,18 @@ fn config(steps: usize, temperature: f64) -> TrainConfig {
     }
 }
 
+/// An embedded mock on a free port serving the toy policy directory `dir`.
+async fn serving(dir: &std::path::Path) -> Server {
+    Server::start(ServerConfig {
+        host: "127.0.0.1".to_owned(),
+        port: 0,
+        model_path: dir.display().to_string(),
+        ..ServerConfig::default()
+    })
+    .await
+    .expect("the mock starts")
+}
+
 /// Serves the toy policy from a fresh directory and runs the loop against it.
 async fn run(
     name: &str,
@@ -32,14 +44,7 @@ async fn run(
     let _ = std::fs::remove_dir_all(&out);
     let start = train::weights_dir(&out, 0);
     mock_server::model::save_dir(&Policy::zero(8), 151_936, &start).unwrap();
-    let server = Server::start(ServerConfig {
-        host: "127.0.0.1".to_owned(),
-        port: 0,
-        model_path: start.display().to_string(),
-        ..ServerConfig::default()
-    })
-    .await
-    .expect("the mock starts");
+    let server = serving(&start).await;
     let client = Client::builder(server.url()).build().unwrap();
     let model = Model::new(ModelConfig::default()).unwrap();
     let mut seen = Vec::new();
@@ -107,14 +112,7 @@ async fn the_task_rewards_words_of_the_first_eighth_of_the_word_range() {
 async fn an_update_the_server_refuses_stops_the_loop_with_its_message() {
     let dir = std::env::temp_dir().join(format!("rollout-train-four-{}", std::process::id()));
     mock_server::model::save_dir(&Policy::zero(4), 151_936, &dir).unwrap();
-    let server = Server::start(ServerConfig {
-        host: "127.0.0.1".to_owned(),
-        port: 0,
-        model_path: dir.display().to_string(),
-        ..ServerConfig::default()
-    })
-    .await
-    .unwrap();
+    let server = serving(&dir).await;
     let client = Client::builder(server.url()).build().unwrap();
     let model = Model::new(ModelConfig::default()).unwrap();
     let out = std::env::temp_dir().join(format!("rollout-train-refused-{}", std::process::id()));

@@ -998,21 +998,8 @@ mod tests {
                     );
                 }
             }
-            let d = Distribution::new(&moved, vocab, 1.0, &[]);
             for k in 0..64 {
-                let u = unit(mix(h, 1000 + k));
-                let general = d.pick(None, 1.0, 0.0, u);
-                match moved.pick_plain(vocab, u) {
-                    Some((id, p)) => {
-                        assert_eq!(id, general.id, "case {case}");
-                        assert_eq!(
-                            p.ln().to_bits(),
-                            d.logprob_of(&general).to_bits(),
-                            "case {case}"
-                        );
-                    }
-                    None => assert_eq!(general.position, None, "case {case}"),
-                }
+                plain_pick_is_general(&moved, vocab, unit(mix(h, 1000 + k)), case);
             }
         }
         assert!(
@@ -1104,6 +1091,31 @@ mod tests {
     /// as the general path wherever it answers, and leave exactly the tail draws to it. Contexts, seeds and
     /// draws from a hash, the smallest vocabulary among them (where the tail is likeliest), and contexts that
     /// end a turn (where `<|im_end|>` outweighs every candidate) as well as long ones (where it sits mid-list).
+    /// Checks [`Logits::pick_plain`] at `u` against the general path: the same id and logprob bits where it
+    /// answers, and only a tail draw left to the general path. Returns whether the draw was left.
+    fn plain_pick_is_general(l: &Logits, vocab: u32, u: f64, case: u64) -> bool {
+        let d = Distribution::new(l, vocab, 1.0, &[]);
+        let general = d.pick(None, 1.0, 0.0, u);
+        match l.pick_plain(vocab, u) {
+            Some((id, p)) => {
+                assert_eq!(id, general.id, "case {case}");
+                assert_eq!(
+                    p.ln().to_bits(),
+                    d.logprob_of(&general).to_bits(),
+                    "case {case}"
+                );
+                false
+            }
+            None => {
+                assert_eq!(
+                    general.position, None,
+                    "case {case}: an explicit draw was left"
+                );
+                true
+            }
+        }
+    }
+
     #[test]
     fn the_plain_pick_is_the_general_pick_bit_for_bit() {
         let mut tails = 0;
@@ -1126,26 +1138,7 @@ mod tests {
                     _ => {}
                 }
                 let l = logits(h >> 7, &t, &context, Turn::of(&t, &context));
-                let u = unit(mix(h, 99));
-                let d = Distribution::new(&l, vocab, 1.0, &[]);
-                let general = d.pick(None, 1.0, 0.0, u);
-                match l.pick_plain(vocab, u) {
-                    Some((id, p)) => {
-                        assert_eq!(id, general.id, "case {case}");
-                        assert_eq!(
-                            p.ln().to_bits(),
-                            d.logprob_of(&general).to_bits(),
-                            "case {case}"
-                        );
-                    }
-                    None => {
-                        assert_eq!(
-                            general.position, None,
-                            "case {case}: an explicit draw was left"
-                        );
-                        tails += 1;
-                    }
-                }
+                tails += usize::from(plain_pick_is_general(&l, vocab, unit(mix(h, 99)), case));
             }
         }
         assert!(tails > 0, "no draw reached the tail");
