@@ -17,6 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+STALE = (
+    "mock-server",
+    "tests",
+    "policy::logprobs_under_the_weights_before_an_update_are_named_stale_by_the_audit",
+)
 LEARN = ("rollout-cli", "tests", "train::the_loop_learns_with_every_ratio_exactly_one_at_the_rollout_policy")
 
 
@@ -301,6 +306,23 @@ MUTANTS = [
         "            *w *= f;",
         "            let _ = (w, f);",
         [("mock-server", "tests", "reference::server_agrees_with_the_python_reference_under_non_zero_weights")],
+    ),
+    Mutant(
+        "an audit blind to the weights served before",
+        "mock-core/src/witness/audit.rs",
+        "            None => model.policies_before(self.weights_of(seq, q)),",
+        "            None => Vec::new(),",
+        [
+            ("mock-core", "lib", "witness::tests::logprobs_of_older_weights_than_the_tokens_name_the_stale_weights"),
+            STALE,
+        ],
+    ),
+    Mutant(
+        "new weights recorded under the count before the update",
+        "mock-server/src/http/admin.rs",
+        "            state.model().set_policy(policy, weights);",
+        "            state.model().set_policy(policy, weights - 1);",
+        [STALE],
     ),
 ]
 

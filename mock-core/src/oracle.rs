@@ -52,7 +52,9 @@ pub struct ExpectedItem {
 /// of unseeded samples (MODEL.md section 8.3): each answer it predicts leaves its tokens in the cache and takes
 /// its draws, so the `cached_tokens` and the sampled tokens it predicts are the server's for the same requests in
 /// the same order. A clone shares its history; [`Oracle::flush_cache`] is `/flush_cache`, [`Oracle::reset`]
-/// `/admin/reset`. [`Oracle::expect_drawn`] predicts an answer at given draws, without history.
+/// `/admin/reset`. [`Oracle::expect_drawn`] predicts an answer at given draws, without history. Every answer is
+/// predicted under the weights the model serves when it is asked (MODEL.md section 14): an oracle that shares a
+/// server's model predicts a request served before a weight update only until that update.
 #[derive(Debug, Clone)]
 pub struct Oracle {
     config: Arc<ServerConfig>,

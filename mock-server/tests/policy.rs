@@ -262,3 +262,64 @@ async fn a_server_without_a_policy_directory_updates_the_version_only() {
             .is_none()
     );
 }
+
+/// A rollout whose logprobs were recomputed under the weights before the update (what a worker that missed the
+/// sync serves) is named stale by the live server's audit, which keeps the weights it served before.
+#[tokio::test]
+async fn logprobs_under_the_weights_before_an_update_are_named_stale_by_the_audit() {
+    let (a, b) = (policy(1.0), policy(-1.5));
+    let (dir_a, dir_b) = (policy_dir("stale-a", &a), policy_dir("stale-b", &b));
+    let server = InProcess::new(ServerConfig {
+        model_path: dir_a.display().to_string(),
+        ledger: true,
+        ..ServerConfig::default()
+    });
+    answer(&server).await;
+    let reply = update(&server, &dir_b.display().to_string(), Some("step-1")).await;
+    assert_eq!(reply.status, 200);
+    let (ids, served) = answer(&server).await;
+    let prompt = Model::new(ServerConfig::default().model_config())
+        .expect("the default model")
+        .tokenizer()
+        .encode("Hello world");
+    let audit = |logprobs: Vec<f32>| {
+        let sample =
+            json!({"input_tokens": prompt, "output_tokens": ids, "output_logprobs": logprobs});
+        server.post("/admin/audit", json!([sample]).to_string())
+    };
+    let report = audit(served).await.json();
+    assert_eq!(report["ok"], true, "{report:#}");
+    let stale = expected(&a, &ids);
+    let report = audit(stale.clone()).await.json();
+    let problems = report["problems"].as_array().expect("problems");
+    assert_eq!(problems.len(), 1, "{report:#}");
+    assert_eq!(
+        (
+            &problems[0]["kind"],
+            &problems[0]["start"],
+            &problems[0]["end"]
+        ),
+        (&json!("logprob-stale"), &json!(0), &json!(ids.len())),
+        "{report:#}"
+    );
+    let message = problems[0]["message"].as_str().expect("a message");
+    assert!(
+        message.contains(&format!(
+            "{} is the model's logprob of this token under the server's weights 0 (version \"default\"), \
+             while rid",
+            stale[0]
+        )),
+        "{message}"
+    );
+    assert!(
+        message.contains("generated it under weights 1 (version \"step-1\")"),
+        "{message}"
+    );
+    // After a reset the ledger and the weights served before are gone: nothing is left to explain the tokens.
+    server.reset().await;
+    let report = audit(stale).await.json();
+    assert_eq!(
+        report["problems"][0]["kind"], "never-generated",
+        "{report:#}"
+    );
+}

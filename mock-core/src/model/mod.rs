@@ -104,14 +104,23 @@ pub fn digest(policy: &Policy) -> String {
 ///
 /// The weights can change while the model serves (a weight update): each change gets the next *epoch*, and a
 /// generation keeps the policy it read with the epoch it read it at, so that a step costs one atomic load to learn
-/// whether the weights changed under it.
+/// whether the weights changed under it. The model also keeps the policies it served before, by the server's
+/// weights count (the ledger's `weights`), so that an audit can recompute a logprob under the weights that served
+/// it, or recognise one computed under older weights.
 #[derive(Debug)]
 pub struct Model {
     config: ModelConfig,
     tokenizer: Tokenizer,
     policy: RwLock<Arc<Policy>>,
     epoch: AtomicU64,
+    /// Each policy served, with the weights count from which it served, oldest first; at most
+    /// [`POLICY_HISTORY`] of them, the first from count 0.
+    history: RwLock<Vec<(u64, Arc<Policy>)>>,
 }
+
+/// How many policies a model remembers: the start-up policy and the last updates, enough to name the weights a
+/// stale worker or a stale recompute used in any run whose ledger holds them.
+pub const POLICY_HISTORY: usize = 64;
 
 /// The gradient of one token's logprob with respect to the policy's offsets: nonzero in one bucket only.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -155,17 +164,19 @@ impl Model {
         {
             return Err(ModelError::MoeShape(moe));
         }
+        let policy = Arc::new(Policy::zero(DEFAULT_BUCKETS));
         Ok(Model {
             config,
             tokenizer,
-            policy: RwLock::new(Arc::new(Policy::zero(DEFAULT_BUCKETS))),
+            policy: RwLock::new(Arc::clone(&policy)),
             epoch: AtomicU64::new(0),
+            history: RwLock::new(vec![(0, policy)]),
         })
     }
 
-    /// The model with `policy` as its weights.
+    /// The model with `policy` as its weights from start-up.
     pub fn with_policy(self, policy: Policy) -> Model {
-        self.set_policy(policy);
+        self.restart_with(policy);
         self
     }
 
@@ -186,10 +197,58 @@ impl Model {
         (self.policy(), epoch)
     }
 
-    /// Replaces the weights: every step from now on, of new and of running generations, uses `policy`.
-    pub fn set_policy(&self, policy: Policy) {
-        *self.policy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policy);
+    /// Replaces the weights: every step from now on, of new and of running generations, uses `policy`, which
+    /// serves from the server's `weights`-th weights on (the count the update moves it to).
+    pub fn set_policy(&self, policy: Policy, weights: u64) {
+        let policy = Arc::new(policy);
+        {
+            let mut history = self.history.write().unwrap_or_else(|e| e.into_inner());
+            // A count served by no token (two updates before the next step) keeps only its last policy.
+            history.retain(|(from, _)| *from < weights);
+            history.push((weights, Arc::clone(&policy)));
+            if history.len() > POLICY_HISTORY {
+                history.remove(0);
+            }
+        }
+        self.replace(policy);
+    }
+
+    /// The weights as at start-up: `policy` serves from count 0 and the policies served before are forgotten
+    /// (`/admin/reset`, which empties the ledger too).
+    pub fn restart_with(&self, policy: Policy) {
+        let policy = Arc::new(policy);
+        *self.history.write().unwrap_or_else(|e| e.into_inner()) = vec![(0, Arc::clone(&policy))];
+        self.replace(policy);
+    }
+
+    fn replace(&self, policy: Arc<Policy>) {
+        *self.policy.write().unwrap_or_else(|e| e.into_inner()) = policy;
         self.epoch.fetch_add(1, Ordering::Release);
+    }
+
+    /// The policy that served the server's `weights`-th weights: the last one set at or before that count.
+    /// `None` when the history no longer reaches back that far.
+    pub fn policy_at(&self, weights: u64) -> Option<Arc<Policy>> {
+        let history = self.history.read().unwrap_or_else(|e| e.into_inner());
+        let i = history.partition_point(|(from, _)| *from <= weights);
+        // The first entry serves from count 0 until the history is trimmed.
+        (i > 0).then(|| Arc::clone(&history[i - 1].1))
+    }
+
+    /// The policies that served before the `weights`-th weights and differ from theirs, newest first, each
+    /// with the weights count it served from.
+    pub fn policies_before(&self, weights: u64) -> Vec<(u64, Arc<Policy>)> {
+        let Some(current) = self.policy_at(weights) else {
+            return Vec::new();
+        };
+        let history = self.history.read().unwrap_or_else(|e| e.into_inner());
+        let mut older: Vec<(u64, Arc<Policy>)> = Vec::new();
+        for (from, policy) in history.iter().rev().filter(|(from, _)| *from < weights) {
+            if **policy != *current && older.iter().all(|(_, p)| **p != **policy) {
+                older.push((*from, Arc::clone(policy)));
+            }
+        }
+        older
     }
 
     /// The configuration the model was built with.
@@ -322,6 +381,55 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_history_gives_the_policy_that_served_each_weights_count() {
+        let model = Model::new(ModelConfig::default()).expect("model");
+        let zero = model.policy();
+        let moved = |x: f32| Policy::new(vec![[x; SLOTS]; 8]).expect("policy");
+        model.set_policy(moved(0.5), 2);
+        model.set_policy(moved(1.0), 5);
+        let at = |w: u64| model.policy_at(w).map(|p| p.offsets()[0][0]);
+        assert_eq!(
+            (0..7).map(at).collect::<Vec<_>>(),
+            [0.0, 0.0, 0.5, 0.5, 0.5, 1.0, 1.0].map(Some)
+        );
+        assert_eq!(*model.policy(), moved(1.0));
+        let before = |w: u64| -> Vec<(u64, f32)> {
+            model
+                .policies_before(w)
+                .iter()
+                .map(|(from, p)| (*from, p.offsets()[0][0]))
+                .collect()
+        };
+        assert_eq!(before(5), [(2, 0.5), (0, 0.0)]);
+        assert_eq!(before(4), [(0, 0.0)]);
+        assert_eq!(before(0), []);
+        // An update to weights equal to older ones: the older ones are not older weights.
+        model.set_policy(Policy::clone(&zero), 6);
+        assert_eq!(before(6), [(5, 1.0), (2, 0.5)]);
+        // Two updates to one count keep the last; a restart forgets the rest.
+        model.set_policy(moved(2.0), 6);
+        assert_eq!(at(6), Some(2.0));
+        model.restart_with(Policy::clone(&zero));
+        assert_eq!((at(0), at(9)), (Some(0.0), Some(0.0)));
+        assert_eq!(before(9), []);
+    }
+
+    #[test]
+    fn the_history_keeps_the_last_policies() {
+        let model = Model::new(ModelConfig::default()).expect("model");
+        let n = POLICY_HISTORY as u64 + 3;
+        for w in 1..=n {
+            model.set_policy(
+                Policy::new(vec![[w as f32 / 100.0; SLOTS]; 8]).expect("policy"),
+                w,
+            );
+        }
+        assert_eq!(model.policy_at(3), None);
+        assert_eq!(model.policy_at(4).map(|p| p.offsets()[0][0]), Some(0.04));
+        assert_eq!(model.policies_before(n + 1).len(), POLICY_HISTORY - 1);
     }
 
     #[test]

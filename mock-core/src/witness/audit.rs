@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::ledger::{Entry, Finish, PromptHash, Records, Span};
 use super::samples::{AuditOptions, AuditSample, VersionLabel};
-use crate::model::Model;
+use crate::model::{Model, Policy};
 
 macro_rules! problem_kinds {
     ($($variant:ident => $name:literal $doc:literal,)*) => {
@@ -54,6 +54,8 @@ problem_kinds! {
         "A trained token holds the logprob the server sent for another position of the same sample.",
     LogprobFromOtherRequest => "logprob-from-other-request"
         "A trained token holds a logprob the server sent in the answer to another request (or another sample).",
+    LogprobStale => "logprob-stale"
+        "A trained token holds the model's logprob under weights older than those that generated it: a stale worker.",
     LogprobDiffers => "logprob-differs" "A trained token's logprob differs from the one the server sent.",
     LogprobsNotRequested => "logprobs-not-requested"
         "Trained tokens come from a request that did not ask for logprobs, so their logprobs cannot be the server's.",
@@ -449,6 +451,10 @@ enum Wrong {
     Rounded(Roundings),
     /// The model's logprob of the token at temperature 1, where the request sampled at another.
     AtTemperatureOne,
+    /// The model's logprob of the token under the server's `weights`-th weights, older than those that generated it.
+    Stale {
+        weights: u64,
+    },
     Shifted(isize),
     FromOther {
         seq: u64,
@@ -622,7 +628,8 @@ impl ValueIndex<'_> {
 
 /// Audits `samples` against `records` (`WITNESS.md` section 3). `model` is the model the server ran, when the
 /// audit has it (the live server's, not a saved ledger's): with it, a logprob recomputed at temperature 1 for a
-/// request that sampled at another is recognised as such.
+/// request that sampled at another is recognised as such, and so is one computed under weights older than those
+/// that generated the token (the model keeps the policies it served).
 pub fn audit(
     records: &Records,
     samples: &[AuditSample],
@@ -649,6 +656,7 @@ pub fn audit(
             records,
             model,
             rescored: HashMap::new(),
+            stale: HashMap::new(),
             sample,
             k,
             labels: &labels,
@@ -756,6 +764,9 @@ struct Check<'a> {
     /// compared with the model's logprob at temperature 1 was that logprob. Once one was not, the entry's other
     /// values are not compared, so that a sample whose values are wrong in another way costs one comparison.
     rescored: HashMap<u64, bool>,
+    /// Per entry: the older weights its first value compared under them was the model's logprob under, or
+    /// `None` when it was under none ([`Check::under_older_weights`]).
+    stale: HashMap<u64, Option<u64>>,
     sample: &'a AuditSample,
     k: usize,
     /// Every sample's label in reports.
@@ -966,7 +977,7 @@ impl<'a> Check<'a> {
                 Some(g) => match expected.flatten().and_then(|e| Roundings::of(e, g)) {
                     // The value sent, rounded: the closest evidence there is, before any other value.
                     Some(r) => Wrong::Rounded(r),
-                    None if self.at_temperature_one(seq, p, g) => Wrong::AtTemperatureOne,
+                    None if self.at_temperature_one(seq, p, q, g) => Wrong::AtTemperatureOne,
                     None => {
                         let positions = here.get_or_insert_with(|| {
                             let mut map: HashMap<u32, Vec<usize>> = HashMap::new();
@@ -986,8 +997,11 @@ impl<'a> Check<'a> {
                             Some(&r) => Wrong::Shifted(r as isize - p as isize),
                             None => match values.find(g, seq) {
                                 Some((other, at)) => Wrong::FromOther { seq: other, at },
-                                None if expected.is_none() => Wrong::Unsent,
-                                None => Wrong::Differs,
+                                None => match self.under_older_weights(seq, p, q, g) {
+                                    Some(weights) => Wrong::Stale { weights },
+                                    None if expected.is_none() => Wrong::Unsent,
+                                    None => Wrong::Differs,
+                                },
                             },
                         }
                     }
@@ -1125,18 +1139,71 @@ impl<'a> Check<'a> {
     /// Whether `got`, the logprob at response position `p` of a segment of entry `seq`, is the model's logprob of
     /// that token at temperature 1 while the entry sampled (and sent its logprobs) at another temperature: a
     /// re-score that left the rollout's temperature out. Needs the model the server ran.
-    fn at_temperature_one(&mut self, seq: u64, p: usize, got: f32) -> bool {
+    fn at_temperature_one(&mut self, seq: u64, p: usize, q: usize, got: f32) -> bool {
         let Some(model) = self.model else {
             return false;
         };
         if self.entry(seq).logprob_temperature == 1.0 || self.rescored.get(&seq) == Some(&false) {
             return false;
         }
-        let context = &self.walk.full[..self.sample.prompt.len() + p];
-        let id = self.sample.response[p];
-        let is = model.distribution(context, 1.0, &[]).logprob(id) as f32 == got;
+        let Some(policy) = model.policy_at(self.weights_of(seq, q)) else {
+            return false;
+        };
+        let is = self.model_logprob(model, &policy, p, 1.0) == got;
         self.rescored.entry(seq).or_insert(is);
         is
+    }
+
+    /// The server's weights count for output token `q` of entry `seq`: its span's (the last span's when the
+    /// spans end before it, as a fault can make them).
+    fn weights_of(&self, seq: u64, q: usize) -> u64 {
+        let entry = self.entry(seq);
+        entry
+            .span_of(q)
+            .or(entry.weight_versions.last())
+            .map_or(0, |span| span.weights)
+    }
+
+    /// The model's logprob of the sample's response token `p` in its context, under `policy` at `temperature`.
+    fn model_logprob(&self, model: &Model, policy: &Policy, p: usize, temperature: f64) -> f32 {
+        let context = &self.walk.full[..self.sample.prompt.len() + p];
+        let id = self.sample.response[p];
+        model
+            .distribution_under(policy, context, temperature, &[])
+            .logprob(id) as f32
+    }
+
+    /// The weights count of older weights under which `got`, the sample's logprob at response position `p`
+    /// (output token `q` of entry `seq`), is the model's logprob of the token, at the temperature the entry's
+    /// logprobs are at; `None` when there are none (or the audit has no model). Like the re-score at temperature
+    /// 1, an entry whose first compared value is not stale has its others left alone, and one whose first is
+    /// has its others compared with those weights only.
+    fn under_older_weights(&mut self, seq: u64, p: usize, q: usize, got: f32) -> Option<u64> {
+        let model = self.model?;
+        let older = match self.stale.get(&seq) {
+            Some(None) => return None,
+            Some(Some(weights)) => model
+                .policy_at(*weights)
+                .map(|policy| vec![(*weights, policy)])
+                .unwrap_or_default(),
+            None => model.policies_before(self.weights_of(seq, q)),
+        };
+        let temperature = self.entry(seq).logprob_temperature;
+        let found = older
+            .iter()
+            .find(|(_, policy)| self.model_logprob(model, policy, p, temperature) == got)
+            .map(|(weights, _)| *weights);
+        self.stale.entry(seq).or_insert(found);
+        found
+    }
+
+    /// The version string the ledger reported for the server's `weights`-th weights, if a span of it names them.
+    fn version_of_weights(&self, weights: u64) -> Option<&'a str> {
+        self.records
+            .entries()
+            .flat_map(|entry| &entry.weight_versions)
+            .find(|span| span.weights == weights)
+            .map(|span| span.version.as_str())
     }
 
     /// One problem for response positions `start..end` whose logprobs are wrong in the same way; `seq` and
@@ -1236,6 +1303,29 @@ impl<'a> Check<'a> {
                         "{tokens} {hold} a logprob the server sent to another request: rid {other_rid}{whose}, \
                          output position {pos}; {at}. The logprob list was taken from another answer or \
                          another sample: build each sample's logprobs from its own responses"
+                    ),
+                )
+            }
+            Wrong::Stale { weights } => {
+                let now = self.weights_of(seq, q);
+                let named = |w: u64| match self.version_of_weights(w) {
+                    Some(version) => format!("weights {w} (version {version:?})"),
+                    None => format!("weights {w}"),
+                };
+                (
+                    ProblemKind::LogprobStale,
+                    format!(
+                        "{tokens} {have} logprob {} where {at}: {} is the model's logprob of this token under the \
+                         server's {}, while rid {rid} generated it under {}. These logprobs come from older \
+                         weights than the tokens: a worker that missed the weight update (a stale engine behind \
+                         the router, a refit that skipped it) or a recompute with the weights before the sync, so \
+                         every importance ratio here measures the update, not the rollout (NeMo labs-molt #124). \
+                         Take each token's logprob from the answer that generated it, and check that every worker \
+                         reports the new weights before rolling out",
+                        show(got),
+                        show(got),
+                        named(weights),
+                        named(now),
                     ),
                 )
             }

@@ -1746,6 +1746,123 @@ fn a_rescore_at_temperature_one_of_a_sample_drawn_at_another_says_so() {
     );
 }
 
+/// A policy that moves every slot of every bucket, so that no logprob is the zero policy's.
+fn moved_policy() -> crate::model::Policy {
+    let offsets = (0..8)
+        .map(|b| std::array::from_fn(|s| 0.25 + 0.125 * (b * 9 + s) as f32 / 9.0))
+        .collect();
+    crate::model::Policy::new(offsets).expect("a policy")
+}
+
+/// A span of `n` output tokens from the server's `weights`-th weights, named `version`.
+fn span(version: &str, n: usize, weights: u64) -> Vec<Span> {
+    vec![Span {
+        version: version.to_owned(),
+        start: 0,
+        end: n,
+        weights,
+    }]
+}
+
+#[test]
+fn logprobs_of_older_weights_than_the_tokens_name_the_stale_weights() {
+    let model = model();
+    let before = model.policy();
+    model.set_policy(moved_policy(), 1);
+    let after = model.policy();
+    let (prompt, output) = ([3u32, 4], [10u32, 11, 12]);
+    let under = |policy: &crate::model::Policy, t: f64| -> Vec<f32> {
+        (0..output.len())
+            .map(|j| {
+                let context: Vec<u32> = prompt.iter().chain(&output[..j]).copied().collect();
+                model
+                    .distribution_under(policy, &context, t, &[])
+                    .logprob(output[j]) as f32
+            })
+            .collect()
+    };
+    let (served, stale) = (under(&after, 0.8), under(&before, 0.8));
+    assert!(served.iter().zip(&stale).all(|(a, b)| a != b));
+    // An answer under the start-up weights (version "v0") names them; the tokens were generated under weights 1.
+    let mut old = entry("old", &[5], &[6], &[-0.5]);
+    old.weight_versions = span("v0", 1, 0);
+    let mut e = entry("new", &prompt, &output, &served);
+    e.logprob_temperature = 0.8;
+    e.weight_versions = span("v1", 3, 1);
+    let records = records(vec![old, e]);
+    let holding = |lps: &[f32]| {
+        sample(
+            &prompt,
+            &output,
+            &[1, 1, 1],
+            &lps.iter().copied().map(Some).collect::<Vec<_>>(),
+        )
+    };
+    let report = audit(
+        &records,
+        &[holding(&stale)],
+        &AuditOptions::default(),
+        Some(&model),
+    );
+    assert_eq!(
+        found(&report),
+        [(ProblemKind::LogprobStale, 0, 3)],
+        "{report}"
+    );
+    let message = &report.problems[0].message;
+    assert!(
+        message.contains(&format!(
+            "{} is the model's logprob of this token under the server's weights 0 (version \"v0\"), while rid \
+             new generated it under weights 1 (version \"v1\")",
+            stale[0]
+        )),
+        "{message}"
+    );
+    // The served values pass; values under the serving weights at another temperature are not stale; without
+    // the model (a saved ledger) stale values are values that differ.
+    let report = audit(
+        &records,
+        &[holding(&served)],
+        &AuditOptions::default(),
+        Some(&model),
+    );
+    assert!(report.ok, "{report}");
+    let report = audit(
+        &records,
+        &[holding(&under(&after, 1.1))],
+        &AuditOptions::default(),
+        Some(&model),
+    );
+    assert_eq!(
+        found(&report),
+        [(ProblemKind::LogprobDiffers, 0, 3)],
+        "{report}"
+    );
+    let report = run(&records, &[holding(&stale)]);
+    assert_eq!(
+        found(&report),
+        [(ProblemKind::LogprobDiffers, 0, 3)],
+        "{report}"
+    );
+    // Tokens generated under the start-up weights have no older weights to be stale against.
+    let mut records_before = Vec::new();
+    let mut e = entry("first", &prompt, &output, &stale);
+    e.logprob_temperature = 0.8;
+    e.weight_versions = span("v0", 3, 0);
+    records_before.push(e);
+    let report = audit(
+        &self::records(records_before),
+        &[holding(&served)],
+        &AuditOptions::default(),
+        Some(&model),
+    );
+    assert_eq!(
+        found(&report),
+        [(ProblemKind::LogprobDiffers, 0, 3)],
+        "{report}"
+    );
+}
+
 #[test]
 fn a_stop_token_dropped_from_the_ids_keeps_its_logprob_and_the_report_says_so() {
     // The answer ends with its stop token 2; the client strips it from the ids and keeps every logprob.

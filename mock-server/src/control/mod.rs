@@ -68,6 +68,8 @@ pub(crate) struct Control {
     weights: AtomicU64,
     /// The number of the weights the server starts with: its `--weight-version` when that is a number, else 0.
     base_weights: u64,
+    /// Held while an update switches the weights and their count.
+    switching: std::sync::Mutex<()>,
     /// Counts the changes of `weight_version` and of `weights`, so that a running request notices one with a
     /// single load.
     version_epoch: AtomicU64,
@@ -111,6 +113,7 @@ impl Control {
             weight_version: RwLock::new(Arc::from(weight_version)),
             weights: AtomicU64::new(base_weights(weight_version)),
             base_weights: base_weights(weight_version),
+            switching: std::sync::Mutex::new(()),
             version_epoch: AtomicU64::new(0),
             model_path: RwLock::new(None),
             paused_tx: watch::Sender::new(false),
@@ -164,8 +167,11 @@ impl Control {
         self.weights.load(Ordering::Acquire)
     }
 
-    /// A weight update loaded new weights (whether or not it set a version).
-    pub(crate) fn weights_loaded(&self) {
+    /// A weight update loaded new weights (whether or not it set a version). `switch` runs first, with the count
+    /// the new weights serve as, one update at a time, so that the policy and its count move together.
+    pub(crate) fn weights_loaded(&self, switch: impl FnOnce(u64)) {
+        let _one = self.switching.lock().unwrap_or_else(|e| e.into_inner());
+        switch(self.weights() + 1);
         self.weights.fetch_add(1, Ordering::AcqRel);
         self.version_epoch.fetch_add(1, Ordering::Release);
     }

@@ -163,11 +163,12 @@ async fn run_weight_update(
     if ms > 0 {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
-    if let Some(policy) = policy {
-        state.model().set_policy(policy);
-    }
     // The weights change whether or not the request names their version (AReaL's updates name none).
-    control.weights_loaded();
+    control.weights_loaded(|weights| {
+        if let Some(policy) = policy {
+            state.model().set_policy(policy, weights);
+        }
+    });
     if let Some(version) = &req.weight_version {
         control.set_weight_version(version);
     }
@@ -500,9 +501,9 @@ pub(crate) async fn reset(State(state): State<AppState>) -> Response {
     let control = state.control();
     control.resume();
     control.reset_weights(&state.config().weight_version);
-    if state.model().policy() != *state.base_policy() {
-        state.model().set_policy(Policy::clone(state.base_policy()));
-    }
+    state
+        .model()
+        .restart_with(Policy::clone(state.base_policy()));
     stats(State(state)).await
 }
 
