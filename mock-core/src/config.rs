@@ -48,9 +48,14 @@ pub struct ServerConfig {
         arg(long, env = "SGLANG_MOCK_TOKENIZER", value_name = "PATH")
     )]
     pub tokenizer: Option<LoadedTokenizer>,
-    /// Context length: maximum prompt plus completion tokens.
-    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_CONTEXT_LENGTH", default_value_t = ServerConfig::default().context_length))]
-    pub context_length: u32,
+    /// Context length: maximum prompt plus completion tokens [default: what the config.json of a --model-path
+    /// directory says, as SGLang derives it, else 32768]. Above the directory's, the server refuses to start
+    /// unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN is set, as SGLang does.
+    #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_CONTEXT_LENGTH"))]
+    pub context_length: Option<u32>,
+    /// The context length the model directory's `config.json` gives, read on first use: leave it at its default.
+    #[cfg_attr(feature = "cli", arg(skip))]
+    pub model_context_length: DerivedContextLength,
     /// Require `Authorization: Bearer <key>` on every endpoint except /health* and /metrics.
     #[cfg_attr(feature = "cli", arg(long, env = "SGLANG_MOCK_API_KEY"))]
     pub api_key: Option<String>,
@@ -191,7 +196,8 @@ impl Default for ServerConfig {
             served_model_name: None,
             vocab_size: None,
             tokenizer: None,
-            context_length: 32_768,
+            context_length: None,
+            model_context_length: DerivedContextLength::default(),
             api_key: None,
             admin_api_key: None,
             incremental_streaming_output: false,
@@ -228,6 +234,68 @@ impl Default for ServerConfig {
     }
 }
 
+/// The context length of a model path that is no directory, or whose `config.json` names none: Qwen2.5's.
+pub(crate) const DEFAULT_CONTEXT_LENGTH: u32 = 32_768;
+
+/// The context length a model directory's `config.json` gives, read once ([`ServerConfig::context_len`]). Two
+/// configurations compare equal whatever it holds: it follows from `model_path`.
+#[derive(Debug, Clone, Default)]
+pub struct DerivedContextLength(std::sync::OnceLock<Option<u32>>);
+
+impl PartialEq for DerivedContextLength {
+    fn eq(&self, _: &DerivedContextLength) -> bool {
+        true
+    }
+}
+
+/// The keys SGLang reads a context length from, in its order (`CONTEXT_LENGTH_KEYS` in
+/// `srt/utils/hf_transformers/common.py`).
+const CONTEXT_LENGTH_KEYS: [&str; 5] = [
+    "max_sequence_length",
+    "seq_length",
+    "max_seq_len",
+    "model_max_length",
+    "max_position_embeddings",
+];
+
+/// The context length of the model directory `path`, as SGLang's `get_context_length` derives it from the text
+/// model's config: the first of [`CONTEXT_LENGTH_KEYS`] that is set, times `rope_scaling`'s `factor` unless the
+/// scaling names `original_max_position_embeddings` or is `llama3`'s. The text model's config is `text_config`
+/// when there is one (a multimodal model's), else the whole file. `None` for a path without a readable
+/// `config.json` or one that names none of the keys.
+pub(crate) fn model_dir_context_length(path: &std::path::Path) -> Option<u32> {
+    let text = std::fs::read(path.join("config.json")).ok()?;
+    let config: serde_json::Value = serde_json::from_slice(&text).ok()?;
+    let config = match config.get("text_config") {
+        Some(sub) if sub.is_object() => sub,
+        _ => &config,
+    };
+    let factor = match config.get("rope_scaling") {
+        Some(scaling) if scaling.as_object().is_some_and(|o| !o.is_empty()) => {
+            if scaling.get("original_max_position_embeddings").is_some()
+                || scaling.get("rope_type").and_then(|t| t.as_str()) == Some("llama3")
+            {
+                1.0
+            } else {
+                scaling
+                    .get("factor")
+                    .and_then(serde_json::Value::as_f64)
+                    .unwrap_or(1.0)
+            }
+        }
+        _ => 1.0,
+    };
+    let value = CONTEXT_LENGTH_KEYS
+        .iter()
+        .find_map(|key| config.get(*key).filter(|v| !v.is_null()))?
+        .as_f64()?;
+    // Python's `int()` truncates toward zero.
+    let length = (factor * value).trunc();
+    (1.0..=f64::from(u32::MAX))
+        .contains(&length)
+        .then_some(length as u32)
+}
+
 /// The model path reported when none is configured.
 pub(crate) const DEFAULT_MODEL_PATH: &str = "sglang-mock/toy-model";
 /// 64 MiB: far above any real prompt, small enough that a hostile body cannot exhaust memory.
@@ -243,6 +311,24 @@ pub(crate) const DEFAULT_MAX_TOTAL_TOKENS: u64 = 1 << 20;
 pub(crate) const DEFAULT_WEIGHT_VERSION: &str = "default";
 
 impl ServerConfig {
+    /// The context length the server serves: `--context-length`, else the model directory's
+    /// ([`model_dir_context_length`]), else 32,768.
+    #[inline]
+    pub fn context_len(&self) -> u32 {
+        self.context_length.unwrap_or_else(|| {
+            self.model_dir_context_length()
+                .unwrap_or(DEFAULT_CONTEXT_LENGTH)
+        })
+    }
+
+    /// The context length `--model-path`'s `config.json` gives, if it is a directory that has one.
+    pub fn model_dir_context_length(&self) -> Option<u32> {
+        *self
+            .model_context_length
+            .0
+            .get_or_init(|| model_dir_context_length(std::path::Path::new(&self.model_path)))
+    }
+
     /// The KV pool's size in tokens: `--max-total-tokens`, or 2^20.
     pub fn kv_pool_tokens(&self) -> u64 {
         self.max_total_tokens.unwrap_or(DEFAULT_MAX_TOTAL_TOKENS)
@@ -295,6 +381,15 @@ impl ServerConfig {
             return Err(StateError::AdminApiKey(self.sglang_version));
         }
         self.faults.validate().map_err(StateError::Faults)?;
+        // `ModelConfig._derive_context_length`: a longer context than the model's is refused unless allowed.
+        if let (Some(flag), Some(derived)) = (self.context_length, self.model_dir_context_length())
+            && flag > derived
+            && !std::env::var("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN").is_ok_and(|v| {
+                matches!(v.to_ascii_lowercase().as_str(), "true" | "1" | "yes" | "y")
+            })
+        {
+            return Err(StateError::ContextLength { flag, derived });
+        }
         let model =
             crate::model::Model::new(self.model_config()).map_err(|source| StateError::Model {
                 vocab_size: self.vocab_size(),
@@ -357,4 +452,131 @@ pub enum StateError {
         with_key = release::numbers_where(|r| r.admin_api_key)
     )]
     AdminApiKey(SglangVersion),
+    #[error(
+        "Warning: User-specified context_length ({flag}) is greater than the derived context_length ({derived}). \
+         This may lead to incorrect model outputs or CUDA errors. Note that the derived context_length may differ \
+         from max_position_embeddings in the model's config. To allow overriding this maximum, set the env var \
+         SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"
+    )]
+    ContextLength { flag: u32, derived: u32 },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A model directory whose `config.json` is `config`.
+    fn model_dir(name: &str, config: &str) -> std::path::PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("sglang-mock-context-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        std::fs::write(dir.join("config.json"), config).expect("config.json");
+        dir
+    }
+
+    /// Each case's expected length computed by hand from `get_context_length` in SGLang 0.5.23's
+    /// `srt/utils/hf_transformers/common.py`.
+    #[test]
+    fn the_context_length_is_derived_as_sglang_derives_it() {
+        for (name, config, expected) in [
+            ("plain", r#"{"max_position_embeddings": 4096}"#, Some(4096)),
+            // `seq_length` comes before `max_position_embeddings` in the keys' order; a null is unset.
+            (
+                "order",
+                r#"{"max_position_embeddings": 4096, "seq_length": 8192}"#,
+                Some(8192),
+            ),
+            (
+                "null",
+                r#"{"seq_length": null, "max_position_embeddings": 4096}"#,
+                Some(4096),
+            ),
+            (
+                "first",
+                r#"{"model_max_length": 100, "max_sequence_length": 300}"#,
+                Some(300),
+            ),
+            (
+                "yarn",
+                r#"{"max_position_embeddings": 32768, "rope_scaling": {"type": "yarn", "factor": 4.0}}"#,
+                Some(131_072),
+            ),
+            // `int(1.5 * 3001)` truncates 4501.5.
+            (
+                "truncated",
+                r#"{"max_position_embeddings": 3001, "rope_scaling": {"factor": 1.5}}"#,
+                Some(4501),
+            ),
+            (
+                "original",
+                r#"{"max_position_embeddings": 8192, "rope_scaling": {"factor": 4.0, "original_max_position_embeddings": 2048}}"#,
+                Some(8192),
+            ),
+            (
+                "llama3",
+                r#"{"max_position_embeddings": 131072, "rope_scaling": {"factor": 8.0, "rope_type": "llama3"}}"#,
+                Some(131_072),
+            ),
+            (
+                "empty-scaling",
+                r#"{"max_position_embeddings": 4096, "rope_scaling": {}}"#,
+                Some(4096),
+            ),
+            (
+                "multimodal",
+                r#"{"max_position_embeddings": 2048, "text_config": {"max_position_embeddings": 8192}}"#,
+                Some(8192),
+            ),
+            ("none", r#"{"hidden_size": 64}"#, None),
+            ("broken", "{", None),
+        ] {
+            let dir = model_dir(name, config);
+            assert_eq!(model_dir_context_length(&dir), expected, "{name}: {config}");
+            let served = ServerConfig {
+                model_path: dir.display().to_string(),
+                ..ServerConfig::default()
+            };
+            assert_eq!(served.context_len(), expected.unwrap_or(32_768), "{name}");
+            // The flag wins, and a path that is no directory has the default.
+            let flagged = ServerConfig {
+                context_length: Some(1000),
+                ..served
+            };
+            assert_eq!(flagged.context_len(), 1000, "{name}");
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        assert_eq!(ServerConfig::default().context_len(), 32_768);
+    }
+
+    #[test]
+    fn a_context_longer_than_the_model_directory_s_refuses_to_start() {
+        if std::env::var_os("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN").is_some() {
+            return;
+        }
+        let dir = model_dir("refuse", r#"{"max_position_embeddings": 4096}"#);
+        let config = |flag: u32| ServerConfig {
+            model_path: dir.display().to_string(),
+            context_length: Some(flag),
+            ..ServerConfig::default()
+        };
+        let err = config(8192)
+            .build_model()
+            .expect_err("a longer context is refused");
+        assert!(
+            matches!(
+                err,
+                StateError::ContextLength {
+                    flag: 8192,
+                    derived: 4096
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().starts_with(
+            "Warning: User-specified context_length (8192) is greater than the derived context_length (4096). "
+        ));
+        assert!(config(4096).build_model().is_ok());
+        assert!(config(1024).build_model().is_ok());
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

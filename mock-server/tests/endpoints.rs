@@ -28,7 +28,7 @@ async fn server_info_has_what_routers_read_under_both_paths() {
     let server = InProcess::new(ServerConfig {
         model_path: "org/model".to_owned(),
         served_model_name: Some("served".to_owned()),
-        context_length: 4096,
+        context_length: Some(4096),
         ..ServerConfig::default()
     });
     let new = server.get("/server_info").await;
@@ -279,7 +279,7 @@ async fn ready_is_503_while_paused_and_a_weight_update_session_opens_once() {
 async fn v1_models_lists_the_served_model() {
     let server = InProcess::new(ServerConfig {
         served_model_name: Some("m".to_owned()),
-        context_length: 2048,
+        context_length: Some(2048),
         ..ServerConfig::default()
     });
     let list = server.get("/v1/models").await.json();
@@ -771,4 +771,59 @@ async fn slimes_post_process_weights_waits_for_running_requests() {
             "{version}"
         );
     }
+}
+
+/// With a model directory, the context is the one its `config.json` gives (SGLang's `ModelConfig`): the info
+/// routes report it, `/server_info` reports the unset flag as `null`, and a request past it is refused.
+#[tokio::test]
+async fn the_model_directory_decides_the_context_length() {
+    let dir = std::env::temp_dir().join(format!("sglang-mock-context-dir-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    std::fs::write(
+        dir.join("config.json"),
+        r#"{"architectures": ["Qwen2ForCausalLM"], "max_position_embeddings": 4096}"#,
+    )
+    .expect("config.json");
+    let server = InProcess::new(ServerConfig {
+        model_path: dir.display().to_string(),
+        ..ServerConfig::default()
+    });
+    let info = server.get("/server_info").await.json();
+    assert_eq!(info["context_length"], Value::Null, "the flag is unset");
+    assert_eq!(info["max_req_input_len"], 4096 - 6);
+    assert_eq!(
+        server.get("/v1/models").await.json()["data"][0]["max_model_len"],
+        4096
+    );
+    let reply = server
+        .generate(&json!({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 5000}}))
+        .await;
+    assert_eq!(
+        reply.status,
+        400,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    assert!(
+        String::from_utf8_lossy(&reply.body).contains(
+            "maximum context length of 4096 tokens. You requested a total of 5003 tokens"
+        ),
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    // The flag overrides the directory downwards, and `/server_info` reports it.
+    let server = InProcess::new(ServerConfig {
+        model_path: dir.display().to_string(),
+        context_length: Some(1024),
+        ..ServerConfig::default()
+    });
+    assert_eq!(
+        server.get("/server_info").await.json()["context_length"],
+        1024
+    );
+    assert_eq!(
+        server.get("/v1/models").await.json()["data"][0]["max_model_len"],
+        1024
+    );
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -282,7 +282,7 @@ async fn the_goldens_of_the_real_releases_conform() {
 fn golden_options(golden: &Path, moe: bool) -> ConformOptions {
     let mut mock = ServerConfig {
         tokenizer: Some(qwen_tokenizer()),
-        context_length: 4096,
+        context_length: Some(4096),
         ..ServerConfig::default()
     };
     if moe {

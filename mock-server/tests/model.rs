@@ -376,7 +376,7 @@ async fn a_null_max_new_tokens_is_no_limit_but_the_context_window() {
     const CONTEXT: u32 = 300;
     for version in SglangVersion::all() {
         let server = InProcess::new(ServerConfig {
-            context_length: CONTEXT,
+            context_length: Some(CONTEXT),
             sglang_version: version,
             ..ServerConfig::default()
         });

@@ -1308,7 +1308,7 @@ async fn chat_stream_deltas_are_each_releases_delta_shape() {
 #[tokio::test]
 async fn chat_max_tokens_above_the_context_gets_serving_chats_message() {
     let server = InProcess::new(ServerConfig {
-        context_length: 64,
+        context_length: Some(64),
         ..ServerConfig::default()
     });
     for key in ["max_tokens", "max_completion_tokens"] {

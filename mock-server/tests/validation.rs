@@ -8,7 +8,7 @@ use crate::common::{InProcess, Reply, read_sse, sse_json};
 
 fn server() -> InProcess {
     InProcess::new(ServerConfig {
-        context_length: 64,
+        context_length: Some(64),
         max_body_bytes: 4096,
         ..ServerConfig::default()
     })
@@ -23,7 +23,7 @@ impl Servers {
             SglangVersion::all()
                 .map(|sglang_version| {
                     let server = InProcess::new(ServerConfig {
-                        context_length: 64,
+                        context_length: Some(64),
                         max_body_bytes: 4096,
                         sglang_version,
                         ..ServerConfig::default()
@@ -508,7 +508,7 @@ async fn a_scheduler_abort_chunk_has_the_keys_of_a_normal_chunk() {
 async fn python_numbers_keep_their_type_through_sampling_params() {
     let server = InProcess::new(ServerConfig {
         sglang_version: SglangVersion::V0_5_3,
-        context_length: 64,
+        context_length: Some(64),
         ..ServerConfig::default()
     });
     let finish = |max_new_tokens: Value| json!({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": max_new_tokens, "ignore_eos": true}});

@@ -721,7 +721,7 @@ fn validate_one_request(
     config: &ServerConfig,
     dp_rank: Option<i64>,
 ) -> Result<(), RequestError> {
-    let context = u64::from(config.context_length);
+    let context = u64::from(config.context_len());
     let input_len = input_ids.len() as u64;
     if input_len >= context {
         return Err(RequestError::value(format!(

@@ -774,6 +774,6 @@ fn verify_logit_bias(keys: &[String], vocab_size: u32) -> Result<(), RequestErro
 /// The longest a request may be, prompt and completion: `max_req_len = min(context_len - 1,
 /// max_total_num_tokens - 1)` (`TpModelWorker`); its prompt must be shorter than `max_req_len - 5`.
 pub(crate) fn max_req_len(config: &ServerConfig) -> u64 {
-    (u64::from(config.context_length).saturating_sub(1))
+    (u64::from(config.context_len()).saturating_sub(1))
         .min(config.kv_pool_tokens().saturating_sub(1))
 }

@@ -136,7 +136,7 @@ pub(crate) async fn server_info(State(state): State<AppState>) -> Response {
     };
     let scheduler_info = ordered! {
         "max_total_num_tokens": max_total_num_tokens,
-        "max_req_input_len": c.context_length.saturating_sub(6),
+        "max_req_input_len": c.context_len().saturating_sub(6),
         "status": "ready",
         "internal_states": json!([{
             "last_gen_throughput": 0.0,
@@ -235,7 +235,7 @@ fn model_card(state: &AppState) -> Ordered {
     }
     card.0.push((
         "max_model_len",
-        serde_json::json!(state.config().context_length),
+        serde_json::json!(state.config().context_len()),
     ));
     card
 }

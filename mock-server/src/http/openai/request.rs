@@ -349,11 +349,11 @@ fn chat_prompt(
     // `_validate_request` in `serving_chat.py`: a completion longer than the whole context is refused before
     // the prompt is counted (the native check then counts prompt and completion together).
     if let Some(max) = max
-        && max > i64::from(config.context_length)
+        && max > i64::from(config.context_len())
     {
         return Err(ApiError::openai_bad_request(format!(
             "max_completion_tokens is too large: {max}.This model supports at most {} completion tokens.",
-            config.context_length
+            config.context_len()
         )));
     }
     // `to_sampling_params`: `max_completion_tokens or max_tokens` (0.5.3: `max_tokens or

@@ -55,7 +55,7 @@ fn tokenize_body(state: &AppState, body: &Value) -> Result<Value, ApiError> {
             tokenizer.encode_plain(text)
         }
     };
-    let max_model_len = state.config().context_length;
+    let max_model_len = state.config().context_len();
     let present = |key: &str| obj.get(key).filter(|v| !v.is_null());
     // `TokenizeRequest.validate_tokenize_input`, a model validator: FastAPI's 400.
     if present("prompt").is_some() == present("messages").is_some() {
