@@ -827,3 +827,48 @@ async fn the_model_directory_decides_the_context_length() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Starlette's `redirect_slashes`: a route's path with a trailing slash answers 307 to the path without it, for
+/// any method, keeping the query; a path that is no route with or without the slash stays a 404.
+#[tokio::test]
+async fn a_trailing_slash_redirects_as_starlette_does() {
+    let server = InProcess::new(ServerConfig::default());
+    for (method, path, location) in [
+        (Method::GET, "/generate/", "http://127.0.0.1:30000/generate"),
+        (
+            Method::POST,
+            "/generate/?stream=1",
+            "http://127.0.0.1:30000/generate?stream=1",
+        ),
+        (Method::GET, "/health/", "http://127.0.0.1:30000/health"),
+        (
+            Method::POST,
+            "/v1/chat/completions/",
+            "http://127.0.0.1:30000/v1/chat/completions",
+        ),
+    ] {
+        let reply = server
+            .request(
+                method.clone(),
+                path,
+                r#"{"text": "x"}"#,
+                &[("host", "127.0.0.1:30000")],
+            )
+            .await;
+        assert_eq!(reply.status, 307, "{method} {path}");
+        assert_eq!(reply.headers["location"], location, "{method} {path}");
+        assert!(reply.body.is_empty(), "{method} {path}");
+    }
+    let reply = server
+        .request(
+            Method::GET,
+            "/no_such_route/",
+            "",
+            &[("host", "127.0.0.1:30000")],
+        )
+        .await;
+    assert_eq!(
+        (reply.status.as_u16(), reply.json()),
+        (404, json!({"detail": "Not Found"}))
+    );
+}

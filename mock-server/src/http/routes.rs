@@ -5,7 +5,7 @@ use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodFilter, get, on, post};
+use axum::routing::{MethodFilter, MethodRouter, any, get, on, post};
 
 use super::respond::json_response;
 use super::state::AppState;
@@ -22,22 +22,22 @@ pub(crate) fn router(state: AppState) -> Router {
     let generate_methods = MethodFilter::POST.or(MethodFilter::PUT);
     let get_or_post = MethodFilter::GET.or(MethodFilter::POST);
     let generating = Router::new()
-        .route(
+        .slashed(
             "/generate",
             on(generate_methods, generate::generate_handler),
         )
-        .route("/v1/completions", post(openai::completions))
-        .route("/v1/chat/completions", post(openai::chat_completions))
+        .slashed("/v1/completions", post(openai::completions))
+        .slashed("/v1/chat/completions", post(openai::chat_completions))
         // An audit's batch can be far larger than a request body: it reads its own, under its own bound.
-        .route("/admin/audit", post(witness::audit_samples));
+        .slashed("/admin/audit", post(witness::audit_samples));
     let mut unfaulted = Router::new()
-        .route("/admin/faults", on(get_or_post, admin::faults))
-        .route("/admin/stats", get(admin::stats))
-        .route("/admin/reset", post(admin::reset))
-        .route("/admin/ledger", get(witness::ledger));
+        .slashed("/admin/faults", on(get_or_post, admin::faults))
+        .slashed("/admin/stats", get(admin::stats))
+        .slashed("/admin/reset", post(admin::reset))
+        .slashed("/admin/ledger", get(witness::ledger));
     // SGLang mounts its Prometheus endpoint only with `--enable-metrics`.
     if state.config().enable_metrics {
-        unfaulted = unfaulted.route("/metrics", get(admin::metrics));
+        unfaulted = unfaulted.slashed("/metrics", get(admin::metrics));
     }
     // The generating handlers read their bodies themselves; every other route and the 404 read them first
     // (`read_whole_body`), so that no answer leaves a body unread.
@@ -58,16 +58,61 @@ pub(crate) fn router(state: AppState) -> Router {
     app.with_state(state)
 }
 
+/// Starlette's `redirect_slashes`, on by default in FastAPI: a path that matches no route but does without its
+/// trailing slash answers `307 Temporary Redirect` to that path, whatever the method (`Router.app` in
+/// `starlette/routing.py`). Each static route is registered with its slashed twin, so that no second table of
+/// paths can fall out of step with the routes.
+trait Slashed {
+    fn slashed(self, path: &'static str, method_router: MethodRouter<AppState>) -> Self;
+}
+
+impl Slashed for Router<AppState> {
+    fn slashed(self, path: &'static str, method_router: MethodRouter<AppState>) -> Self {
+        self.route(path, method_router)
+            .route(&format!("{path}/"), any(redirect_without_slash))
+    }
+}
+
+/// The redirect of `Slashed`: an empty body and `location` the URL without the slash (the `Host` header's
+/// authority, the path and the query), as `RedirectResponse` writes it. The body is read first, as every answer
+/// does (`extract::read_whole_body`).
+async fn redirect_without_slash(State(state): State<AppState>, req: Request) -> Response {
+    let path = req.uri().path().trim_end_matches('/').to_owned();
+    let query = req
+        .uri()
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    let location = match req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+    {
+        Some(host) => format!("http://{host}{path}{query}"),
+        None => format!("{path}{query}"),
+    };
+    let _ = axum::body::to_bytes(req.into_body(), state.config().max_body_bytes).await;
+    let mut response = StatusCode::TEMPORARY_REDIRECT.into_response();
+    if let Ok(value) = header::HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+    response.headers_mut().insert(
+        header::CONTENT_LENGTH,
+        header::HeaderValue::from_static("0"),
+    );
+    response
+}
+
 /// The routes a router, a trainer or a health check calls besides generation, as each release's
 /// `srt/entrypoints/http_server.py` declares them (`mock-server/VERSIONS.md` lists the differences;
 /// `tests/python/route_check.py` compares this table with the wheels' route decorators).
 fn worker_routes(config: &ServerConfig, get_or_post: MethodFilter) -> Router<AppState> {
     let version = config.sglang_version;
     let common = Router::new()
-        .route("/health", get(info::health_generate))
-        .route("/health_generate", get(info::health_generate))
-        .route("/get_server_info", get(info::server_info))
-        .route("/get_model_info", get(info::model_info))
+        .slashed("/health", get(info::health_generate))
+        .slashed("/health_generate", get(info::health_generate))
+        .slashed("/get_server_info", get(info::server_info))
+        .slashed("/get_model_info", get(info::model_info))
         .route("/v1/models", get(info::list_models))
         .route("/v1/models/{*model}", get(info::retrieve_model));
     let mut by_release = Router::new();
@@ -75,70 +120,70 @@ fn worker_routes(config: &ServerConfig, get_or_post: MethodFilter) -> Router<App
         by_release = by_release.merge(match group {
             RouteGroup::InfoAndTokenize => Router::new()
                 .route("/", get(info::root).head(info::root))
-                .route("/tokenize", post(openai::tokenize::tokenize))
-                .route("/v1/tokenize", post(openai::tokenize::tokenize))
-                .route("/detokenize", post(openai::tokenize::detokenize))
-                .route("/v1/detokenize", post(openai::tokenize::detokenize))
-                .route("/server_info", get(info::server_info))
-                .route("/model_info", get(info::model_info))
-                .route("/v1/loads", get(loads::v1_loads))
-                .route(
+                .slashed("/tokenize", post(openai::tokenize::tokenize))
+                .slashed("/v1/tokenize", post(openai::tokenize::tokenize))
+                .slashed("/detokenize", post(openai::tokenize::detokenize))
+                .slashed("/v1/detokenize", post(openai::tokenize::detokenize))
+                .slashed("/server_info", get(info::server_info))
+                .slashed("/model_info", get(info::model_info))
+                .slashed("/v1/loads", get(loads::v1_loads))
+                .slashed(
                     "/update_weights_from_ipc",
                     post(admin::update_weights_from_ipc),
                 ),
-            RouteGroup::GetLoad => Router::new().route("/get_load", get(loads::get_load)),
-            RouteGroup::Ready => Router::new().route("/ready", get(info::ready)),
+            RouteGroup::GetLoad => Router::new().slashed("/get_load", get(loads::get_load)),
+            RouteGroup::Ready => Router::new().slashed("/ready", get(info::ready)),
             RouteGroup::WeightUpdateSession => Router::new()
-                .route("/begin_weight_update", post(admin::begin_weight_update))
-                .route("/end_weight_update", post(admin::end_weight_update)),
+                .slashed("/begin_weight_update", post(admin::begin_weight_update))
+                .slashed("/end_weight_update", post(admin::end_weight_update)),
         });
     }
     by_release = match version.weight_version_route {
         WeightVersionRoute::Served => {
-            by_release.route("/get_weight_version", get(info::weight_version))
+            by_release.slashed("/get_weight_version", get(info::weight_version))
         }
         WeightVersionRoute::Deprecated => by_release
-            .route("/get_weight_version", get(info::weight_version))
-            .route("/weight_version", get(info::weight_version)),
+            .slashed("/get_weight_version", get(info::weight_version))
+            .slashed("/weight_version", get(info::weight_version)),
         WeightVersionRoute::Absent => by_release,
     };
     if config.slime_patches {
         // slime's `docker/patch/v0.5.15.post1/sglang.patch`.
-        by_release = by_release.route("/post_process_weights", post(admin::post_process_weights));
+        by_release = by_release.slashed("/post_process_weights", post(admin::post_process_weights));
     }
     common
         .merge(by_release)
-        .route("/flush_cache", on(get_or_post, admin::flush_cache))
-        .route("/ping", get(info::ping))
-        .route("/abort_request", post(admin::abort_request))
-        .route("/pause_generation", post(admin::pause_generation))
-        .route("/continue_generation", post(admin::continue_generation))
-        .route(
+        .slashed("/flush_cache", on(get_or_post, admin::flush_cache))
+        .slashed("/ping", get(info::ping))
+        .slashed("/abort_request", post(admin::abort_request))
+        .slashed("/pause_generation", post(admin::pause_generation))
+        .slashed("/continue_generation", post(admin::continue_generation))
+        .slashed(
             "/update_weights_from_disk",
             post(admin::update_weights_from_disk),
         )
-        .route(
+        .slashed(
             "/update_weights_from_tensor",
             post(admin::update_weights_from_tensor),
         )
-        .route(
+        .slashed(
             "/update_weights_from_distributed",
             post(admin::update_weights_from_distributed),
         )
-        .route(
+        .slashed(
             "/init_weights_update_group",
             post(admin::init_weights_update_group),
         )
-        .route(
+        .slashed(
             "/destroy_weights_update_group",
             post(admin::destroy_weights_update_group),
         )
-        .route("/update_weight_version", post(admin::update_weight_version))
-        .route(
+        .slashed("/update_weight_version", post(admin::update_weight_version))
+        .slashed(
             "/release_memory_occupation",
             on(get_or_post, admin::memory_occupation),
         )
-        .route(
+        .slashed(
             "/resume_memory_occupation",
             on(get_or_post, admin::memory_occupation),
         )
