@@ -153,8 +153,8 @@ MUTANTS = [
     ),
     Mutant(
         "weight updates that name no version left uncounted (AReaL's integer labels checked against nothing)",
-        "mock-server/src/http/admin.rs",
-        "    control.weights_loaded();",
+        "mock-server/src/control/mod.rs",
+        "        self.weights.fetch_add(1, Ordering::AcqRel);",
         "",
         [
             (
