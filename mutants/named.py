@@ -251,8 +251,8 @@ MUTANTS = [
     Mutant(
         "a server that ignores the weight update",
         "mock-server/src/http/admin.rs",
-        "        state.model().set_policy(policy);",
-        "        drop(policy);",
+        "            state.model().set_policy(policy, weights);",
+        "            drop((policy, weights));",
         [
             ("mock-server", "tests", "policy::a_model_directory_serves_its_weights_and_an_update_serves_the_new_ones"),
             LEARN,
