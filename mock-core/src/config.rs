@@ -237,10 +237,11 @@ impl Default for ServerConfig {
 /// The context length of a model path that is no directory, or whose `config.json` names none: Qwen2.5's.
 pub(crate) const DEFAULT_CONTEXT_LENGTH: u32 = 32_768;
 
-/// The context length a model directory's `config.json` gives, read once ([`ServerConfig::context_len`]). Two
+/// The context length a model directory's `config.json` gives, read once ([`ServerConfig::context_len`]) with the
+/// path it was read from, so that a configuration copied and given another `model_path` reads its own. Two
 /// configurations compare equal whatever it holds: it follows from `model_path`.
 #[derive(Debug, Clone, Default)]
-pub struct DerivedContextLength(std::sync::OnceLock<Option<u32>>);
+pub struct DerivedContextLength(std::sync::OnceLock<(String, Option<u32>)>);
 
 impl PartialEq for DerivedContextLength {
     fn eq(&self, _: &DerivedContextLength) -> bool {
@@ -323,10 +324,16 @@ impl ServerConfig {
 
     /// The context length `--model-path`'s `config.json` gives, if it is a directory that has one.
     pub fn model_dir_context_length(&self) -> Option<u32> {
-        *self
+        let read = |path: &str| model_dir_context_length(std::path::Path::new(path));
+        let (path, length) = self
             .model_context_length
             .0
-            .get_or_init(|| model_dir_context_length(std::path::Path::new(&self.model_path)))
+            .get_or_init(|| (self.model_path.clone(), read(&self.model_path)));
+        if *path == self.model_path {
+            *length
+        } else {
+            read(&self.model_path)
+        }
     }
 
     /// The KV pool's size in tokens: `--max-total-tokens`, or 2^20.
@@ -546,6 +553,20 @@ mod tests {
             let _ = std::fs::remove_dir_all(dir);
         }
         assert_eq!(ServerConfig::default().context_len(), 32_768);
+        // A configuration copied after its length was read, then pointed at another directory, reads that one.
+        let first = ServerConfig {
+            model_path: model_dir("copied-a", r#"{"max_position_embeddings": 4096}"#)
+                .display()
+                .to_string(),
+            ..ServerConfig::default()
+        };
+        assert_eq!(first.context_len(), 4096);
+        let other = model_dir("copied-b", r#"{"max_position_embeddings": 1024}"#);
+        let mut second = first.clone();
+        second.model_path = other.display().to_string();
+        assert_eq!((first.context_len(), second.context_len()), (4096, 1024));
+        let _ = std::fs::remove_dir_all(&first.model_path);
+        let _ = std::fs::remove_dir_all(other);
     }
 
     #[test]
