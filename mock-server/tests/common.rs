@@ -342,6 +342,14 @@ pub(crate) fn sse_json(body: &[u8]) -> Vec<Value> {
 
 /// A body as JSON. Its objects keep their keys in document order: the workspace builds serde_json with
 /// `preserve_order`, so a key-order check reads a `Value` as SGLang wrote it.
+/// The one problem of an audit report, as its kind, start and end; fails unless the report has exactly one.
+pub(crate) fn sole_problem(report: &Value) -> (&Value, &Value, &Value) {
+    let problems = report["problems"].as_array().expect("problems");
+    assert_eq!(problems.len(), 1, "{report:#}");
+    let problem = &problems[0];
+    (&problem["kind"], &problem["start"], &problem["end"])
+}
+
 pub(crate) fn parse_json(bytes: &[u8]) -> Value {
     serde_json::from_slice(bytes).expect("valid JSON")
 }

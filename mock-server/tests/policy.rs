@@ -9,7 +9,7 @@ use mock_server::ServerConfig;
 use mock_server::model::{Model, Policy, SLOTS, TENSOR_NAME};
 use serde_json::{Value, json};
 
-use crate::common::{InProcess, Reply};
+use crate::common::{InProcess, Reply, sole_problem};
 
 /// A fresh directory under the system's temporary directory.
 fn fresh_dir(name: &str) -> PathBuf {
@@ -291,18 +291,14 @@ async fn logprobs_under_the_weights_before_an_update_are_named_stale_by_the_audi
     assert_eq!(report["ok"], true, "{report:#}");
     let stale = expected(&a, &ids);
     let report = audit(stale.clone()).await.json();
-    let problems = report["problems"].as_array().expect("problems");
-    assert_eq!(problems.len(), 1, "{report:#}");
     assert_eq!(
-        (
-            &problems[0]["kind"],
-            &problems[0]["start"],
-            &problems[0]["end"]
-        ),
+        sole_problem(&report),
         (&json!("logprob-stale"), &json!(0), &json!(ids.len())),
         "{report:#}"
     );
-    let message = problems[0]["message"].as_str().expect("a message");
+    let message = report["problems"][0]["message"]
+        .as_str()
+        .expect("a message");
     assert!(
         message.contains(&format!(
             "{} is the model's logprob of this token under the server's weights 0 (version \"default\"), \

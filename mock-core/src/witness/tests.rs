@@ -1681,33 +1681,42 @@ fn model() -> crate::model::Model {
     .expect("a model")
 }
 
-fn logprob_at(model: &crate::model::Model, context: &[u32], id: u32, t: f64) -> f32 {
-    model.distribution(context, t, &[]).logprob(id) as f32
+/// A generic sample that trains on every token of `output` with logprobs `lps`.
+fn trained(prompt: &[u32], output: &[u32], lps: &[f32]) -> AuditSample {
+    let mask = vec![1; output.len()];
+    let lps: Vec<Option<f32>> = lps.iter().copied().map(Some).collect();
+    sample(prompt, output, &mask, &lps)
+}
+
+/// The logprob `policy` gives each token of `output` after `prompt` and the tokens before it, at temperature `t`.
+fn logprobs_along(
+    model: &crate::model::Model,
+    policy: &crate::model::Policy,
+    prompt: &[u32],
+    output: &[u32],
+    t: f64,
+) -> Vec<f32> {
+    (0..output.len())
+        .map(|j| {
+            let context: Vec<u32> = prompt.iter().chain(&output[..j]).copied().collect();
+            model
+                .distribution_under(policy, &context, t, &[])
+                .logprob(output[j]) as f32
+        })
+        .collect()
 }
 
 #[test]
 fn a_rescore_at_temperature_one_of_a_sample_drawn_at_another_says_so() {
     let model = model();
     let (prompt, output) = ([3u32, 4], [10u32, 11, 12]);
-    let at = |t: f64| -> Vec<f32> {
-        (0..output.len())
-            .map(|j| {
-                let context: Vec<u32> = prompt.iter().chain(&output[..j]).copied().collect();
-                logprob_at(&model, &context, output[j], t)
-            })
-            .collect()
-    };
+    let at = |t: f64| logprobs_along(&model, &model.policy(), &prompt, &output, t);
     let (sent, rescored) = (at(0.7), at(1.0));
     assert!(sent.iter().zip(&rescored).all(|(a, b)| a != b));
     let mut e = entry("hot", &prompt, &output, &sent);
     e.logprob_temperature = 0.7;
     let records = records(vec![e]);
-    let s = sample(
-        &prompt,
-        &output,
-        &[1, 1, 1],
-        &rescored.iter().copied().map(Some).collect::<Vec<_>>(),
-    );
+    let s = trained(&prompt, &output, &rescored);
     // With the model the server ran, the values are recognised as its logprobs at temperature 1.
     let report = audit(
         &records,
@@ -1771,16 +1780,8 @@ fn logprobs_of_older_weights_than_the_tokens_name_the_stale_weights() {
     model.set_policy(moved_policy(), 1);
     let after = model.policy();
     let (prompt, output) = ([3u32, 4], [10u32, 11, 12]);
-    let under = |policy: &crate::model::Policy, t: f64| -> Vec<f32> {
-        (0..output.len())
-            .map(|j| {
-                let context: Vec<u32> = prompt.iter().chain(&output[..j]).copied().collect();
-                model
-                    .distribution_under(policy, &context, t, &[])
-                    .logprob(output[j]) as f32
-            })
-            .collect()
-    };
+    let under =
+        |policy: &crate::model::Policy, t: f64| logprobs_along(&model, policy, &prompt, &output, t);
     let (served, stale) = (under(&after, 0.8), under(&before, 0.8));
     assert!(served.iter().zip(&stale).all(|(a, b)| a != b));
     // An answer under the start-up weights (version "v0") names them; the tokens were generated under weights 1.
@@ -1790,14 +1791,7 @@ fn logprobs_of_older_weights_than_the_tokens_name_the_stale_weights() {
     e.logprob_temperature = 0.8;
     e.weight_versions = span("v1", 3, 1);
     let records = records(vec![old, e]);
-    let holding = |lps: &[f32]| {
-        sample(
-            &prompt,
-            &output,
-            &[1, 1, 1],
-            &lps.iter().copied().map(Some).collect::<Vec<_>>(),
-        )
-    };
+    let holding = |lps: &[f32]| trained(&prompt, &output, lps);
     let report = audit(
         &records,
         &[holding(&stale)],
