@@ -115,6 +115,75 @@ fn the_readme_flag_table_agrees_with_the_command_line() {
     }
 }
 
+/// The first cells of every table whose header starts `| flag |`, with the document each is in.
+fn flag_cells(path: &str) -> Vec<(String, String)> {
+    let doc = read(path);
+    let mut cells = Vec::new();
+    let mut in_table = false;
+    for line in doc.lines() {
+        if line.starts_with("| flag |") {
+            in_table = true;
+        } else if !line.starts_with('|') {
+            in_table = false;
+        } else if in_table && !line.starts_with("|---") {
+            let first = line.trim_matches('|').split(" | ").next().unwrap_or("");
+            cells.push((path.to_owned(), first.trim().to_owned()));
+        }
+    }
+    cells
+}
+
+/// Each flag of `sglang-mock` has exactly one row in the flag tables of the README and the server's documents,
+/// and each flag a table names is one the command line has: a new flag documented nowhere, or twice, fails here.
+/// (A subcommand's flags are its own `--help`'s.)
+#[test]
+fn every_flag_has_one_row_in_one_table() {
+    let command = Cli::command();
+    let mut rows: Vec<(String, String)> = Vec::new();
+    for path in [
+        "../README.md",
+        "README.md",
+        "WITNESS.md",
+        "VERSIONS.md",
+        "CONFORM.md",
+    ] {
+        for (doc, cell) in flag_cells(path) {
+            for flag in items(&cell).into_iter().filter(|f| f.starts_with("--")) {
+                rows.push((flag.trim_start_matches("--").to_owned(), doc.clone()));
+            }
+        }
+    }
+    let aliases: BTreeSet<&str> = command
+        .get_arguments()
+        .flat_map(|a| a.get_visible_aliases().unwrap_or_default())
+        .collect();
+    let flags: BTreeSet<&str> = command
+        .get_arguments()
+        .filter(|a| !a.is_hide_set())
+        .filter_map(|a| a.get_long())
+        .filter(|name| !["help", "version"].contains(name))
+        .collect();
+    let mut problems = Vec::new();
+    for flag in &flags {
+        let places: Vec<&str> = rows
+            .iter()
+            .filter(|(f, _)| f == flag)
+            .map(|(_, doc)| doc.as_str())
+            .collect();
+        if places.len() != 1 {
+            problems.push(format!("--{flag} has {} rows: {places:?}", places.len()));
+        }
+    }
+    for (flag, doc) in &rows {
+        if !flags.contains(flag.as_str()) && !aliases.contains(flag.as_str()) {
+            problems.push(format!(
+                "{doc} documents --{flag}, which the command line does not have"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
 /// The fault catalogue of `mock-server/README.md` has one row per fault kind.
 #[test]
 fn the_fault_table_lists_every_fault_kind() {
