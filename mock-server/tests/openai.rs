@@ -3,6 +3,7 @@
 //! reassemble to the non-stream answer, errors have the OpenAI layer's shapes, and the fault catalogue and
 //! the control plane reach these routes.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use axum::http::Method;
@@ -425,10 +426,32 @@ async fn check_streams(server: &InProcess) {
         } else {
             "text_completion"
         };
-        assert!(
-            chunks
+        assert!(chunks.iter().all(|c| c["object"] == object));
+        // Each chunk carries its sample's id (`content["meta_info"]["id"]` in SGLang's stream loop), and the
+        // chunks written after the loop (chat's finish chunks, the usage chunk) the id of the loop's last one.
+        let after_loop = match api {
+            "chat" => chunks
                 .iter()
-                .all(|c| c["object"] == object && c["id"] == chunks[0]["id"])
+                .position(|c| !c["choices"][0]["finish_reason"].is_null())
+                .unwrap(),
+            _ => chunks.len(),
+        };
+        let (in_loop, after) = chunks.split_at(after_loop);
+        let ids: Vec<BTreeSet<&str>> = (0..2u64)
+            .map(|index| {
+                in_loop
+                    .iter()
+                    .filter(|c| c["choices"][0]["index"] == index)
+                    .map(|c| c["id"].as_str().unwrap())
+                    .collect()
+            })
+            .collect();
+        assert!(ids.iter().all(|set| set.len() == 1), "{api}: {ids:?}");
+        assert_ne!(ids[0], ids[1], "{api}: both choices' chunks have one id");
+        let last = &in_loop.last().unwrap()["id"];
+        assert!(
+            after.iter().chain([usage_chunk]).all(|c| &c["id"] == last),
+            "{api}: the chunks after the loop carry another id than its last chunk's"
         );
     }
 }

@@ -910,6 +910,7 @@ struct ChoiceState {
 pub(crate) struct ChunkTranslator {
     req: OpenAiRequest,
     created: u64,
+    /// The id of the latest native chunk.
     id: Option<String>,
     choices: BTreeMap<usize, ChoiceState>,
     /// The choices in the order their first chunk came (the order of Python's per-index dicts).
@@ -982,9 +983,11 @@ impl ChunkTranslator {
         {
             return Translated::Error(ErrorEvent::abort(message, *code));
         }
-        if self.id.is_none() {
-            self.id = Some(item.id.clone());
-        }
+        // Each chunk carries the id of the native chunk it comes from, as SGLang writes
+        // `content["meta_info"]["id"]`: one id per choice with `n > 1`, and the chunks after the last native chunk
+        // (chat's finish chunks, `sglext`, usage) the id of that last one (`serving_chat.py`,
+        // `serving_completions.py`, every release).
+        self.id = Some(item.id.clone());
         let req = &self.req;
         if !self.choices.contains_key(&index) {
             self.seen.push(index);
