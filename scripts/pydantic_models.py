@@ -17,7 +17,6 @@ import warnings
 warnings.filterwarnings("ignore")
 
 from pydantic import TypeAdapter  # noqa: E402
-from sglang.srt.managers.io_struct import GenerateReqInput  # noqa: E402
 
 
 def notation(schema, defs):
@@ -37,11 +36,18 @@ def notation(schema, defs):
         key = notation(schema.get("keys_schema", {"type": "any"}), defs)
         value = notation(schema.get("values_schema", {"type": "any"}), defs)
         return "any" if key not in ("str", "any") else f"dict[{key},{value}]"
+    if kind == "model":
+        # A nested model: only that the value is an object is checked, not its fields.
+        return "model"
     if kind == "union":
         members = [notation(c[0] if isinstance(c, tuple) else c, defs) for c in schema["choices"]]
-        return "any" if "any" in members else f"union[{','.join(members)}]"
+        # A model member's errors are labelled with its class name, which the notation does not keep.
+        return "any" if "any" in members or "model" in members else f"union[{','.join(members)}]"
     if kind == "literal":
         return "literal[" + ",".join(repr(e) for e in schema["expected"]) + "]"
+    if kind == "function-after":
+        # The type is checked before the validator runs: a value of another type fails as the type's.
+        return notation(schema["schema"], defs)
     if kind.startswith("function") and getattr(schema.get("function", {}).get("function"), "__name__", "") == (
         "validate_optional_list_i64_1d_2d"
     ):
@@ -67,49 +73,60 @@ def fields(model):
         elif schema["type"] == "typed-dict":
             return [(name, ("!" if f.get("required") else "") + notation(f["schema"], defs))
                     for name, f in schema["fields"].items()]
+        elif schema["type"] == "model-fields":
+            # A pydantic model (the OpenAI requests of `protocol.py`): a field without a default is required.
+            return [(name, ("" if f["schema"]["type"] == "default" else "!") + notation(f["schema"], defs))
+                    for name, f in schema["fields"].items()]
         else:
             schema = schema["schema"]
 
 
-print("generate_model")
-for name, ty in fields(GenerateReqInput):
-    if ty != "any":
-        print(f'        ("{name}", "{ty}"),')
+def main():
+    from sglang.srt.managers.io_struct import GenerateReqInput
 
-# The control routes' bodies, as (route, class, fields).
-import sglang.srt.managers.io_struct as io_struct  # noqa: E402
+    print("generate_model")
+    for name, ty in fields(GenerateReqInput):
+        if ty != "any":
+            print(f'        ("{name}", "{ty}"),')
 
-print("control_models")
-for route, name in [("/update_weight_version", "UpdateWeightVersionReqInput"),
-                    ("/pause_generation", "PauseGenerationReqInput"),
-                    ("/update_weights_from_disk", "UpdateWeightFromDiskReqInput"),
-                    ("/abort_request", "AbortReq")]:
-    model = getattr(io_struct, name, None)
-    if model is None:
-        continue
-    listed = ", ".join(f'("{f}", "{t}")' for f, t in fields(model) if t not in ("any", "!any"))
-    print(f'        ("{route}", "{name}", &[{listed}]),')
+    # The control routes' bodies, as (route, class, fields).
+    import sglang.srt.managers.io_struct as io_struct
 
-# The endpoints, for the frame FastAPI writes into a validation error (`_extract_endpoint_context`: the source line
-# `inspect.getsourcelines` gives, the first decorator's, and the function's name), read from the source.
-import ast  # noqa: E402
-import os  # noqa: E402
-
-import sglang  # noqa: E402
-
-entrypoints = os.path.join(os.path.dirname(sglang.__file__), "srt", "entrypoints")
-print("validation_endpoints")
-# `http_server.py`'s `app` routes, then `/v1/loads`, whose `router` has a module of its own (0.5.15 and later).
-for name, owner in (("http_server.py", "app"), ("v1_loads.py", "router")):
-    source = os.path.join(entrypoints, name)
-    if not os.path.exists(source):
-        continue
-    for node in ast.parse(open(source, encoding="utf-8").read()).body:
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not node.decorator_list:
+    print("control_models")
+    for route, name in [("/update_weight_version", "UpdateWeightVersionReqInput"),
+                        ("/pause_generation", "PauseGenerationReqInput"),
+                        ("/update_weights_from_disk", "UpdateWeightFromDiskReqInput"),
+                        ("/abort_request", "AbortReq")]:
+        model = getattr(io_struct, name, None)
+        if model is None:
             continue
-        for decorator in node.decorator_list:
-            if (isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Attribute)
-                    and isinstance(decorator.func.value, ast.Name) and decorator.func.value.id == owner
-                    and decorator.args and isinstance(decorator.args[0], ast.Constant)):
-                line = node.decorator_list[0].lineno
-                print(f'        ("{decorator.args[0].value}", "{node.name}", {line}),')
+        listed = ", ".join(f'("{f}", "{t}")' for f, t in fields(model) if t not in ("any", "!any"))
+        print(f'        ("{route}", "{name}", &[{listed}]),')
+
+    # The endpoints, for the frame FastAPI writes into a validation error (`_extract_endpoint_context`: the source line
+    # `inspect.getsourcelines` gives, the first decorator's, and the function's name), read from the source.
+    import ast
+    import os
+
+    import sglang
+
+    entrypoints = os.path.join(os.path.dirname(sglang.__file__), "srt", "entrypoints")
+    print("validation_endpoints")
+    # `http_server.py`'s `app` routes, then `/v1/loads`, whose `router` has a module of its own (0.5.15 and later).
+    for name, owner in (("http_server.py", "app"), ("v1_loads.py", "router")):
+        source = os.path.join(entrypoints, name)
+        if not os.path.exists(source):
+            continue
+        for node in ast.parse(open(source, encoding="utf-8").read()).body:
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not node.decorator_list:
+                continue
+            for decorator in node.decorator_list:
+                if (isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Attribute)
+                        and isinstance(decorator.func.value, ast.Name) and decorator.func.value.id == owner
+                        and decorator.args and isinstance(decorator.args[0], ast.Constant)):
+                    line = node.decorator_list[0].lineno
+                    print(f'        ("{decorator.args[0].value}", "{node.name}", {line}),')
+
+
+if __name__ == "__main__":
+    main()

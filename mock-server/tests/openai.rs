@@ -558,6 +558,82 @@ async fn errors_have_the_openai_layers_shapes() {
     bad_request(&reply, "Bad Request", "role");
 }
 
+/// A body the release's request model refuses gets every error of the model, in its field order, with each
+/// input: the lines below are what the running 0.5.23 answered these bodies with (`scripts/real_sglang.py`, the
+/// tiny Qwen3, 2026-12-07). Among them the bodies whose values the native planner cannot read (`"stop": 0`), which
+/// the mock answered with a 500 when it left the types to the planner.
+#[tokio::test]
+async fn a_body_the_request_model_refuses_gets_the_models_errors() {
+    let server = InProcess::new(ServerConfig {
+        sglang_version: SglangVersion::V0_5_23,
+        ..ServerConfig::default()
+    });
+    let hi = json!([{"role": "user", "content": "hi"}]);
+    let cases = [
+        (
+            "/v1/completions",
+            json!({"model": "x", "prompt": "hi", "stop": 0, "max_tokens": 2}),
+            vec![
+                "{'type': 'list_type', 'loc': ('body', 'stop', 'list[str]'), 'msg': 'Input should be a valid list', 'input': 0}",
+                "{'type': 'string_type', 'loc': ('body', 'stop', 'str'), 'msg': 'Input should be a valid string', 'input': 0}",
+            ],
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "temperature": "hot", "top_k": 1.5, "max_tokens": 2}),
+            vec![
+                "{'type': 'float_parsing', 'loc': ('body', 'temperature'), 'msg': 'Input should be a valid number, unable to parse string as a number', 'input': 'hot'}",
+                "{'type': 'int_from_float', 'loc': ('body', 'top_k'), 'msg': 'Input should be a valid integer, got a number with a fractional part', 'input': 1.5}",
+            ],
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "stop_token_ids": "x", "ignore_eos": "maybe"}),
+            vec![
+                "{'type': 'list_type', 'loc': ('body', 'stop_token_ids'), 'msg': 'Input should be a valid list', 'input': 'x'}",
+                "{'type': 'bool_parsing', 'loc': ('body', 'ignore_eos'), 'msg': 'Input should be a valid boolean, unable to interpret input', 'input': 'maybe'}",
+            ],
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": hi, "stop": [1], "max_tokens": 2}),
+            vec![
+                "{'type': 'string_type', 'loc': ('body', 'stop', 'list[str]', 0), 'msg': 'Input should be a valid string', 'input': 1}",
+                "{'type': 'string_type', 'loc': ('body', 'stop', 'str'), 'msg': 'Input should be a valid string', 'input': [1]}",
+            ],
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": hi, "tools": [5], "max_tokens": 2}),
+            vec![
+                "{'type': 'model_attributes_type', 'loc': ('body', 'tools', 0), 'msg': 'Input should be a valid dictionary or object to extract fields from', 'input': 5}",
+            ],
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"max_tokens": 3}),
+            vec![
+                "{'type': 'missing', 'loc': ('body', 'messages'), 'msg': 'Field required', 'input': {'max_tokens': 3, 'tool_choice': 'none'}}",
+            ],
+        ),
+    ];
+    for (path, body, errors) in cases {
+        let reply = post(&server, path, &body).await;
+        assert_eq!(reply.status, 400, "{body}: {}", reply.text());
+        let count = match errors.len() {
+            1 => "1 validation error:".to_owned(),
+            n => format!("{n} validation errors:"),
+        };
+        let lines: Vec<String> = errors.iter().map(|e| format!("  {e}")).collect();
+        let want = format!("{count}\n{}\n\n", lines.join("\n"));
+        let message = error_message(&reply);
+        assert!(
+            message.starts_with(&want),
+            "{body}:\n{message}\nwant:\n{want}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn faults_reach_the_openai_routes() {
     let server = InProcess::new(ServerConfig::default());

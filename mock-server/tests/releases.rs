@@ -94,6 +94,29 @@ async fn the_contract_gate_judges_every_body_as_the_0_5_23_decoder_does() {
     );
 }
 
+/// The OpenAI request models the server validates bodies against (`mock-core/data/openai_models.json`) are the
+/// ones `scripts/openai_models.py` prints from the releases' wheels today: a release re-read, or the file edited
+/// by hand, fails here until they agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_request_models_are_the_wheels() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut args = vec![path_arg(&root.join("scripts/openai_models.py"))];
+    for version in SglangVersion::all() {
+        let wheel = tokio::task::spawn_blocking(move || wheel(version))
+            .await
+            .expect("the download joins");
+        args.push(path_arg(&wheel));
+    }
+    let printed = python(args).await;
+    let held = std::fs::read_to_string(root.join("mock-core/data/openai_models.json"))
+        .expect("the models file is read");
+    assert_eq!(
+        String::from_utf8_lossy(&printed.stdout).trim_end(),
+        held.trim_end(),
+        "mock-core/data/openai_models.json is not what the wheels print"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_release_serves_the_routes_its_http_server_declares() {
     let exclusions = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/route_exclusions.json");

@@ -20,7 +20,7 @@ mod lax;
 mod plan;
 mod pydantic;
 
-pub use pydantic::{control_errors, py_repr, query_int};
+pub use pydantic::{control_errors, openai_errors, py_repr, query_int};
 mod sampling;
 mod script;
 

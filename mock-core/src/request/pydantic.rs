@@ -32,6 +32,8 @@ pub(crate) enum Ty {
     /// Smart-mode union: the members in the order the release's schema holds them.
     Union(Vec<Ty>),
     Literal(Vec<String>),
+    /// A nested pydantic model: the value must be an object (its fields are not checked).
+    Model,
     /// `PlainValidator(validate_optional_list_i64_1d_2d)` of `srt/utils/field_validators.py` (`ids` in the
     /// notation): a flat or nested list of int64, refused with a `value_error`.
     IdLists,
@@ -67,6 +69,7 @@ impl Ty {
             ("float", Ty::Float),
             ("bool", Ty::Bool),
             ("ids", Ty::IdLists),
+            ("model", Ty::Model),
         ] {
             // A longer name (`integer`) leaves a rest that no caller takes.
             if let Some(rest) = text.strip_prefix(name) {
@@ -105,6 +108,7 @@ impl Ty {
             Ty::Float => "float".to_owned(),
             Ty::Bool => "bool".to_owned(),
             Ty::IdLists => "ids".to_owned(),
+            Ty::Model => "model".to_owned(),
             Ty::List(item) => format!("list[{}]", item.label()),
             Ty::Dict(key, value) => format!("dict[{},{}]", key.label(), value.label()),
             Ty::Nullable(inner) => format!("nullable[{}]", inner.label()),
@@ -322,6 +326,80 @@ pub fn control_errors(
     ))
 }
 
+/// The OpenAI request models FastAPI validates `/v1/completions` and `/v1/chat/completions` bodies against
+/// (`CompletionRequest`, `ChatCompletionRequest` in `srt/entrypoints/openai/protocol.py`): per release and route,
+/// every field a JSON value can fail, in the schema's order, printed from the wheels by
+/// `scripts/openai_models.py`.
+const OPENAI_MODELS: &str = include_str!("../../data/openai_models.json");
+
+/// A model's fields: name, type, and whether the body must have it.
+type Fields = Vec<(String, Ty, bool)>;
+
+/// [`OPENAI_MODELS`] parsed, by release and route (`completions`, `chat`).
+fn openai_models()
+-> &'static std::collections::HashMap<String, std::collections::HashMap<String, Fields>> {
+    static MODELS: std::sync::OnceLock<
+        std::collections::HashMap<String, std::collections::HashMap<String, Fields>>,
+    > = std::sync::OnceLock::new();
+    MODELS.get_or_init(|| {
+        let raw: std::collections::HashMap<String, std::collections::HashMap<String, Vec<(String, String)>>> =
+            serde_json::from_str(OPENAI_MODELS).expect("openai_models.json is the script's JSON");
+        raw.into_iter()
+            .map(|(release, apis)| {
+                let apis = apis
+                    .into_iter()
+                    .map(|(api, fields)| {
+                        let fields = fields
+                            .into_iter()
+                            .map(|(name, notation)| {
+                                let (required, notation) = match notation.strip_prefix('!') {
+                                    Some(rest) => (true, rest.to_owned()),
+                                    None => (false, notation),
+                                };
+                                let ty = Ty::parse(&notation).unwrap_or_else(|| {
+                                    panic!("openai_models.json: {release} {api} {name}: {notation:?} is not a type")
+                                });
+                                (name, ty, required)
+                            })
+                            .collect();
+                        (api, fields)
+                    })
+                    .collect();
+                (release, apis)
+            })
+            .collect()
+    })
+}
+
+/// Pydantic's errors for an OpenAI request body under the release's model of `route` (`completions` or
+/// `chat`), every field's in the model's order; `None` when the model admits the body's fields, when the body is
+/// not an object (the route's own error), or when the release's model is not held.
+pub fn openai_errors(
+    body: &Value,
+    version: SglangVersion,
+    route: &str,
+) -> Option<ValidationErrors> {
+    let Value::Object(map) = body else {
+        return None;
+    };
+    let fields = openai_models().get(version.as_str())?.get(route)?;
+    let mut errors = Vec::new();
+    for (field, ty, required) in fields {
+        let start = errors.len();
+        match map.get(field) {
+            Some(value) => validate(ty, value, &mut errors),
+            None if *required => errors.push(PyError::new("missing", "Field required", body)),
+            None => {}
+        }
+        for error in &mut errors[start..] {
+            let mut loc = vec![Loc::Key("body".to_owned()), Loc::Key(field.clone())];
+            loc.append(&mut error.loc);
+            error.loc = loc;
+        }
+    }
+    (!errors.is_empty()).then(|| ValidationErrors(errors.iter().map(PyError::render).collect()))
+}
+
 /// The first member's error of a struct's union: the body is not an instance of the class.
 fn is_instance_error(class: &str, value: &Value) -> PyError {
     let mut error = PyError::new(
@@ -443,6 +521,15 @@ fn validate(ty: &Ty, value: &Value, errors: &mut Vec<PyError>) {
                 );
                 error.ctx = Some(format!("{{'expected': {}}}", str_repr(&expected)));
                 errors.push(error);
+            }
+        }
+        Ty::Model => {
+            if !value.is_object() {
+                errors.push(PyError::new(
+                    "model_attributes_type",
+                    "Input should be a valid dictionary or object to extract fields from",
+                    value,
+                ));
             }
         }
         Ty::IdLists => {

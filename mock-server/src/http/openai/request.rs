@@ -90,6 +90,21 @@ pub(crate) fn translate(
     tokenizer: &Tokenizer,
 ) -> Result<OpenAiRequest, ApiError> {
     let obj = body_object(body)?;
+    // FastAPI validates the body against the release's request model before SGLang's code runs: every field's
+    // type error, in the model's order, with its input.
+    let errors = match api {
+        Api::Completions => request::openai_errors(body, config.sglang_version, "completions"),
+        // The filled `tool_choice` is seen only in a `missing` error's input (the model does not type it), so the
+        // body is copied only when `messages`, the one required field, is missing.
+        Api::Chat if !obj.contains_key("messages") => {
+            let input = Value::Object(with_tool_choice_default(obj));
+            request::openai_errors(&input, config.sglang_version, "chat")
+        }
+        Api::Chat => request::openai_errors(body, config.sglang_version, "chat"),
+    };
+    if let Some(errors) = errors {
+        return Err(ApiError::Pydantic(errors));
+    }
     let model = match present(obj, "model") {
         None => served_model_name.to_owned(),
         Some(Value::String(s)) => s.clone(),
@@ -301,6 +316,21 @@ impl Prompts {
     }
 }
 
+/// A chat body as `ChatCompletionRequest`'s fields see it: `set_tool_choice_default`, a validator that runs before
+/// them, fills `tool_choice` (`"none"` without tools, else `"auto"`), so the input a `missing` error shows has it.
+fn with_tool_choice_default(obj: &Map<String, Value>) -> Map<String, Value> {
+    let mut input = obj.clone();
+    if input.get("tool_choice").is_none_or(Value::is_null) {
+        let choice = if input.get("tools").is_none_or(Value::is_null) {
+            "none"
+        } else {
+            "auto"
+        };
+        input.insert("tool_choice".to_owned(), Value::from(choice));
+    }
+    input
+}
+
 /// `messages` rendered with the toy model's ChatML template, `max_completion_tokens` (or `max_tokens`),
 /// `logprobs` and `top_logprobs`.
 fn chat_prompt(
@@ -312,20 +342,7 @@ fn chat_prompt(
 ) -> Result<PromptParts, ApiError> {
     let messages = obj
         .get("messages")
-        .ok_or_else(|| {
-            // `set_tool_choice_default`, a validator that runs before the fields are read, has already filled
-            // `tool_choice` in the input the error shows.
-            let mut input = obj.clone();
-            if input.get("tool_choice").is_none_or(Value::is_null) {
-                let choice = if input.get("tools").is_none_or(Value::is_null) {
-                    "none"
-                } else {
-                    "auto"
-                };
-                input.insert("tool_choice".to_owned(), Value::from(choice));
-            }
-            missing_field("messages", &input)
-        })?
+        .ok_or_else(|| missing_field("messages", &with_tool_choice_default(obj)))?
         .as_array()
         .ok_or_else(|| type_error("messages", "list_type", "a valid list"))?;
     let prompt = render_chat(config.sglang_version, tokenizer, obj, messages, true)?;
