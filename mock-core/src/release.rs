@@ -84,6 +84,10 @@ pub struct Release {
     /// A finished object's `weight_version` is its last span's, and `weight_versions` holds the spans
     /// (`srt/utils/weight_versions.py`).
     pub weight_version_spans: bool,
+    /// `return_prompt_token_ids` puts the ids the server ran after `meta_info` of every object of the item,
+    /// `"prompt_token_ids"`: the tokenized text, or the `input_ids` given (`TM: _handle_batch_output`,
+    /// `_handle_abort_req`; a field of `GenerateReqInput` from 0.5.23).
+    pub prompt_token_ids: bool,
     /// The error event a stream sends for a `ValueError` (`HS: generate_request.stream_results`).
     pub error_frame: ErrorFrame,
 
@@ -585,6 +589,7 @@ pub const V0_5_3: Release = Release {
     ],
     waiting_abort: WaitingAbortShape::BeforePrefill,
     weight_version_spans: false,
+    prompt_token_ids: false,
     error_frame: ErrorFrame::MessageOnly,
     routes: &[RouteGroup::GetLoad],
     weight_version_route: WeightVersionRoute::Served,
@@ -1043,6 +1048,7 @@ pub const V0_5_23: Release = Release {
         ResponseSentToClientTs,
     ],
     weight_version_spans: true,
+    prompt_token_ids: true,
     routes: &[
         RouteGroup::InfoAndTokenize,
         RouteGroup::Ready,

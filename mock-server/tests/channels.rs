@@ -1045,3 +1045,108 @@ async fn top_p_rows_past_the_bound_end_the_answer() {
     assert!((1..1000).contains(&tokens), "{tokens}");
     assert!(meta.get("top_p_token_ids").is_none());
 }
+
+/// The keys of an object, in the order the server wrote them.
+fn keys(object: &Value) -> Vec<&str> {
+    object
+        .as_object()
+        .expect("an object")
+        .keys()
+        .map(String::as_str)
+        .collect()
+}
+
+/// `return_prompt_token_ids` (0.5.23, `TM: _handle_batch_output`): every object of an item carries, after
+/// `meta_info`, the ids its prompt ran as (the tokenized text, or the `input_ids` given), each item of a batch
+/// its own, every sample of `n > 1` its prompt's, every chunk of a stream, before a streamed batch's `index`. The
+/// running 0.5.23 answered the same bodies with the same keys in the same order and the same ids (under Qwen's
+/// tokenizer, 2026-12-07). A release without the field (0.5.15) reads the body without it.
+#[tokio::test]
+async fn prompt_token_ids_are_the_ids_each_prompt_ran_as() {
+    let server = InProcess::new(ServerConfig {
+        sglang_version: SglangVersion::V0_5_23,
+        ..ServerConfig::default()
+    });
+    let encode = |text: &str| json!(server.oracle.model().tokenizer().encode(text));
+    let sp = json!({"max_new_tokens": 3, "ignore_eos": true});
+    let out = generate_ok(
+        &server,
+        &json!({"text": "Hello world", "sampling_params": sp, "return_prompt_token_ids": true}),
+    )
+    .await;
+    assert_eq!(
+        keys(&out),
+        ["text", "output_ids", "meta_info", "prompt_token_ids"]
+    );
+    assert_eq!(out["prompt_token_ids"], encode("Hello world"));
+    assert_eq!(
+        out["meta_info"]["prompt_tokens"],
+        out["prompt_token_ids"].as_array().unwrap().len()
+    );
+    let given = json!([785, 6722, 315, 9625]);
+    let out = generate_ok(
+        &server,
+        &json!({"input_ids": given, "sampling_params": sp, "return_prompt_token_ids": true}),
+    )
+    .await;
+    assert_eq!(out["prompt_token_ids"], given);
+    let batch = generate_ok(
+        &server,
+        &json!({"text": ["Hi", "Hello there"], "sampling_params": sp, "return_prompt_token_ids": true}),
+    )
+    .await;
+    let held: Vec<&Value> = batch
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| &o["prompt_token_ids"])
+        .collect();
+    assert_eq!(held, [&encode("Hi"), &encode("Hello there")]);
+    let samples = generate_ok(
+        &server,
+        &json!({"text": "Hi", "sampling_params": {"max_new_tokens": 3, "n": 2}, "return_prompt_token_ids": true}),
+    )
+    .await;
+    assert!(
+        samples
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|o| o["prompt_token_ids"] == encode("Hi"))
+    );
+    let reply = server
+        .generate(&json!({"text": ["Hi", "Yo"], "sampling_params": sp, "return_prompt_token_ids": true, "stream": true}))
+        .await;
+    let chunks = sse_json(&reply.body);
+    assert_eq!(chunks.len(), 6, "three chunks of each prompt");
+    for chunk in &chunks {
+        assert_eq!(
+            keys(chunk),
+            [
+                "text",
+                "output_ids",
+                "meta_info",
+                "prompt_token_ids",
+                "index"
+            ]
+        );
+        let prompt = ["Hi", "Yo"][chunk["index"].as_u64().unwrap() as usize];
+        assert_eq!(chunk["prompt_token_ids"], encode(prompt));
+    }
+    let without = generate_ok(
+        &server,
+        &json!({"text": "Hi", "sampling_params": sp, "return_prompt_token_ids": false}),
+    )
+    .await;
+    assert_eq!(keys(&without), ["text", "output_ids", "meta_info"]);
+    let older = InProcess::new(ServerConfig {
+        sglang_version: SglangVersion::V0_5_15,
+        ..ServerConfig::default()
+    });
+    let out = generate_ok(
+        &older,
+        &json!({"text": "Hi", "sampling_params": sp, "return_prompt_token_ids": true}),
+    )
+    .await;
+    assert_eq!(keys(&out), ["text", "output_ids", "meta_info"]);
+}

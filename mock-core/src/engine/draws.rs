@@ -89,6 +89,7 @@ mod tests {
             is_batch: items.len() > 1,
             stream: false,
             return_text_in_logprobs: false,
+            return_prompt_token_ids: false,
             items,
             parallel_sample_num: 1,
         }

@@ -39,6 +39,8 @@ pub struct GeneratePlan {
     pub is_batch: bool,
     pub stream: bool,
     pub return_text_in_logprobs: bool,
+    /// Every object of every item carries the ids its prompt ran as (`return_prompt_token_ids`, 0.5.23).
+    pub return_prompt_token_ids: bool,
     /// Prompt-major: `[p0s0, p0s1, ..., p1s0, ...]`.
     pub items: Vec<PlannedItem>,
     /// `n`: samples per prompt (`sampling_params.n`, `parallel_sample_num`).

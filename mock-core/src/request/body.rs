@@ -45,6 +45,8 @@ pub struct GenerateReqInput {
     pub return_sampling_mask: Option<OneOrMany<bool>>,
     /// `sampling_logprobs_mode` (0.5.23): `"selected"`, `"support"` or `null`, or one per prompt.
     pub sampling_logprobs_mode: Option<OneOrMany<Option<String>>>,
+    /// `return_prompt_token_ids` (0.5.23): one flag for every item.
+    pub return_prompt_token_ids: bool,
 }
 
 /// Only whether it was a list matters: a list with `n > 1` is its own error.
@@ -318,6 +320,11 @@ impl<'de> Visitor<'de> for BodySeed<'_> {
                     let flag = field!("return_routed_experts", Option<PyBool>, "bool_type");
                     *self.suspect |= flag.is_none();
                     req.return_routed_experts = flag.is_some_and(|b| b.0)
+                }
+                "return_prompt_token_ids" => {
+                    let flag = field!("return_prompt_token_ids", Option<PyBool>, "bool_type");
+                    *self.suspect |= flag.is_none();
+                    req.return_prompt_token_ids = flag.is_some_and(|b| b.0)
                 }
                 "routed_experts_start_len" => {
                     let start = field!("routed_experts_start_len", Option<PyInt>, "int_type");

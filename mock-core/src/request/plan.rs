@@ -67,6 +67,9 @@ pub fn plan_generate(
         is_batch: !shape.is_single,
         stream: req.stream,
         return_text_in_logprobs: req.return_text_in_logprobs,
+        // A release without the field reads the body without it.
+        return_prompt_token_ids: req.return_prompt_token_ids
+            && config.sglang_version.prompt_token_ids,
         items,
         parallel_sample_num: shape.n,
     })

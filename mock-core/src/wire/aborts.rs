@@ -46,6 +46,9 @@ pub(super) fn encode_waiting_abort(
             e2e_latency: Some(e2e_latency),
             response_sent_to_client_ts: Some(sent_ts),
         },
+        prompt_token_ids: ctx
+            .return_prompt_token_ids
+            .then_some(&item.request.input_ids[..]),
         index,
     }
     .write(out, ctx.version);
@@ -80,6 +83,8 @@ pub(super) fn encode_before_prefill(
             e2e_latency: None,
             response_sent_to_client_ts: None,
         },
+        // A release with this shape (0.5.3) has no `return_prompt_token_ids`.
+        prompt_token_ids: None,
         index,
     }
     .write(out, ctx.version);

@@ -42,6 +42,8 @@ pub struct EncodeCtx<'a> {
     pub version: SglangVersion,
     pub tokenizer: &'a Tokenizer,
     pub return_text_in_logprobs: bool,
+    /// Whether each object carries its prompt's ids after `meta_info` (`return_prompt_token_ids`).
+    pub return_prompt_token_ids: bool,
     /// The version now: what every object reports, and the last span of a finished item.
     pub weight_version: &'a str,
     /// Each item's weight updates while it was live (none unless a version changed during the run).
@@ -60,6 +62,7 @@ impl<'a> EncodeCtx<'a> {
             version,
             tokenizer: model.tokenizer(),
             return_text_in_logprobs: plan.return_text_in_logprobs,
+            return_prompt_token_ids: plan.return_prompt_token_ids,
             weight_version,
             version_events: &[],
         }
@@ -186,6 +189,9 @@ pub fn encode_item(
             e2e_latency: finished.map(|f| f.e2e_latency),
             response_sent_to_client_ts: sent_ts,
         },
+        prompt_token_ids: ctx
+            .return_prompt_token_ids
+            .then_some(&item.request.input_ids[..]),
         index,
     }
     .write(out, ctx.version);
@@ -290,6 +296,9 @@ pub fn encode_aborted(
             e2e_latency: Some(finished.e2e_latency),
             response_sent_to_client_ts: Some(finished.response_sent_to_client_ts),
         },
+        prompt_token_ids: ctx
+            .return_prompt_token_ids
+            .then_some(&item.request.input_ids[..]),
         index,
     }
     .write(out, ctx.version);

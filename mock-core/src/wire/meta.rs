@@ -62,6 +62,8 @@ pub(super) struct Object<'a> {
     pub(super) decode_window: &'a [u32],
     pub(super) output_ids: &'a [u32],
     pub(super) meta: Meta<'a>,
+    /// `Some` when the request asked for them: the ids the prompt ran as, after `meta_info`.
+    pub(super) prompt_token_ids: Option<&'a [u32]>,
     /// The position in a streamed batch.
     pub(super) index: Option<usize>,
 }
@@ -216,6 +218,10 @@ impl Object<'_> {
         }
         out.extend_from_slice(br#","meta_info":"#);
         self.meta.write(out, keys(version, self.shape));
+        if let Some(ids) = self.prompt_token_ids {
+            out.extend_from_slice(br#","prompt_token_ids":"#);
+            write_ids(out, ids);
+        }
         if let Some(index) = self.index {
             out.extend_from_slice(br#","index":"#);
             write_int(out, index);
