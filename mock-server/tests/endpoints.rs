@@ -841,6 +841,17 @@ async fn a_trailing_slash_redirects_as_starlette_does() {
             "http://127.0.0.1:30000/generate?stream=1",
         ),
         (Method::GET, "/health/", "http://127.0.0.1:30000/health"),
+        // Starlette strips every trailing slash.
+        (
+            Method::GET,
+            "/generate//",
+            "http://127.0.0.1:30000/generate",
+        ),
+        (
+            Method::GET,
+            "/model_info///",
+            "http://127.0.0.1:30000/model_info",
+        ),
         (
             Method::POST,
             "/v1/chat/completions/",
@@ -859,16 +870,21 @@ async fn a_trailing_slash_redirects_as_starlette_does() {
         assert_eq!(reply.headers["location"], location, "{method} {path}");
         assert!(reply.body.is_empty(), "{method} {path}");
     }
-    let reply = server
-        .request(
-            Method::GET,
-            "/no_such_route/",
-            "",
-            &[("host", "127.0.0.1:30000")],
-        )
-        .await;
+    for path in ["/no_such_route/", "/generate/x", "/generate//x/"] {
+        let reply = server
+            .request(Method::GET, path, "", &[("host", "127.0.0.1:30000")])
+            .await;
+        assert_eq!(
+            (reply.status.as_u16(), reply.json()),
+            (404, json!({"detail": "Not Found"})),
+            "{path}"
+        );
+    }
+    // `/v1/models/` is `/v1/models/{model}` with an empty name, which no model has (the running 0.5.23).
+    let reply = server.request(Method::GET, "/v1/models/", "", &[]).await;
+    assert_eq!(reply.status, 404);
     assert_eq!(
-        (reply.status.as_u16(), reply.json()),
-        (404, json!({"detail": "Not Found"}))
+        reply.json()["error"]["message"],
+        "The model '' does not exist"
     );
 }

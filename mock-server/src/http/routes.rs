@@ -68,8 +68,19 @@ trait Slashed {
 
 impl Slashed for Router<AppState> {
     fn slashed(self, path: &'static str, method_router: MethodRouter<AppState>) -> Self {
+        // Starlette strips every trailing slash (`rstrip("/")`): `path/`, and `path/{*rest}` for `path//`, ...;
+        // a rest that is not all slashes is a path of its own, and no route's.
+        let redirect = move |state: State<AppState>, req: Request| async move {
+            if req.uri().path().trim_end_matches('/') == path {
+                redirect_without_slash(state, req).await
+            } else {
+                let _ = axum::body::to_bytes(req.into_body(), state.config().max_body_bytes).await;
+                not_found().await
+            }
+        };
         self.route(path, method_router)
-            .route(&format!("{path}/"), any(redirect_without_slash))
+            .route(&format!("{path}/"), any(redirect.clone()))
+            .route(&format!("{path}/{{*rest}}"), any(redirect))
     }
 }
 
@@ -78,6 +89,7 @@ impl Slashed for Router<AppState> {
 /// does (`extract::read_whole_body`).
 async fn redirect_without_slash(State(state): State<AppState>, req: Request) -> Response {
     let path = req.uri().path().trim_end_matches('/').to_owned();
+    // (`Slashed` answers a path that is not a route's with slashes after it elsewhere.)
     let query = req
         .uri()
         .query()
@@ -114,6 +126,8 @@ fn worker_routes(config: &ServerConfig, get_or_post: MethodFilter) -> Router<App
         .slashed("/get_server_info", get(info::server_info))
         .slashed("/get_model_info", get(info::model_info))
         .route("/v1/models", get(info::list_models))
+        // `/v1/models/{model}` with an empty name too: the release looks the empty name up.
+        .route("/v1/models/", get(info::retrieve_model))
         .route("/v1/models/{*model}", get(info::retrieve_model));
     let mut by_release = Router::new();
     for group in version.routes {
