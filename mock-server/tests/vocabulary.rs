@@ -36,6 +36,8 @@ fn the_vocabulary_comes_from_the_model_directory() {
     // generation_config.json's [151645, 151643]; tokenizer_config.json's eos_token is the first of them.
     assert_eq!(tokenizer.eos_token_ids(), &[IM_END, ENDOFTEXT]);
     assert_eq!(tokenizer.end_of_turn_id(), IM_END);
+    // tokenizer_config.json's own limit, which is not the model's context.
+    assert_eq!(vocab.model_max_length(), Some(131_072));
     // The first fourteen added tokens are special, `<tool_call>` (151657) and the rest are not.
     assert!((ENDOFTEXT..=151_656).all(|id| tokenizer.is_special(id)));
     assert!((151_657..T).all(|id| !tokenizer.is_special(id)));
@@ -278,4 +280,30 @@ fn streamed_text_holds_back_incomplete_characters_and_reassembles() {
         inside_a_character > 0,
         "no chunk ended on a piece of a character"
     );
+}
+
+/// `/tokenize` reports the tokenizer's `model_max_length` (`serving_tokenize.py`), not the context: with Qwen's
+/// tokenizer over a 4,096-token context the running 0.5.23 answered `"max_model_len": 131072`; a tokenizer whose
+/// file names none falls back to the context length, as 0.5.23 does with transformers' `int(1e30)`.
+#[tokio::test]
+async fn tokenize_reports_the_tokenizers_own_limit() {
+    let server = crate::common::InProcess::new(ServerConfig {
+        context_length: Some(4096),
+        ..qwen()
+    });
+    let reply = server.post("/tokenize", r#"{"prompt": "hi"}"#).await;
+    assert_eq!(reply.json()["max_model_len"], 131_072, "{}", reply.text());
+    let dir = std::env::temp_dir().join(format!("vocabulary-no-limit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for file in ["tokenizer.json", "generation_config.json"] {
+        std::fs::copy(qwen_tokenizer_dir().join(file), dir.join(file)).unwrap();
+    }
+    let server = crate::common::InProcess::new(ServerConfig {
+        context_length: Some(4096),
+        tokenizer: Some(LoadedTokenizer::load(&dir).expect("the tokenizer loads")),
+        ..ServerConfig::default()
+    });
+    let reply = server.post("/tokenize", r#"{"prompt": "hi"}"#).await;
+    assert_eq!(reply.json()["max_model_len"], 4096, "{}", reply.text());
+    std::fs::remove_dir_all(&dir).ok();
 }

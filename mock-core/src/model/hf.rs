@@ -37,6 +37,8 @@ pub struct HfVocab {
     content: &'static [u32],
     tokens: SpecialTokenStrings,
     chat_template: Option<ChatTemplate>,
+    /// `tokenizer_config.json`'s `model_max_length` when it is a 64-bit integer.
+    model_max_length: Option<i128>,
 }
 
 impl std::fmt::Debug for HfVocab {
@@ -225,7 +227,21 @@ impl HfVocab {
             content,
             tokens,
             chat_template,
+            model_max_length: config.as_ref().and_then(|c| {
+                let value = c.get("model_max_length")?;
+                value
+                    .as_i64()
+                    .map(i128::from)
+                    .or_else(|| value.as_u64().map(i128::from))
+            }),
         })
+    }
+
+    /// The tokenizer's `model_max_length` as transformers reads it from `tokenizer_config.json`, when it is an
+    /// integer within 64 bits (`None` when the file leaves it out, where transformers puts `int(1e30)`, or
+    /// gives something else).
+    pub fn model_max_length(&self) -> Option<i128> {
+        self.model_max_length
     }
 
     /// The path it was loaded from, as given.

@@ -57,6 +57,10 @@ impl HfVocab {
         match *self {}
     }
 
+    pub fn model_max_length(&self) -> Option<i128> {
+        match *self {}
+    }
+
     pub(crate) fn encode(&self, _text: &str, _add_special_tokens: bool) -> Vec<u32> {
         match *self {}
     }

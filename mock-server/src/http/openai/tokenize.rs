@@ -55,7 +55,14 @@ fn tokenize_body(state: &AppState, body: &Value) -> Result<Value, ApiError> {
             tokenizer.encode_plain(text)
         }
     };
-    let max_model_len = state.config().context_len();
+    // `getattr(tokenizer, "model_max_length", -1)`: a loaded tokenizer's own limit, which is not the context
+    // length (Qwen's says 131072 over a model of 4096). 0.5.23 falls back to the context length for a value beyond
+    // 64 bits, such as transformers' `int(1e30)` when the file names none (`serving_tokenize.py`); the mock does so
+    // under every release, and for the toy tokenizer, which has no file.
+    let max_model_len = tokenizer
+        .hf()
+        .and_then(|vocab| vocab.model_max_length())
+        .unwrap_or_else(|| i128::from(state.config().context_len()));
     let present = |key: &str| obj.get(key).filter(|v| !v.is_null());
     // `TokenizeRequest.validate_tokenize_input`, a model validator: FastAPI's 400.
     if present("prompt").is_some() == present("messages").is_some() {
