@@ -79,7 +79,7 @@ impl Slashed for Router<AppState> {
             }
         };
         self.route(path, method_router)
-            .route(&format!("{path}/"), any(redirect.clone()))
+            .route(&format!("{path}/"), any(redirect))
             .route(&format!("{path}/{{*rest}}"), any(redirect))
     }
 }
