@@ -95,6 +95,7 @@ def main():
     print("control_models")
     for route, name in [("/update_weight_version", "UpdateWeightVersionReqInput"),
                         ("/pause_generation", "PauseGenerationReqInput"),
+                        ("/continue_generation", "ContinueGenerationReqInput"),
                         ("/update_weights_from_disk", "UpdateWeightFromDiskReqInput"),
                         ("/abort_request", "AbortReq")]:
         model = getattr(io_struct, name, None)

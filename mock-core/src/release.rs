@@ -899,6 +899,7 @@ pub const V0_5_15: Release = Release {
         ("/update_weight_version", "update_weight_version", 1325),
         ("/abort_request", "abort_request", 1499),
         ("/pause_generation", "pause_generation", 1577),
+        ("/continue_generation", "continue_generation", 1590),
         ("/v1/completions", "openai_v1_completions", 1606),
         ("/v1/chat/completions", "openai_v1_chat_completions", 1614),
         ("/v1/loads", "get_loads", 72),
@@ -925,6 +926,15 @@ pub const V0_5_15: Release = Release {
                 ("rid", "nullable[str]"),
                 ("http_worker_ipc", "nullable[str]"),
                 ("mode", "literal['abort','retract','in_place']"),
+            ],
+        ),
+        (
+            "/continue_generation",
+            "ContinueGenerationReqInput",
+            &[
+                ("rid", "nullable[str]"),
+                ("http_worker_ipc", "nullable[str]"),
+                ("torch_empty_cache", "bool"),
             ],
         ),
         (
@@ -1180,6 +1190,7 @@ pub const V0_5_23: Release = Release {
         ("/update_weight_version", "update_weight_version", 1527),
         ("/abort_request", "abort_request", 1721),
         ("/pause_generation", "pause_generation", 1831),
+        ("/continue_generation", "continue_generation", 1844),
         ("/v1/completions", "openai_v1_completions", 1860),
         ("/v1/chat/completions", "openai_v1_chat_completions", 1870),
         ("/v1/loads", "get_loads", 96),
@@ -1206,6 +1217,15 @@ pub const V0_5_23: Release = Release {
                 ("rid", "nullable[str]"),
                 ("http_worker_ipc", "nullable[str]"),
                 ("mode", "literal['abort','retract','in_place']"),
+            ],
+        ),
+        (
+            "/continue_generation",
+            "ContinueGenerationReqInput",
+            &[
+                ("rid", "nullable[str]"),
+                ("http_worker_ipc", "nullable[str]"),
+                ("torch_empty_cache", "bool"),
             ],
         ),
         (

@@ -9,7 +9,7 @@ use base64::Engine;
 use mock_server::{ServerConfig, SglangVersion};
 use serde_json::{Value, json};
 
-use crate::common::{InProcess, Reply, sse_json};
+use crate::common::{InProcess, Reply, keys, sse_json};
 
 const LAYERS: usize = 3;
 const EXPERTS: i32 = 16;
@@ -1044,16 +1044,6 @@ async fn top_p_rows_past_the_bound_end_the_answer() {
     let tokens = meta["completion_tokens"].as_u64().unwrap_or(0);
     assert!((1..1000).contains(&tokens), "{tokens}");
     assert!(meta.get("top_p_token_ids").is_none());
-}
-
-/// The keys of an object, in the order the server wrote them.
-fn keys(object: &Value) -> Vec<&str> {
-    object
-        .as_object()
-        .expect("an object")
-        .keys()
-        .map(String::as_str)
-        .collect()
 }
 
 /// `return_prompt_token_ids` (0.5.23, `TM: _handle_batch_output`): every object of an item carries, after

@@ -901,12 +901,20 @@ async fn each_release_pauses_as_its_tokenizer_manager_does() {
         );
 
         let garbage = server.post("/pause_generation", "not json").await;
+        // Pydantic's lax `bool` reads "yes" (the running 0.5.23 continues), not "nah".
         let typed = post(
+            &server,
+            "/continue_generation",
+            json!({"torch_empty_cache": "nah"}),
+        )
+        .await;
+        let lax = post(
             &server,
             "/continue_generation",
             json!({"torch_empty_cache": "yes"}),
         )
         .await;
+        assert_eq!(lax.status, 200, "{version}: {}", lax.text());
         if version.as_str() == "0.5.3" {
             assert_eq!(garbage.status, 200, "0.5.3 reads no body");
             assert_eq!(typed.status, 200, "0.5.3 reads no body");
@@ -967,5 +975,67 @@ async fn a_batchs_parent_rid_aborts_nothing_and_an_items_rid_aborts_that_item() 
     assert_eq!(
         kinds(parallel.await.unwrap()),
         [json!("length"), json!("length")]
+    );
+}
+
+/// Control bodies are read as the release's model reads them, in Pydantic's lax mode: `"abort_all": "yes"`, `1`
+/// or `"true"` is an abort of everything and `"abort_all_requests": "no"` keeps the requests running (the running
+/// 0.5.23 answered each with 200), while a value the model refuses, and a `/continue_generation` body that is
+/// not an object, get the model's errors (the lines are the running 0.5.23's for the same bodies).
+#[tokio::test]
+async fn control_bodies_are_read_in_pydantics_lax_mode() {
+    let server = InProcess::new(ServerConfig {
+        enable_metrics: true,
+        ..ServerConfig::default()
+    });
+    // `sglang:num_aborted_requests_total` counts each abort of everything the server dispatches.
+    let aborts = || async {
+        let text = server.get("/metrics").await.text();
+        text.lines()
+            .find(|line| line.starts_with("sglang:num_aborted_requests_total"))
+            .and_then(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no abort counter in:\n{text}"))
+    };
+    let before = aborts().await;
+    for flag in [json!("yes"), json!(1), json!("true")] {
+        let reply = post(&server, "/abort_request", json!({"abort_all": flag})).await;
+        assert_eq!(reply.status, 200, "{flag}: {}", reply.text());
+    }
+    assert_eq!(
+        aborts().await - before,
+        3.0,
+        "each lax `true` aborts everything"
+    );
+    let reply = post(
+        &server,
+        "/update_weight_version",
+        json!({"new_version": "v", "abort_all_requests": "no"}),
+    )
+    .await;
+    assert_eq!(reply.json()["success"], true, "{}", reply.text());
+    let message = |reply: &Reply| reply.json()["message"].as_str().unwrap_or("").to_owned();
+    let reply = post(&server, "/abort_request", json!({"abort_all": "maybe"})).await;
+    assert_eq!(reply.status, 400);
+    assert!(message(&reply).starts_with(concat!(
+        "2 validation errors:\n",
+        "  {'type': 'is_instance_of', 'loc': ('body', 'is-instance[AbortReq]'), 'msg': 'Input should be an instance of AbortReq', 'input': {'abort_all': 'maybe'}, 'ctx': {'class': 'AbortReq'}}\n",
+        "  {'type': 'bool_parsing', 'loc': ('body', 'function-after[build_struct(), AbortReq]', 'abort_all'), 'msg': 'Input should be a valid boolean, unable to interpret input', 'input': 'maybe'}\n",
+    )), "{}", message(&reply));
+    let reply = post(&server, "/continue_generation", json!([1])).await;
+    assert_eq!(reply.status, 400);
+    assert!(message(&reply).starts_with(concat!(
+        "2 validation errors:\n",
+        "  {'type': 'is_instance_of', 'loc': ('body', 'is-instance[ContinueGenerationReqInput]'), 'msg': 'Input should be an instance of ContinueGenerationReqInput', 'input': [1], 'ctx': {'class': 'ContinueGenerationReqInput'}}\n",
+        "  {'type': 'dict_type', 'loc': ('body', 'function-after[build_struct(), ContinueGenerationReqInput]'), 'msg': 'Input should be a valid dictionary', 'input': [1]}\n",
+    )), "{}", message(&reply));
+    assert_eq!(
+        post(
+            &server,
+            "/continue_generation",
+            json!({"torch_empty_cache": "off"})
+        )
+        .await
+        .status,
+        200
     );
 }

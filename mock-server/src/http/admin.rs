@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::extract::{JsonBody, RawBody, control_body, parse_body};
+use super::extract::{JsonBody, RawBody, control_body, lax_bool};
 use super::metrics::Gauges;
 use super::respond::{json_value, ordered};
 use super::state::AppState;
@@ -24,7 +24,7 @@ use mock_core::release::{FlushRefused, MetaKey};
 pub(crate) struct AbortReq {
     #[serde(default)]
     rid: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lax_bool")]
     abort_all: bool,
 }
 
@@ -68,8 +68,8 @@ pub(crate) struct PauseReq {
 /// `ContinueGenerationReqInput`: its one field is typed; a mock without a GPU has no cache to empty.
 #[derive(Deserialize)]
 pub(crate) struct ContinueReq {
-    #[serde(default)]
-    torch_empty_cache: Option<bool>,
+    #[serde(default = "yes", deserialize_with = "lax_bool")]
+    torch_empty_cache: bool,
 }
 
 /// `/pause_generation`. 0.5.3 reads no body: it pauses, fires an abort-all and returns. 0.5.15 and later read
@@ -119,8 +119,8 @@ pub(crate) async fn continue_generation(
     RawBody(body): RawBody,
 ) -> Response {
     if state.config().sglang_version.pause_modes {
-        match parse_body::<ContinueReq>(&body) {
-            Ok(req) => tracing::debug!(torch_empty_cache = ?req.torch_empty_cache, "continue"),
+        match control_body::<ContinueReq>(&state, &body, "/continue_generation") {
+            Ok(req) => tracing::debug!(torch_empty_cache = req.torch_empty_cache, "continue"),
             Err(err) => return err.into_response(),
         }
     }
@@ -137,7 +137,7 @@ pub(crate) async fn continue_generation(
 pub(crate) struct WeightUpdate {
     #[serde(default)]
     model_path: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lax_bool")]
     abort_all_requests: bool,
     #[serde(default)]
     weight_version: Option<String>,
@@ -403,7 +403,7 @@ pub(crate) async fn destroy_weights_update_group() -> Response {
 #[derive(Deserialize)]
 pub(crate) struct WeightVersionReq {
     new_version: Option<String>,
-    #[serde(default = "yes")]
+    #[serde(default = "yes", deserialize_with = "lax_bool")]
     abort_all_requests: bool,
 }
 

@@ -8,6 +8,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use super::conn::ConnHandle;
@@ -171,6 +172,19 @@ pub(crate) fn control_body<T: DeserializeOwned>(
         )));
     }
     parse_body(body)
+}
+
+/// A `bool` field of a control body as Pydantic's lax mode reads it (`"yes"`, `1`, `"true"`, ...; the running
+/// 0.5.23 answers `{"abort_all": "yes"}` as an abort of everything): `#[serde(deserialize_with = "lax_bool")]`.
+/// A value the model refuses has had its Pydantic errors already ([`control_body`]); one whose release holds no
+/// model of the route is serde's error.
+pub(crate) fn lax_bool<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<bool, D::Error> {
+    let value = serde_json::Value::deserialize(deserializer)?;
+    mock_core::request::pydantic_bool(&value).ok_or_else(|| {
+        serde::de::Error::custom(format!("invalid value: {value}, expected a boolean"))
+    })
 }
 
 /// A body read as [`JsonBody`] reads it, for a handler that decides first whether to read it at all.
