@@ -3,10 +3,10 @@
 
     python3 scripts/openai_models.py target/py/sglang-wheels/sglang-*.whl > mock-core/data/openai_models.json
 
-For each release it prints every field of `CompletionRequest` and `ChatCompletionRequest`
-(`srt/entrypoints/openai/protocol.py`) in the schema's order with its type in Pydantic's notation
-(`scripts/pydantic_models.py`'s; a required field's marked `!`), leaving out the fields whose values a JSON body
-cannot fail (`any`).
+For each release it prints every field of `CompletionRequest`, `ChatCompletionRequest`, `TokenizeRequest` and
+`DetokenizeRequest` (`srt/entrypoints/openai/protocol.py`; the last two from 0.5.15) in the schema's order with its
+type in Pydantic's notation (`scripts/pydantic_models.py`'s; a required field's marked `!`), leaving out the fields
+whose values a JSON body cannot fail or the notation does not hold (`any`).
 
 Where a release is installed (`python3 scripts/real_sglang.py install RELEASE`), the models are read from it, in a
 process that imports the server's modules in the order `sglang.launch_server` does before `protocol.py`. That
@@ -34,7 +34,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pydantic_models import fields  # noqa: E402
 
 PROTOCOL = "sglang/srt/entrypoints/openai/protocol.py"
-MODELS = {"completions": "CompletionRequest", "chat": "ChatCompletionRequest"}
+# The routes' models, where the release has them (`/tokenize` and `/detokenize` from 0.5.15).
+MODELS = {"completions": "CompletionRequest", "chat": "ChatCompletionRequest", "tokenize": "TokenizeRequest",
+          "detokenize": "DetokenizeRequest"}
 
 
 def release_of(wheel: str) -> str:
@@ -76,6 +78,7 @@ def models_of(module: types.ModuleType) -> dict:
     return {
         api: [[name, ty] for name, ty in fields(getattr(module, cls)) if ty not in ("any", "!any")]
         for api, cls in MODELS.items()
+        if hasattr(module, cls)
     }
 
 

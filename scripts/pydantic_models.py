@@ -26,7 +26,10 @@ def notation(schema, defs):
     if kind == "default":
         return notation(schema["schema"], defs)
     if kind in ("str", "int", "float", "bool", "any"):
-        return kind
+        # A constrained value (`confloat(ge=0)`, a `max_length`) has checks and union labels
+        # (`constrained-float`) of its own that the notation does not keep.
+        constraints = {"ge", "gt", "le", "lt", "multiple_of", "min_length", "max_length", "pattern"}
+        return "any" if constraints & set(schema) else kind
     if kind == "nullable":
         inner = notation(schema["schema"], defs)
         return "any" if inner == "any" else f"nullable[{inner}]"

@@ -558,8 +558,9 @@ async fn errors_have_the_openai_layers_shapes() {
     bad_request(&reply, "Bad Request", "role");
 }
 
-/// A body the release's request model refuses gets every error of the model, in its field order, with each
-/// input: the lines below are what the running 0.5.23 answered these bodies with (`scripts/real_sglang.py`, the
+/// A body the release's request model refuses (the OpenAI routes', `/tokenize`'s, `/detokenize`'s) gets every
+/// error of the model, in its field order, with each input: the lines below are what the running 0.5.23 answered
+/// these bodies with (`scripts/real_sglang.py`, the
 /// tiny Qwen3, 2026-12-07). Among them the bodies whose values the native planner cannot read (`"stop": 0`), which
 /// the mock answered with a 500 when it left the types to the planner.
 #[tokio::test]
@@ -607,6 +608,31 @@ async fn a_body_the_request_model_refuses_gets_the_models_errors() {
             json!({"messages": hi, "tools": [5], "max_tokens": 2}),
             vec![
                 "{'type': 'model_attributes_type', 'loc': ('body', 'tools', 0), 'msg': 'Input should be a valid dictionary or object to extract fields from', 'input': 5}",
+            ],
+        ),
+        (
+            "/tokenize",
+            json!({"prompt": ["a", 1], "add_special_tokens": "x"}),
+            vec![
+                "{'type': 'string_type', 'loc': ('body', 'prompt', 'list[str]', 1), 'msg': 'Input should be a valid string', 'input': 1}",
+                "{'type': 'string_type', 'loc': ('body', 'prompt', 'str'), 'msg': 'Input should be a valid string', 'input': ['a', 1]}",
+                "{'type': 'bool_parsing', 'loc': ('body', 'add_special_tokens'), 'msg': 'Input should be a valid boolean, unable to interpret input', 'input': 'x'}",
+            ],
+        ),
+        (
+            "/v1/tokenize",
+            json!({}),
+            vec![
+                "{'type': 'value_error', 'loc': ('body',), 'msg': \"Value error, Exactly one of 'prompt' or 'messages' must be provided.\", 'input': {}, 'ctx': {'error': ValueError(\"Exactly one of 'prompt' or 'messages' must be provided.\")}}",
+            ],
+        ),
+        (
+            "/detokenize",
+            json!({"tokens": [1, "a"]}),
+            vec![
+                "{'type': 'int_parsing', 'loc': ('body', 'tokens', 'list[int]', 1), 'msg': 'Input should be a valid integer, unable to parse string as an integer', 'input': 'a'}",
+                "{'type': 'list_type', 'loc': ('body', 'tokens', 'list[list[int]]', 0), 'msg': 'Input should be a valid list', 'input': 1}",
+                "{'type': 'list_type', 'loc': ('body', 'tokens', 'list[list[int]]', 1), 'msg': 'Input should be a valid list', 'input': 'a'}",
             ],
         ),
         (
@@ -851,13 +877,19 @@ async fn tokenize_gives_the_ids_generate_reads_and_detokenize_inverts_it() {
     .await;
     assert_eq!(reply.status, 400);
     assert!(error_message(&reply).contains("add_special_tokens"));
+    // `add_special_tokens: bool` takes no `null` (the running 0.5.23 answers a `bool_type` error).
     let reply = post(
         &server,
         "/tokenize",
         &json!({"prompt": "x", "add_special_tokens": null}),
     )
     .await;
-    assert_eq!(reply.status, 200);
+    assert_eq!(reply.status, 400);
+    assert!(
+        error_message(&reply).contains("'type': 'bool_type', 'loc': ('body', 'add_special_tokens'), 'msg': 'Input should be a valid boolean', 'input': None"),
+        "{}",
+        error_message(&reply)
+    );
     let reply = post(&server, "/detokenize", &json!({"tokens": [151_936]})).await;
     assert_eq!(reply.status, 400);
     assert_eq!(reply.json()["type"], "BadRequestError");

@@ -14,13 +14,14 @@ use crate::error::ApiError;
 use crate::http::extract::OpenAiJson;
 use crate::http::respond::json_value;
 use crate::http::state::AppState;
+use mock_core::request::py_repr;
 
 /// `POST /tokenize`, `POST /v1/tokenize`.
 pub(crate) async fn tokenize(
     State(state): State<AppState>,
     OpenAiJson(body): OpenAiJson,
 ) -> Response {
-    answer(&state, &body, tokenize_body)
+    answer(&state, &body, "tokenize", tokenize_body)
 }
 
 /// `POST /detokenize`, `POST /v1/detokenize`.
@@ -28,15 +29,22 @@ pub(crate) async fn detokenize(
     State(state): State<AppState>,
     OpenAiJson(body): OpenAiJson,
 ) -> Response {
-    answer(&state, &body, detokenize_body)
+    answer(&state, &body, "detokenize", detokenize_body)
 }
 
-/// Answers with `build`'s object or its error.
+/// Answers with `build`'s object or its error, once the body has passed the release's request model of `route`
+/// (`TokenizeRequest`, `DetokenizeRequest`): Pydantic's errors for every field first, as FastAPI's.
 fn answer(
     state: &AppState,
     body: &Value,
+    route: &str,
     build: fn(&AppState, &Value) -> Result<Value, ApiError>,
 ) -> Response {
+    if let Some(errors) =
+        mock_core::request::openai_errors(body, state.config().sglang_version, route)
+    {
+        return ApiError::Pydantic(errors).into_response();
+    }
     match build(state, body) {
         Ok(value) => json_value(&value),
         Err(err) => err.into_response(),
@@ -64,13 +72,18 @@ fn tokenize_body(state: &AppState, body: &Value) -> Result<Value, ApiError> {
         .and_then(|vocab| vocab.model_max_length())
         .unwrap_or_else(|| i128::from(state.config().context_len()));
     let present = |key: &str| obj.get(key).filter(|v| !v.is_null());
-    // `TokenizeRequest.validate_tokenize_input`, a model validator: FastAPI's 400.
+    // `TokenizeRequest.validate_tokenize_input`, a model validator run after the fields: FastAPI's 400, with the
+    // body as its input and the `ValueError` as its context.
     if present("prompt").is_some() == present("messages").is_some() {
-        return Err(validation_error(
-            "value_error",
-            "()",
-            "Value error, Exactly one of 'prompt' or 'messages' must be provided.",
-        ));
+        let reason = "Exactly one of 'prompt' or 'messages' must be provided.";
+        return Err(ApiError::Pydantic(mock_core::ValidationErrors(vec![
+            format!(
+                "{{'type': 'value_error', 'loc': ('body',), 'msg': {}, 'input': {}, 'ctx': {{'error': ValueError({})}}}}",
+                py_repr(&json!(format!("Value error, {reason}"))),
+                py_repr(body),
+                py_repr(&json!(reason)),
+            ),
+        ])));
     }
     if let Some(messages) = present("messages") {
         let messages = messages
