@@ -4,9 +4,14 @@ CPU, stop it, so that what the mock answers can be asked of the releases themsel
 the real server offline.
 
     python3 scripts/real_sglang.py install 0.5.23          # once per release; cached under target/real-sglang/
-    python3 scripts/real_sglang.py start 0.5.23 [--moe] [--port 0] [-- EXTRA SERVER FLAGS]
+    python3 scripts/real_sglang.py start 0.5.23 [--moe] [--port 0] [--foreground] [-- EXTRA SERVER FLAGS]
+    python3 scripts/real_sglang.py status [RELEASE...]     # installed, running, answering: a JSON line each
     python3 scripts/real_sglang.py stop 0.5.23
     python3 scripts/real_sglang.py golden [RELEASE...]    # re-record mock-server/conform/golden/
+
+`start` runs one server per release (a second `start` is refused while the first runs), niced, and returns once
+it answers; with `--foreground` it stays with the server, exits with its status when it exits (a harness that
+restarts a crashed release reads that) and stops it on SIGINT or SIGTERM.
 
 `install` makes `target/real-sglang/<release>/venv`: torch's regular PyPI build (the CUDA build, whose `nvidia-*`
 wheels it imports, runs on the CPU), SGLang's requirements from its wheel's `Requires-Dist` without the packages
@@ -42,6 +47,7 @@ Standard library only; the network is needed by `install` alone (PyPI).
 """
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -366,9 +372,33 @@ def pid_file(release: str) -> str:
     return os.path.join(release_dir(release), "server.pid")
 
 
-def start(release: str, moe: bool, port: int, extra: list[str], timeout: float, max_total_tokens: int) -> str:
+def running(release: str) -> dict | None:
+    """The server `start` left running for `release` (`{"pid", "url", "log"}`), or None; a pid file whose process
+    has gone is removed."""
+    path = pid_file(release)
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except FileNotFoundError:
+        return None
+    # A pid file of an earlier version of this script holds the pid alone.
+    server = json.loads(text) if text.startswith("{") else {"pid": int(text), "url": None, "log": None}
+    try:
+        os.kill(server["pid"], 0)
+    except ProcessLookupError:
+        os.remove(path)
+        return None
+    return server
+
+
+def start(release: str, moe: bool, port: int, extra: list[str], timeout: float, max_total_tokens: int,
+          foreground: bool = False) -> str:
     if not os.path.exists(os.path.join(release_dir(release), ".installed")):
         sys.exit(f"real_sglang: sglang {release} is not installed (python3 scripts/real_sglang.py install {release})")
+    # One server per release: a second would overwrite the pid file, and `stop` could no longer end the first.
+    if (server := running(release)) is not None:
+        sys.exit(f"real_sglang: sglang {release} is already running (pid {server['pid']}, {server['url']}); "
+                 f"python3 scripts/real_sglang.py stop {release} first")
     port = port or free_port()
     model = model_dir(moe)
     log_path = os.path.join(release_dir(release), "server.log")
@@ -380,11 +410,13 @@ def start(release: str, moe: bool, port: int, extra: list[str], timeout: float, 
     # make it; a port of its own (unused: gRPC stays off) keeps the check quiet.
     env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1")
     env.setdefault("SGLANG_GRPC_PORT", str(free_port()))
-    with open(log_path, "w") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    with open(pid_file(release), "w") as f:
-        f.write(f"{process.pid}\n")
     url = f"http://127.0.0.1:{port}"
+    # Niced, so that the reference yields the machine's two cores to the mock and the tests beside it.
+    with open(log_path, "w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                   preexec_fn=lambda: os.nice(10))
+    with open(pid_file(release), "w") as f:
+        f.write(json.dumps({"pid": process.pid, "url": url, "log": log_path}) + "\n")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -394,6 +426,8 @@ def start(release: str, moe: bool, port: int, extra: list[str], timeout: float, 
                 if r.status == 200:
                     print(json.dumps({"url": url, "pid": process.pid, "release": release, "log": log_path}),
                           flush=True)
+                    if foreground:
+                        sys.exit(attend(release, process))
                     return url
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
@@ -402,13 +436,61 @@ def start(release: str, moe: bool, port: int, extra: list[str], timeout: float, 
     sys.exit(f"real_sglang: sglang {release} did not answer within {timeout:.0f} s; see {log_path}")
 
 
+def attend(release: str, process: subprocess.Popen) -> int:
+    """`start --foreground`: stays with the server until it exits, and stops it on SIGINT or SIGTERM (its process
+    group, killed outright if it has not gone 15 s later). Returns the server's exit status, so that a harness that
+    restarts a crashed release sees the crash."""
+    stopping: list[float] = []
+
+    def forward(signum, _frame):
+        if not stopping:
+            log(f"signal {signum}: stopping sglang {release}")
+            stopping.append(time.monotonic())
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+    signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGTERM, forward)
+    while True:
+        try:
+            code = process.wait(timeout=1)
+            break
+        except subprocess.TimeoutExpired:
+            if stopping and time.monotonic() - stopping[0] > 15:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+    # The scheduler and detokenizer processes of a server that died do not outlive it.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    if os.path.exists(pid_file(release)):
+        os.remove(pid_file(release))
+    log(f"sglang {release} exited with {code}")
+    # A server ended by a signal exits as a shell reports it: 128 + the signal.
+    return 128 - code if code < 0 else code
+
+
+def status(releases: list[str]) -> None:
+    """One JSON line per release: installed or not, and the server `start` left running, if it answers."""
+    for release in releases:
+        line = {"release": release, "installed": os.path.exists(os.path.join(release_dir(release), ".installed"))}
+        server = running(release)
+        if server is not None:
+            line.update(server)
+            try:
+                with urllib.request.urlopen(f"{server['url']}/v1/models", timeout=2) as r:
+                    line["answering"] = r.status == 200
+            except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
+                line["answering"] = False
+        line["running"] = server is not None
+        print(json.dumps(line), flush=True)
+
+
 def stop(release: str) -> None:
-    path = pid_file(release)
-    if not os.path.exists(path):
-        log(f"no server of sglang {release} was started")
+    server = running(release)
+    if server is None:
+        log(f"no server of sglang {release} is running")
         return
-    with open(path) as f:
-        pid = int(f.read().strip())
+    pid = server["pid"]
+    path = pid_file(release)
     try:
         os.killpg(pid, signal.SIGTERM)
         for _ in range(30):
@@ -417,7 +499,8 @@ def stop(release: str) -> None:
         os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    os.remove(path)
+    if os.path.exists(path):
+        os.remove(path)
     log(f"stopped sglang {release} (pid {pid})")
 
 
@@ -472,8 +555,12 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for /v1/models")
     p.add_argument("--max-total-tokens", type=int, default=65536,
                    help="the KV pool in tokens (SGLang sizes it from free memory otherwise: about 15 GB here)")
+    p.add_argument("--foreground", action="store_true",
+                   help="stay with the server: exit with its status when it exits, stop it on SIGINT or SIGTERM")
     p = sub.add_parser("stop", help="stop the server start left running")
     p.add_argument("release", choices=RELEASES)
+    p = sub.add_parser("status", help="each release: installed, running, answering (one JSON line each)")
+    p.add_argument("releases", nargs="*", metavar="RELEASE", help=f"any of {', '.join(RELEASES)}; all when none")
     p = sub.add_parser("golden", help="re-record mock-server/conform/golden/ from the running releases")
     # No `choices`: argparse checks an empty `*` list against them.
     p.add_argument("releases", nargs="*", metavar="RELEASE", help=f"any of {', '.join(RELEASES)}; all when none")
@@ -484,7 +571,9 @@ def main() -> None:
     if args.command == "install":
         install(args.release)
     elif args.command == "start":
-        start(args.release, args.moe, args.port, extra, args.timeout, args.max_total_tokens)
+        start(args.release, args.moe, args.port, extra, args.timeout, args.max_total_tokens, args.foreground)
+    elif args.command == "status":
+        status([r for r in args.releases if r in RELEASES] or list(RELEASES))
     elif args.command == "golden":
         unknown = [r for r in args.releases if r not in RELEASES]
         if unknown:
