@@ -9,7 +9,9 @@
 //! (`nullable[union[str,list[str]]]`, `dict[str,any]`, `literal['last']`), as `scripts/pydantic_models.py`
 //! prints them from the running release's `core_schema`.
 
+use std::collections::HashMap;
 use std::fmt::Write;
+use std::sync::OnceLock;
 
 use serde_json::Value;
 
@@ -326,24 +328,34 @@ pub fn control_errors(
     ))
 }
 
-/// The OpenAI request models FastAPI validates `/v1/completions` and `/v1/chat/completions` bodies against
-/// (`CompletionRequest`, `ChatCompletionRequest` in `srt/entrypoints/openai/protocol.py`): per release and route,
-/// every field a JSON value can fail, in the schema's order, printed from the wheels by
+/// The request models FastAPI validates the OpenAI routes' bodies against (`CompletionRequest`,
+/// `ChatCompletionRequest`, `TokenizeRequest`, `DetokenizeRequest` in `srt/entrypoints/openai/protocol.py`): per
+/// release and route, every field a JSON value can fail, in the schema's order, printed from the wheels by
 /// `scripts/openai_models.py`.
 const OPENAI_MODELS: &str = include_str!("../../data/openai_models.json");
 
 /// A model's fields: name, type, and whether the body must have it.
 type Fields = Vec<(String, Ty, bool)>;
 
-/// [`OPENAI_MODELS`] parsed, by release and route (`completions`, `chat`).
-fn openai_models()
--> &'static std::collections::HashMap<String, std::collections::HashMap<String, Fields>> {
-    static MODELS: std::sync::OnceLock<
-        std::collections::HashMap<String, std::collections::HashMap<String, Fields>>,
-    > = std::sync::OnceLock::new();
+/// The models by release, then by route.
+type Models = HashMap<String, HashMap<String, Fields>>;
+
+/// [`OPENAI_MODELS`] parsed once.
+fn openai_models() -> &'static Models {
+    static MODELS: OnceLock<Models> = OnceLock::new();
     MODELS.get_or_init(|| {
-        let raw: std::collections::HashMap<String, std::collections::HashMap<String, Vec<(String, String)>>> =
+        let raw: HashMap<String, HashMap<String, Vec<(String, String)>>> =
             serde_json::from_str(OPENAI_MODELS).expect("openai_models.json is the script's JSON");
+        let field = |release: &str, api: &str, (name, notation): (String, String)| {
+            let (required, notation) = match notation.strip_prefix('!') {
+                Some(rest) => (true, rest),
+                None => (false, notation.as_str()),
+            };
+            let ty = Ty::parse(notation).unwrap_or_else(|| {
+                panic!("openai_models.json: {release} {api} {name}: {notation:?} is not a type")
+            });
+            (name, ty, required)
+        };
         raw.into_iter()
             .map(|(release, apis)| {
                 let apis = apis
@@ -351,16 +363,7 @@ fn openai_models()
                     .map(|(api, fields)| {
                         let fields = fields
                             .into_iter()
-                            .map(|(name, notation)| {
-                                let (required, notation) = match notation.strip_prefix('!') {
-                                    Some(rest) => (true, rest.to_owned()),
-                                    None => (false, notation),
-                                };
-                                let ty = Ty::parse(&notation).unwrap_or_else(|| {
-                                    panic!("openai_models.json: {release} {api} {name}: {notation:?} is not a type")
-                                });
-                                (name, ty, required)
-                            })
+                            .map(|f| field(&release, &api, f))
                             .collect();
                         (api, fields)
                     })
@@ -371,8 +374,8 @@ fn openai_models()
     })
 }
 
-/// Pydantic's errors for an OpenAI request body under the release's model of `route` (`completions` or
-/// `chat`), every field's in the model's order; `None` when the model admits the body's fields, when the body is
+/// Pydantic's errors for an OpenAI request body under the release's model of `route` (`completions`, `chat`,
+/// `tokenize`, `detokenize`), every field's in the model's order; `None` when the model admits the body's fields, when the body is
 /// not an object (the route's own error), or when the release's model is not held.
 pub fn openai_errors(
     body: &Value,

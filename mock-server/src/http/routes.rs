@@ -89,7 +89,6 @@ impl Slashed for Router<AppState> {
 /// does (`extract::read_whole_body`).
 async fn redirect_without_slash(State(state): State<AppState>, req: Request) -> Response {
     let path = req.uri().path().trim_end_matches('/').to_owned();
-    // (`Slashed` answers a path that is not a route's with slashes after it elsewhere.)
     let query = req
         .uri()
         .query()
