@@ -232,19 +232,30 @@ fn write_repr(out: &mut String, value: &Value) {
 /// Validates a body against a model (`(field, type)` in field order), each error located under `('body',
 /// field)`. Fields the model does not have are ignored, as a dataclass model ignores them.
 pub(super) fn validate_model(body: &Value, model: &[(&str, Ty)]) -> Vec<PyError> {
+    validate_fields(body, model.iter().map(|(field, ty)| (*field, ty, false)))
+}
+
+/// The errors of an object's fields `(name, type, required)` in order, each located under `('body', name)`; a
+/// required field the body lacks is `missing`, with the whole body as its input. Nothing for a non-object.
+fn validate_fields<'a>(
+    body: &Value,
+    fields: impl IntoIterator<Item = (&'a str, &'a Ty, bool)>,
+) -> Vec<PyError> {
     let mut errors = Vec::new();
     let Value::Object(map) = body else {
         return errors;
     };
-    for (field, ty) in model {
-        if let Some(value) = map.get(*field) {
-            let start = errors.len();
-            validate(ty, value, &mut errors);
-            for error in &mut errors[start..] {
-                let mut loc = vec![Loc::Key("body".to_owned()), Loc::Key((*field).to_owned())];
-                loc.append(&mut error.loc);
-                error.loc = loc;
-            }
+    for (field, ty, required) in fields {
+        let start = errors.len();
+        match map.get(field) {
+            Some(value) => validate(ty, value, &mut errors),
+            None if required => errors.push(PyError::new("missing", "Field required", body)),
+            None => {}
+        }
+        for error in &mut errors[start..] {
+            let mut loc = vec![Loc::Key("body".to_owned()), Loc::Key(field.to_owned())];
+            loc.append(&mut error.loc);
+            error.loc = loc;
         }
     }
     errors
@@ -382,24 +393,13 @@ pub fn openai_errors(
     version: SglangVersion,
     route: &str,
 ) -> Option<ValidationErrors> {
-    let Value::Object(map) = body else {
-        return None;
-    };
     let fields = openai_models().get(version.as_str())?.get(route)?;
-    let mut errors = Vec::new();
-    for (field, ty, required) in fields {
-        let start = errors.len();
-        match map.get(field) {
-            Some(value) => validate(ty, value, &mut errors),
-            None if *required => errors.push(PyError::new("missing", "Field required", body)),
-            None => {}
-        }
-        for error in &mut errors[start..] {
-            let mut loc = vec![Loc::Key("body".to_owned()), Loc::Key(field.clone())];
-            loc.append(&mut error.loc);
-            error.loc = loc;
-        }
-    }
+    let errors = validate_fields(
+        body,
+        fields
+            .iter()
+            .map(|(field, ty, required)| (field.as_str(), ty, *required)),
+    );
     (!errors.is_empty()).then(|| ValidationErrors(errors.iter().map(PyError::render).collect()))
 }
 
