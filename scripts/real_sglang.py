@@ -39,9 +39,10 @@ serves it; 0.5.3 has no `/model_info`) and prints one JSON line, `{"url": ..., "
 `golden` re-records the golden recordings that the test suite judges the mock against: for each release (all
 three by default) it installs and starts the release, sends it one short generation (as SGLang's own start-up
 warm-up would), runs `sglang-mock conform --against URL --record
-mock-server/conform/golden/<release>.jsonl` with the mock's flags for the tiny model (Qwen's tokenizer, a
-context of 4,096), stops it, then does the same with the MoE model and routed experts (`<release>-moe.jsonl`,
-the releases that have them), and prints each report.
+mock-server/conform/golden/<release>.jsonl` with the mock's flags for the tiny model (Qwen's tokenizer, the same
+model directory, whose `config.json` gives the context of 4,096, and the same pool), stops it, then does the same
+with the MoE model and routed experts (`<release>-moe.jsonl`, the releases that have them), and prints each report.
+Last it prints `mock-core/data/info.json` again from the new recordings (`scripts/server_info.py`).
 
 Standard library only; the network is needed by `install` alone (PyPI).
 """
@@ -504,8 +505,9 @@ def stop(release: str) -> None:
     log(f"stopped sglang {release} (pid {pid})")
 
 
-# The mock's flags for the tiny models, as the test suite gives them (`mock-server/tests/judge.rs`).
-MOCK_FLAGS = ["--context-length", "4096"]
+# The mock's flags for the tiny models, as the test suite gives them (`mock-server/tests/judge.rs`): the release's
+# pool, and (with `--model-path`, the same directory) the context its `config.json` gives.
+MOCK_FLAGS = ["--max-total-tokens", "65536"]
 MOE_FLAGS = ["--enable-return-routed-experts", "--num-experts", "8", "--num-experts-per-tok", "2",
              "--num-hidden-layers", "2"]
 # The releases that return routed experts.
@@ -533,7 +535,8 @@ def golden(releases: list[str]) -> None:
             warm_up(url)
             name = f"{release}-moe.jsonl" if moe else f"{release}.jsonl"
             command = [mock, "conform", "--against", url, "--record", os.path.join(out_dir, name),
-                       "--tokenizer", qwen_tokenizer(), *MOCK_FLAGS, *(["--moe", *MOE_FLAGS] if moe else [])]
+                       "--tokenizer", qwen_tokenizer(), "--model-path", model_dir(moe), *MOCK_FLAGS,
+                       *(["--moe", *MOE_FLAGS] if moe else [])]
             try:
                 report = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
             finally:
@@ -541,6 +544,11 @@ def golden(releases: list[str]) -> None:
             print(report.stdout, flush=True)
             if report.returncode == 2:
                 sys.exit(f"real_sglang: conform could not run against sglang {release}")
+    # What the releases report about themselves, which the mock answers with (`mock-core/data/info.json`).
+    info = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "server_info.py")], cwd=ROOT,
+                          stdout=subprocess.PIPE, text=True, check=True)
+    with open(os.path.join(ROOT, "mock-core", "data", "info.json"), "w", encoding="utf-8") as f:
+        f.write(info.stdout)
 
 
 def main() -> None:

@@ -415,6 +415,8 @@ pub enum ModelInfoKey {
     HasAudioUnderstanding,
     ModelType,
     Architectures,
+    /// 0.5.23: what the model can serve as an embedding model, and which caches the launch disabled.
+    Embedding,
 }
 
 /// How the key middleware matches an `Authorization` header.
@@ -1080,6 +1082,7 @@ pub const V0_5_23: Release = Release {
         M::HasAudioUnderstanding,
         M::ModelType,
         M::Architectures,
+        M::Embedding,
     ],
     slime_patches: false,
     generate_model: &[
@@ -1358,6 +1361,31 @@ impl SglangVersion {
     /// The release itself.
     pub fn release(self) -> &'static Release {
         self.0
+    }
+
+    /// What the release answers on `/server_info` as `scripts/real_sglang.py start` launches it, in its key order:
+    /// every `ServerArgs` field as the launch resolved it, the scheduler's info and `internal_states[]`
+    /// (`mock-core/data/info.json`, printed by `scripts/server_info.py` from the running releases). The server
+    /// writes its own flags' values over the fields they set.
+    pub fn server_info(self) -> &'static serde_json::Map<String, serde_json::Value> {
+        self.info()["server_info"]
+            .as_object()
+            .unwrap_or_else(|| panic!("info.json holds no /server_info of {}", self.as_str()))
+    }
+
+    /// The `embedding` object that ends the release's `/model_info` (0.5.23), as the same launch reported it.
+    pub fn model_info_embedding(self) -> Option<&'static serde_json::Value> {
+        self.info().get("model_info_embedding")
+    }
+
+    /// This release's entry of `mock-core/data/info.json`.
+    fn info(self) -> &'static serde_json::Value {
+        static INFO: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+        let info = INFO.get_or_init(|| {
+            serde_json::from_str(include_str!("../data/info.json"))
+                .expect("info.json is the script's JSON")
+        });
+        &info["releases"][self.as_str()]
     }
 }
 

@@ -61,7 +61,8 @@ async fn server_info_has_what_routers_read_under_both_paths() {
     assert_eq!(info["dp_size"], 1);
     assert!(info["internal_states"].is_array());
     assert!(info["version"].is_string());
-    assert!(info.get("api_key").is_none(), "the key must not leak");
+    // The release reports `api_key: null` without a key; the mock never echoes one.
+    assert_eq!(info["api_key"], Value::Null);
 }
 
 /// What the model directory and the flags say reaches `/model_info` and `/server_info`: a Qwen3 directory loaded
@@ -141,7 +142,8 @@ async fn model_info_differs_by_release_and_is_served_under_both_paths() {
             "has_image_understanding",
             "has_audio_understanding",
             "model_type",
-            "architectures"
+            "architectures",
+            "embedding"
         ]
     );
     let v0_5_15 = InProcess::new(ServerConfig {
@@ -887,4 +889,104 @@ async fn a_trailing_slash_redirects_as_starlette_does() {
         reply.json()["error"]["message"],
         "The model '' does not exist"
     );
+}
+
+/// What a release answered when its golden recording started (`mock-server/conform/golden/<release>.jsonl`, made
+/// by `scripts/real_sglang.py golden` from the running release): its `/server_info` and its `/get_model_info`.
+fn recorded_info(version: SglangVersion) -> (Value, Value) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("conform/golden/{}.jsonl", version.as_str()));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines = text.lines().map(|line| parse_json(line.as_bytes()));
+    let server_info = lines.next().unwrap()["server_info"].clone();
+    let model_info = lines
+        .find(|exchange| exchange["request"]["path"] == "/get_model_info")
+        .map(|exchange| {
+            let chunks = exchange["response"]["chunks"].as_array().unwrap().iter();
+            let body: String = chunks.map(|c| c["body"].as_str().unwrap()).collect();
+            parse_json(body.as_bytes())
+        })
+        .unwrap_or(Value::Null);
+    (server_info, model_info)
+}
+
+/// `/server_info` is each release's own answer: every field the running release reported, in its order, at the
+/// top and in `internal_states[]`, with the mock's flags in the fields they set and the release's values in the
+/// rest; 0.5.23's `/model_info` ends with its `embedding` object, whose caches follow the flags.
+#[tokio::test]
+async fn server_info_is_the_releases_answer_with_the_mocks_flags() {
+    for version in SglangVersion::all() {
+        let (recorded, recorded_model_info) = recorded_info(version);
+        let server = InProcess::new(ServerConfig {
+            sglang_version: version,
+            seed: 11,
+            served_model_name: Some("served".to_owned()),
+            max_running_requests: Some(7),
+            max_total_tokens: Some(5000),
+            page_size: 4,
+            disable_radix_cache: true,
+            chunked_prefill_size: -1,
+            api_key: Some("secret".to_owned()),
+            ..ServerConfig::default()
+        });
+        let auth = [("authorization", "Bearer secret")];
+        // 0.5.3 serves only the older path; every release serves it.
+        let info = server
+            .request(Method::GET, "/get_server_info", Body::empty(), &auth)
+            .await
+            .json();
+        let release = version.as_str();
+        assert_eq!(keys(&info), keys(&recorded), "{release}: the top's keys");
+        let (state, recorded_state) =
+            (&info["internal_states"][0], &recorded["internal_states"][0]);
+        assert_eq!(
+            keys(state),
+            keys(recorded_state),
+            "{release}: a scheduler's keys"
+        );
+        // The flags, where the release reports them.
+        for (key, want) in [
+            ("random_seed", json!(11)),
+            ("served_model_name", json!("served")),
+            ("max_running_requests", json!(7)),
+            ("max_total_tokens", json!(5000)),
+            ("max_total_num_tokens", json!(5000)),
+            ("page_size", json!(4)),
+            ("disable_radix_cache", json!(true)),
+            ("chunked_prefill_size", json!(-1)),
+            // Unset, as the release reports an unset flag.
+            ("context_length", Value::Null),
+            ("max_queued_requests", Value::Null),
+            // Never echoed.
+            ("api_key", Value::Null),
+            ("version", json!(release)),
+        ] {
+            assert_eq!(info[key], want, "{release}: {key}");
+        }
+        assert_eq!(state["memory_usage"]["token_capacity"], 5000, "{release}");
+        assert_eq!(state["disable_radix_cache"], true, "{release}");
+        // A field no flag of the mock sets keeps the release's value.
+        for key in [
+            "tp_size",
+            "dp_size",
+            "device",
+            "disaggregation_mode",
+            "attention_backend",
+        ] {
+            assert_eq!(info[key], recorded[key], "{release}: {key}");
+        }
+        let model_info = server
+            .request(Method::GET, "/get_model_info", Body::empty(), &auth)
+            .await
+            .json();
+        match recorded_model_info.get("embedding") {
+            Some(recorded) => {
+                let mut want = recorded.clone();
+                want["cache"]["radix_cache_disabled"] = json!(true);
+                want["cache"]["chunked_prefill_disabled"] = json!(true);
+                assert_eq!(model_info["embedding"], want, "{release}");
+            }
+            None => assert!(model_info.get("embedding").is_none(), "{release}"),
+        }
+    }
 }

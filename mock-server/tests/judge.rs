@@ -270,19 +270,76 @@ async fn the_goldens_of_the_real_releases_conform() {
         assert!(report.exchanges > 0, "{}", golden.display());
         // Every difference documented, every recorded exchange replayed, and no documented difference that no
         // longer happens (its entry goes with the fix).
-        if !report.ok() || !report.replay_misses.is_empty() || !report.unused_known.is_empty() {
+        if !report.ok()
+            || !report.replay_misses.is_empty()
+            || !report.unused_known.is_empty()
+            || !report.notes.is_empty()
+        {
             failures.push(report.text());
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// The mock's flags for a golden, as `scripts/real_sglang.py golden` gives them: Qwen's tokenizer, the tiny
-/// model's context, and for the MoE model its routed-experts shape.
+/// A mock launched otherwise than the target is told so: run against 0.5.23's golden with its toy tokenizer and
+/// no flags, the report names the tokenizer (with how many differences are token counts) and each flag whose
+/// value the recording's `/server_info` reports otherwise (the context of 4,096 and the pool of 65,536).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mock_launched_otherwise_than_the_target_is_named_in_the_report() {
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("conform/golden/0.5.23.jsonl");
+    let mut options = golden_options(&golden, false);
+    options.mock = ServerConfig::default();
+    let report = conform(options).await.unwrap();
+    let text = report.text();
+    assert_eq!(report.notes.len(), 3, "{text}");
+    assert!(
+        report.notes[0].starts_with("the mock runs its toy tokenizer, the target ")
+            && report.notes[0].contains("token counts and per-token lists"),
+        "{text}"
+    );
+    assert!(
+        report.notes[1].starts_with("the target reports max_req_input_len 4090, the mock 32762"),
+        "{text}"
+    );
+    assert!(
+        report.notes[2].starts_with("the target reports max_total_tokens 65536, the mock null"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\nNOTE  the mock runs its toy tokenizer"),
+        "{text}"
+    );
+}
+
+/// The mock's flags for a golden, as the release was launched (`scripts/real_sglang.py start`): Qwen's tokenizer,
+/// a model directory whose `config.json` names the tiny model and its context of 4,096 (the directory decides
+/// it, as it does the release's, so `context_length` stays unset), `--max-total-tokens 65536`, and for the MoE
+/// model its routed-experts shape.
 fn golden_options(golden: &Path, moe: bool) -> ConformOptions {
+    let (architecture, model_type) = if moe {
+        ("Qwen3MoeForCausalLM", "qwen3_moe")
+    } else {
+        ("Qwen3ForCausalLM", "qwen3")
+    };
+    let model_dir = std::env::temp_dir().join(format!(
+        "sglang-mock-golden-{model_type}-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&model_dir).unwrap();
+    std::fs::write(
+        model_dir.join("config.json"),
+        serde_json::json!({
+            "architectures": [architecture],
+            "model_type": model_type,
+            "max_position_embeddings": 4096,
+        })
+        .to_string(),
+    )
+    .unwrap();
     let mut mock = ServerConfig {
         tokenizer: Some(qwen_tokenizer()),
-        context_length: Some(4096),
+        model_path: model_dir.to_string_lossy().into_owned(),
+        max_total_tokens: Some(65536),
         ..ServerConfig::default()
     };
     if moe {

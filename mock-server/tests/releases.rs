@@ -330,3 +330,19 @@ fn versions_md_has_one_row_per_field() {
         "VERSIONS.md's rows against the fields of `Release`"
     );
 }
+
+/// What `/server_info` and `/model_info` carry of each release (`mock-core/data/info.json`) is what
+/// `scripts/server_info.py` prints from the releases' golden recordings: a recording made again, or the file
+/// edited by hand, fails here until they agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_info_of_each_release_is_its_recording() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let printed = python(vec![path_arg(&root.join("scripts/server_info.py"))]).await;
+    let held = std::fs::read_to_string(root.join("mock-core/data/info.json"))
+        .expect("the info file is read");
+    assert_eq!(
+        String::from_utf8_lossy(&printed.stdout).trim_end(),
+        held.trim_end(),
+        "mock-core/data/info.json is not what the recordings print"
+    );
+}

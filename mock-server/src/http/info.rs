@@ -78,79 +78,122 @@ pub(crate) fn max_total_num_tokens(config: &ServerConfig) -> usize {
     usize::try_from(config.kv_pool_tokens()).unwrap_or(usize::MAX)
 }
 
-/// `/server_info` and `/get_server_info`: ServerArgs fields, scheduler info, `internal_states`, `version`.
+/// `/server_info` and `/get_server_info`: the release's own answer ([`SglangVersion::server_info`]: every
+/// `ServerArgs` field, the scheduler's info, `internal_states[]`, `version`, in the release's order) with the
+/// values the mock's flags, pool and release decide written over it ([`live_value`]). The rest are the values the
+/// release resolved for the reference launch (`scripts/real_sglang.py`: the tiny Qwen3 on the CPU), which the mock
+/// has no flag for.
+///
+/// [`SglangVersion::server_info`]: mock_core::SglangVersion::server_info
 pub(crate) async fn server_info(State(state): State<AppState>) -> Response {
-    let c = state.config();
-    let max_total_num_tokens = max_total_num_tokens(c);
-    let server_args = ordered! {
-        "model_path": c.model_path,
-        "tokenizer_path": c.tokenizer_path(),
-        "tokenizer_mode": "auto",
-        "skip_tokenizer_init": false,
-        "load_format": c.load_format,
-        "trust_remote_code": false,
-        "context_length": c.context_length,
-        "is_embedding": false,
-        "revision": serde_json::Value::Null,
-        "model_impl": "auto",
-        "host": c.host,
-        "port": c.port,
-        "served_model_name": c.served_model_name(),
-        "weight_version": &*state.control().weight_version(),
-        "dtype": "auto",
-        "device": "cpu",
+    let template = state.config().sglang_version.server_info();
+    let body: serde_json::Map<String, Value> = template
+        .iter()
+        .map(|(key, recorded)| {
+            let value = match (key.as_str(), recorded) {
+                ("internal_states", Value::Array(states)) => Value::Array(
+                    states
+                        .iter()
+                        .map(|scheduler| internal_state(&state, scheduler))
+                        .collect(),
+                ),
+                _ => field(&state, key, recorded),
+            };
+            (key.clone(), value)
+        })
+        .collect();
+    json_value(&Value::Object(body))
+}
+
+/// One scheduler's `internal_states[]` entry: its copy of the arguments, its memory figures with the mock's pool
+/// as `token_capacity`, the rest as the release reported them (`get_internal_state` in `scheduler.py`).
+fn internal_state(state: &AppState, recorded: &Value) -> Value {
+    let Value::Object(fields) = recorded else {
+        return recorded.clone();
     };
-    let scheduling = ordered! {
-        "random_seed": c.seed,
-        "stream_interval": c.stream_interval,
-        "stream_output": c.incremental_streaming_output,
-        "incremental_streaming_output": c.incremental_streaming_output,
-        "max_running_requests": c.max_running_requests,
-        "max_total_tokens": c.kv_pool_tokens(),
-        "chunked_prefill_size": c.chunked_prefill_size,
-        "max_prefill_tokens": c.max_prefill_tokens,
-        "schedule_policy": c.schedule_policy,
-        "tp_size": 1,
-        "pp_size": 1,
-        "dp_size": 1,
-        "ep_size": 1,
-        "nnodes": 1,
-        "node_rank": 0,
-        "enable_metrics": c.enable_metrics,
-        "log_level": "info",
-    };
-    let features = ordered! {
-        "disable_radix_cache": c.disable_radix_cache,
-        "page_size": c.page_size,
-        "enable_cache_report": c.enable_cache_report,
-        "enable_return_hidden_states": false,
-        "enable_custom_logit_processor": false,
-        "allow_auto_truncate": false,
-        "disaggregation_mode": "null",
-        "disaggregation_bootstrap_port": 8998,
-        "speculative_algorithm": serde_json::Value::Null,
-        "enable_lora": serde_json::Value::Null,
-        "vocab_size": c.vocab_size(),
-        "mock_profile": c.sglang_version.as_str(),
-        "return_original_logprob": c.return_original_logprob,
-    };
-    let scheduler_info = ordered! {
-        "max_total_num_tokens": max_total_num_tokens,
-        "max_req_input_len": c.context_len().saturating_sub(6),
-        "status": "ready",
-        "internal_states": json!([{
-            "last_gen_throughput": 0.0,
-            "memory_usage": {"weight": 0.0, "kvcache": 0.0, "token_capacity": max_total_num_tokens},
-            "avg_spec_accept_length": null,
-        }]),
-        "version": c.sglang_version.as_str(),
-    };
-    // One flat object, like `{**asdict(server_args), **scheduler_info, "internal_states": ..., "version": ...}`.
-    let mut body = server_args.0;
-    for part in [scheduling, features, scheduler_info] {
-        body.extend(part.0);
+    let fields = fields.iter().map(|(key, recorded)| {
+        let value = match (key.as_str(), recorded) {
+            ("memory_usage", Value::Object(usage)) => {
+                let mut usage = usage.clone();
+                usage.insert(
+                    "token_capacity".to_owned(),
+                    json!(max_total_num_tokens(state.config())),
+                );
+                Value::Object(usage)
+            }
+            _ => field(state, key, recorded),
+        };
+        (key.clone(), value)
+    });
+    Value::Object(fields.collect())
+}
+
+/// A field of `/server_info` or of a scheduler's entry: the mock's value, or the release's.
+fn field(state: &AppState, key: &str, recorded: &Value) -> Value {
+    match key {
+        // How long loading the weights, the pool and the scheduler took: the mock's start-up takes no such time.
+        "startup_time" => zeroed(recorded),
+        _ => live_value(state, key).unwrap_or_else(|| recorded.clone()),
     }
-    json_value(&Ordered(body))
+}
+
+/// The value of a `/server_info` field that the mock decides: a flag's, as `ServerArgs` holds it (`null` for an
+/// unset optional flag, as the release reports it), the pool's, the release's own, or none (`None`: the release's
+/// recorded value stands).
+fn live_value(state: &AppState, key: &str) -> Option<Value> {
+    let c = state.config();
+    Some(match key {
+        "model_path" => json!(c.model_path),
+        "tokenizer_path" => json!(c.tokenizer_path()),
+        "served_model_name" => json!(c.served_model_name()),
+        "load_format" => json!(c.load_format),
+        "context_length" => json!(c.context_length),
+        "host" => json!(c.host),
+        "port" => json!(c.port),
+        "random_seed" => json!(c.seed),
+        "weight_version" => json!(&*state.control().weight_version()),
+        // The release echoes its keys (`dataclasses.asdict`); the mock does not hand them to whoever reads this.
+        "api_key" | "admin_api_key" => Value::Null,
+        "max_running_requests" => json!(c.max_running_requests),
+        "max_queued_requests" => json!(c.max_queued_requests),
+        "max_total_tokens" => json!(c.max_total_tokens),
+        "chunked_prefill_size" => json!(c.chunked_prefill_size),
+        "max_prefill_tokens" => json!(c.max_prefill_tokens),
+        "schedule_policy" => json!(c.schedule_policy),
+        "schedule_conservativeness" => json!(c.schedule_conservativeness),
+        "page_size" => json!(c.page_size),
+        "disable_radix_cache" => json!(c.disable_radix_cache),
+        "enable_cache_report" => json!(c.enable_cache_report),
+        "stream_interval" => json!(c.stream_interval),
+        // 0.5.3 names the flag `stream_output`.
+        "stream_output" | "incremental_streaming_output" => json!(c.incremental_streaming_output),
+        "enable_metrics" => json!(c.enable_metrics),
+        "enable_deterministic_inference" => json!(c.enable_deterministic_inference),
+        "enable_return_routed_experts" => json!(c.enable_return_routed_experts),
+        "sampling_mask_max_tokens" => json!(c.sampling_mask_max_tokens),
+        // 0.5.23: what the server was asked for, its command line without the program.
+        "launch_command" => json!(std::env::args().skip(1).collect::<Vec<_>>().join(" ")),
+        "max_total_num_tokens" => json!(max_total_num_tokens(c)),
+        "max_req_input_len" => json!(c.context_len().saturating_sub(6)),
+        "effective_max_running_requests_per_dp" => json!(c.max_running_requests?),
+        "version" => json!(c.sglang_version.as_str()),
+        _ => return None,
+    })
+}
+
+/// `value` with every number 0.0: its shape without the release's timings.
+fn zeroed(value: &Value) -> Value {
+    match value {
+        Value::Number(_) => json!(0.0),
+        Value::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .map(|(key, value)| (key.clone(), zeroed(value)))
+                .collect(),
+        ),
+        Value::Array(values) => Value::Array(values.iter().map(zeroed).collect()),
+        Value::Null | Value::Bool(_) | Value::String(_) => value.clone(),
+    }
 }
 
 /// `/model_info` and `/get_model_info`: `model_info` in each release's `srt/entrypoints/http_server.py` (0.5.3
@@ -179,6 +222,7 @@ pub(crate) async fn model_info(State(state): State<AppState>) -> Response {
                 ModelInfoKey::HasAudioUnderstanding => ("has_audio_understanding", json!(false)),
                 ModelInfoKey::ModelType => ("model_type", json!(state.model_card().0)),
                 ModelInfoKey::Architectures => ("architectures", json!(state.model_card().1)),
+                ModelInfoKey::Embedding => ("embedding", embedding(c)),
             })
             .collect::<Vec<_>>(),
     );
@@ -197,6 +241,27 @@ pub(crate) async fn model_info(State(state): State<AppState>) -> Response {
         ));
     }
     json_value(&body)
+}
+
+/// 0.5.23's `embedding` object of `/model_info` (`resolved_embedding_plan` in `srt/configs/embedding_model_spec.py`):
+/// the release's for a causal LM, which serves no embeddings, with the caches the mock's flags disable.
+fn embedding(c: &ServerConfig) -> Value {
+    let mut plan = c
+        .sglang_version
+        .model_info_embedding()
+        .cloned()
+        .unwrap_or(Value::Null);
+    if let Some(cache) = plan.get_mut("cache").and_then(Value::as_object_mut) {
+        cache.insert(
+            "radix_cache_disabled".to_owned(),
+            json!(c.disable_radix_cache),
+        );
+        cache.insert(
+            "chunked_prefill_disabled".to_owned(),
+            json!(c.chunked_prefill_size == -1),
+        );
+    }
+    plan
 }
 
 /// `/get_weight_version` (0.5.3 and 0.5.15; 0.5.23 has no such route): served by 0.5.3 and by slime's

@@ -166,6 +166,9 @@ pub struct Report {
     pub unused_known: Vec<String>,
     /// The target's exchanges a replay could not answer, and the recorded ones it never used.
     pub replay_misses: Vec<String>,
+    /// Where the mock was not launched as the target was (its tokenizer, its flags, as the target's server info
+    /// reports them), and which differences follow from that.
+    pub notes: Vec<String>,
 }
 
 impl Report {
@@ -199,6 +202,9 @@ impl Report {
             self.found.len(),
             unexplained,
         );
+        for note in &self.notes {
+            out.push_str(&format!("NOTE  {note}\n"));
+        }
         type Class<'a> = (bool, &'a str, &'a str, &'a str, &'a str);
         let mut classes: BTreeMap<Class<'_>, (Vec<&str>, Option<&str>)> = BTreeMap::new();
         for f in &self.found {
@@ -241,6 +247,7 @@ impl Report {
 pub async fn conform(options: ConformOptions) -> Result<Report, ConformError> {
     let client = client(Some(options.timeout));
     let header_release;
+    let target_info;
     let mut replay = None;
     let mut recorder = None;
     let (base, shown) = match &options.target {
@@ -258,15 +265,14 @@ pub async fn conform(options: ConformOptions) -> Result<Report, ConformError> {
                     })
                     .await?;
                     header_release = started.release().map(str::to_owned);
+                    target_info = server_info(&client, url).await;
                     let base = started.url();
                     recorder = Some(started);
                     base
                 }
                 None => {
-                    header_release = server_info(&client, url)
-                        .await
-                        .as_ref()
-                        .and_then(release_in);
+                    target_info = server_info(&client, url).await;
+                    header_release = target_info.as_ref().and_then(release_in);
                     url.clone()
                 }
             };
@@ -278,6 +284,7 @@ pub async fn conform(options: ConformOptions) -> Result<Report, ConformError> {
             }
             let recording = Recording::read(path)?;
             header_release = recording.header.release.clone();
+            target_info = recording.header.server_info.clone();
             let started = Replay::start(
                 recording,
                 ReplayOptions {
@@ -306,8 +313,10 @@ pub async fn conform(options: ConformOptions) -> Result<Report, ConformError> {
     if !config.latency.is_active() {
         config.latency.itl_ms = MOCK_ITL_MS;
     }
+    let toy_tokenizer = config.tokenizer.is_none();
     let mock = Server::start(config).await?;
     let mock_url = mock.url();
+    let mock_info = server_info(&client, &mock_url).await;
 
     let mut found = Vec::new();
     let mut explained = vec![false; options.known.differences.len()];
@@ -375,6 +384,12 @@ pub async fn conform(options: ConformOptions) -> Result<Report, ConformError> {
         })
         .map(|(k, _)| format!("{} at {} ({}): {}", k.kind, k.at, k.case, k.reason))
         .collect();
+    let notes = launch_notes(
+        target_info.as_ref(),
+        mock_info.as_ref(),
+        toy_tokenizer,
+        &found,
+    );
     Ok(Report {
         release,
         target: shown,
@@ -384,7 +399,92 @@ pub async fn conform(options: ConformOptions) -> Result<Report, ConformError> {
         found,
         unused_known,
         replay_misses,
+        notes,
     })
+}
+
+/// The `/server_info` fields that decide answers the corpus compares, with the mock's flag for each.
+const LAUNCH_FIELDS: [(&str, &str); 8] = [
+    (
+        "max_req_input_len",
+        "--context-length, or --model-path with the target's config.json",
+    ),
+    ("max_total_tokens", "--max-total-tokens"),
+    ("page_size", "--page-size"),
+    ("disable_radix_cache", "--disable-radix-cache"),
+    ("max_running_requests", "--max-running-requests"),
+    ("enable_cache_report", "--enable-cache-report"),
+    ("stream_interval", "--stream-interval"),
+    (
+        "enable_deterministic_inference",
+        "--enable-deterministic-inference",
+    ),
+];
+
+/// Where the mock was launched otherwise than the target: its toy tokenizer where the target has a real one
+/// (every token count and per-token list then follows from the tokenizer: how many of the differences are of
+/// that kind is counted), and each of [`LAUNCH_FIELDS`] whose value the two servers report differently.
+fn launch_notes(
+    target: Option<&serde_json::Value>,
+    mock: Option<&serde_json::Value>,
+    toy_tokenizer: bool,
+    found: &[Found],
+) -> Vec<String> {
+    let Some(target) = target else {
+        return Vec::new();
+    };
+    let mut notes = Vec::new();
+    if toy_tokenizer {
+        let counted = found
+            .iter()
+            .filter(|f| decided_by_the_tokenizer(&f.difference))
+            .count();
+        let tokenizer = target
+            .get("tokenizer_path")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("its own");
+        notes.push(format!(
+            "the mock runs its toy tokenizer, the target {tokenizer}: {counted} of the {} difference(s) are \
+             token counts and per-token lists, which the tokenizer decides; give the mock the target's tokenizer \
+             (--tokenizer DIR) to compare them",
+            found.len()
+        ));
+    }
+    if let Some(mock) = mock {
+        for (field, flag) in LAUNCH_FIELDS {
+            let (theirs, ours) = (target.get(field), mock.get(field));
+            if let (Some(theirs), Some(ours)) = (theirs, ours)
+                && theirs != ours
+            {
+                notes.push(format!(
+                    "the target reports {field} {theirs}, the mock {ours}: answers that follow from it differ \
+                     ({flag})"
+                ));
+            }
+        }
+    }
+    notes
+}
+
+/// Whether a difference is one a tokenizer decides: a count of prompt tokens (and the totals and cache hits
+/// counted from them), or the length of a list with one entry per token.
+fn decided_by_the_tokenizer(d: &Difference) -> bool {
+    let last = d.at.rsplit('.').next().unwrap_or_default();
+    match d.kind {
+        "value" => matches!(last, "prompt_tokens" | "cached_tokens" | "total_tokens"),
+        "length" => matches!(
+            last,
+            "input_token_logprobs"
+                | "input_top_logprobs"
+                | "input_token_ids_logprobs"
+                | "tokens"
+                | "token_logprobs"
+                | "text_offset"
+                | "top_logprobs"
+        ),
+        "type" => last == "cached_tokens_details",
+        _ => false,
+    }
 }
 
 /// A request in flight: how many stream events it has received, and whether it has ended.
