@@ -119,7 +119,8 @@ fn check_reply(case: &Value, reply: &Reply) -> Result<(), String> {
             }
             _ => return Err(format!("{name}: want {{\"error\": <text>}}, got {body}")),
         },
-        "value" => {
+        // A scheduler's abort fails a non-stream request as a `ValueError` does.
+        "value" | "scheduler" => {
             let keys: Vec<&String> = body
                 .as_object()
                 .map(|o| o.keys().collect())
@@ -203,6 +204,22 @@ fn check_stream_reply(case: &Value, reply: &Reply) -> Result<(), String> {
         if reply.status.as_u16() != 200 || !finished {
             return Err(format!(
                 "{name}: want a finished stream, got {}",
+                reply.text()
+            ));
+        }
+        return Ok(());
+    }
+    if shape == "scheduler" {
+        // The scheduler refused the item after the stream began: its abort chunk ends it.
+        let chunks = sse_json(&reply.body);
+        let finish = chunks
+            .last()
+            .map(|c| c["meta_info"]["finish_reason"].clone());
+        let want = json!({"type": "abort", "message": case["message"], "status_code": 400,
+                          "err_type": "BadRequestError"});
+        if reply.status.as_u16() != 200 || finish.as_ref() != Some(&want) {
+            return Err(format!(
+                "{name}: want the abort chunk {want}, got {}",
                 reply.text()
             ));
         }
@@ -438,8 +455,11 @@ async fn hostile_bodies_get_answers_not_crashes() {
     assert_eq!(server.get("/health").await.status, 200);
 }
 
-/// An item the scheduler aborts before running it (`logprob_start_len` past the prompt) streams one abort chunk
-/// with the meta_info keys of a normal final chunk of the same request, in each profile, and empty lists.
+/// An item the scheduler refuses (`logprob_start_len` past the prompt) streams one abort chunk with the meta_info
+/// keys of a normal final chunk of the same request, in each profile, and empty lists; it carries the one token
+/// the scheduler still makes from the prompt `[0]` that `set_finish_with_abort` puts in the refused prompt's
+/// place, so `prompt_tokens` is 1 and `completion_tokens` 1 (the running 0.5.23 answered a refused 6-token prompt
+/// so). Greedy, that token is a greedy generation's from `[0]`.
 #[tokio::test]
 async fn a_scheduler_abort_chunk_has_the_keys_of_a_normal_chunk() {
     for version in [
@@ -459,7 +479,7 @@ async fn a_scheduler_abort_chunk_has_the_keys_of_a_normal_chunk() {
             // One token, so that the normal stream's last chunk is also its first, as the abort chunk is:
             // both carry `response_sent_to_client_ts`.
             let mut body = json!({"input_ids": [1, 2, 3], "return_logprob": true, "stream": true,
-                                  "sampling_params": {"max_new_tokens": 1}});
+                                  "sampling_params": {"max_new_tokens": 1, "temperature": 0}});
             for (k, v) in extra.as_object().unwrap() {
                 body[k] = v.clone();
             }
@@ -484,9 +504,20 @@ async fn a_scheduler_abort_chunk_has_the_keys_of_a_normal_chunk() {
             };
             assert_eq!(keys(a), keys(n), "{what}");
             assert_eq!(a["meta_info"]["finish_reason"]["type"], "abort", "{what}");
+            let from_zero = server
+                .generate(&json!({"input_ids": [0], "sampling_params": {"max_new_tokens": 1, "temperature": 0}}))
+                .await
+                .json();
+            // 0.5.3's ids begin with its detokenizer's window, the prompt `[0]`, in both.
             assert_eq!(
                 (&a["text"], &a["output_ids"]),
-                (&json!(""), &json!([])),
+                (&from_zero["text"], &from_zero["output_ids"]),
+                "{what}"
+            );
+            let window = usize::from(version.decode_window_ids);
+            assert_eq!(
+                a["output_ids"].as_array().map(Vec::len),
+                Some(window + 1),
                 "{what}"
             );
             for (key, value) in a["meta_info"].as_object().unwrap() {
@@ -494,9 +525,86 @@ async fn a_scheduler_abort_chunk_has_the_keys_of_a_normal_chunk() {
                     assert_eq!(value, &json!([]), "{what} {key}");
                 }
             }
-            assert_eq!(a["meta_info"]["prompt_tokens"], 3, "{what}");
-            assert_eq!(a["meta_info"]["completion_tokens"], 0, "{what}");
+            assert_eq!(a["meta_info"]["prompt_tokens"], 1, "{what}");
+            assert_eq!(a["meta_info"]["completion_tokens"], 1, "{what}");
         }
+    }
+}
+
+/// The toy model has no grammar, so the server answers a constrained request as a release launched with
+/// `--grammar-backend none` answers it, never with unconstrained text: each of `json_schema`, `regex`, `ebnf` and
+/// `structural_tag` is the scheduler's 400 abort, in a batch the constrained item only, in a stream its abort
+/// chunk, on the OpenAI routes the OpenAI layer's `BadRequestError` (the running 0.5.23 with `--grammar-backend
+/// none` answered each of these; `/server_info` reports the backend as `none`).
+#[tokio::test]
+async fn a_grammar_constraint_is_refused_never_ignored() {
+    const REFUSED: &str = "Grammar-based generation (json_schema, regex, ebnf, structural_tag) is not supported \
+                           when the server is launched with --grammar-backend none";
+    for version in SglangVersion::all() {
+        let server = InProcess::new(ServerConfig {
+            sglang_version: version,
+            ..ServerConfig::default()
+        });
+        let keys: &[&str] = if version.structural_tag {
+            &["json_schema", "regex", "ebnf", "structural_tag"]
+        } else {
+            &["json_schema", "regex", "ebnf"]
+        };
+        for key in keys {
+            let what = format!("{version:?} {key}");
+            let mut body = json!({"text": "hi", "sampling_params": {"max_new_tokens": 4}});
+            body["sampling_params"][*key] = json!("a");
+            let reply = server.generate(&body).await;
+            assert_eq!(reply.status, 400, "{what}");
+            assert_eq!(
+                reply.json(),
+                json!({"error": {"message": REFUSED}}),
+                "{what}"
+            );
+        }
+        // `null` sets no grammar.
+        let free = server
+            .generate(
+                &json!({"text": "hi", "sampling_params": {"max_new_tokens": 2, "regex": null}}),
+            )
+            .await;
+        assert_eq!(free.status, 200, "{version:?}");
+        // A batch stream: the free item streams its tokens, the constrained one its abort.
+        let batch = json!({"text": ["a b", "c d"], "stream": true,
+                           "sampling_params": [{"max_new_tokens": 2}, {"max_new_tokens": 2, "regex": "x"}]});
+        let events = sse_json(&server.generate(&batch).await.body);
+        let finish = |index: u64| {
+            events
+                .iter()
+                .rev()
+                .find(|e| e["index"] == index)
+                .map(|e| e["meta_info"]["finish_reason"].clone())
+        };
+        assert_eq!(finish(0).unwrap()["type"], "length", "{version:?}");
+        let aborted = finish(1).unwrap();
+        assert_eq!(
+            (
+                &aborted["type"],
+                &aborted["message"],
+                &aborted["status_code"]
+            ),
+            (&json!("abort"), &json!(REFUSED), &json!(400)),
+            "{version:?}"
+        );
+        let chat = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3,
+                          "response_format": {"type": "json_schema",
+                                              "json_schema": {"name": "a", "schema": {"type": "object"}}}});
+        let reply = server
+            .post("/v1/chat/completions", serde_json::to_vec(&chat).unwrap())
+            .await;
+        assert_eq!(reply.status, 400, "{version:?}");
+        assert_eq!(
+            reply.json(),
+            json!({"object": "error", "message": REFUSED, "type": "BadRequestError", "param": null, "code": 400}),
+            "{version:?}"
+        );
+        let info = server.get("/get_server_info").await.json();
+        assert_eq!(info["grammar_backend"], "none", "{version:?}");
     }
 }
 

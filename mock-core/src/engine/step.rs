@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use super::cache::{CacheLink, SharedCache};
 use super::generation::Generation;
-use super::item::FinishReason;
+use super::item::{FinishReason, ItemRequest};
 use super::load::{Count, Occupancy, Place};
 use super::plan::GeneratePlan;
 use crate::error::RequestError;
@@ -99,8 +99,10 @@ enum Item {
         generation: Box<Generation>,
         ended: bool,
     },
+    /// Refused by the scheduler; `step` is the one token it still makes ([`aborted_step`]).
     Rejected {
         reported: bool,
+        step: Option<Box<Generation>>,
     },
     Failed {
         error: RequestError,
@@ -140,7 +142,10 @@ impl Run {
             .iter()
             .map(|item| {
                 if item.abort.is_some() {
-                    return Item::Rejected { reported: false };
+                    return Item::Rejected {
+                        reported: false,
+                        step: aborted_step(model, &item.request),
+                    };
                 }
                 let model = Arc::clone(model);
                 let request = item.request.clone();
@@ -265,6 +270,7 @@ impl Run {
                 },
                 Item::Rejected {
                     reported: reported @ false,
+                    ..
                 } => {
                     *reported = true;
                     Progress::Rejected
@@ -435,6 +441,14 @@ impl Run {
         }
     }
 
+    /// The token the scheduler made for item `i` after refusing it ([`aborted_step`]), if it was refused.
+    pub fn rejected_step(&self, i: usize) -> Option<&Generation> {
+        match &self.items[i] {
+            Item::Rejected { step, .. } => step.as_deref(),
+            Item::Generating { .. } | Item::Failed { .. } => None,
+        }
+    }
+
     /// How often item `i` was retracted.
     pub fn retractions(&self, i: usize) -> u32 {
         self.retractions[i]
@@ -544,6 +558,32 @@ fn settle(item: &mut Item, outcome: Result<bool, RequestError>) -> Progress {
 }
 
 /// Runs engine code so that a panic becomes a 500 instead of a dropped connection.
+/// The one decode step SGLang's scheduler still runs for an item it refused: `set_finish_with_abort` replaces the
+/// prompt with `[0]` ("to skip the long prefill") and turns its logprobs off, and the item leaves after its first
+/// token with the abort (a stream's abort chunk carries that token; 0.5.23 answered so live, `prompt_tokens` 1 and
+/// `completion_tokens` 1 whatever the prompt). `None` if the step fails: the abort then carries no token.
+fn aborted_step(model: &Arc<Model>, request: &ItemRequest) -> Option<Box<Generation>> {
+    let mut request = request.clone();
+    request.input_ids = vec![0];
+    request.return_logprob = false;
+    request.logprob_start = 1;
+    request.top_logprobs_num = 0;
+    request.token_ids_logprob.clear();
+    request.forced_output.clear();
+    request.sampling_mask = None;
+    request.top_p_token_ids = false;
+    request.routes_from = None;
+    request.params.max_new_tokens = 1;
+    request.params.min_new_tokens = 0;
+    let model = Arc::clone(model);
+    guarded(move || {
+        let mut generation = Generation::new(model, request);
+        generation.run_to_end();
+        Box::new(generation)
+    })
+    .ok()
+}
+
 fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, RequestError> {
     catch_unwind(AssertUnwindSafe(f)).map_err(|panic| {
         let detail = panic

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::body::{CustomLogitProcessor, GenerateReqInput};
 use super::lax::{Ids, OneOrMany, RawSamplingParams, SamplingInput, SamplingKey};
-use super::sampling::{int_value, resolve_sampling_params};
+use super::sampling::{GRAMMAR_BACKEND_NONE, int_value, resolve_sampling_params};
 use crate::config::{ServerConfig, SglangVersion};
 use crate::engine::{
     GeneratePlan, ItemRequest, PlannedItem, Refusal, RidSource, SamplingLogprobsMode,
@@ -289,10 +289,16 @@ fn plan_item(
     let routes_refusal = asks_routes
         .then(|| routes_start_refusal(req.routed_experts_start_len, prompt_len))
         .flatten();
+    // Last: the running 0.5.23 reports a start past the prompt before a grammar it cannot compile.
+    let grammar_refusal = resolved.constrained.then(|| Refusal {
+        message: GRAMMAR_BACKEND_NONE.to_owned(),
+        err_type: Some("BadRequestError"),
+    });
     let abort = input_length_refusal(prompt_len, config)
         .or(mask_refusal)
         .or(logprob_refusal)
-        .or(routes_refusal);
+        .or(routes_refusal)
+        .or(grammar_refusal);
     // The routes come only from a server started with `--enable-return-routed-experts`.
     let routes_from = (asks_routes && config.enable_return_routed_experts)
         .then(|| req.routed_experts_start_len.max(0) as usize);

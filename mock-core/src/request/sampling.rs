@@ -12,6 +12,13 @@ use crate::release::{NonTextStop, NullSamplingValues, SeedRule, Verify};
 
 /// `temperature` below this is greedy sampling (`_SAMPLING_EPS` in `sampling_params.py`).
 const SAMPLING_EPS: f64 = 1e-6;
+/// The scheduler's abort of a constrained item on a server launched with `--grammar-backend none`
+/// (`GrammarManager.process_req_with_grammar`, 0.5.15 and 0.5.23; 0.5.3's scheduler asserts a backend instead and
+/// dies, and the mock answers it with the later releases' abort). The mock is such a server: its toy model has no
+/// grammar to constrain its sampling with.
+pub(super) const GRAMMAR_BACKEND_NONE: &str = "Grammar-based generation (json_schema, regex, ebnf, structural_tag) is not \
+     supported when the server is launched with --grammar-backend none";
+
 /// SGLang's default `max_new_tokens`.
 pub const DEFAULT_MAX_NEW_TOKENS: u32 = 128;
 
@@ -27,6 +34,9 @@ pub struct ResolvedSampling {
     pub return_top_p_token_ids: bool,
     /// `max_new_tokens` was a float and reaches `finish_reason.length` as one (`4.0`).
     pub length_as_float: bool,
+    /// A grammar constraint is set (`json_schema`, `regex`, `ebnf` or `structural_tag`): the server has no
+    /// grammar backend, so the scheduler refuses the item (`GRAMMAR_BACKEND_NONE`).
+    pub constrained: bool,
 }
 
 /// Python's `bool()` of a JSON value.
@@ -191,6 +201,8 @@ struct Typed {
     /// How many grammar constraints are set: `json_schema`, `regex` and `ebnf`, and from 0.5.23
     /// `structural_tag`.
     grammars: usize,
+    /// Any of the four is set, the test of `process_req_with_grammar` in every release.
+    constrained: bool,
     return_top_p_token_ids: bool,
 }
 
@@ -255,7 +267,11 @@ impl Typed {
             }
             _ => Err(type_error(key, "a dict", v)),
         })?;
-        // Grammar constraints are accepted and not applied (the toy model has no grammar backend).
+        // The toy model has no grammar backend: a constrained item is refused by the scheduler, never served
+        // unconstrained (`GRAMMAR_BACKEND_NONE`).
+        let constrained = [K::JsonSchema, K::Regex, K::Ebnf, K::StructuralTag]
+            .iter()
+            .any(|k| raw.non_null(*k).is_some());
         let grammar_keys: &[SamplingKey] = if version.structural_tag {
             &[K::JsonSchema, K::Regex, K::Ebnf, K::StructuralTag]
         } else {
@@ -291,6 +307,7 @@ impl Typed {
             stop_token_ids,
             logit_bias,
             grammars,
+            constrained,
             return_top_p_token_ids,
         })
     }
@@ -489,6 +506,7 @@ impl Typed {
             normalized_top_k: if top_k == -1 { 1 << 30 } else { top_k },
             return_top_p_token_ids: self.return_top_p_token_ids,
             length_as_float,
+            constrained: self.constrained,
             stream_interval: self
                 .stream_interval
                 .map(|si| si.clamp(0, i64::from(u32::MAX)) as u32),

@@ -254,28 +254,37 @@ fn logprob_fields<'a>(
     }
 }
 
-/// The finish reason of an item the scheduler aborted before running it (`logprob_start_len` too large),
-/// encoded as SGLang reports it: no output, empty logprob lists.
+/// The abort of an item the scheduler refused (`logprob_start_len` too large, a grammar without a backend),
+/// encoded as SGLang reports it: the one token `step` made from the prompt `[0]` (none if it failed), empty
+/// logprob lists.
 pub fn encode_aborted(
     out: &mut Vec<u8>,
     ctx: &EncodeCtx<'_>,
     item: &PlannedItem,
     refusal: &Refusal,
+    step: Option<&Generation>,
     finished: Finished,
     index: Option<usize>,
 ) {
     let req = &item.request;
     let logprobs = LogprobFields::empty(item);
-    // The scheduler finished it without output: one empty span of the version now.
+    // The token the scheduler made from the prompt `[0]` it put in the refused prompt's place, in one span of the
+    // version now.
+    let (output_ids, text) = step.map_or((&[][..], ""), |g| (g.output_ids(), g.text()));
+    // 0.5.3 sends its detokenizer's window too: the prompt it ran, `[0]`.
+    let decode_window: &[u32] = match step {
+        Some(_) if ctx.version.decode_window_ids => &[0],
+        Some(_) | None => &[],
+    };
     let spans = ctx
         .version
         .weight_version_spans
-        .then(|| weight_version_spans(&[], ctx.weight_version, 0));
+        .then(|| weight_version_spans(&[], ctx.weight_version, output_ids.len()));
     Object {
         shape: Shape::Failed,
-        text: "",
-        decode_window: &[],
-        output_ids: &[],
+        text,
+        decode_window,
+        output_ids,
         meta: Meta {
             id: &item.rid,
             finish_reason: Some(FinishJson::Abort(Abort {
@@ -283,11 +292,15 @@ pub fn encode_aborted(
                 status_code: 400,
                 err_type: refusal.err_type,
             })),
-            prompt_tokens: req.input_ids.len(),
+            prompt_tokens: if step.is_some() {
+                1
+            } else {
+                req.input_ids.len()
+            },
             weight_version: ctx.weight_version,
             num_retractions: 0,
             logprobs,
-            completion_tokens: 0,
+            completion_tokens: output_ids.len(),
             cached_tokens: 0,
             weight_versions: spans.as_deref(),
             top_p_token_ids: None,

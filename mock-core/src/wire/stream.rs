@@ -46,7 +46,8 @@ impl StreamEncoder {
                 Due::Failed(err) => super::error_event(&err.client_message(), ctx.version),
                 Due::Rejected(refusal) => {
                     let mut json = Vec::with_capacity(512);
-                    encode_aborted(&mut json, ctx, item, refusal, finished(i), index);
+                    let step = run.rejected_step(i);
+                    encode_aborted(&mut json, ctx, item, refusal, step, finished(i), index);
                     json
                 }
                 Due::Chunk { generation, done } => {

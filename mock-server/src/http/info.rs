@@ -171,6 +171,8 @@ fn live_value(state: &AppState, key: &str) -> Option<Value> {
         "enable_deterministic_inference" => json!(c.enable_deterministic_inference),
         "enable_return_routed_experts" => json!(c.enable_return_routed_experts),
         "sampling_mask_max_tokens" => json!(c.sampling_mask_max_tokens),
+        // The toy model has no grammar: a constrained request is refused as such a server refuses it.
+        "grammar_backend" => json!("none"),
         // 0.5.23: what the server was asked for, its command line without the program.
         "launch_command" => json!(std::env::args().skip(1).collect::<Vec<_>>().join(" ")),
         "max_total_num_tokens" => json!(max_total_num_tokens(c)),

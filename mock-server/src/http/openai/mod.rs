@@ -132,8 +132,22 @@ async fn handle(
         Api::Chat => Route::ChatCompletions,
     };
     let witness = Witness::of(&state, route, stream, fault.as_ref());
-    // What fails in the engine or the queue (a full queue's 503, a refused item) passes in SGLang's shape.
-    let outcome = execute(&state, plan, engine_fault, witness.clone(), started, events).await?;
+    // What fails in the engine or the queue passes in SGLang's shape (a full queue's 503), but a `ValueError`, the
+    // first refused item's (`_wait_one_response` raises it), is the OpenAI layer's `BadRequestError` as every
+    // handler catches it (`serving_chat.py`, `serving_completions.py`: `except ValueError`).
+    let outcome = execute(&state, plan, engine_fault, witness.clone(), started, events)
+        .await
+        .map_err(|err| match err {
+            ApiError::Value(message) => ApiError::OpenAiBadRequest(message),
+            other @ (ApiError::Validation(_)
+            | ApiError::Pydantic(_)
+            | ApiError::Http { .. }
+            | ApiError::Internal(_)
+            | ApiError::OpenAiBadRequest(_)
+            | ApiError::OpenAi { .. }
+            | ApiError::Contract(_)
+            | ApiError::Unauthorized) => other,
+        })?;
     // What the answer carries, to record once it is sure to be sent.
     let answered;
     let views = match outcome {
