@@ -1685,3 +1685,88 @@ async fn sglangs_matched_stop_tests_pass() {
         }
     }
 }
+
+/// No release checks `n`: one below 1 runs as one sample, and the answer breaks where the usage sums use it, as
+/// the running 0.5.23 answered each of these: `n: 0` is `range()`'s `ValueError` (400 `BadRequest`) and in a
+/// stream with usage `integer modulo by zero`; a negative `n` is served with no prompt tokens in its usage (an
+/// empty `range`), and a stream counts them (`0 % -1 == 0`); several prompts index past the choices (500).
+#[tokio::test]
+async fn an_n_below_one_breaks_the_answer_as_the_release_s_usage_sums_do() {
+    let server = InProcess::new(ServerConfig::default());
+    let error = |status: u16, kind: &str, message: &str| {
+        (
+            status,
+            json!({"object": "error", "message": message, "type": kind, "param": null, "code": status}),
+        )
+    };
+    let user = json!([{"role": "user", "content": "hi"}]);
+    for (path, body) in [
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "max_tokens": 3, "n": 0}),
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": user, "max_tokens": 3, "n": 0}),
+        ),
+    ] {
+        let reply = post(&server, path, &body).await;
+        assert_eq!(
+            (reply.status.as_u16(), reply.json()),
+            error(400, "BadRequest", "range() arg 3 must not be zero"),
+            "{path}"
+        );
+    }
+    for n in [0, -1] {
+        let body = json!({"prompt": ["hi", "yo"], "max_tokens": 3, "n": n});
+        let reply = post(&server, "/v1/completions", &body).await;
+        assert_eq!(
+            (reply.status.as_u16(), reply.json()),
+            error(
+                500,
+                "InternalServerError",
+                "Internal server error: list index out of range"
+            ),
+            "n {n}"
+        );
+    }
+    let served = post(
+        &server,
+        "/v1/completions",
+        &json!({"prompt": "hi", "max_tokens": 3, "n": -1}),
+    )
+    .await;
+    assert_eq!(served.status, 200);
+    let answer = served.json();
+    assert_eq!(answer["choices"].as_array().map(Vec::len), Some(1));
+    assert_eq!(
+        (
+            &answer["usage"]["prompt_tokens"],
+            &answer["usage"]["completion_tokens"]
+        ),
+        (&json!(0), &json!(3))
+    );
+    let stream = |n: i64| {
+        json!({"messages": user, "max_tokens": 2, "n": n, "stream": true,
+                                 "stream_options": {"include_usage": true}})
+    };
+    let events = sse_json(&post(&server, "/v1/chat/completions", &stream(0)).await.body);
+    assert_eq!(
+        events.last(),
+        Some(
+            &json!({"error": {"object": "error", "message": "integer modulo by zero",
+                               "type": "BadRequestError", "param": null, "code": 400}})
+        )
+    );
+    let events = sse_json(
+        &post(&server, "/v1/chat/completions", &stream(-1))
+            .await
+            .body,
+    );
+    let usage = &events.last().expect("a usage chunk")["usage"];
+    assert!(
+        usage["prompt_tokens"].as_u64().is_some_and(|p| p > 0),
+        "{usage}"
+    );
+    assert_eq!(usage["completion_tokens"], 2);
+}

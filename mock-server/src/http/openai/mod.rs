@@ -196,6 +196,10 @@ async fn handle(
             views
         }
     };
+    // An `n` below 1 runs as one sample per prompt, and then its answer fails (`OpenAiRequest::n_refusal`).
+    if let Some(err) = openai.n_refusal(views.len()) {
+        return Err(err);
+    }
     let mut answer = response::body(&openai, &views, created);
     // Body faults act on the typed answer; the others (a cut, a stall) on its bytes.
     if let Some(body_fault) = fault.as_ref().and_then(Fault::body) {
@@ -390,6 +394,13 @@ impl Events for OpenAiEvents {
         }
         let chunks = self.translator.finish();
         self.chunks(chunks, out);
+        let request = self.translator.request();
+        if request.include_usage && request.n_given == 0 {
+            // `i % n` in `calculate_streaming_usage`: the `ZeroDivisionError` ends the stream (0.5.23 live).
+            let error = ErrorEvent::new("integer modulo by zero", "BadRequestError", 400);
+            self.close(&error, out);
+            return;
+        }
         out.push_back(Bytes::from_static(DONE_EVENT));
     }
 

@@ -34,8 +34,11 @@ pub(crate) struct OpenAiRequest {
     pub api: Api,
     /// Echoed in every answer, as SGLang does (`model=request.model`).
     pub model: String,
-    /// Samples per prompt.
+    /// Samples per prompt: `n`, or 1 for an `n` below 1, which SGLang runs as one sample.
     pub n: usize,
+    /// `n` as given. The answer's usage sums run Python's `range(0, len(responses), n)` (a whole answer) and
+    /// `i % n` (a stream's usage chunk) with it, which an `n` below 1 breaks ([`OpenAiRequest::n_refusal`]).
+    pub n_given: i64,
     pub stream: bool,
     /// `stream_options.include_usage`: a last chunk with `usage` and no choices.
     pub include_usage: bool,
@@ -111,11 +114,9 @@ pub(crate) fn translate(
         Some(_) => return Err(type_error("model", "string_type", "a valid string")),
     };
     let stream = bool_field(obj, "stream")?.unwrap_or(false);
-    let n = match int_field(obj, "n")? {
-        None => 1,
-        Some(n) if n >= 1 => n as usize,
-        Some(_) => return Err(ApiError::openai_bad_request("n must be at least 1.")),
-    };
+    // No release checks `n`: one below 1 runs as one sample, and what breaks is the answer (`n_refusal`).
+    let n_given = int_field(obj, "n")?.unwrap_or(1);
+    let n = n_given.max(1) as usize;
     let (include_usage, continuous_usage) = stream_options(obj, stream)?;
     let mut sampling = Map::new();
     for key in SAME_NAME {
@@ -177,6 +178,7 @@ pub(crate) fn translate(
         api,
         model,
         n,
+        n_given,
         stream,
         include_usage,
         continuous_usage,
@@ -188,6 +190,42 @@ pub(crate) fn translate(
         cache_report: config.enable_cache_report,
         return_meta_info,
     })
+}
+
+impl OpenAiRequest {
+    /// What a whole (non-stream) answer of `prompts` prompts fails with for an `n` below 1, as the running 0.5.23
+    /// answered: several prompts index past the choices (`list index out of range`, a 500); one prompt with `n:
+    /// 0` is `range()`'s `ValueError`, which the handler answers as a `BadRequest` (`serving_base.py`,
+    /// `handle_request`); a negative `n` is served, its usage summing no prompt ([`OpenAiRequest::first_of_prompt`]).
+    pub(crate) fn n_refusal(&self, prompts: usize) -> Option<ApiError> {
+        match self.n_given {
+            1.. => None,
+            _ if prompts > 1 => Some(ApiError::OpenAi {
+                status: 500,
+                err_type: "InternalServerError",
+                message: "Internal server error: list index out of range".to_owned(),
+            }),
+            0 => Some(ApiError::OpenAi {
+                status: 400,
+                err_type: "BadRequest",
+                message: "range() arg 3 must not be zero".to_owned(),
+            }),
+            ..0 => None,
+        }
+    }
+
+    /// Whether choice `index` counts its prompt's tokens in the usage, as `UsageProcessor` picks them: a whole
+    /// answer's every `n`-th choice of `range(0, len(responses), n)` (none for a negative `n`), a stream's those
+    /// with `index % n == 0` (Python's modulo: every `|n|`-th for a negative `n`; `n: 0` fails before, with
+    /// `integer modulo by zero`).
+    pub(crate) fn first_of_prompt(&self, index: usize, stream: bool) -> bool {
+        match self.n_given {
+            1.. => index.is_multiple_of(self.n),
+            0 => false,
+            ..0 if stream => index.is_multiple_of(self.n_given.unsigned_abs() as usize),
+            ..0 => false,
+        }
+    }
 }
 
 type PromptParts = (Option<u32>, Option<Vec<String>>);
@@ -1058,11 +1096,6 @@ mod tests {
             assert_eq!(err, ApiError::openai_bad_request(message), "{body}");
         };
         let user = json!([{"role": "user", "content": "x"}]);
-        refused(
-            Api::Completions,
-            json!({"prompt": "x", "n": 0}),
-            "n must be at least 1.",
-        );
         refused(
             Api::Completions,
             json!({"prompt": "x", "logprobs": -1}),

@@ -620,22 +620,22 @@ impl Usage {
         }
     }
 
-    fn add(&mut self, idx: usize, item: &ItemView, n: usize) {
+    fn add(&mut self, item: &ItemView, first_of_prompt: bool) {
         let counts = Usage {
             prompt: item.prompt_tokens,
             completion: item.completion_tokens,
             cached: item.cached_tokens,
             ..Usage::default()
         };
-        self.add_choice(idx, n, &counts);
+        self.add_choice(first_of_prompt, &counts);
     }
 
-    /// Choice `index`'s counts (a stream's: its own [`Usage::add`] alone), summed as `UsageProcessor`
-    /// sums them: completion tokens of every choice, prompt tokens and (but for 0.5.3's report) cached tokens
-    /// of the first choice of each prompt. Without `--enable-cache-report` the cached sum is never written.
-    fn add_choice(&mut self, index: usize, n: usize, choice: &Usage) {
+    /// A choice's counts (a stream's: its own [`Usage::add`] alone), summed as `UsageProcessor` sums them:
+    /// completion tokens of every choice, prompt tokens and (but for 0.5.3's report) cached tokens of the first
+    /// choice of each prompt ([`OpenAiRequest::first_of_prompt`]). Without `--enable-cache-report` the cached sum
+    /// is never written.
+    fn add_choice(&mut self, first_of_prompt: bool, choice: &Usage) {
         self.completion += choice.completion;
-        let first_of_prompt = index.is_multiple_of(n.max(1));
         if first_of_prompt {
             self.prompt += choice.prompt;
         }
@@ -808,7 +808,7 @@ pub(crate) fn body(req: &OpenAiRequest, items: &[ItemView], created: u64) -> Ans
     let first = items.first();
     let mut usage = Usage::of(req.sglang_version, req.cache_report);
     for (idx, item) in items.iter().enumerate() {
-        usage.add(idx, item, req.n);
+        usage.add(item, req.first_of_prompt(idx, false));
     }
     // `process_routed_experts_from_ret(ret[0])`: the first item's routes only, and none when they are empty
     // (`if routed_experts or ...`).
@@ -936,6 +936,11 @@ impl ChunkTranslator {
         }
     }
 
+    /// The request it translates for.
+    pub(crate) fn request(&self) -> &OpenAiRequest {
+        &self.req
+    }
+
     fn chunk(&self, choices: Vec<Choice>, usage: Omit<Option<Usage>>) -> Answer {
         Answer {
             id: self.id.clone(),
@@ -1003,7 +1008,8 @@ impl ChunkTranslator {
         let first = !state.started;
         state.started = true;
         state.usage = Usage::of(req.sglang_version, req.cache_report);
-        state.usage.add(0, item, 1);
+        // The choice's own counts, all of them; `finish` picks the prompt's first.
+        state.usage.add(item, true);
         let logprobs = req
             .logprobs
             .and_then(|_| stream_logprobs(req, &item.logprobs, state, first));
@@ -1083,11 +1089,12 @@ impl ChunkTranslator {
             chunk.sglext = Some(Routes(routes.clone()));
             chunks.push(chunk);
         }
-        if self.req.include_usage {
+        // With `n: 0` the usage is `integer modulo by zero` instead (`OpenAiEvents::end` writes it).
+        if self.req.include_usage && self.req.n_given != 0 {
             let mut usage = Usage::of(self.req.sglang_version, self.req.cache_report);
             usage.exclude_none = self.req.api == Api::Completions;
             for (index, state) in &self.choices {
-                usage.add_choice(*index, self.req.n, &state.usage);
+                usage.add_choice(self.req.first_of_prompt(*index, true), &state.usage);
             }
             chunks.push(self.chunk(Vec::new(), Omit::Present(Some(usage))));
         }
