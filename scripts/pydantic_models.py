@@ -8,8 +8,10 @@ target/real-sglang/RELEASE/venv):
 
 It walks Pydantic's `core_schema` of each model FastAPI validates a body against and prints every field, in the
 schema's order, with its type in Pydantic's own notation (the labels its union errors carry). Types whose values
-a JSON body cannot fail (a union with `Any`, enums, bytes, nested dataclasses) print as `any`. The lines go into
-the release's `generate_model` in `mock-core/src/release.rs`.
+a JSON body cannot fail (a union with `Any`, enums, bytes, nested dataclasses), and those the notation does not
+hold (a constrained string, a validator that runs before the type), print as `any`; a constrained number prints as
+`constrained-float` or `constrained-int`, its union label, without its bounds. The lines go into the release's
+`generate_model` in `mock-core/src/release.rs`.
 """
 
 import warnings
@@ -26,10 +28,13 @@ def notation(schema, defs):
     if kind == "default":
         return notation(schema["schema"], defs)
     if kind in ("str", "int", "float", "bool", "any"):
-        # A constrained value (`confloat(ge=0)`, a `max_length`) has checks and union labels
-        # (`constrained-float`) of its own that the notation does not keep.
+        # A constrained number (`confloat(ge=0)`) is its type under its own union label (`constrained-float`); its
+        # bounds are not kept, so only a value of another type fails. A constrained string (a `max_length`, a
+        # `pattern`) is not held.
         constraints = {"ge", "gt", "le", "lt", "multiple_of", "min_length", "max_length", "pattern"}
-        return "any" if constraints & set(schema) else kind
+        if not constraints & set(schema):
+            return kind
+        return f"constrained-{kind}" if kind in ("int", "float") else "any"
     if kind == "nullable":
         inner = notation(schema["schema"], defs)
         return "any" if inner == "any" else f"nullable[{inner}]"

@@ -571,6 +571,15 @@ async fn a_body_the_request_model_refuses_gets_the_models_errors() {
     });
     let hi = json!([{"role": "user", "content": "hi"}]);
     let cases = [
+        // A constrained number in a union (`confloat(ge=0.0, le=0.99)`) is labelled `constrained-float`.
+        (
+            "/v1/tokenize",
+            json!({"model": "x", "messages": hi, "reasoning_effort": "extreme"}),
+            vec![
+                "{'type': 'literal_error', 'loc': ('body', 'reasoning_effort', \"literal['none','minimal','low','medium','high','xhigh','ultra','max']\"), 'msg': \"Input should be 'none', 'minimal', 'low', 'medium', 'high', 'xhigh', 'ultra' or 'max'\", 'input': 'extreme', 'ctx': {'expected': \"'none', 'minimal', 'low', 'medium', 'high', 'xhigh', 'ultra' or 'max'\"}}",
+                "{'type': 'float_parsing', 'loc': ('body', 'reasoning_effort', 'constrained-float'), 'msg': 'Input should be a valid number, unable to parse string as a number', 'input': 'extreme'}",
+            ],
+        ),
         (
             "/v1/completions",
             json!({"model": "x", "prompt": "hi", "stop": 0, "max_tokens": 2}),

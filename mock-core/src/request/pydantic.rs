@@ -39,6 +39,9 @@ pub(crate) enum Ty {
     /// `PlainValidator(validate_optional_list_i64_1d_2d)` of `srt/utils/field_validators.py` (`ids` in the
     /// notation): a flat or nested list of int64, refused with a `value_error`.
     IdLists,
+    /// A constrained number (`confloat(ge=0)`, `constrained-float` in the notation and in a union's labels): a
+    /// value of another type fails as the number's type does; its bounds are not held, so a number passes.
+    Constrained(Box<Ty>),
 }
 
 impl Ty {
@@ -65,6 +68,8 @@ impl Ty {
 
     fn parse_prefix(text: &str) -> Option<(Ty, &str)> {
         for (name, ty) in [
+            ("constrained-int", Ty::Constrained(Box::new(Ty::Int))),
+            ("constrained-float", Ty::Constrained(Box::new(Ty::Float))),
             ("any", Ty::Any),
             ("str", Ty::Str),
             ("int", Ty::Int),
@@ -111,6 +116,7 @@ impl Ty {
             Ty::Bool => "bool".to_owned(),
             Ty::IdLists => "ids".to_owned(),
             Ty::Model => "model".to_owned(),
+            Ty::Constrained(inner) => format!("constrained-{}", inner.label()),
             Ty::List(item) => format!("list[{}]", item.label()),
             Ty::Dict(key, value) => format!("dict[{},{}]", key.label(), value.label()),
             Ty::Nullable(inner) => format!("nullable[{}]", inner.label()),
@@ -438,6 +444,7 @@ fn validate(ty: &Ty, value: &Value, errors: &mut Vec<PyError>) {
                 errors.push(error);
             }
         }
+        Ty::Constrained(inner) => validate(inner, value, errors),
         Ty::Bool => {
             if let Some(error) = bool_error(value) {
                 errors.push(error);
@@ -763,6 +770,8 @@ mod tests {
             "nullable[union[list[nullable[literal['selected','support']]],literal['selected','support']]]",
             "ids",
             "nullable[dict[str,str]]",
+            "nullable[union[literal['low','high'],constrained-float]]",
+            "list[constrained-int]",
         ] {
             assert_eq!(Ty::parse(text).map(|t| t.label()).as_deref(), Some(text));
         }
