@@ -562,6 +562,9 @@ fn settle(item: &mut Item, outcome: Result<bool, RequestError>) -> Progress {
 /// prompt with `[0]` ("to skip the long prefill") and turns its logprobs off, and the item leaves after its first
 /// token with the abort (a stream's abort chunk carries that token; 0.5.23 answered so live, `prompt_tokens` 1 and
 /// `completion_tokens` 1 whatever the prompt). `None` if the step fails: the abort then carries no token.
+// Out of line and cold: a refused item is rare, and its copy of the step must not crowd the decode loop's.
+#[cold]
+#[inline(never)]
 fn aborted_step(model: &Arc<Model>, request: &ItemRequest) -> Option<Box<Generation>> {
     let mut request = request.clone();
     request.input_ids = vec![0];
