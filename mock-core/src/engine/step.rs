@@ -557,7 +557,6 @@ fn settle(item: &mut Item, outcome: Result<bool, RequestError>) -> Progress {
     }
 }
 
-/// Runs engine code so that a panic becomes a 500 instead of a dropped connection.
 /// The one decode step SGLang's scheduler still runs for an item it refused: `set_finish_with_abort` replaces the
 /// prompt with `[0]` ("to skip the long prefill") and turns its logprobs off, and the item leaves after its first
 /// token with the abort (a stream's abort chunk carries that token; 0.5.23 answered so live, `prompt_tokens` 1 and
@@ -587,6 +586,7 @@ fn aborted_step(model: &Arc<Model>, request: &ItemRequest) -> Option<Box<Generat
     .ok()
 }
 
+/// Runs engine code so that a panic becomes a 500 instead of a dropped connection.
 fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, RequestError> {
     catch_unwind(AssertUnwindSafe(f)).map_err(|panic| {
         let detail = panic
