@@ -87,32 +87,26 @@ pub(crate) fn max_total_num_tokens(config: &ServerConfig) -> usize {
 /// [`SglangVersion::server_info`]: mock_core::SglangVersion::server_info
 pub(crate) async fn server_info(State(state): State<AppState>) -> Response {
     let template = state.config().sglang_version.server_info();
-    let body: serde_json::Map<String, Value> = template
-        .iter()
-        .map(|(key, recorded)| {
-            let value = match (key.as_str(), recorded) {
-                ("internal_states", Value::Array(states)) => Value::Array(
-                    states
-                        .iter()
-                        .map(|scheduler| internal_state(&state, scheduler))
-                        .collect(),
-                ),
-                _ => field(&state, key, recorded),
-            };
-            (key.clone(), value)
-        })
-        .collect();
-    json_value(&Value::Object(body))
+    json_value(&overlay(&state, template))
 }
 
-/// One scheduler's `internal_states[]` entry: its copy of the arguments, its memory figures with the mock's pool
-/// as `token_capacity`, the rest as the release reported them (`get_internal_state` in `scheduler.py`).
-fn internal_state(state: &AppState, recorded: &Value) -> Value {
-    let Value::Object(fields) = recorded else {
-        return recorded.clone();
-    };
-    let fields = fields.iter().map(|(key, recorded)| {
+/// A recorded object of `/server_info` (the top, or one scheduler's `internal_states[]` entry, its copy of the
+/// arguments and its memory figures) with the mock's values: each scheduler's entry in turn, its pool as
+/// `memory_usage.token_capacity`, zero start-up timings (the mock's start-up takes no such time), and every other
+/// field the mock decides ([`live_value`]) or the release's.
+fn overlay(state: &AppState, recorded: &serde_json::Map<String, Value>) -> Value {
+    let fields = recorded.iter().map(|(key, recorded)| {
         let value = match (key.as_str(), recorded) {
+            ("internal_states", Value::Array(schedulers)) => Value::Array(
+                schedulers
+                    .iter()
+                    .map(|scheduler| {
+                        scheduler
+                            .as_object()
+                            .map_or_else(|| scheduler.clone(), |entry| overlay(state, entry))
+                    })
+                    .collect(),
+            ),
             ("memory_usage", Value::Object(usage)) => {
                 let mut usage = usage.clone();
                 usage.insert(
@@ -121,20 +115,12 @@ fn internal_state(state: &AppState, recorded: &Value) -> Value {
                 );
                 Value::Object(usage)
             }
-            _ => field(state, key, recorded),
+            ("startup_time", _) => zeroed(recorded),
+            _ => live_value(state, key).unwrap_or_else(|| recorded.clone()),
         };
         (key.clone(), value)
     });
     Value::Object(fields.collect())
-}
-
-/// A field of `/server_info` or of a scheduler's entry: the mock's value, or the release's.
-fn field(state: &AppState, key: &str, recorded: &Value) -> Value {
-    match key {
-        // How long loading the weights, the pool and the scheduler took: the mock's start-up takes no such time.
-        "startup_time" => zeroed(recorded),
-        _ => live_value(state, key).unwrap_or_else(|| recorded.clone()),
-    }
 }
 
 /// The value of a `/server_info` field that the mock decides: a flag's, as `ServerArgs` holds it (`null` for an
