@@ -264,8 +264,8 @@ pub async fn conform(options: ConformOptions) -> Result<Report, ConformError> {
                         port: 0,
                     })
                     .await?;
-                    header_release = started.release().map(str::to_owned);
-                    target_info = server_info(&client, url).await;
+                    header_release = started.release();
+                    target_info = started.server_info().cloned();
                     let base = started.url();
                     recorder = Some(started);
                     base

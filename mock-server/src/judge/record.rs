@@ -53,8 +53,8 @@ pub enum RecordError {
 pub struct Recorder {
     listening: Listening,
     shared: Arc<Shared>,
-    /// The release the upstream reported when the recording started (the header's).
-    release: Option<String>,
+    /// The upstream's server info when the recording started (the header's).
+    server_info: Option<Value>,
 }
 
 #[derive(Debug)]
@@ -94,7 +94,7 @@ impl Recorder {
         write_line(&mut out, &header)
             .and_then(|()| out.flush())
             .map_err(out_error)?;
-        let release = header.release.clone();
+        let server_info = header.server_info.clone();
         let shared = Arc::new(Shared {
             upstream,
             client,
@@ -114,7 +114,7 @@ impl Recorder {
         Ok(Recorder {
             listening,
             shared,
-            release,
+            server_info,
         })
     }
 
@@ -128,8 +128,13 @@ impl Recorder {
     }
 
     /// The release the upstream reported when the recording started, if it reported one.
-    pub fn release(&self) -> Option<&str> {
-        self.release.as_deref()
+    pub fn release(&self) -> Option<String> {
+        self.server_info.as_ref().and_then(release_in)
+    }
+
+    /// The upstream's server info when the recording started, if it answered one.
+    pub fn server_info(&self) -> Option<&Value> {
+        self.server_info.as_ref()
     }
 
     /// The recording file.
