@@ -107,13 +107,17 @@ async fn the_openai_request_models_are_the_wheels() {
             .expect("the download joins");
         args.push(path_arg(&wheel));
     }
+    assert_prints(args, &root, "mock-core/data/openai_models.json").await;
+}
+
+/// `python3 args...` prints the file at `held` (relative to `root`), as a data file's freshness test asks.
+async fn assert_prints(args: Vec<String>, root: &Path, held: &str) {
     let printed = python(args).await;
-    let held = std::fs::read_to_string(root.join("mock-core/data/openai_models.json"))
-        .expect("the models file is read");
+    let text = std::fs::read_to_string(root.join(held)).unwrap_or_else(|e| panic!("{held}: {e}"));
     assert_eq!(
         String::from_utf8_lossy(&printed.stdout).trim_end(),
-        held.trim_end(),
-        "mock-core/data/openai_models.json is not what the wheels print"
+        text.trim_end(),
+        "{held} is not what its script prints"
     );
 }
 
@@ -337,12 +341,6 @@ fn versions_md_has_one_row_per_field() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_info_of_each_release_is_its_recording() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let printed = python(vec![path_arg(&root.join("scripts/server_info.py"))]).await;
-    let held = std::fs::read_to_string(root.join("mock-core/data/info.json"))
-        .expect("the info file is read");
-    assert_eq!(
-        String::from_utf8_lossy(&printed.stdout).trim_end(),
-        held.trim_end(),
-        "mock-core/data/info.json is not what the recordings print"
-    );
+    let args = vec![path_arg(&root.join("scripts/server_info.py"))];
+    assert_prints(args, &root, "mock-core/data/info.json").await;
 }
