@@ -34,8 +34,6 @@ pub(crate) struct OpenAiRequest {
     pub api: Api,
     /// Echoed in every answer, as SGLang does (`model=request.model`).
     pub model: String,
-    /// Samples per prompt: `n`, or 1 for an `n` below 1, which SGLang runs as one sample.
-    pub n: usize,
     /// `n` as given. The answer's usage sums run Python's `range(0, len(responses), n)` (a whole answer) and
     /// `i % n` (a stream's usage chunk) with it, which an `n` below 1 breaks ([`OpenAiRequest::n_refusal`]).
     pub n_given: i64,
@@ -116,7 +114,6 @@ pub(crate) fn translate(
     let stream = bool_field(obj, "stream")?.unwrap_or(false);
     // No release checks `n`: one below 1 runs as one sample, and what breaks is the answer (`n_refusal`).
     let n_given = int_field(obj, "n")?.unwrap_or(1);
-    let n = n_given.max(1) as usize;
     let (include_usage, continuous_usage) = stream_options(obj, stream)?;
     let mut sampling = Map::new();
     for key in SAME_NAME {
@@ -177,7 +174,6 @@ pub(crate) fn translate(
     Ok(OpenAiRequest {
         api,
         model,
-        n,
         n_given,
         stream,
         include_usage,
@@ -193,6 +189,11 @@ pub(crate) fn translate(
 }
 
 impl OpenAiRequest {
+    /// Samples per prompt: `n`, or 1 for an `n` below 1, which SGLang runs as one sample.
+    pub(crate) fn n(&self) -> usize {
+        self.n_given.max(1) as usize
+    }
+
     /// What a whole (non-stream) answer of `prompts` prompts fails with for an `n` below 1, as the running 0.5.23
     /// answered: several prompts index past the choices (`list index out of range`, a 500); one prompt with `n:
     /// 0` is `range()`'s `ValueError`, which the handler answers as a `BadRequest` (`serving_base.py`,
@@ -220,7 +221,7 @@ impl OpenAiRequest {
     /// `integer modulo by zero`).
     pub(crate) fn first_of_prompt(&self, index: usize, stream: bool) -> bool {
         match self.n_given {
-            1.. => index.is_multiple_of(self.n),
+            1.. => index.is_multiple_of(self.n()),
             0 => false,
             ..0 if stream => index.is_multiple_of(self.n_given.unsigned_abs() as usize),
             ..0 => false,

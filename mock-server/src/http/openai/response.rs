@@ -777,7 +777,7 @@ pub(crate) fn body(req: &OpenAiRequest, items: &[ItemView], created: u64) -> Ans
                 Api::Completions => {
                     let echo = req.echo.as_ref();
                     let prefix = echo
-                        .and_then(|e| e.get(idx / req.n))
+                        .and_then(|e| e.get(idx / req.n()))
                         .map_or("", String::as_str);
                     let logprobs = req.logprobs.map(|_| {
                         let input = echo.map(|_| (&lp.input[..], lp.input_top.as_deref()));
@@ -1021,7 +1021,7 @@ impl ChunkTranslator {
         match req.api {
             Api::Completions => {
                 if first && let Some(echo) = &req.echo {
-                    let prefix = echo.get(index / req.n).map_or("", String::as_str);
+                    let prefix = echo.get(index / req.n()).map_or("", String::as_str);
                     delta = format!("{prefix}{delta}");
                 }
                 let choice = Choice {
