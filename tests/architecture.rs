@@ -188,7 +188,8 @@ fn the_model_imports_nothing_but_itself() {
     assert_layer(&graph, &["release"], &[], &[]);
 }
 
-/// The engine (generation, plan, step core) sees the model, the configuration and the error type; what the
+/// The engine (generation, plan, step core) sees the model, the configuration, the error type, the releases and
+/// Python's `repr` (a stop pattern's abort message); what the
 /// configuration brings along is data: the fault catalogue and schedule, the latency model, scripted rules.
 #[test]
 fn the_engine_imports_only_the_model_configuration_and_errors() {
@@ -196,7 +197,13 @@ fn the_engine_imports_only_the_model_configuration_and_errors() {
     assert_layer(
         &graph,
         &["engine"],
-        &[&["model"], &["config"], &["error"], &["release"]],
+        &[
+            &["model"],
+            &["config"],
+            &["error"],
+            &["release"],
+            &["pyfmt"],
+        ],
         &[],
     );
     let data: &[&[&str]] = &[

@@ -40,6 +40,12 @@ pub struct Release {
     pub sampling_seed: SeedRule,
     /// `SamplingParams` takes `stop_regex`.
     pub stop_regex: bool,
+    /// The order of the scheduler's finish checks after each token (`SB: Req.check_finished` /
+    /// `update_finish_state`).
+    pub finish_order: FinishOrder,
+    /// `SamplingParams.normalize` bounds `stop` and `stop_regex`: at most 32 of each, each pattern at most 256
+    /// bytes.
+    pub stop_bounds: bool,
     /// `SamplingParams` takes `beam_width` and `watermark`.
     pub beam_width_and_watermark: bool,
     /// `structural_tag` is a grammar constraint beside `json_schema`, `regex` and `ebnf` (`SP: verify`).
@@ -467,6 +473,20 @@ pub struct ChatRoles {
     pub labels: (&'static str, &'static str),
 }
 
+/// The order in which the scheduler's finish checks run after a token; the first that holds ends the sample. It
+/// decides the finish of a token that ends it twice: the last one `max_new_tokens` allows that is also a stop id
+/// or completes a stop string, or a stop id whose text completes a stop string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishOrder {
+    /// `check_finished` (0.5.3): the length, a stop id, a stop string.
+    LengthTokenText,
+    /// `update_finish_state` (0.5.15): the length, a stop string or pattern, a stop id.
+    LengthTextToken,
+    /// `update_finish_state` (0.5.23): a stop string or pattern, a stop id, the length.
+    TextTokenLength,
+}
+
 /// What encoding a stop "string" that is not one raises (`SamplingParams.normalize`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -553,6 +573,8 @@ pub const V0_5_3: Release = Release {
     verify: Verify::NonNegative,
     sampling_seed: SeedRule::FortyTwo,
     stop_regex: false,
+    finish_order: FinishOrder::LengthTokenText,
+    stop_bounds: false,
     beam_width_and_watermark: false,
     structural_tag: false,
     hidden_states_last: false,
@@ -758,6 +780,8 @@ pub const V0_5_15: Release = Release {
     verify: Verify::Finite,
     sampling_seed: SeedRule::Unchecked,
     stop_regex: true,
+    finish_order: FinishOrder::LengthTextToken,
+    stop_bounds: false,
     logprob_start: LogprobStart::PromptEnd,
     routed_experts: true,
     duplicate_rids_refused: true,
@@ -1022,6 +1046,8 @@ pub const V0_5_23: Release = Release {
     json_contract: true,
     sampling_seed: SeedRule::InI64,
     beam_width_and_watermark: true,
+    finish_order: FinishOrder::TextTokenLength,
+    stop_bounds: true,
     structural_tag: true,
     hidden_states_last: true,
     sampling_masks: true,

@@ -66,6 +66,8 @@ SEED_MAY_BE_NULL_SINCE = (0, 5, 15)  # 0.5.3 refuses an explicit null sampling_s
 SEED_GATED_SINCE = (0, 5, 23)  # only an integer in i64 is a sampling_seed, section 8.3
 ROUTED_EXPERTS_SINCE = (0, 5, 15)  # section 12
 SAMPLING_MASKS_SINCE = (0, 5, 23)  # section 7.1
+TEXT_BEFORE_STOP_ID_SINCE = (0, 5, 15)  # section 9 step 6: stop strings are checked before stop ids
+LENGTH_LAST_SINCE = (0, 5, 23)  # section 9 step 6: the length is checked last
 
 
 def _release(number):
@@ -1248,6 +1250,14 @@ class ToyModel:
                 routes(self.seed, self.moe_shape, prompt + output, sample.routes_from))
         return result
 
+    def _finish_checks(self):
+        """Section 9 step 6: the release's order of the finish checks."""
+        if self.sglang_version >= LENGTH_LAST_SINCE:
+            return ("stop text", "stop id", "length")
+        if self.sglang_version >= TEXT_BEFORE_STOP_ID_SINCE:
+            return ("length", "stop text", "stop id")
+        return ("length", "stop id", "stop text")
+
     def _decode_loop(self, sample, output, reported, report_temperature, with_text, masks, rows):
         """Section 9, steps 1 to 6 for j = 0, 1, ...: fills `output` and returns (finish_reason, text)."""
         key = self._sample_key(sample)
@@ -1288,15 +1298,18 @@ class ToyModel:
             output.append(token)
             text.push(token)
 
-            if len(output) >= sample.max_new_tokens:
-                break
-            if token in stop_ids:
-                finish = {"type": "stop", "matched": token}
-                return finish, text.finished(output, finish)
-            matched = text.matched_stop(output)
-            if matched is not None:
-                finish = {"type": "stop", "matched": matched}
-                return finish, text.finished(output, finish)
+            for check in self._finish_checks():
+                finish = None
+                if check == "length" and len(output) >= sample.max_new_tokens:
+                    finish = {"type": "length", "length": sample.max_new_tokens}
+                elif check == "stop id" and token in stop_ids:
+                    finish = {"type": "stop", "matched": token}
+                elif check == "stop text":
+                    matched = text.matched_stop(output)
+                    if matched is not None:
+                        finish = {"type": "stop", "matched": matched}
+                if finish is not None:
+                    return finish, text.finished(output, finish)
             text.running(output)
         finish = {"type": "length", "length": sample.max_new_tokens}
         return finish, text.finished(output, finish)

@@ -579,3 +579,77 @@ async fn identical_unseeded_requests_draw_anew_and_reproducibly() {
         "{deterministic:?}"
     );
 }
+
+/// A token that ends a sample twice is reported by the release's first check (`Release::finish_order`): the last
+/// token `max_new_tokens` allows that is also a stop id is a length finish in 0.5.3 and 0.5.15, whose
+/// `check_finished` / `update_finish_state` check the length first, and a stop in 0.5.23, which checks it last;
+/// a stop id whose text completes a stop string is a stop id in 0.5.3 and the stop string from 0.5.15, which
+/// check the stop strings first. The running 0.5.23 answers both so (`{"stop_token_ids": [3], "max_new_tokens":
+/// 2}` after the ids `[20603, 3]`: `{"type": "stop", "matched": 3}`; with `"stop": "$"`, the text of id 3:
+/// `{"type": "stop", "matched": "$"}`).
+#[tokio::test]
+async fn a_token_that_ends_a_sample_twice_is_reported_by_the_release_s_first_check() {
+    for version in SglangVersion::all() {
+        let server = server(0, version);
+        let greedy = |params: Value| json!({"input_ids": [1, 2, 3], "sampling_params": params});
+        let answer = generate_ok(
+            &server,
+            &greedy(json!({"max_new_tokens": 2, "temperature": 0, "ignore_eos": true})),
+        )
+        .await;
+        // 0.5.3's `output_ids` begin with the prompt; the answer's last id is the second generated one.
+        let last = answer["output_ids"]
+            .as_array()
+            .and_then(|ids| ids.last())
+            .and_then(Value::as_u64)
+            .expect("ids");
+        let text = answer["text"].as_str().expect("a text");
+        let first = generate_ok(
+            &server,
+            &greedy(json!({"max_new_tokens": 1, "temperature": 0, "ignore_eos": true})),
+        )
+        .await;
+        let stop = &text[first["text"].as_str().expect("a text").len()..];
+        assert!(
+            !stop.is_empty(),
+            "the second id has a text of its own: {text:?}"
+        );
+
+        let at_the_limit = generate_ok(
+            &server,
+            &greedy(json!({"max_new_tokens": 2, "temperature": 0, "stop_token_ids": [last]})),
+        )
+        .await;
+        let stop_id_and_string = generate_ok(
+            &server,
+            &greedy(json!({"max_new_tokens": 8, "temperature": 0, "stop_token_ids": [last], "stop": stop})),
+        )
+        .await;
+        let (limit, both) = match version.number {
+            "0.5.3" => (
+                json!({"type": "length", "length": 2}),
+                json!({"type": "stop", "matched": last}),
+            ),
+            "0.5.15" => (
+                json!({"type": "length", "length": 2}),
+                json!({"type": "stop", "matched": stop}),
+            ),
+            _ => (
+                json!({"type": "stop", "matched": last}),
+                json!({"type": "stop", "matched": stop}),
+            ),
+        };
+        assert_eq!(
+            at_the_limit["meta_info"]["finish_reason"], limit,
+            "{version}"
+        );
+        assert_eq!(
+            stop_id_and_string["meta_info"]["finish_reason"], both,
+            "{version}"
+        );
+        assert_eq!(
+            stop_id_and_string["output_ids"], answer["output_ids"],
+            "{version}"
+        );
+    }
+}

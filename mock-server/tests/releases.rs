@@ -344,3 +344,38 @@ async fn the_server_info_of_each_release_is_its_recording() {
     let args = vec![path_arg(&root.join("scripts/server_info.py"))];
     assert_prints(args, &root, "mock-core/data/info.json").await;
 }
+
+/// `stop_regex` stops where SGLang's own rules, run with Python's `re`, stop: the tail window from the wheel's
+/// `get_max_seq_length`, the search after every token in the release's finish order, the text cut at the
+/// pattern's first occurrence as a string, a pattern `re` refuses answered with its `re.error`, and 0.5.23's
+/// 256-byte bound (`tests/python/stop_regex_check.py`). The script's expectations agree with the running 0.5.23
+/// on all 212 of its patterns (`scripts/real_sglang.py start 0.5.23`, the tiny Qwen3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_regex_stops_where_sglang_s_rules_run_with_python_re_stop() {
+    for version in [SglangVersion::V0_5_15, SglangVersion::V0_5_23] {
+        let live = Live::start(ServerConfig {
+            sglang_version: version,
+            ..ServerConfig::default()
+        })
+        .await;
+        let report = check(
+            "stop_regex_check.py",
+            version,
+            vec!["--url".into(), live.url("")],
+        )
+        .await;
+        let summary = report
+            .lines()
+            .find(|line| line.starts_with("stop_regex: "))
+            .unwrap_or_else(|| panic!("no summary under {version}:\n{report}"));
+        let numbers: Vec<u64> = summary
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        assert!(
+            matches!(numbers[..], [total, matched, 12, agree]
+                if total >= 200 && matched >= 100 && agree == total),
+            "under {version}: {summary}\n{report}"
+        );
+    }
+}

@@ -1,6 +1,9 @@
 //! What the engine is asked to run for one sample, and how a sample ends: [`ItemRequest`] with its validated
 //! [`SamplingParams`], the [`LogprobEntry`] of a top list, and SGLang's [`FinishReason`]s.
 
+use super::StopRegex;
+use crate::release::{FinishOrder, SglangVersion};
+
 /// Temperatures below this are greedy, as in SGLang (`top_k = 1`, `temperature = 1`).
 pub const GREEDY_TEMPERATURE: f64 = 1e-6;
 
@@ -21,6 +24,8 @@ pub struct SamplingParams {
     pub min_p: f64,
     /// Stop strings, checked on the decoded output in list order.
     pub stop: Vec<String>,
+    /// `stop_regex` patterns, searched after the stop strings in the tail window's text.
+    pub stop_regex: Vec<StopRegex>,
     /// Token ids that end generation like EOS does.
     pub stop_token_ids: Vec<u32>,
     /// Disables EOS *and* `stop_token_ids` (stop strings still apply).
@@ -31,6 +36,8 @@ pub struct SamplingParams {
     pub no_stop_trim: bool,
     /// Seeds the sampler for this request; without it the sampler is seeded from the prompt.
     pub sampling_seed: Option<u64>,
+    /// The release's order of the finish checks.
+    pub finish_order: FinishOrder,
 }
 
 impl Default for SamplingParams {
@@ -43,11 +50,13 @@ impl Default for SamplingParams {
             top_k: None,
             min_p: 0.0,
             stop: Vec::new(),
+            stop_regex: Vec::new(),
             stop_token_ids: Vec::new(),
             ignore_eos: false,
             skip_special_tokens: true,
             no_stop_trim: false,
             sampling_seed: None,
+            finish_order: SglangVersion::default().finish_order,
         }
     }
 }

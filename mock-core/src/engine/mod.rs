@@ -8,6 +8,7 @@
 //! - `cache`: [`PrefixCache`], SGLang's radix prefix cache over token ids, and the rules by which a run's items
 //!   match and fill it;
 //! - `load`: [`Occupancy`], what a server runs and queues now, item by item, for its load reports;
+//! - `stop_regex`: [`StopRegex`], a `stop_regex` pattern as Python's `re` reads it and the tail window it asks for;
 //! - `step`: [`Run`], the one loop that advances a plan's items tick by tick, used by the oracle and by the
 //!   server's non-stream and stream drivers.
 
@@ -19,6 +20,7 @@ mod load;
 mod plan;
 mod sched;
 mod step;
+mod stop_regex;
 
 pub use cache::{Hold, InUse, PrefixCache, SharedCache, flush_shared, match_limit, server_cache};
 pub use draws::Draws;
@@ -34,3 +36,4 @@ pub use sched::{
     StepKind,
 };
 pub use step::{ABORT_MESSAGE, Interventions, Outside, Progress, Run, Turn};
+pub use stop_regex::StopRegex;

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::lax::{RawSamplingParams, SamplingKey};
 use crate::config::{ServerConfig, SglangVersion};
-use crate::engine::SamplingParams;
+use crate::engine::{SamplingParams, StopRegex};
 use crate::error::RequestError;
 use crate::pyfmt::{PyNum, str_repr};
 use crate::release::{NonTextStop, NullSamplingValues, SeedRule, Verify};
@@ -18,6 +18,11 @@ const SAMPLING_EPS: f64 = 1e-6;
 /// grammar to constrain its sampling with.
 pub(super) const GRAMMAR_BACKEND_NONE: &str = "Grammar-based generation (json_schema, regex, ebnf, structural_tag) is not \
      supported when the server is launched with --grammar-backend none";
+
+/// `MAX_STOP_COUNT` and `MAX_STOP_REGEX_COUNT` of 0.5.23's `sampling_params.py`.
+const MAX_STOP_COUNT: usize = 32;
+/// `MAX_STOP_REGEX_LEN`: a pattern's bound in UTF-8 bytes.
+const MAX_STOP_REGEX_BYTES: usize = 256;
 
 /// SGLang's default `max_new_tokens`.
 pub const DEFAULT_MAX_NEW_TOKENS: u32 = 128;
@@ -160,8 +165,9 @@ pub fn resolve_sampling_params(
     let version = config.sglang_version;
     let mut typed = Typed::read(raw, version)?;
     typed.post_init()?;
+    let stop_regex = typed.normalize(version)?;
     let checked = typed.verify(vocab_size, version)?;
-    Ok(typed.resolve(checked, vocab_size, prompt_len, config))
+    Ok(typed.resolve(checked, stop_regex, vocab_size, prompt_len, config))
 }
 
 /// The values `verify` has compared, none of them `None`.
@@ -195,6 +201,8 @@ struct Typed {
     stream_interval: Option<i64>,
     sampling_seed: Seed,
     stop: Vec<String>,
+    /// `stop_regex` as a list (a string is one pattern, a dict its keys), not yet compiled.
+    stop_regex: Vec<String>,
     stop_token_ids: Vec<i64>,
     /// The keys of `logit_bias`, checked against the vocabulary by `verify`.
     logit_bias: Option<Vec<String>>,
@@ -253,10 +261,7 @@ impl Typed {
         let sampling_seed = Seed::read(raw);
         let stop =
             opt(raw, K::Stop, |key, v| str_or_str_list(key, v, version))?.unwrap_or_default();
-        opt(raw, K::StopRegex, |key, v| match v {
-            Value::String(_) | Value::Array(_) => Ok(()),
-            _ => Err(type_error(key, "a str or a list of str", v)),
-        })?;
+        let stop_regex = opt(raw, K::StopRegex, stop_patterns)?.unwrap_or_default();
         let stop_token_ids = opt(raw, K::StopTokenIds, int_list)?.unwrap_or_default();
         let logit_bias = opt(raw, K::LogitBias, |key, v| match v {
             Value::Object(map) => {
@@ -304,6 +309,7 @@ impl Typed {
             stream_interval,
             sampling_seed,
             stop,
+            stop_regex,
             stop_token_ids,
             logit_bias,
             grammars,
@@ -321,6 +327,35 @@ impl Typed {
             self.top_k = Some(PyNum::Int(1));
         }
         Ok(())
+    }
+
+    /// `normalize`'s checks of the stop conditions, in its order: the bounds on `stop` and `stop_regex` (0.5.23),
+    /// then each pattern's length and its parse (`get_max_seq_length`), whose `re.error` escapes uncaught.
+    fn normalize(&self, version: SglangVersion) -> Result<Vec<StopRegex>, RequestError> {
+        if version.stop_bounds && self.stop.len() > MAX_STOP_COUNT {
+            return Err(RequestError::value(format!(
+                "at most {MAX_STOP_COUNT} stop strings are allowed, got {}",
+                self.stop.len()
+            )));
+        }
+        if version.stop_bounds && self.stop_regex.len() > MAX_STOP_COUNT {
+            return Err(RequestError::value(format!(
+                "at most {MAX_STOP_COUNT} stop_regex patterns are allowed, got {}",
+                self.stop_regex.len()
+            )));
+        }
+        self.stop_regex
+            .iter()
+            .map(|pattern| {
+                if version.stop_bounds && pattern.len() > MAX_STOP_REGEX_BYTES {
+                    return Err(RequestError::value(format!(
+                        "stop_regex is {} bytes, over the {MAX_STOP_REGEX_BYTES}-byte limit",
+                        pattern.len()
+                    )));
+                }
+                StopRegex::compile(pattern).map_err(RequestError::internal)
+            })
+            .collect()
     }
 
     /// `verify`, in SGLang's order and wording; a `None` fails the comparison that first reads it.
@@ -452,6 +487,7 @@ impl Typed {
     fn resolve(
         self,
         checked: Checked,
+        stop_regex: Vec<StopRegex>,
         vocab_size: u32,
         prompt_len: usize,
         config: &ServerConfig,
@@ -489,6 +525,7 @@ impl Typed {
             },
             min_p,
             stop: self.stop.into_iter().collect(),
+            stop_regex,
             // Ids outside the vocabulary can never be sampled, so dropping them changes nothing.
             stop_token_ids: self
                 .stop_token_ids
@@ -500,6 +537,7 @@ impl Typed {
             skip_special_tokens: self.skip_special_tokens,
             no_stop_trim: self.no_stop_trim,
             sampling_seed: self.sampling_seed.key(),
+            finish_order: config.sglang_version.finish_order,
         };
         ResolvedSampling {
             params,
@@ -697,6 +735,30 @@ fn literal_mod_2_64(literal: &str) -> u64 {
 const NOT_TEXT: &str = "text input must be of type `str` (single example), `list[str]` (batch or single \
 pretokenized example) or `list[list[str]]` (batch of pretokenized examples) or `list[tuple[list[str], list[str]]]` \
 (batch of pretokenized sequence pairs).";
+
+/// `stop_regex` as `normalize` iterates it: a string is one pattern, a list or a dict (its keys) several. Anything
+/// else, or an item that is not a string, fails in Python's `len` or `re` (an uncaught `TypeError` or
+/// `AttributeError`).
+fn stop_patterns(key: SamplingKey, v: &Value) -> Result<Vec<String>, RequestError> {
+    match v {
+        Value::String(s) => Ok(vec![s.clone()]),
+        Value::Object(map) => Ok(map.keys().cloned().collect()),
+        Value::Array(items) => items
+            .iter()
+            .map(|item| match item {
+                Value::String(s) => Ok(s.clone()),
+                Value::Null
+                | Value::Bool(_)
+                | Value::Number(_)
+                | Value::Array(_)
+                | Value::Object(_) => Err(type_error(key, "a list of str", item)),
+            })
+            .collect(),
+        Value::Null | Value::Bool(_) | Value::Number(_) => {
+            Err(type_error(key, "a str or a list of str", v))
+        }
+    }
+}
 
 /// `stop` as `SamplingParams` iterates it: a string is one stop string; a list's strings are stop strings (a
 /// list of strings, a pretokenized input to the tokenizer, can match no text); a dict's keys are; any other

@@ -144,20 +144,18 @@ fn is_cjk(c: char) -> bool {
         | 0x2F800..=0x2FA1F)
 }
 
-/// The stop strings of a sample over a loaded tokenizer and the length of its tail window in tokens.
+/// The tail window of a sample's stop conditions over a loaded tokenizer, in tokens.
 #[derive(Clone, Debug)]
 pub(super) struct StopTail {
-    /// `stop_str_max_len + 1`: the longest stop string's length in tokens, plus one.
+    /// `Req._stop_match_tail_len`: one more than the longest stop string's length in tokens or the longest
+    /// `stop_regex` match (`stop_window`).
     window: usize,
 }
 
 impl StopTail {
-    /// `SamplingParams.normalize`: each stop string's length is that of its encoding without special tokens.
-    pub(super) fn new(vocab: &HfVocab, stop: &[String]) -> Option<StopTail> {
-        let longest = stop.iter().map(|s| vocab.encode(s, false).len()).max()?;
-        Some(StopTail {
-            window: longest + 1,
-        })
+    /// The window of `stop_window`; `None` without stop strings or patterns.
+    pub(super) fn new(window: Option<usize>) -> Option<StopTail> {
+        Some(StopTail { window: window? })
     }
 
     /// `Req.tail_str`: the last ids' text with special tokens kept.

@@ -1,33 +1,77 @@
-//! SGLang's finish rules for a [`Generation`]: the checks in `Req.check_finished` order, stop-string
+//! SGLang's finish rules for a [`Generation`]: the checks in the release's order (`Req.check_finished`,
+//! `update_finish_state`), stop-string
 //! matching over the newest text only, the suffix a stream must hold back, and the final text's trimming as
 //! `DetokenizerManager.trim_matched_stop` does it.
 
 use super::Generation;
 use super::detok::{FORCE_STREAM_INTERVAL, holds_stop_prefix, matched_stop};
+use crate::engine::StopRegex;
 use crate::engine::item::{FinishReason, chunk_due};
+use crate::pyfmt::str_repr;
+use crate::release::FinishOrder;
+
+/// One of the scheduler's finish checks after a token.
+#[derive(Clone, Copy)]
+enum Check {
+    /// `len(output_ids) >= max_new_tokens`.
+    Length,
+    /// A stop id (EOS or `stop_token_ids`, unless `ignore_eos`).
+    StopId,
+    /// A stop string, then a `stop_regex` pattern.
+    StopText,
+}
+
+/// The checks in the release's order (`Release::finish_order`).
+fn checks(order: FinishOrder) -> [Check; 3] {
+    match order {
+        FinishOrder::LengthTokenText => [Check::Length, Check::StopId, Check::StopText],
+        FinishOrder::LengthTextToken => [Check::Length, Check::StopText, Check::StopId],
+        FinishOrder::TextTokenLength => [Check::StopText, Check::StopId, Check::Length],
+    }
+}
 
 impl Generation {
-    /// SGLang's finish checks, in its order: an abort marked before the step (`to_finish`), then length, then
-    /// stop tokens (unless `ignore_eos`), then stop strings.
+    /// SGLang's finish checks: an abort marked before the step (`to_finish`), then the length, the stop ids
+    /// (unless `ignore_eos`) and the stop strings and patterns in the release's order.
     pub(super) fn check_finished(&mut self, id: u32, before: (usize, Vec<u8>)) {
-        let out_len = (self.context.len() - self.prompt_len) as u32;
-        if let Some(reason) = self.to_finish.as_ref() {
-            self.finish(reason.clone(), None);
-        } else if out_len >= self.params.max_new_tokens {
-            self.finish(
-                FinishReason::Length {
-                    length: self.params.max_new_tokens,
-                },
-                None,
-            );
-        } else if self.stop_ids.binary_search(&id).is_ok() {
-            let trimmed = (!self.params.no_stop_trim).then_some(before);
-            self.finish(FinishReason::StopToken { matched: id }, trimmed);
-        } else if let Some(matched) = self.matched_stop_str(before.0) {
-            self.finish(FinishReason::StopStr { matched }, None);
-        } else {
-            self.stable_len = self.decoded.len() - self.stop_prefix_suffix_len();
+        if let Some(reason) = self.to_finish.clone() {
+            self.finish(reason, None);
+            return;
         }
+        let out_len = (self.context.len() - self.prompt_len) as u32;
+        let previous_len = before.0;
+        let mut before = Some(before);
+        for check in checks(self.params.finish_order) {
+            let (reason, trimmed) = match check {
+                Check::Length if out_len >= self.params.max_new_tokens => (
+                    FinishReason::Length {
+                        length: self.params.max_new_tokens,
+                    },
+                    None,
+                ),
+                Check::StopId if self.stop_ids.binary_search(&id).is_ok() => (
+                    FinishReason::StopToken { matched: id },
+                    before.take().filter(|_| !self.params.no_stop_trim),
+                ),
+                Check::StopText => {
+                    let matched = self
+                        .matched_stop_str(previous_len)
+                        .map(|matched| FinishReason::StopStr { matched })
+                        .or_else(|| {
+                            self.stop_regex_tail()
+                                .and_then(|tail| matched_stop_regex(&self.params.stop_regex, &tail))
+                        });
+                    match matched {
+                        Some(reason) => (reason, None),
+                        None => continue,
+                    }
+                }
+                Check::Length | Check::StopId => continue,
+            };
+            self.finish(reason, trimmed);
+            return;
+        }
+        self.stable_len = self.decoded.len() - self.stop_prefix_suffix_len();
     }
 
     /// The finish checks over a loaded tokenizer, in the same order, with SGLang's stop-string tail (`MODEL.md`
@@ -39,24 +83,37 @@ impl Generation {
         };
         loaded.detok.push(id);
         let output = &self.context[self.prompt_len..];
-        let reason = if let Some(reason) = &self.to_finish {
-            Some(reason.clone())
-        } else if output.len() >= self.params.max_new_tokens as usize {
-            Some(FinishReason::Length {
-                length: self.params.max_new_tokens,
-            })
-        } else if self.stop_ids.binary_search(&id).is_ok() {
-            Some(FinishReason::StopToken { matched: id })
-        } else if let Some(stop_tail) = &loaded.stop_tail {
-            let tail = stop_tail.tail(vocab, output);
-            let matched = matched_stop(&self.params.stop, &tail);
-            loaded.holds = matched.is_none() && holds_stop_prefix(&self.params.stop, &tail);
-            matched.map(|matched| FinishReason::StopStr {
-                matched: matched.to_owned(),
-            })
-        } else {
-            None
-        };
+        let mut reason = self.to_finish.clone();
+        if reason.is_none() {
+            for check in checks(self.params.finish_order) {
+                reason = match check {
+                    Check::Length => (output.len() >= self.params.max_new_tokens as usize)
+                        .then_some(FinishReason::Length {
+                            length: self.params.max_new_tokens,
+                        }),
+                    Check::StopId => self
+                        .stop_ids
+                        .binary_search(&id)
+                        .is_ok()
+                        .then_some(FinishReason::StopToken { matched: id }),
+                    Check::StopText => loaded.stop_tail.as_ref().and_then(|stop_tail| {
+                        let tail = stop_tail.tail(vocab, output);
+                        let matched = matched_stop(&self.params.stop, &tail);
+                        loaded.holds =
+                            matched.is_none() && holds_stop_prefix(&self.params.stop, &tail);
+                        match matched {
+                            Some(matched) => Some(FinishReason::StopStr {
+                                matched: matched.to_owned(),
+                            }),
+                            None => matched_stop_regex(&self.params.stop_regex, &tail),
+                        }
+                    }),
+                };
+                if reason.is_some() {
+                    break;
+                }
+            }
+        }
         match reason {
             Some(reason) => self.finish(reason, None),
             None => {
@@ -89,6 +146,21 @@ impl Generation {
             .iter()
             .find(|s| !s.is_empty() && window.contains(s.as_str()))
             .cloned()
+    }
+
+    /// The text of the tail window for the toy tokenizer's `stop_regex` search (`Req.tail_str`); `None` without
+    /// patterns. The toy's stop strings are looked for in the text itself (`matched_stop_str`).
+    fn stop_regex_tail(&self) -> Option<String> {
+        if self.params.stop_regex.is_empty() {
+            return None;
+        }
+        let output = &self.context[self.prompt_len..];
+        let window = self.stop_window.unwrap_or(0).min(output.len());
+        Some(
+            self.model
+                .tokenizer()
+                .decode(&output[output.len() - window..], false),
+        )
     }
 
     /// Length of the longest suffix of the output that is a proper prefix of a stop string: text a stream must hold
@@ -157,4 +229,22 @@ impl Generation {
         self.final_text = Some(text);
         self.finish = Some(reason);
     }
+}
+
+/// The first `stop_regex` pattern, in order, that `re.search` finds in `tail`: a match is reported as a stop
+/// string's (`FINISHED_MATCHED_REGEX` writes the same `{"type": "stop", "matched": pattern}`, and the
+/// detokenizer trims the output at the pattern's first occurrence as text, if any). A pattern the engine gives
+/// up on is 0.5.23's abort of an invalid pattern.
+fn matched_stop_regex(patterns: &[StopRegex], tail: &str) -> Option<FinishReason> {
+    patterns.iter().find_map(|regex| match regex.search(tail) {
+        Ok(true) => Some(FinishReason::StopStr {
+            matched: regex.pattern().to_owned(),
+        }),
+        Ok(false) => None,
+        Err(err) => Some(FinishReason::Abort {
+            message: format!("invalid stop_regex {}: {err}", str_repr(regex.pattern())),
+            status_code: Some(400),
+            err_type: Some("BadRequestError".to_owned()),
+        }),
+    })
 }

@@ -19,11 +19,12 @@ use std::sync::Arc;
 
 use self::detok::{Detokenizer, StopTail};
 use super::draws::prompt_hash;
+use crate::engine::StopRegex;
 use crate::engine::item::{
     FinishReason, GREEDY_TEMPERATURE, ItemRequest, LogprobEntry, MaskRows, Rows,
     SamplingLogprobsMode, SamplingParams,
 };
-use crate::model::{Distribution, Logits, Model, Pick, Policy, Turn, mix, unit};
+use crate::model::{Distribution, Logits, Model, Pick, Policy, Tokenizer, Turn, mix, unit};
 
 /// Output tokens a generation makes room for when it starts (at most its `max_new_tokens`).
 const RESERVED_TOKENS: usize = 256;
@@ -59,6 +60,8 @@ pub struct Generation {
     /// Sorted stop ids that end generation, EOS included; empty with `ignore_eos`.
     stop_ids: Vec<u32>,
     max_stop_len: usize,
+    /// The tail window of the stop conditions in tokens (`stop_window`); `None` without any.
+    stop_window: Option<usize>,
     key: u64,
     forced_output: Vec<u32>,
     /// `return_sampling_mask`: each step records the sampler's support.
@@ -159,6 +162,7 @@ impl Generation {
             min_tokens_mask.clone()
         };
         let max_stop_len = params.stop.iter().map(String::len).max().unwrap_or(0);
+        let stop_window = stop_window(model.tokenizer(), &params);
         let plain = temperature == 1.0
             && report_temperature == 1.0
             && top_k.is_none()
@@ -183,10 +187,10 @@ impl Generation {
         let prompt_len = input_ids.len();
         let turn = Turn::of(model.tokenizer(), &input_ids);
         let (policy, policy_epoch) = model.policy_with_epoch();
-        let loaded = model.tokenizer().hf().map(|vocab| {
+        let loaded = model.tokenizer().hf().map(|_| {
             Box::new(LoadedText {
                 detok: Detokenizer::new(&input_ids, params.skip_special_tokens),
-                stop_tail: StopTail::new(vocab, &params.stop),
+                stop_tail: StopTail::new(stop_window),
                 holds: false,
                 stream_interval,
             })
@@ -217,6 +221,7 @@ impl Generation {
             min_tokens_mask,
             stop_ids,
             max_stop_len,
+            stop_window,
             key,
             forced_output,
             sampling_mask,
@@ -662,4 +667,27 @@ pub fn generate(model: Arc<Model>, item: ItemRequest) -> Generation {
     let mut generation = Generation::new(model, item);
     generation.run_to_end();
     generation
+}
+
+/// `Req._stop_match_tail_len` of a sample without speculative decoding: the tail of the output its stop
+/// strings and `stop_regex` patterns are looked for in is one token longer than the longest stop string's
+/// encoding (`normalize` counts its ids) or the longest pattern's match (`get_max_seq_length`, in characters),
+/// whichever is longer. `None` without stop strings or patterns.
+fn stop_window(tokenizer: &Tokenizer, params: &SamplingParams) -> Option<usize> {
+    if params.stop.is_empty() && params.stop_regex.is_empty() {
+        return None;
+    }
+    let stop = params
+        .stop
+        .iter()
+        .map(|s| tokenizer.encode_plain(s).len() as u64)
+        .max()
+        .unwrap_or(0);
+    let regex = params
+        .stop_regex
+        .iter()
+        .map(StopRegex::max_len)
+        .max()
+        .unwrap_or(0);
+    Some(usize::try_from(stop.max(regex).saturating_add(1)).unwrap_or(usize::MAX))
 }

@@ -421,12 +421,17 @@ fn openai_error_event(message: &str, _: SglangVersion) -> Vec<u8> {
     ErrorEvent::new(message, "BadRequestError", 400).to_vec()
 }
 
-/// A native `ValueError` is the OpenAI layer's `BadRequestError`; the other kinds keep their shape.
+/// A native `ValueError` is the OpenAI layer's `BadRequestError`, and any other exception its 500
+/// `Internal server error: <exception>` (`OpenAIServingBase.handle_request` catches every one); the other kinds
+/// keep their shape.
 fn openai_error(err: RequestError) -> ApiError {
     match err {
         RequestError::Value(message) => ApiError::OpenAiBadRequest(message),
-        other @ (RequestError::Validation(_)
-        | RequestError::Contract(_)
-        | RequestError::Internal(_)) => other.into(),
+        RequestError::Internal(detail) => ApiError::OpenAi {
+            status: 500,
+            err_type: "InternalServerError",
+            message: format!("Internal server error: {detail}"),
+        },
+        other @ (RequestError::Validation(_) | RequestError::Contract(_)) => other.into(),
     }
 }

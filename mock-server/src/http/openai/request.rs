@@ -121,6 +121,12 @@ pub(crate) fn translate(
             sampling.insert((*key).to_owned(), value.clone());
         }
     }
+    // `stop_regex` is a field of the request models from 0.5.15 (`to_sampling_params`); 0.5.3's models ignore it.
+    if config.sglang_version.stop_regex
+        && let Some(value) = present(obj, "stop_regex")
+    {
+        sampling.insert("stop_regex".to_owned(), value.clone());
+    }
     // `seed: Optional[int]`: passed on as `sampling_seed` where the release does (`openai_seed`), else read and
     // dropped.
     let seed = int_field(obj, "seed")?;
