@@ -176,6 +176,11 @@ def random_sampling(rng, model, coverage):
         # The punctuation ids the model proposes: frequent enough that stop ids on them end many answers.
         params["stop_token_ids"] = rng.sample(sorted(set(model.vocab.punctuation_ids)), rng.randint(1, 3))
         coverage.add("stop_token_ids")
+    if model.sglang_version >= (0, 5, 15) and rng.random() < 0.2:
+        # Patterns whose tail window, anchors and look-arounds matter (MODEL.md 8.2 and 9, check 6.3).
+        patterns = ["a\\b", "[aeiou]{2}", "^\\w", "k.$", "\\w+o ", "(?<=b)a", "\\.", "ba|ko", "[^a]{3}$", "ti"]
+        params["stop_regex"] = rng.choice(patterns) if rng.random() < 0.5 else rng.sample(patterns, 2)
+        coverage.add("stop_regex")
     if rng.random() < 0.15:
         params["no_stop_trim"] = True
     if rng.random() < 0.15:
@@ -397,6 +402,10 @@ def replay(args, model, problems):
             samples += 1
             finish = w["finish_reason"]
             coverage.add(f"finish:{finish['type']}:{type(finish.get('matched', 0)).__name__}")
+            params = body.get("sampling_params")
+            patterns = params.get("stop_regex", []) if isinstance(params, dict) else []
+            if finish.get("matched") in ([patterns] if isinstance(patterns, str) else patterns):
+                coverage.add("finish:stop:regex")
         if len(problems) > before:
             problems.append(f"request {number} was: {json.dumps(body)}")
     if model.loaded:
@@ -406,7 +415,8 @@ def replay(args, model, problems):
         "stop", "stop_token_ids", "logprob_start_len=0", "top_logprobs_num", "token_ids_logprob", "n>1", "batch",
         "scripted", "stream", "finish:length:int", "finish:stop:int", "finish:stop:str", "routed_experts",
         "sampling_mask", "sampling_mask at T=0.01",
-    } | ({"top_p_rows"} if model.slime_patches else set()) | ({"stream_interval", "split character"} if model.loaded else set())
+    } | ({"top_p_rows"} if model.slime_patches else set()) | (
+        {"stop_regex", "finish:stop:regex"} if model.sglang_version >= (0, 5, 15) else set()) | ({"stream_interval", "split character"} if model.loaded else set())
     missing = sorted(wanted - coverage)
     if missing:
         problems.append(f"the random requests never exercised {missing}; raise --requests or change --seed")

@@ -32,6 +32,7 @@ import codecs
 import json
 import math
 import os
+import re
 import struct
 import sys
 from collections import namedtuple
@@ -68,6 +69,8 @@ ROUTED_EXPERTS_SINCE = (0, 5, 15)  # section 12
 SAMPLING_MASKS_SINCE = (0, 5, 23)  # section 7.1
 TEXT_BEFORE_STOP_ID_SINCE = (0, 5, 15)  # section 9 step 6: stop strings are checked before stop ids
 LENGTH_LAST_SINCE = (0, 5, 23)  # section 9 step 6: the length is checked last
+STOP_REGEX_SINCE = (0, 5, 15)  # section 8.2: stop_regex
+UNMEASURED = 2 ** 30  # section 8.2: the measure of what a pattern's measure does not count
 
 
 def _release(number):
@@ -973,6 +976,12 @@ class ToyModel:
         stop = [stop] if isinstance(stop, str) else stop
         if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
             raise ValueError("stop must be a string or a list of strings")
+        stop_regex = get("stop_regex", [])
+        if stop_regex and self.sglang_version < STOP_REGEX_SINCE:
+            raise ValueError("stop_regex is not a sampling parameter of this release")
+        stop_regex = [stop_regex] if isinstance(stop_regex, str) else list(stop_regex)
+        if not all(isinstance(p, str) for p in stop_regex):
+            raise ValueError("stop_regex must be a string or a list of strings")
         stop_token_ids = get("stop_token_ids", [])
         if not isinstance(stop_token_ids, list) or not all(_is_int(t) for t in stop_token_ids):
             raise ValueError("stop_token_ids must be a list of integers")
@@ -1003,7 +1012,10 @@ class ToyModel:
         return dict(
             temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
             max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens,
-            stop=[s for s in stop if s],
+            stop=[s for s in stop if s], stop_regex=stop_regex,
+            # Check 6.3's tail window: the stop strings' lengths in tokens (the empty ones too) and the patterns'.
+            stop_window=max([len(self.vocab.encode_plain(s)) for s in stop] + [_measure(p) for p in stop_regex],
+                            default=0) + 1 if stop or stop_regex else None,
             stop_token_ids=[t for t in stop_token_ids if 0 <= t < self.vocab_size],
             ignore_eos=_flag(params.get("ignore_eos"), "ignore_eos", False),
             skip_special_tokens=_flag(params.get("skip_special_tokens"), "skip_special_tokens", True),
@@ -1315,6 +1327,36 @@ class ToyModel:
         return finish, text.finished(output, finish)
 
 
+def _measure(pattern):
+    """Section 8.2: the most characters a match of `pattern` spans, as SGLang counts them."""
+    import re._parser as parser
+
+    def walk(items):
+        total = 0
+        for op, value in items:
+            if op in (parser.LITERAL, parser.IN, parser.ANY):
+                total += 1
+            elif op == parser.SUBPATTERN:
+                total += walk(value[3])
+            elif op == parser.BRANCH:
+                total += max(walk(branch) for branch in value[1])
+            elif op in (parser.MAX_REPEAT, parser.MIN_REPEAT):
+                total += UNMEASURED if value[1] == parser.MAXREPEAT else value[1] * walk(value[2])
+            elif op == parser.AT:
+                pass
+            else:
+                total += UNMEASURED
+        return total
+
+    return walk(parser.parse(pattern))
+
+
+def _matched_pattern(sample, vocab, output):
+    """Check 6.3's patterns: the first that `re.search` finds in the tail (special tokens kept)."""
+    tail = vocab.decode(output[-min(sample.stop_window, len(output)):], skip_special_tokens=False)
+    return next((p for p in sample.stop_regex if re.search(p, tail)), None)
+
+
 class _ToyText:
     """Section 9's output text over the toy tokenizer: the output's bytes decoded incrementally."""
 
@@ -1328,8 +1370,12 @@ class _ToyText:
         self.complete += self.decoder.decode(self.vocab.token_bytes(token, self.sample.skip_special_tokens))
 
     def matched_stop(self, output):
-        """Check 6.3: the first stop string, in order, that occurs in the text."""
-        return next((s for s in self.sample.stop if s in self.complete), None)
+        """Check 6.3: the first stop string, in order, that occurs in the text, else the first pattern found in
+        the tail."""
+        matched = next((s for s in self.sample.stop if s in self.complete), None)
+        if matched is None and self.sample.stop_regex:
+            matched = _matched_pattern(self.sample, self.vocab, output)
+        return matched
 
     def running(self, output):
         """The sample runs on: nothing to do (the text is a function of the ids)."""
@@ -1382,8 +1428,7 @@ class _Detokenizer:
         self.committed = ""
         self.sent = 0
         self.emitted = []
-        stop = sample.stop
-        self.window = max(len(vocab.encode_plain(s)) for s in stop) + 1 if stop else None
+        self.window = sample.stop_window
         self.holds = False
 
     def _decode(self, ids):
@@ -1400,6 +1445,8 @@ class _Detokenizer:
         matched = next((s for s in self.sample.stop if s in tail), None)
         self.holds = matched is None and any(
             tail.endswith(s[:length]) for s in self.sample.stop for length in range(1, len(s) + 1))
+        if matched is None:
+            matched = next((p for p in self.sample.stop_regex if re.search(p, tail)), None)
         return matched
 
     def _new_text(self, trim_last):
