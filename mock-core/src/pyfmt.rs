@@ -120,6 +120,36 @@ pub(crate) fn str_repr(s: &str) -> String {
     out
 }
 
+/// `repr(b)` for Python bytes: `b'...'`, quoted as a str is, every byte outside printable ASCII as `\xNN`.
+pub fn bytes_repr(bytes: &[u8]) -> String {
+    let quote = if bytes.contains(&b'\'') && !bytes.contains(&b'"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = String::with_capacity(bytes.len() + 3);
+    out.push('b');
+    out.push(quote);
+    for &b in bytes {
+        match b {
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            b if char::from(b) == quote => {
+                out.push('\\');
+                out.push(quote);
+            }
+            0x20..=0x7e => out.push(char::from(b)),
+            b => {
+                let _ = write!(out, "\\x{b:02x}");
+            }
+        }
+    }
+    out.push(quote);
+    out
+}
+
 /// `repr(list)` of strings: `['a', 'b']`.
 pub(crate) fn str_list_repr<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
     let parts: Vec<String> = items.into_iter().map(str_repr).collect();
@@ -170,6 +200,12 @@ mod tests {
         assert_eq!(str_repr("a"), "'a'");
         assert_eq!(str_repr("it's"), "\"it's\"");
         assert_eq!(str_repr("a\nb"), "'a\\nb'");
+        // Python prints `repr(b'{"a": 1}\n\xc3\xa9\'')` as `b'{"a": 1}\n\xc3\xa9\''`.
+        assert_eq!(
+            bytes_repr("{\"a\": 1}\né'".as_bytes()),
+            "b'{\"a\": 1}\\n\\xc3\\xa9\\''"
+        );
+        assert_eq!(bytes_repr(b"it's"), "b\"it's\"");
         assert_eq!(str_list_repr(["x", "y"]), "['x', 'y']");
         assert_eq!(int_list_repr(&[1, 2, 3]), "[1, 2, 3]");
     }

@@ -517,6 +517,14 @@ async fn errors_have_the_openai_layers_shapes() {
                 &headers,
             )
             .await;
+        // The running 0.5.23's answer to a chat body sent as `text/plain`: the `RequestValidationError` of
+        // `validate_json_request`, written as the handler writes any, without an endpoint frame.
+        let error = "{'loc': ['header', 'content-type'], 'msg': \"Unsupported Media Type: Only \
+                     'application/json' is allowed\", 'type': 'value_error'}";
+        assert_eq!(
+            reply.json()["message"],
+            format!("1 validation error:\n  {error} [{error}]"),
+        );
         bad_request(
             &reply,
             "Bad Request",
@@ -542,13 +550,6 @@ async fn errors_have_the_openai_layers_shapes() {
         let reply = post(&server, "/v1/completions", &request).await;
         bad_request(&reply, "BadRequestError", "temperature");
     }
-    let reply = post(
-        &server,
-        "/v1/chat/completions",
-        &json!({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}),
-    )
-    .await;
-    bad_request(&reply, "BadRequestError", "logprobs");
     let reply = post(
         &server,
         "/v1/chat/completions",
@@ -1778,4 +1779,101 @@ async fn an_n_below_one_breaks_the_answer_as_the_release_s_usage_sums_do() {
         "{usage}"
     );
     assert_eq!(usage["completion_tokens"], 2);
+}
+
+/// A body that is not an object: Pydantic's `model_attributes_type` with the body as its input on the
+/// completions, tokenize and detokenize routes, and on the chat route the uncaught `AttributeError` of its
+/// `mode="before"` validator (`set_tool_choice_default` calls `values.get`), a plain 500 in every release. The
+/// running 0.5.23 answers `"x"`, `null`, `[]` and `5` so on each of these routes.
+#[tokio::test]
+async fn a_body_that_is_not_an_object_is_refused_as_each_route_s_model_refuses_it() {
+    for version in SglangVersion::all() {
+        let server = InProcess::new(ServerConfig {
+            sglang_version: version,
+            ..ServerConfig::default()
+        });
+        for (body, input) in [
+            (json!("x"), "'x'"),
+            (json!(null), "None"),
+            (json!([]), "[]"),
+            (json!(5), "5"),
+        ] {
+            let reply = post(&server, "/v1/completions", &body).await;
+            assert_eq!(reply.status, 400, "{version} {body}");
+            let message = reply.json()["message"]
+                .as_str()
+                .expect("a message")
+                .to_owned();
+            let error = format!(
+                "{{'type': 'model_attributes_type', 'loc': ('body',), 'msg': 'Input should be a valid dictionary \
+                 or object to extract fields from', 'input': {input}}}"
+            );
+            assert!(
+                message.starts_with(&format!("1 validation error:\n  {error}\n")),
+                "{version}: {message}"
+            );
+            let reply = post(&server, "/v1/chat/completions", &body).await;
+            assert_eq!(reply.status, 500, "{version} {body}");
+            assert_eq!(reply.text(), "Internal Server Error");
+        }
+    }
+}
+
+/// The sampling fields reach `sampling_params` as the request model holds them after Pydantic's lax parse, and
+/// an uncaught exception behind the OpenAI layer is its `Internal server error: <str(e)>`. The running 0.5.23
+/// answers each body so: `"top_p": false` is `0.0` to `verify`, `"presence_penalty": "1"` and `"top_k": "3"` are
+/// served, a list `rid` is `unhashable type: 'list'`, and `top_logprobs` is unbounded.
+#[tokio::test]
+async fn sampling_fields_arrive_as_the_request_model_holds_them() {
+    let server = InProcess::new(ServerConfig {
+        sglang_version: SglangVersion::V0_5_23,
+        ..ServerConfig::default()
+    });
+    let completion = |extra: Value| {
+        let mut body = json!({"model": "m", "prompt": "hi", "max_tokens": 1});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        body
+    };
+    let reply = post(
+        &server,
+        "/v1/completions",
+        &completion(json!({"top_p": false})),
+    )
+    .await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(reply.json()["message"], "top_p must be in (0, 1], got 0.0.");
+    assert_eq!(reply.json()["type"], "BadRequestError");
+    let reply = post(
+        &server,
+        "/v1/completions",
+        &completion(json!({"temperature": -1})),
+    )
+    .await;
+    assert_eq!(
+        reply.json()["message"],
+        "temperature must be a non-negative finite number, got -1.0."
+    );
+    for served in [
+        json!({"presence_penalty": "1"}),
+        json!({"top_k": "3"}),
+        json!({"ignore_eos": "yes"}),
+    ] {
+        let reply = post(&server, "/v1/completions", &completion(served.clone())).await;
+        assert_eq!(reply.status, 200, "{served}: {}", reply.text());
+    }
+    let reply = post(&server, "/v1/completions", &completion(json!({"rid": []}))).await;
+    assert_eq!(reply.status, 500);
+    assert_eq!(
+        reply.json(),
+        json!({"object": "error", "message": "Internal server error: unhashable type: 'list'",
+               "type": "InternalServerError", "param": null, "code": 500})
+    );
+    let chat = json!({"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1,
+                      "logprobs": true, "top_logprobs": 25});
+    let reply = post(&server, "/v1/chat/completions", &chat).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let top = &reply.json()["choices"][0]["logprobs"]["content"][0]["top_logprobs"];
+    assert_eq!(top.as_array().map(Vec::len), Some(25));
 }

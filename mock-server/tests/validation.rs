@@ -1,6 +1,7 @@
 //! Every validation rule of spec §1.1 and §1.2, data-driven from `data/validation.json`: status, body shape
 //! and exact message, non-streamed and streamed.
 
+use axum::http::Method;
 use mock_server::{ServerConfig, SglangVersion};
 use serde_json::{Value, json};
 
@@ -635,4 +636,90 @@ async fn python_numbers_keep_their_type_through_sampling_params() {
     let by_bool = server.generate(&greedy(json!(true))).await.json();
     let by_int = server.generate(&greedy(json!(1))).await.json();
     assert_eq!(by_bool["output_ids"], by_int["output_ids"]);
+}
+
+/// FastAPI reads a body as JSON only without a content type or with a JSON one (`get_request_handler`); any
+/// other body reaches the route's model as bytes, which it refuses with the bytes as the input. Each message is
+/// the running 0.5.23's, but for the frame's directory: `/generate` sent as `text/plain` (its dataclass's
+/// `dataclass_type`), `/pause_generation` sent as `foo` (a struct's two errors), and the same `/generate` body
+/// sent as JSON that is not an object.
+#[tokio::test]
+async fn a_body_sent_as_another_media_type_reaches_the_model_as_bytes() {
+    let server = InProcess::new(ServerConfig {
+        sglang_version: SglangVersion::V0_5_23,
+        ..ServerConfig::default()
+    });
+    let body = "{\"rid\": \"é'x\"}";
+    let bytes = "b'{\"rid\": \"\\xc3\\xa9\\'x\"}'";
+    let message = |reply: &Reply| {
+        assert_eq!(reply.status, 400, "{}", reply.text());
+        reply.json()["message"]
+            .as_str()
+            .expect("a message")
+            .to_owned()
+    };
+    let generate = |input: &str| {
+        format!(
+            "{{'type': 'dataclass_type', 'loc': ('body',), 'msg': 'Input should be a dictionary or an instance \
+             of GenerateReqInput', 'input': {input}, 'ctx': {{'class_name': 'GenerateReqInput'}}}}"
+        )
+    };
+    let reply = server
+        .request(
+            Method::POST,
+            "/generate",
+            body,
+            &[("content-type", "text/plain")],
+        )
+        .await;
+    let error = generate(bytes);
+    assert_eq!(
+        message(&reply),
+        format!(
+            "1 validation error:\n  {error}\n\n  File \"/sgl-workspace/sglang/python/sglang/srt/entrypoints/\
+             http_server.py\", line 928, in generate_request\n    POST /generate [{error}]"
+        )
+    );
+    let reply = server
+        .request(
+            Method::POST,
+            "/generate",
+            "[1]",
+            &[("content-type", "application/json")],
+        )
+        .await;
+    assert!(message(&reply).starts_with(&format!("1 validation error:\n  {}\n", generate("[1]"))));
+
+    let reply = server
+        .request(
+            Method::POST,
+            "/pause_generation",
+            body,
+            &[("content-type", "foo")],
+        )
+        .await;
+    let errors = [
+        format!(
+            "{{'type': 'is_instance_of', 'loc': ('body', 'is-instance[PauseGenerationReqInput]'), 'msg': 'Input \
+             should be an instance of PauseGenerationReqInput', 'input': {bytes}, 'ctx': {{'class': \
+             'PauseGenerationReqInput'}}}}"
+        ),
+        format!(
+            "{{'type': 'dict_type', 'loc': ('body', 'function-after[build_struct(), PauseGenerationReqInput]'), \
+             'msg': 'Input should be a valid dictionary', 'input': {bytes}}}"
+        ),
+    ];
+    assert!(
+        message(&reply).starts_with(&format!(
+            "2 validation errors:\n  {}\n  {}\n",
+            errors[0], errors[1]
+        )),
+        "{}",
+        reply.text()
+    );
+    // Nothing was paused: a generation still runs.
+    let reply = server
+        .generate(&json!({"text": "hi", "sampling_params": {"max_new_tokens": 2}}))
+        .await;
+    assert_eq!(reply.status, 200);
 }

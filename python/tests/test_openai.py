@@ -145,7 +145,9 @@ def test_errors_have_openais_shape(sglang_mock):
     response = httpx.post(f"{sglang_mock}/v1/completions", content=b'{"prompt": "x"}',
                           headers={"content-type": "text/plain"})
     assert response.status_code == 400
-    assert response.json()["message"] == "Unsupported Media Type: Only 'application/json' is allowed"
+    error = ("{'loc': ['header', 'content-type'], 'msg': \"Unsupported Media Type: Only 'application/json' is "
+             "allowed\", 'type': 'value_error'}")
+    assert response.json()["message"] == f"1 validation error:\n  {error} [{error}]"
 
 
 @pytest.mark.sglang_mock(fault="abort-running;after=3", fault_endpoint="/v1/chat/completions")

@@ -9,7 +9,7 @@ use super::lax::{
     HiddenStatesMode, Ids, IgnoredPresent, KeyStr, LaxIds, NullableStr, OneOrMany, PyBool, PyInt,
     SamplingInput,
 };
-use super::pydantic::{PyError, Ty, validate_model};
+use super::pydantic::{PyError, Ty, py_repr, validate_model};
 use crate::config::SglangVersion;
 use crate::error::{RequestError, ValidationErrors};
 use crate::pyfmt::str_repr;
@@ -142,6 +142,14 @@ fn model_errors(body: &[u8], model: &[(&str, &str)]) -> Option<RequestError> {
         return None;
     }
     let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    // `GenerateReqInput` is a dataclass: a body that is not an object fails its type check whole.
+    if !value.is_object() {
+        return Some(RequestError::Validation(ValidationErrors(vec![format!(
+            "{{'type': 'dataclass_type', 'loc': ('body',), 'msg': 'Input should be a dictionary or an instance of \
+             GenerateReqInput', 'input': {}, 'ctx': {{'class_name': 'GenerateReqInput'}}}}",
+            py_repr(&value)
+        )])));
+    }
     let model: Vec<(&str, Ty)> = model
         .iter()
         .filter_map(|&(field, ty)| Some((field, Ty::parse(ty)?)))

@@ -20,6 +20,7 @@ mod lax;
 mod plan;
 mod pydantic;
 
+pub use crate::pyfmt::bytes_repr;
 pub use pydantic::{control_errors, openai_errors, py_repr, query_int};
 mod sampling;
 mod script;

@@ -580,9 +580,10 @@ fn expand_rids(
         return match rid {
             None => Ok(vec![None]),
             Some(OneOrMany::One(r)) => Ok(vec![Some(r.clone())]),
-            Some(OneOrMany::Many(_)) => Err(RequestError::internal(
-                "TypeError: unhashable type: 'list' (a list rid for a single request)",
-            )),
+            // A list rid for a single request: the tokenizer manager hashes it.
+            Some(OneOrMany::Many(_)) => {
+                Err(RequestError::internal("TypeError: unhashable type: 'list'"))
+            }
         };
     }
     match rid {

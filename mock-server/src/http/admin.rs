@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::{Method, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
@@ -77,10 +77,11 @@ pub(crate) struct ContinueReq {
 /// request runs, re-sending its abort-all every second (`TM: pause_generation`).
 pub(crate) async fn pause_generation(
     State(state): State<AppState>,
+    headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Response {
     let (mode_name, blocks) = if state.config().sglang_version.pause_modes {
-        match control_body::<PauseReq>(&state, &body, "/pause_generation") {
+        match control_body::<PauseReq>(&state, &headers, &body, "/pause_generation") {
             Ok(req) => (req.mode.unwrap_or_else(|| "abort".to_owned()), true),
             Err(err) => return err.into_response(),
         }
@@ -116,10 +117,11 @@ pub(crate) async fn pause_generation(
 /// `/continue_generation`: 0.5.3 reads no body; later releases read `{"torch_empty_cache": bool}`.
 pub(crate) async fn continue_generation(
     State(state): State<AppState>,
+    headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Response {
     if state.config().sglang_version.pause_modes {
-        match control_body::<ContinueReq>(&state, &body, "/continue_generation") {
+        match control_body::<ContinueReq>(&state, &headers, &body, "/continue_generation") {
             Ok(req) => tracing::debug!(torch_empty_cache = req.torch_empty_cache, "continue"),
             Err(err) => return err.into_response(),
         }

@@ -15,7 +15,8 @@ use super::conn::ConnHandle;
 use super::error::PendingFrame;
 use super::state::AppState;
 use crate::error::ApiError;
-use mock_core::request::{control_errors, json_decode_error};
+use mock_core::ValidationErrors;
+use mock_core::request::{bytes_repr, control_errors, json_decode_error, py_repr};
 
 /// The whole request body, refused beyond `--max-body-bytes` with a 413 in SGLang's HTTPException shape.
 #[derive(Debug)]
@@ -141,8 +142,9 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
         let route = req.uri().path().to_owned();
+        let headers = req.headers().clone();
         let RawBody(body) = RawBody::from_request(req, state).await?;
-        control_body(state, &body, &route).map(JsonBody)
+        control_body(state, &headers, &body, &route).map(JsonBody)
     }
 }
 
@@ -150,10 +152,17 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
 /// errors, `request::control_errors`), then `T` as the server reads it.
 pub(crate) fn control_body<T: DeserializeOwned>(
     state: &AppState,
+    headers: &HeaderMap,
     body: &[u8],
     route: &str,
 ) -> Result<T, ApiError> {
     let version = state.config().sglang_version;
+    if read_as_bytes(headers)
+        && !body.is_empty()
+        && let Some(err) = bytes_body_error(body, |json| control_errors(json, version, route))
+    {
+        return Err(err);
+    }
     if let Some(errors) = control_errors(body, version, route) {
         return Err(ApiError::Pydantic(errors));
     }
@@ -228,10 +237,55 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
     if media_type == "application/json" {
         Ok(())
     } else {
-        Err(ApiError::Validation(
-            "Unsupported Media Type: Only 'application/json' is allowed".to_owned(),
-        ))
+        // A `RequestValidationError` raised with an error dict of SGLang's own, written as the handler writes
+        // any (`str(exc)`, then `str(exc.errors())`); raised in a dependency, it has no endpoint frame.
+        let errors = ValidationErrors(vec![MEDIA_TYPE_ERROR.to_owned()]);
+        Err(ApiError::Validation(errors.message(None)))
     }
+}
+
+/// `validate_json_request`'s error, as Python prints the dict it raises.
+const MEDIA_TYPE_ERROR: &str = "{'loc': ['header', 'content-type'], 'msg': \"Unsupported Media Type: Only \
+     'application/json' is allowed\", 'type': 'value_error'}";
+
+/// Whether FastAPI reads a non-empty body as its bytes rather than as JSON (`get_request_handler`): a body sent
+/// with a content type that is neither `application/json` nor `application/*+json` (one that does not parse is
+/// `text/plain` to Python's `email.message`); without a content type a body is JSON.
+pub(crate) fn read_as_bytes(headers: &HeaderMap) -> bool {
+    let Some(content_type) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let media_type = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let json = match media_type.split_once('/') {
+        Some(("application", subtype)) => subtype == "json" || subtype.ends_with("+json"),
+        Some(_) | None => false,
+    };
+    !json
+}
+
+/// The refusal of a body FastAPI read as bytes: the route's model refuses it as it refuses the same text sent
+/// as a JSON string (`errors_for`, given that JSON), with the bytes as each error's input. `None` when the
+/// route has no model to refuse it.
+pub(crate) fn bytes_body_error(
+    body: &[u8],
+    errors_for: impl FnOnce(&[u8]) -> Option<ValidationErrors>,
+) -> Option<ApiError> {
+    let text = serde_json::Value::String(String::from_utf8_lossy(body).into_owned());
+    let as_json = serde_json::to_vec(&text).unwrap_or_default();
+    let ValidationErrors(errors) = errors_for(&as_json)?;
+    let from = format!("'input': {}", py_repr(&text));
+    let to = format!("'input': {}", bytes_repr(body));
+    Some(ApiError::Pydantic(ValidationErrors(
+        errors.into_iter().map(|e| e.replace(&from, &to)).collect(),
+    )))
 }
 
 /// The connection the request came on, when it came over [`crate::run`]'s listener (not in process).

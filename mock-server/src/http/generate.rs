@@ -15,7 +15,7 @@ use futures_util::Stream;
 use futures_util::future::Either;
 
 use super::drive::{self, RunCtx, unix_now};
-use super::extract::{Conn, RawBody, error_response};
+use super::extract::{Conn, RawBody, bytes_body_error, error_response, read_as_bytes};
 use super::faults::{decide_fault, http_fault};
 use super::respond::{json_response, sse_response};
 use super::state::AppState;
@@ -24,6 +24,7 @@ use crate::control::{Admission, QUEUE_FULL_MESSAGE};
 use crate::error::ApiError;
 use crate::faults::stream as stream_faults;
 use crate::faults::{EngineFault, Fault};
+use mock_core::RequestError;
 use mock_core::engine::{GeneratePlan, RidSource};
 use mock_core::model::mix;
 use mock_core::request;
@@ -79,6 +80,18 @@ async fn generate(
     RawBody(bytes): RawBody,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
+    let version = state.config().sglang_version;
+    if read_as_bytes(&headers)
+        && !bytes.is_empty()
+        && let Some(err) = bytes_body_error(&bytes, |json| {
+            match request::admit_generate(json, version) {
+                Err(RequestError::Validation(errors)) => Some(errors),
+                Ok(_) | Err(_) => None,
+            }
+        })
+    {
+        return Err(err);
+    }
     // Type errors come from FastAPI before the handler runs, and 0.5.23's contract gate runs before the
     // stream starts: a 4xx even for a stream.
     let parsed =

@@ -421,6 +421,18 @@ fn openai_error_event(message: &str, _: SglangVersion) -> Vec<u8> {
     ErrorEvent::new(message, "BadRequestError", 400).to_vec()
 }
 
+/// `str(e)` of an uncaught exception whose detail names its class first (`TypeError: unhashable type: 'list'`).
+fn exception_text(detail: &str) -> &str {
+    match detail.split_once(": ") {
+        Some((class, text))
+            if class.ends_with("Error") && class.chars().all(|c| c.is_ascii_alphanumeric()) =>
+        {
+            text
+        }
+        Some(_) | None => detail,
+    }
+}
+
 /// A native `ValueError` is the OpenAI layer's `BadRequestError`, and any other exception its 500
 /// `Internal server error: <exception>` (`OpenAIServingBase.handle_request` catches every one); the other kinds
 /// keep their shape.
@@ -430,7 +442,7 @@ fn openai_error(err: RequestError) -> ApiError {
         RequestError::Internal(detail) => ApiError::OpenAi {
             status: 500,
             err_type: "InternalServerError",
-            message: format!("Internal server error: {detail}"),
+            message: format!("Internal server error: {}", exception_text(&detail)),
         },
         other @ (RequestError::Validation(_) | RequestError::Contract(_)) => other.into(),
     }

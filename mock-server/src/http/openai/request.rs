@@ -80,6 +80,29 @@ const SAME_NAME: &[&str] = &[
     "ebnf",
 ];
 
+/// A sampling field as the request model holds it after Pydantic's lax parse, which is what reaches
+/// `sampling_params`: a `float` field's bool, integer or numeric string is a float (`"top_p": false` is `0.0`,
+/// `"presence_penalty": "1"` is `1.0`), an `int` field's value an int, a `bool` field's a bool. Anything else
+/// passes as sent: the model has refused what it refuses before this.
+fn as_the_model_holds(key: &str, value: &Value) -> Value {
+    let float = || match value {
+        Value::Bool(b) => Some(f64::from(u8::from(*b))),
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.trim().parse::<f64>().ok(),
+        Value::Null | Value::Array(_) | Value::Object(_) => None,
+    };
+    let held = match key {
+        "temperature" | "top_p" | "min_p" | "presence_penalty" | "frequency_penalty"
+        | "repetition_penalty" => float().filter(|f| f.is_finite()).map(Value::from),
+        "top_k" | "n" => pydantic_int(value).map(Value::from),
+        "no_stop_trim" | "ignore_eos" | "skip_special_tokens" => {
+            pydantic_bool(value).map(Value::from)
+        }
+        _ => None,
+    };
+    held.unwrap_or_else(|| value.clone())
+}
+
 /// Translate a parsed body. Type errors are Pydantic's 400s; the OpenAI layer's own checks ("Prompt cannot
 /// be empty", messages that do not fit the template) are `BadRequestError`s. Sampling values are checked by
 /// the native planner, as in SGLang.
@@ -90,6 +113,14 @@ pub(crate) fn translate(
     served_model_name: &str,
     tokenizer: &Tokenizer,
 ) -> Result<OpenAiRequest, ApiError> {
+    // The chat model's `mode="before"` validator `set_tool_choice_default` reads `values.get(...)` before
+    // Pydantic checks the body's type: a body that is not an object is its uncaught `AttributeError`, in every
+    // release.
+    if api == Api::Chat && !body.is_object() {
+        return Err(ApiError::internal(
+            "AttributeError: the chat body has no attribute 'get' (set_tool_choice_default)",
+        ));
+    }
     let obj = body_object(body)?;
     // FastAPI validates the body against the release's request model before SGLang's code runs: every field's
     // type error, in the model's order, with its input.
@@ -118,7 +149,7 @@ pub(crate) fn translate(
     let mut sampling = Map::new();
     for key in SAME_NAME {
         if let Some(value) = present(obj, key) {
-            sampling.insert((*key).to_owned(), value.clone());
+            sampling.insert((*key).to_owned(), as_the_model_holds(key, value));
         }
     }
     // `stop_regex` is a field of the request models from 0.5.15 (`to_sampling_params`); 0.5.3's models ignore it.
@@ -264,15 +295,9 @@ fn completions_prompt(
     }
     let max_tokens = max_tokens.unwrap_or(16);
     sampling.insert("max_new_tokens".to_owned(), json!(max_tokens));
-    let logprobs = match int_field(obj, "logprobs")? {
-        None => None,
-        Some(k) if (0..=i64::from(u32::MAX)).contains(&k) => Some(k as u32),
-        Some(_) => {
-            return Err(ApiError::openai_bad_request(
-                "logprobs must be a non-negative integer.",
-            ));
-        }
-    };
+    // `return_logprob = logprobs is not None`, `top_logprobs_num = logprobs`: no release bounds it, and a
+    // negative count lists no alternatives, as 0 does (the running 0.5.23 answers `-1` with `top_logprobs: []`).
+    let logprobs = int_field(obj, "logprobs")?.map(|k| k.clamp(0, i64::from(u32::MAX)) as u32);
     let echo = bool_field(obj, "echo")?
         .unwrap_or(false)
         .then(|| prompts.echo_texts(tokenizer));
@@ -425,23 +450,12 @@ fn chat_prompt(
         ChatMaxTokens::MaxCompletionTokensFirst => max,
     };
     sampling.insert("max_new_tokens".to_owned(), json!(max_new_tokens));
+    // `return_logprob = logprobs`, `top_logprobs_num = top_logprobs or 0` (`serving_chat.py`, every release):
+    // `top_logprobs` without `logprobs` is read and unused, and no release bounds it; a negative count lists no
+    // alternatives, as 0 does (checked against the running 0.5.23).
     let logprobs = bool_field(obj, "logprobs")?.unwrap_or(false);
-    let top = int_field(obj, "top_logprobs")?;
-    let logprobs = match (logprobs, top) {
-        (false, Some(_)) => {
-            return Err(ApiError::openai_bad_request(
-                "top_logprobs is only allowed when logprobs is true.",
-            ));
-        }
-        (false, None) => None,
-        (true, None) => Some(0),
-        (true, Some(k)) if (0..=20).contains(&k) => Some(k as u32),
-        (true, Some(_)) => {
-            return Err(ApiError::openai_bad_request(
-                "top_logprobs must be between 0 and 20.",
-            ));
-        }
-    };
+    let top = int_field(obj, "top_logprobs")?.unwrap_or(0);
+    let logprobs = logprobs.then(|| top.clamp(0, i64::from(u32::MAX)) as u32);
     Ok((logprobs, None))
 }
 
@@ -846,14 +860,14 @@ fn stream_options(obj: &Map<String, Value>, stream: bool) -> Result<(bool, bool)
     ))
 }
 
-/// The body as an object, or Pydantic's error for a body that is not one.
+/// The body as an object, or Pydantic's error for a body that is not one, with the body as its input.
 pub(crate) fn body_object(body: &Value) -> Result<&Map<String, Value>, ApiError> {
     body.as_object().ok_or_else(|| {
-        validation_error(
-            "model_attributes_type",
-            "()",
-            "Input should be a valid dictionary or object to extract fields from",
-        )
+        let input = request::py_repr(body);
+        ApiError::Pydantic(mock_core::ValidationErrors(vec![format!(
+            "{{'type': 'model_attributes_type', 'loc': ('body',), 'msg': 'Input should be a valid dictionary or \
+             object to extract fields from', 'input': {input}}}"
+        )]))
     })
 }
 
@@ -994,7 +1008,7 @@ mod tests {
     }
 
     #[test]
-    fn chat_prefers_max_completion_tokens_and_needs_logprobs_for_top_logprobs() {
+    fn chat_prefers_max_completion_tokens_and_reads_top_logprobs_only_with_logprobs() {
         let config = ServerConfig::default();
         let body = json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
                                                                    {"type": "text", "text": "b"}]}],
@@ -1007,10 +1021,11 @@ mod tests {
         );
         assert_eq!(req.logprobs, Some(4));
         assert_eq!(req.native["logprob_start_len"], -1);
+        // `top_logprobs` without `logprobs` is read and unused (`return_logprob = request.logprobs`).
         let body = json!({"messages": [{"role": "user", "content": "a"}], "top_logprobs": 4});
-        let err =
-            translate(Api::Chat, &body, &config, SERVED_MODEL_NAME, &tokenizer()).unwrap_err();
-        assert_eq!(err.status(), 400);
+        let req = translate(Api::Chat, &body, &config, SERVED_MODEL_NAME, &tokenizer()).unwrap();
+        assert_eq!(req.logprobs, None);
+        assert_eq!(req.native["return_logprob"], false);
     }
 
     #[test]
@@ -1104,16 +1119,6 @@ mod tests {
         };
         let user = json!([{"role": "user", "content": "x"}]);
         refused(
-            Api::Completions,
-            json!({"prompt": "x", "logprobs": -1}),
-            "logprobs must be a non-negative integer.",
-        );
-        refused(
-            Api::Chat,
-            json!({"messages": user, "logprobs": true, "top_logprobs": 21}),
-            "top_logprobs must be between 0 and 20.",
-        );
-        refused(
             Api::Chat,
             json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}),
             "The toy model reads text only; message 0 has a \"image_url\" part.",
@@ -1129,14 +1134,17 @@ mod tests {
             .logprobs,
             Some(0)
         );
+        // No release bounds the counts; a negative one lists no alternatives (the running 0.5.23 answers
+        // `logprobs: -1` and `top_logprobs: -1` with empty top lists, and `top_logprobs: 25` with 25).
+        let logprobs = |api: Api, body: Value| ok(api, body).logprobs;
         assert_eq!(
-            ok(
-                Api::Chat,
-                json!({"messages": user, "logprobs": true, "top_logprobs": 20})
-            )
-            .logprobs,
-            Some(20)
+            logprobs(Api::Completions, json!({"prompt": "x", "logprobs": -1})),
+            Some(0)
         );
+        for (top, listed) in [(20, 20), (25, 25), (-1, 0)] {
+            let body = json!({"messages": user, "logprobs": true, "top_logprobs": top});
+            assert_eq!(logprobs(Api::Chat, body), Some(listed));
+        }
         let part = json!([{"role": "user", "content": [{"type": "text"}]}]);
         let err = translate(
             Api::Chat,
