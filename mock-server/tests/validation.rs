@@ -723,3 +723,31 @@ async fn a_body_sent_as_another_media_type_reaches_the_model_as_bytes() {
         .await;
     assert_eq!(reply.status, 200);
 }
+
+/// A single request keeps a list `logprob_start_len` or `top_logprobs_num` as given: unread without
+/// `return_logprob`, it changes nothing (the running 0.5.23 serves `[0]`, `[]` and `[2]` so), read with it, it is
+/// the scheduler's failure (0.5.23's dies on a list `logprob_start_len`), a 500 here.
+#[tokio::test]
+async fn a_list_logprob_setting_of_a_single_request_is_read_only_with_return_logprob() {
+    let server = InProcess::new(ServerConfig {
+        sglang_version: SglangVersion::V0_5_23,
+        ..ServerConfig::default()
+    });
+    let plain = json!({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 3, "sampling_seed": 4}});
+    let base = server.generate(&plain).await;
+    assert_eq!(base.status, 200);
+    for extra in [
+        json!({"logprob_start_len": [0]}),
+        json!({"logprob_start_len": []}),
+        json!({"top_logprobs_num": [2]}),
+    ] {
+        let mut body = plain.clone();
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let reply = server.generate(&body).await;
+        assert_eq!(reply.status, 200, "{extra}: {}", reply.text());
+        assert_eq!(reply.json()["output_ids"], base.json()["output_ids"], "{extra}");
+        body["return_logprob"] = json!(true);
+        let reply = server.generate(&body).await;
+        assert_eq!(reply.status, 500, "{extra} with return_logprob: {}", reply.text());
+    }
+}

@@ -163,19 +163,25 @@ impl<'a> Expanded<'a> {
             num,
             ..
         } = *shape;
+        let return_logprob = expand_param(
+            req.return_logprob.as_ref(),
+            false,
+            "return_logprob",
+            is_single,
+            n,
+            num,
+        )?;
+        // A single request keeps a list `logprob_start_len` or `top_logprobs_num` as given (only a batch's are
+        // indexed). Without `return_logprob` nothing reads it and the release serves the request; with it the
+        // scheduler reads it (a list `logprob_start_len` kills 0.5.23's: `'>' not supported between instances of
+        // 'list' and 'int'`), which the mock answers with a 500.
+        let read = !is_single || return_logprob.iter().any(|&r| r);
         let expanded = Expanded {
             sampling: expand_sampling(req.sampling_params.as_ref(), is_single, batch_size, num)?,
             rids: expand_rids(req.rid.as_ref(), is_single, batch_size, n, num)?,
-            return_logprob: expand_param(
-                req.return_logprob.as_ref(),
-                false,
-                "return_logprob",
-                is_single,
-                n,
-                num,
-            )?,
+            return_logprob,
             logprob_start_len: expand_param(
-                req.logprob_start_len.as_ref(),
+                read_list(req.logprob_start_len.as_ref(), read),
                 -1,
                 "logprob_start_len",
                 is_single,
@@ -183,7 +189,7 @@ impl<'a> Expanded<'a> {
                 num,
             )?,
             top_logprobs_num: expand_param(
-                req.top_logprobs_num.as_ref(),
+                read_list(req.top_logprobs_num.as_ref(), read),
                 0,
                 "top_logprobs_num",
                 is_single,
@@ -596,6 +602,11 @@ fn expand_rids(
         Some(OneOrMany::One(r)) => Ok((0..num).map(|i| Some(format!("{r}_{i}"))).collect()),
         Some(OneOrMany::Many(list)) => Ok(list.iter().cloned().map(Some).collect()),
     }
+}
+
+/// `value`, or nothing where it is a list nobody reads.
+fn read_list<T>(value: Option<&OneOrMany<T>>, read: bool) -> Option<&OneOrMany<T>> {
+    value.filter(|v| read || !matches!(v, OneOrMany::Many(_)))
 }
 
 fn expand_param<T: Copy>(
