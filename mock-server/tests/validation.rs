@@ -742,12 +742,23 @@ async fn a_list_logprob_setting_of_a_single_request_is_read_only_with_return_log
         json!({"top_logprobs_num": [2]}),
     ] {
         let mut body = plain.clone();
-        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
         let reply = server.generate(&body).await;
         assert_eq!(reply.status, 200, "{extra}: {}", reply.text());
-        assert_eq!(reply.json()["output_ids"], base.json()["output_ids"], "{extra}");
+        assert_eq!(
+            reply.json()["output_ids"],
+            base.json()["output_ids"],
+            "{extra}"
+        );
         body["return_logprob"] = json!(true);
         let reply = server.generate(&body).await;
-        assert_eq!(reply.status, 500, "{extra} with return_logprob: {}", reply.text());
+        assert_eq!(
+            reply.status,
+            500,
+            "{extra} with return_logprob: {}",
+            reply.text()
+        );
     }
 }
