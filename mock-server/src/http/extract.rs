@@ -258,14 +258,16 @@ pub(crate) fn read_as_bytes(headers: &HeaderMap) -> bool {
     else {
         return false;
     };
-    let media_type = content_type
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let media_type = content_type.split(';').next().unwrap_or("").trim();
     let json = match media_type.split_once('/') {
-        Some(("application", subtype)) => subtype == "json" || subtype.ends_with("+json"),
+        Some((main, subtype)) if main.eq_ignore_ascii_case("application") => {
+            subtype.eq_ignore_ascii_case("json")
+                || subtype
+                    .len()
+                    .checked_sub(5)
+                    .and_then(|at| subtype.get(at..))
+                    .is_some_and(|end| end.eq_ignore_ascii_case("+json"))
+        }
         Some(_) | None => false,
     };
     !json
