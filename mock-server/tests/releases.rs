@@ -51,6 +51,19 @@ fn wheel(version: SglangVersion) -> PathBuf {
     find().unwrap_or_else(|| panic!("pip downloaded no sglang-{version} wheel into {dir:?}"))
 }
 
+/// A check script's summary line (the one starting with `prefix`) and the numbers in it, in order.
+fn summary<'r>(report: &'r str, prefix: &str) -> (&'r str, Vec<u64>) {
+    let line = report
+        .lines()
+        .find(|line| line.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix:?} summary in:\n{report}"));
+    let numbers = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    (line, numbers)
+}
+
 /// Runs a check script off the async runtime (the download blocks) and returns its output.
 async fn check(script: &str, version: SglangVersion, args: Vec<String>) -> String {
     let wheel = tokio::task::spawn_blocking(move || wheel(version))
@@ -80,14 +93,7 @@ async fn the_contract_gate_judges_every_body_as_the_0_5_23_decoder_does() {
     )
     .await;
     // The script exits non-zero on any disagreement; the summary says how many bodies it judged.
-    let summary = report
-        .lines()
-        .find(|line| line.starts_with("contract: "))
-        .unwrap_or_else(|| panic!("no summary in:\n{report}"));
-    let numbers: Vec<u64> = summary
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|n| n.parse().ok())
-        .collect();
+    let (summary, numbers) = summary(&report, "contract: ");
     assert!(
         matches!(numbers[..], [bodies, violations, agree] if bodies >= 2000 && violations >= 500 && agree == bodies),
         "{summary}"
@@ -364,14 +370,7 @@ async fn stop_regex_stops_where_sglang_s_rules_run_with_python_re_stop() {
             vec!["--url".into(), live.url("")],
         )
         .await;
-        let summary = report
-            .lines()
-            .find(|line| line.starts_with("stop_regex: "))
-            .unwrap_or_else(|| panic!("no summary under {version}:\n{report}"));
-        let numbers: Vec<u64> = summary
-            .split(|c: char| !c.is_ascii_digit())
-            .filter_map(|n| n.parse().ok())
-            .collect();
+        let (summary, numbers) = summary(&report, "stop_regex: ");
         assert!(
             matches!(numbers[..], [total, matched, 12, agree]
                 if total >= 200 && matched >= 100 && agree == total),

@@ -156,15 +156,7 @@ fn translate(pattern: &str, python_dollar: bool) -> Result<String, String> {
                 let Some(&e) = chars.get(at + 1) else {
                     return Err(format!("bad escape (end of pattern) at position {at}"));
                 };
-                if e.is_ascii_alphabetic() && !LETTERS_OUTSIDE.contains(e) {
-                    return Err(format!("bad escape \\{e} at position {at}"));
-                }
-                if e == 'Z' {
-                    out.push_str("\\z");
-                } else {
-                    out.push('\\');
-                    out.push(e);
-                }
+                push_escape(&mut out, e, at, LETTERS_OUTSIDE, ('Z', "\\z"))?;
                 last = if "bBAZ".contains(e) {
                     Last::Nothing
                 } else {
@@ -253,6 +245,27 @@ fn translate(pattern: &str, python_dollar: bool) -> Result<String, String> {
     Ok(out)
 }
 
+/// The escape `\e` at `at`: Python's `bad escape` for an ASCII letter it does not define (`letters`), else the
+/// escape for `fancy-regex`, `renamed` (Python's letter, `fancy-regex`'s spelling) where the two differ.
+fn push_escape(
+    out: &mut String,
+    e: char,
+    at: usize,
+    letters: &str,
+    renamed: (char, &str),
+) -> Result<(), String> {
+    if e.is_ascii_alphabetic() && !letters.contains(e) {
+        return Err(format!("bad escape \\{e} at position {at}"));
+    }
+    if e == renamed.0 {
+        out.push_str(renamed.1);
+    } else {
+        out.push('\\');
+        out.push(e);
+    }
+    Ok(())
+}
+
 /// A class from its `[` at `open`: in Python `[` and `&` are literals inside one, a `]` first is a literal, and
 /// `\b` is a backspace. Returns the position after its `]`.
 fn class(chars: &[char], open: usize, out: &mut String) -> Result<usize, String> {
@@ -273,15 +286,7 @@ fn class(chars: &[char], open: usize, out: &mut String) -> Result<usize, String>
                 let Some(&e) = chars.get(at + 1) else {
                     break;
                 };
-                if e.is_ascii_alphabetic() && !LETTERS_INSIDE.contains(e) {
-                    return Err(format!("bad escape \\{e} at position {at}"));
-                }
-                if e == 'b' {
-                    out.push_str("\\x08");
-                } else {
-                    out.push('\\');
-                    out.push(e);
-                }
+                push_escape(out, e, at, LETTERS_INSIDE, ('b', "\\x08"))?;
                 at += 2;
                 continue;
             }

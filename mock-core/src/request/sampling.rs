@@ -19,8 +19,10 @@ const SAMPLING_EPS: f64 = 1e-6;
 pub(super) const GRAMMAR_BACKEND_NONE: &str = "Grammar-based generation (json_schema, regex, ebnf, structural_tag) is not \
      supported when the server is launched with --grammar-backend none";
 
-/// `MAX_STOP_COUNT` and `MAX_STOP_REGEX_COUNT` of 0.5.23's `sampling_params.py`.
+/// `MAX_STOP_COUNT` of 0.5.23's `sampling_params.py`: the most stop strings.
 const MAX_STOP_COUNT: usize = 32;
+/// `MAX_STOP_REGEX_COUNT`: the most `stop_regex` patterns.
+const MAX_STOP_REGEX_COUNT: usize = 32;
 /// `MAX_STOP_REGEX_LEN`: a pattern's bound in UTF-8 bytes.
 const MAX_STOP_REGEX_BYTES: usize = 256;
 
@@ -338,9 +340,9 @@ impl Typed {
                 self.stop.len()
             )));
         }
-        if version.stop_bounds && self.stop_regex.len() > MAX_STOP_COUNT {
+        if version.stop_bounds && self.stop_regex.len() > MAX_STOP_REGEX_COUNT {
             return Err(RequestError::value(format!(
-                "at most {MAX_STOP_COUNT} stop_regex patterns are allowed, got {}",
+                "at most {MAX_STOP_REGEX_COUNT} stop_regex patterns are allowed, got {}",
                 self.stop_regex.len()
             )));
         }

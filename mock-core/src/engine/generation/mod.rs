@@ -672,9 +672,11 @@ pub fn generate(model: Arc<Model>, item: ItemRequest) -> Generation {
 /// `Req._stop_match_tail_len` of a sample without speculative decoding: the tail of the output its stop
 /// strings and `stop_regex` patterns are looked for in is one token longer than the longest stop string's
 /// encoding (`normalize` counts its ids) or the longest pattern's match (`get_max_seq_length`, in characters),
-/// whichever is longer. `None` without stop strings or patterns.
+/// whichever is longer. `None` where nothing reads it: without stop strings or patterns, and over the toy
+/// tokenizer without patterns (its stop strings are looked for in the text itself, `matched_stop_str`), so that
+/// no sample encodes its stop strings for nothing.
 fn stop_window(tokenizer: &Tokenizer, params: &SamplingParams) -> Option<usize> {
-    if params.stop.is_empty() && params.stop_regex.is_empty() {
+    if params.stop_regex.is_empty() && (params.stop.is_empty() || tokenizer.hf().is_none()) {
         return None;
     }
     let stop = params
