@@ -289,21 +289,28 @@ impl Logits {
 impl Logits {
     /// [`Logits::pick_plain`] for weights a policy moved, in any order: the weights alone go through a sorting
     /// network of selects (no data-dependent branch), the normaliser is summed and the draw walked in that
-    /// order, and only the drawn weight's slot is looked up. Equal weights, whose order is by id, and tail draws
-    /// are left to the general path (`None`), which sorts the entries with their ids.
+    /// order, and only the drawn weight's slot is looked up. Equal weights are ordered by id (section 5), which
+    /// the values alone cannot tell; but tied values are the same numbers in either order, so the normaliser and
+    /// the walk come out the same, and only a draw that lands on a tied weight is left to the general path
+    /// (`None`), as is a draw in the tail.
     #[inline(always)]
     fn pick_plain_moved(&self, vocab_size: u32, u: f64) -> Option<(u32, f64)> {
         let sorted = sort_nine_descending(self.weights);
-        if sorted.windows(2).any(|w| w[0] == w[1]) {
-            return None;
-        }
         let tail_count = f64::from(vocab_size - EXPLICIT as u32);
         let z = sorted.iter().sum::<f64>() + tail_count * TAIL_WEIGHT;
         let mut target = u * z;
         for &weight in &sorted {
             if target < weight {
-                let slot = self.weights.iter().position(|&w| w == weight)?;
-                return Some((self.ids.id(slot), weight / z));
+                // The slots that hold the drawn weight, found without a branch on where they stand.
+                let at = self
+                    .weights
+                    .iter()
+                    .enumerate()
+                    .fold(0u32, |at, (k, &w)| at | (u32::from(w == weight) << k));
+                if !at.is_power_of_two() {
+                    return None;
+                }
+                return Some((self.ids.id(at.trailing_zeros() as usize), weight / z));
             }
             target -= weight;
         }
@@ -311,9 +318,10 @@ impl Logits {
     }
 }
 
-/// Nine values in descending order, by a sorting network of 25 comparators (Knuth, TAOCP 5.3.4) made of selects:
-/// no branch depends on the data. Checked on every input of zeros and ones (which suffices, by the 0-1
-/// principle) by `the_sorting_network_sorts_every_zero_one_input`.
+/// Nine values in descending order, by a sorting network of 25 comparators in 7 layers, the least of both for nine
+/// inputs (<https://bertdobbelaere.github.io/sorting_networks.html#N9L25D7>), made of selects: no branch depends on
+/// the data, and no value waits on more than seven comparators. Checked on every input of zeros and ones (which
+/// suffices, by the 0-1 principle) by `the_sorting_network_sorts_every_zero_one_input`.
 #[inline(always)]
 fn sort_nine_descending(values: [f64; EXPLICIT]) -> [f64; EXPLICIT] {
     // Unrolled over nine locals, so the network runs in registers (a loop over the array's indices goes
@@ -337,30 +345,30 @@ fn sort_nine_descending(values: [f64; EXPLICIT]) -> [f64; EXPLICIT] {
         )*};
     }
     network!(
-        (w0, w1),
-        (w3, w4),
-        (w6, w7),
-        (w1, w2),
+        (w0, w3),
+        (w1, w7),
+        (w2, w5),
+        (w4, w8),
+        (w0, w7),
+        (w2, w4),
+        (w3, w8),
+        (w5, w6),
+        (w0, w2),
+        (w1, w3),
         (w4, w5),
         (w7, w8),
-        (w0, w1),
-        (w3, w4),
-        (w6, w7),
-        (w0, w3),
+        (w1, w4),
         (w3, w6),
-        (w0, w3),
-        (w1, w4),
-        (w4, w7),
-        (w1, w4),
-        (w2, w5),
-        (w5, w8),
-        (w2, w5),
-        (w1, w3),
         (w5, w7),
-        (w2, w6),
-        (w4, w6),
+        (w0, w1),
         (w2, w4),
+        (w3, w5),
+        (w6, w8),
         (w2, w3),
+        (w4, w5),
+        (w6, w7),
+        (w1, w2),
+        (w3, w4),
         (w5, w6)
     );
     [w0, w1, w2, w3, w4, w5, w6, w7, w8]
@@ -1038,6 +1046,56 @@ mod tests {
                 "{pattern}: {entries:?}"
             );
         }
+    }
+
+    /// Under a policy, equal weights are ordered by id (section 5), which the plain path's sort of values cannot
+    /// see: a draw that lands on a tied weight is left to the general path, and every other draw, ties elsewhere
+    /// or not, is the general path's to the bit. Every pattern of three values over the nine slots.
+    #[test]
+    fn a_draw_beside_tied_moved_weights_is_the_general_draw() {
+        let t = Tokenizer::new(151_936);
+        let context = [5u32, 6, 7];
+        let base = logits(3, &t, &context, Turn::of(&t, &context));
+        let vocab = t.vocab_size();
+        let (mut beside_ties, mut on_ties) = (0, 0);
+        for pattern in 0u32..3u32.pow(EXPLICIT as u32) {
+            let weights: [f64; EXPLICIT] = std::array::from_fn(|s| {
+                [40.0, 20.0, 10.0][(pattern / 3u32.pow(s as u32) % 3) as usize]
+            });
+            let l = Logits {
+                weights,
+                sorted: false,
+                ..base.clone()
+            };
+            let d = Distribution::new(&l, vocab, 1.0, &[]);
+            for u in [0.05, 0.3, 0.6, 0.95] {
+                let general = d.pick(None, 1.0, 0.0, u);
+                let Some(position) = general.position else {
+                    continue;
+                };
+                let drawn = d.explicit()[position].1;
+                match l.pick_plain(vocab, u) {
+                    Some((id, p)) => {
+                        assert_eq!(id, general.id, "{pattern} at {u}");
+                        assert_eq!(p.ln().to_bits(), d.logprob_of(&general).to_bits());
+                        beside_ties += 1;
+                    }
+                    None => {
+                        let holders = weights.iter().filter(|&&w| w == drawn).count();
+                        assert!(
+                            holders > 1,
+                            "{pattern} at {u}: a draw on a weight of its own was left"
+                        );
+                        on_ties += 1;
+                    }
+                }
+            }
+        }
+        // Nine slots of three values always tie somewhere, so every plain draw here had ties beside it.
+        assert!(
+            beside_ties > 100 && on_ties > 100,
+            "{beside_ties} plain, {on_ties} left"
+        );
     }
 
     /// A bucket whose offsets are all zero, or an all-zero policy, gives the base model's weights and order bit for
