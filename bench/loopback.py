@@ -29,6 +29,12 @@ with its witness's ledger on (every answer recorded, the oldest evicted past the
 reports its throughput as a ratio of the same build's without it. `--model-path DIR` adds sglang-mock serving the
 toy policy of that directory (MODEL.md section 14; `--model-path random` writes one whose every bucket moves every
 slot, the slowest case) as a row too, and reports its throughput as a ratio of the all-zero weights'.
+
+Each of these variants is also co-run with sglang-mock in every round: both servers on core 0 at once, each
+driven by its own wrk from core 1. The scheduler gives each half the core, so the ratio of their requests/s is the
+inverse ratio of their CPU time per request, measured over the same seconds. On a shared machine two solo rounds
+a few seconds apart can differ by 10% or more, while co-run ratios of one build against itself stay within 1%: the
+co-run median is the figure to quote for a change of a few percent.
 """
 
 import argparse
@@ -36,6 +42,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -83,10 +90,18 @@ def check_body(name: str, body: bytes, tokens: int) -> None:
     assert all(item[1] == tok for item, tok in zip(lps, out["output_ids"])), f"{name}: ids disagree"
 
 
+def wrk_command(url: str, seconds: int, connections: int, lua: str) -> list[str]:
+    return ["taskset", "-c", "1", "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "30s",
+            "-s", lua, url + "/generate"]
+
+
 def run_wrk(url: str, seconds: int, connections: int, lua: str) -> tuple[float, float]:
-    cmd = ["taskset", "-c", "1", "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "30s",
-           "-s", lua, url + "/generate"]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(wrk_command(url, seconds, connections, lua), check=True, capture_output=True,
+                         text=True).stdout
+    return parse_wrk(url, out)
+
+
+def parse_wrk(url: str, out: str) -> tuple[float, float]:
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     m = re.search(r"Transfer/sec:\s+([\d.]+)(\w+)", out)
     scale = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9}[m.group(2)]
@@ -128,6 +143,32 @@ def main() -> None:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, proc)
         return proc, url
+
+    def corun(variant: list[str], tokens: int) -> float:
+        """sglang-mock and `variant` served at once, both pinned to core 0 and each driven by its own wrk from
+        core 1: the scheduler gives each half the core, so the ratio of their requests/s is the inverse ratio of
+        their CPU time per request, whatever else the shared machine does meanwhile (which moves the two solo
+        rounds of a pair apart by more than the few percent a change is measured in)."""
+        procs = []
+        try:
+            urls = []
+            for name, cmd in (("sglang-mock", mock), ("sglang-mock variant", variant)):
+                proc, url = start(name, cmd)
+                procs.append(proc)
+                urls.append(url)
+            for url in urls:
+                run_wrk(url, 1, args.connections, lua[tokens])  # warm-up
+            drivers = [subprocess.Popen(wrk_command(url, args.seconds, args.connections, lua[tokens]),
+                                        stdout=subprocess.PIPE, text=True) for url in urls]
+            outs = [d.communicate()[0] for d in drivers]
+            if any(d.returncode != 0 for d in drivers):
+                raise RuntimeError("wrk failed in a co-run")
+            base, other = (parse_wrk(url, out)[0] for url, out in zip(urls, outs))
+        finally:
+            for proc in procs:
+                proc.terminate()
+                proc.wait()
+        return other / base
 
     mock = [os.path.join(target, "sglang-mock")]
     # Per length: the wrk script, and the servers with a ceiling that serves a real sglang-mock response.
@@ -184,6 +225,23 @@ def main() -> None:
                 if (tokens, name) not in best or rps > best[tokens, name][0]:
                     best[tokens, name] = (rps, bps)
 
+    # Every variant of sglang-mock beside sglang-mock itself, co-run in each round.
+    variants = {tokens: {name: cmd for name, cmd in servers[tokens].items()
+                         if name.startswith("sglang-mock ")} for tokens in lengths}
+    coruns: dict[tuple[int, str], list[float]] = {}
+    for rnd in range(args.rounds):
+        for tokens in lengths:
+            for name, cmd in variants[tokens].items():
+                ratio = corun(cmd, tokens)
+                coruns.setdefault((tokens, name), []).append(ratio)
+                print(f"co-run {rnd + 1}: {tokens} tokens: {name}: {ratio:.3f} of sglang-mock's requests/s",
+                      file=sys.stderr)
+
+    def shared_core(tokens: int, name: str) -> str:
+        ratios = sorted(coruns[tokens, name])
+        return (f"{statistics.median(ratios):.3f} when both share one core (median of {len(ratios)} co-runs, "
+                f"{ratios[0]:.3f} to {ratios[-1]:.3f})")
+
     for tokens in lengths:
         python = best[tokens, "fastapi+orjson"][0]
         ceiling = best[tokens, "ceiling (pre-built body)"][0]
@@ -203,16 +261,20 @@ def main() -> None:
               f"{floor_rps:,.0f} | {floor_rps * size / 1e6:,.1f} | {size:,} | {floor_rps / python:.1f}x | "
               f"{floor_rps / ceiling:.2f} |")
         print(f"\nsglang-mock reaches {best[tokens, 'sglang-mock'][0] / floor_rps:.2f} of its floor.")
+        if args.baseline:
+            print(f"The baseline: {shared_core(tokens, 'sglang-mock (baseline)')} of this build's requests/s.")
         if args.tokenizer:
             ratio = best[tokens, "sglang-mock --tokenizer"][0] / best[tokens, "sglang-mock"][0]
-            print(f"With --tokenizer {args.tokenizer}: {ratio:.2f} of the toy tokenizer's requests/s.")
+            print(f"With --tokenizer {args.tokenizer}: {ratio:.2f} of the toy tokenizer's requests/s (best rounds); "
+                  f"{shared_core(tokens, 'sglang-mock --tokenizer')}.")
         if args.ledger:
             ratio = best[tokens, "sglang-mock --ledger"][0] / best[tokens, "sglang-mock"][0]
-            print(f"With --ledger: {ratio:.3f} of the requests/s without it.")
+            print(f"With --ledger: {ratio:.3f} of the requests/s without it (best rounds); "
+                  f"{shared_core(tokens, 'sglang-mock --ledger')}.")
         if args.model_path:
             ratio = best[tokens, "sglang-mock --model-path"][0] / best[tokens, "sglang-mock"][0]
             print(f"With the weights of --model-path {args.model_path}: {ratio:.3f} of the requests/s of all-zero "
-                  f"weights.")
+                  f"weights (best rounds); {shared_core(tokens, 'sglang-mock --model-path')}.")
 
 
 if __name__ == "__main__":

@@ -23,8 +23,12 @@ pub(crate) struct Answer {
 
 impl Answer {
     pub(crate) fn new(tokens: u32) -> Result<Answer, ApiError> {
-        let oracle =
-            Oracle::new(ServerConfig::default()).map_err(|e| ApiError::internal(e.to_string()))?;
+        Answer::serving(tokens, ServerConfig::default())
+    }
+
+    /// The same answer from a server of `config` (a toy policy's `model_path`, say).
+    pub(crate) fn serving(tokens: u32, config: ServerConfig) -> Result<Answer, ApiError> {
+        let oracle = Oracle::new(config).map_err(|e| ApiError::internal(e.to_string()))?;
         let plan = oracle.plan(request_body(tokens, false).as_bytes())?;
         Ok(Answer { oracle, plan })
     }
