@@ -12,9 +12,11 @@ with the same seed; the fields that differ between any two runs (fresh request i
 `response_sent_to_client_ts`, OpenAI `id` and `created`) are blanked, everything else compared as bytes.
 
     python3 bench/compare_builds.py --baseline PATH [--candidate PATH] [--candidate-arg=--ledger ...]
+                                    [--arg=--model-path=DIR ...]
 
 `--candidate` defaults to this checkout's release build (built first). `--candidate-arg` adds a flag to the
-candidate only: a feature that must not change an answer (the witness's `--ledger`) is checked so.
+candidate only: a feature that must not change an answer (the witness's `--ledger`) is checked so. `--arg` adds
+a flag to both: `--arg=--model-path=DIR` compares the two builds' answers under the toy policy of DIR.
 """
 
 import argparse
@@ -177,6 +179,9 @@ def main() -> None:
     parser.add_argument("--candidate", help="the sglang-mock binary under test (default: this checkout's)")
     parser.add_argument("--candidate-arg", action="append", default=[],
                         help="a flag for the candidate alone (repeatable), e.g. --candidate-arg=--ledger")
+    parser.add_argument("--arg", action="append", default=[],
+                        help="a flag for both builds (repeatable), e.g. --arg=--model-path=DIR to compare the "
+                             "answers of a toy policy's weights")
     args = parser.parse_args()
     candidate = args.candidate
     if candidate is None:
@@ -188,14 +193,14 @@ def main() -> None:
     skipped = []
     for flags, full in configs(os.path.abspath(candidate)):
         try:
-            base_proc, base_url = start(os.path.abspath(args.baseline), flags)
+            base_proc, base_url = start(os.path.abspath(args.baseline), [*flags, *args.arg])
         except RuntimeError:
             # A baseline from before a release refuses its number: nothing to compare that release with.
             if not flags:
                 raise
             skipped.append(" ".join(flags))
             continue
-        cand_proc, cand_url = start(os.path.abspath(candidate), [*flags, *args.candidate_arg])
+        cand_proc, cand_url = start(os.path.abspath(candidate), [*flags, *args.arg, *args.candidate_arg])
         try:
             for path, body, fault in requests(full):
                 a_status, a = post(base_url, path, body, fault)
