@@ -189,6 +189,9 @@ struct Typed {
     temperature: Option<PyNum>,
     top_p: Option<PyNum>,
     top_k: Option<PyNum>,
+    /// The `TypeError` a `top_k` of another type meets at `verify`'s first comparison of it: `__init__` keeps
+    /// any value, and greedy sampling replaces it with 1 before then (`__post_init__`), so it waits.
+    top_k_unusable: Option<RequestError>,
     min_p: Option<PyNum>,
     frequency_penalty: Option<PyNum>,
     presence_penalty: Option<PyNum>,
@@ -244,7 +247,10 @@ impl Typed {
         let num = |key, default| held(raw, key, version, num_value, PyNum::Float(default));
         let temperature = num(K::Temperature, 1.0)?;
         let top_p = num(K::TopP, 1.0)?;
-        let top_k = held(raw, K::TopK, version, int_num, PyNum::Int(-1))?;
+        let (top_k, top_k_unusable) = match held(raw, K::TopK, version, int_num, PyNum::Int(-1)) {
+            Ok(top_k) => (top_k, None),
+            Err(e) => (Some(PyNum::Int(-1)), Some(e)),
+        };
         let min_p = num(K::MinP, 0.0)?;
         let frequency_penalty = num(K::FrequencyPenalty, 0.0)?;
         let presence_penalty = num(K::PresencePenalty, 0.0)?;
@@ -298,6 +304,7 @@ impl Typed {
             temperature,
             top_p,
             top_k,
+            top_k_unusable,
             min_p,
             frequency_penalty,
             presence_penalty,
@@ -327,6 +334,7 @@ impl Typed {
         if (0.0..SAMPLING_EPS).contains(&t) {
             self.temperature = Some(PyNum::Float(1.0));
             self.top_k = Some(PyNum::Int(1));
+            self.top_k_unusable = None;
         }
         Ok(())
     }
@@ -404,6 +412,9 @@ impl Typed {
             return Err(RequestError::value(format!(
                 "min_p must be in [0, 1], got {min_p}."
             )));
+        }
+        if let Some(e) = &self.top_k_unusable {
+            return Err(e.clone());
         }
         let top_k_held = compared(self.top_k, "<", "NoneType", "int")?;
         let top_k = top_k_held.as_int();
