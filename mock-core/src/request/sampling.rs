@@ -188,10 +188,9 @@ struct Typed {
     max_new_tokens: Option<PyNum>,
     temperature: Option<PyNum>,
     top_p: Option<PyNum>,
-    top_k: Option<PyNum>,
-    /// The `TypeError` a `top_k` of another type meets at `verify`'s first comparison of it: `__init__` keeps
-    /// any value, and greedy sampling replaces it with 1 before then (`__post_init__`), so it waits.
-    top_k_unusable: Option<RequestError>,
+    /// A `top_k` of another type is the `TypeError` it meets at `verify`'s first comparison of it: `__init__`
+    /// keeps any value, and greedy sampling replaces it with 1 before then (`__post_init__`), so it waits.
+    top_k: Result<Option<PyNum>, RequestError>,
     min_p: Option<PyNum>,
     frequency_penalty: Option<PyNum>,
     presence_penalty: Option<PyNum>,
@@ -247,10 +246,7 @@ impl Typed {
         let num = |key, default| held(raw, key, version, num_value, PyNum::Float(default));
         let temperature = num(K::Temperature, 1.0)?;
         let top_p = num(K::TopP, 1.0)?;
-        let (top_k, top_k_unusable) = match held(raw, K::TopK, version, int_num, PyNum::Int(-1)) {
-            Ok(top_k) => (top_k, None),
-            Err(e) => (Some(PyNum::Int(-1)), Some(e)),
-        };
+        let top_k = held(raw, K::TopK, version, int_num, PyNum::Int(-1));
         let min_p = num(K::MinP, 0.0)?;
         let frequency_penalty = num(K::FrequencyPenalty, 0.0)?;
         let presence_penalty = num(K::PresencePenalty, 0.0)?;
@@ -304,7 +300,6 @@ impl Typed {
             temperature,
             top_p,
             top_k,
-            top_k_unusable,
             min_p,
             frequency_penalty,
             presence_penalty,
@@ -333,8 +328,7 @@ impl Typed {
         let t = compared(self.temperature, "<=", "int", "NoneType")?.as_f64();
         if (0.0..SAMPLING_EPS).contains(&t) {
             self.temperature = Some(PyNum::Float(1.0));
-            self.top_k = Some(PyNum::Int(1));
-            self.top_k_unusable = None;
+            self.top_k = Ok(Some(PyNum::Int(1)));
         }
         Ok(())
     }
@@ -413,10 +407,7 @@ impl Typed {
                 "min_p must be in [0, 1], got {min_p}."
             )));
         }
-        if let Some(e) = &self.top_k_unusable {
-            return Err(e.clone());
-        }
-        let top_k_held = compared(self.top_k, "<", "NoneType", "int")?;
+        let top_k_held = compared(self.top_k.clone()?, "<", "NoneType", "int")?;
         let top_k = top_k_held.as_int();
         if top_k < 1 && top_k != -1 {
             return Err(RequestError::value(format!(
